@@ -1,0 +1,174 @@
+//! The delivery log: list with filters and a cursor, one delivery with every attempt, one event
+//! with its payload and deliveries, and the manual retry.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::body::discard_body;
+use super::error::ApiError;
+use super::{json, validate, AppState, Resp};
+use crate::clock::{parse_rfc3339, rfc3339};
+use crate::engine::RetryError;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::{DeliveryState, Status};
+use crate::store::DeliveryFilter;
+
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+pub fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError> {
+    let mut filter = DeliveryFilter::default();
+    let mut limit = DEFAULT_LIMIT;
+    let mut cursor = None;
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let v = v.into_owned();
+        if v.is_empty() {
+            continue;
+        }
+        match k.as_ref() {
+            "account_id" => {
+                validate::account_id_str("account_id", &v)?;
+                filter.account_id = Some(v)
+            }
+            "endpoint_id" => filter.endpoint_id = Some(v),
+            "event_type" => filter.event_type = Some(v),
+            "state" => {
+                filter.state = Some(DeliveryState::parse(&v).ok_or_else(|| {
+                    ApiError::field(
+                        "state",
+                        "state must be one of pending, delivered, failed, skipped",
+                    )
+                })?)
+            }
+            "status" => {
+                filter.status = Some(Status::parse(&v).ok_or_else(|| {
+                    ApiError::field("status", format!("{v:?} is not an attempt status"))
+                })?)
+            }
+            "since" => filter.since = Some(time_param("since", &v)?),
+            "until" => filter.until = Some(time_param("until", &v)?),
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::field("limit", format!("limit must be 1 to {MAX_LIMIT}"))
+                    })?
+            }
+            "cursor" => {
+                if !ids::is_valid(DELIVERY, &v) {
+                    return Err(ApiError::field("cursor", "cursor is not one this API gave"));
+                }
+                cursor = Some(v)
+            }
+            other => {
+                return Err(ApiError::field(
+                    other,
+                    format!("unknown query parameter {other:?}"),
+                ))
+            }
+        }
+    }
+    let (items, next) = state
+        .store
+        .list_deliveries(&filter, limit, cursor.as_deref())?;
+    let items: Vec<Value> = items.iter().map(|d| d.view()).collect();
+    Ok(json(
+        StatusCode::OK,
+        &json!({"items": items, "next_cursor": next}),
+    ))
+}
+
+fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
+    parse_rfc3339(v).ok_or_else(|| {
+        ApiError::field(
+            field,
+            format!("{field} must be an RFC 3339 time such as 2026-01-31T12:00:00Z"),
+        )
+    })
+}
+
+pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+    let not_found = || ApiError::not_found("delivery");
+    if !ids::is_valid(DELIVERY, id) {
+        return Err(not_found());
+    }
+    let d = state.store.delivery(id)?.ok_or_else(not_found)?;
+    let attempts: Vec<Value> = state.store.attempts(id)?.iter().map(|a| a.view()).collect();
+    let mut v = d.view();
+    v["attempts"] = Value::Array(attempts);
+    Ok(json(StatusCode::OK, &v))
+}
+
+pub async fn retry(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    discard_body(req, state.config.server.max_body_bytes).await;
+    if !ids::is_valid(DELIVERY, id) {
+        return Err(ApiError::not_found("delivery"));
+    }
+    match state.engine.retry_now(id) {
+        Ok(d) => Ok(json(StatusCode::ACCEPTED, &d.view())),
+        Err(RetryError::NotFound) => Err(ApiError::not_found("delivery")),
+        Err(RetryError::InFlight) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "delivery_in_flight",
+            "an attempt of this delivery is running now; retry once it has finished",
+        )),
+        Err(RetryError::Store(e)) => Err(e.into()),
+    }
+}
+
+/// The event view: its payload is shown byte for byte as ingested.
+#[derive(Serialize)]
+struct EventView<'a> {
+    id: &'a str,
+    account_id: &'a str,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    received_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency_key: Option<&'a str>,
+    payload: Box<RawValue>,
+    deliveries: Vec<Value>,
+}
+
+pub fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+    let not_found = || ApiError::not_found("event");
+    if !ids::is_valid(EVENT, id) {
+        return Err(not_found());
+    }
+    let (meta, payload) = state.store.event(id)?.ok_or_else(not_found)?;
+    let payload = String::from_utf8(payload.to_vec())
+        .ok()
+        .and_then(|s| RawValue::from_string(s).ok())
+        .ok_or_else(|| {
+            ApiError::from(crate::store::StoreError::Corrupt(format!(
+                "payload of {id}"
+            )))
+        })?;
+    let mut deliveries = Vec::with_capacity(meta.deliveries.len());
+    for d in &meta.deliveries {
+        if let Some(d) = state.store.delivery(d)? {
+            deliveries.push(d.view());
+        }
+    }
+    let view = EventView {
+        id: &meta.id,
+        account_id: &meta.account_id,
+        event_type: &meta.event_type,
+        received_at: rfc3339(meta.received_at),
+        idempotency_key: meta.idempotency_key.as_deref(),
+        payload,
+        deliveries,
+    };
+    Ok(json(StatusCode::OK, &view))
+}

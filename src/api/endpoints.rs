@@ -1,0 +1,304 @@
+//! Endpoints: create (the secret is shown in this answer only), list, get, patch, delete, pause
+//! and resume. Views never carry a secret.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::body::{self, discard_body, read_json_body};
+use super::error::ApiError;
+use super::{json, no_content, validate, AppState, Resp};
+use crate::ids::{self, ENDPOINT};
+use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
+use crate::outbound::sign;
+use crate::outbound::url::check_endpoint_url;
+
+const MAX_DESCRIPTION: usize = 1024;
+const MAX_EVENT_TYPES: usize = 100;
+const MAX_HEADERS: usize = 32;
+const MAX_HEADER_VALUE: usize = 4096;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    url: Option<Value>,
+    description: Option<Value>,
+    event_types: Option<Value>,
+    headers: Option<Value>,
+    retry_policy: Option<Value>,
+    secret: Option<Value>,
+    signature: Option<Value>,
+}
+
+pub async fn create(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    account_id: &str,
+) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let f: Fields = body::parse_owned(&bytes)?;
+    let url = match &f.url {
+        Some(v) => url(state, v)?,
+        None => return Err(ApiError::field("url", "url is required")),
+    };
+    match &f.signature {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s == "hmac" => {}
+        Some(_) => {
+            return Err(ApiError::field(
+                "signature",
+                "signature must be \"hmac\" (ed25519 endpoints are not available yet)",
+            ))
+        }
+    }
+    let secret = match &f.secret {
+        None | Some(Value::Null) => sign::new_secret(),
+        Some(Value::String(s)) if sign::secret_is_valid(s) && s.len() <= 256 => s.clone(),
+        Some(_) => {
+            return Err(ApiError::field(
+                "secret",
+                "secret must be whsec_<base64> or a non-empty string of at most 256 characters",
+            ))
+        }
+    };
+    let now = state.clock.now_ms();
+    let mut ep = Endpoint {
+        id: ids::new_id(ENDPOINT, now),
+        account_id: account_id.to_string(),
+        url,
+        description: String::new(),
+        event_types: Vec::new(),
+        headers: BTreeMap::new(),
+        retry_policy: state.config.delivery.default_retry_policy.clone(),
+        signature: SignatureKind::Hmac,
+        state: EndpointState::Active,
+        verified: false,
+        created_at: now,
+        updated_at: now,
+        secrets: vec![StoredSecret {
+            value: secret.clone(),
+            expires_at: None,
+        }],
+    };
+    apply_common(state, &mut ep, &f)?;
+
+    let _guard = state.endpoint_writes.lock().await;
+    let max = state.config.endpoints.max_per_account;
+    if state.store.account_endpoints(account_id).len() >= max {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "too_many_endpoints",
+            format!("account {account_id} already has {max} endpoints (endpoints.max_per_account)"),
+        ));
+    }
+    let ep = state.store.put_endpoint(ep).await?;
+    tracing::info!(endpoint_id = %ep.id, account_id = %ep.account_id, "endpoint created");
+    Ok(json(
+        StatusCode::CREATED,
+        &json!({"endpoint": ep.view(), "secret": secret}),
+    ))
+}
+
+pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    let items: Vec<Value> = state
+        .store
+        .account_endpoints(account_id)
+        .iter()
+        .rev()
+        .map(|e| e.view())
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &json!({"items": items, "next_cursor": null}),
+    ))
+}
+
+pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+    Ok(json(StatusCode::OK, &find(state, id)?.view()))
+}
+
+pub async fn patch(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let f: Fields = body::parse_owned(&bytes)?;
+    if f.secret.is_some() {
+        return Err(ApiError::field(
+            "secret",
+            "secret cannot be patched; rotate it instead",
+        ));
+    }
+    if f.signature.is_some() {
+        return Err(ApiError::field(
+            "signature",
+            "signature is fixed when the endpoint is created",
+        ));
+    }
+    let _guard = state.endpoint_writes.lock().await;
+    let mut ep = (*find(state, id)?).clone();
+    if let Some(v) = &f.url {
+        let url = url(state, v)?;
+        if url != ep.url {
+            ep.url = url;
+            // A new URL is a new receiver: it has to prove itself again.
+            ep.verified = false;
+        }
+    }
+    apply_common(state, &mut ep, &f)?;
+    ep.updated_at = state.clock.now_ms();
+    let ep = state.store.put_endpoint(ep).await?;
+    Ok(json(StatusCode::OK, &ep.view()))
+}
+
+pub async fn delete(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+    let _guard = state.endpoint_writes.lock().await;
+    find(state, id)?;
+    state.store.delete_endpoint(id).await?;
+    tracing::info!(endpoint_id = %id, "endpoint deleted");
+    Ok(no_content())
+}
+
+/// `pause` and `resume` (which also re-enables a disabled endpoint).
+pub async fn set_state(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+    action: &str,
+) -> Result<Resp, ApiError> {
+    discard_body(req, state.config.server.max_body_bytes).await;
+    let _guard = state.endpoint_writes.lock().await;
+    let mut ep = (*find(state, id)?).clone();
+    ep.state = if action == "pause" {
+        EndpointState::Paused
+    } else {
+        EndpointState::Active
+    };
+    ep.updated_at = state.clock.now_ms();
+    let ep = state.store.put_endpoint(ep).await?;
+    tracing::info!(endpoint_id = %id, state = ep.state.as_str(), "endpoint state changed");
+    Ok(json(StatusCode::OK, &ep.view()))
+}
+
+fn find(state: &AppState, id: &str) -> Result<Arc<Endpoint>, ApiError> {
+    state
+        .store
+        .endpoint(id)
+        .ok_or_else(|| ApiError::not_found("endpoint"))
+}
+
+fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
+    let Value::String(raw) = v else {
+        return Err(ApiError::field("url", "url must be a string"));
+    };
+    if raw.len() > 2048 {
+        return Err(ApiError::field(
+            "url",
+            "url must be at most 2048 characters",
+        ));
+    }
+    check_endpoint_url(raw, state.config.delivery.allow_http, &state.guard)
+        .map(|u| u.to_string())
+        .map_err(|p| ApiError::field("url", p.0))
+}
+
+/// The fields create and patch share.
+fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), ApiError> {
+    if let Some(v) = &f.description {
+        ep.description = validate::bounded_string("description", v, MAX_DESCRIPTION)?;
+    }
+    if let Some(v) = &f.event_types {
+        let Value::Array(items) = v else {
+            return Err(ApiError::field(
+                "event_types",
+                "event_types must be a list of type patterns",
+            ));
+        };
+        if items.len() > MAX_EVENT_TYPES {
+            return Err(ApiError::field(
+                "event_types",
+                format!("event_types takes at most {MAX_EVENT_TYPES} patterns"),
+            ));
+        }
+        let mut types = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("event_types[{i}]");
+            let Value::String(p) = item else {
+                return Err(ApiError::field(&field, format!("{field} must be a string")));
+            };
+            validate::type_pattern(&field, p)?;
+            types.push(p.clone());
+        }
+        ep.event_types = types;
+    }
+    if let Some(v) = &f.headers {
+        ep.headers = headers(v)?;
+    }
+    if let Some(v) = &f.retry_policy {
+        let Value::String(name) = v else {
+            return Err(ApiError::field(
+                "retry_policy",
+                "retry_policy must be a string",
+            ));
+        };
+        if !state.config.retry_policies.contains_key(name) {
+            let known: Vec<&String> = state.config.retry_policies.keys().collect();
+            return Err(ApiError::field(
+                "retry_policy",
+                format!("no retry policy named {name:?}; known: {known:?}"),
+            ));
+        }
+        ep.retry_policy = name.clone();
+    }
+    Ok(())
+}
+
+fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
+    let Value::Object(map) = v else {
+        return Err(ApiError::field(
+            "headers",
+            "headers must be an object of header names to string values",
+        ));
+    };
+    if map.len() > MAX_HEADERS {
+        return Err(ApiError::field(
+            "headers",
+            format!("headers takes at most {MAX_HEADERS} entries"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (name, value) in map {
+        let field = format!("headers.{name}");
+        if HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(ApiError::field(
+                &field,
+                format!("{name:?} is not a valid header name"),
+            ));
+        }
+        if validate::is_reserved_header(name) {
+            return Err(ApiError::field(
+                &field,
+                format!("{name} is set by herald and cannot be a custom header"),
+            ));
+        }
+        let Value::String(value) = value else {
+            return Err(ApiError::field(&field, format!("{field} must be a string")));
+        };
+        if value.len() > MAX_HEADER_VALUE || HeaderValue::from_str(value).is_err() {
+            return Err(ApiError::field(
+                &field,
+                format!("{field} must be printable text of at most {MAX_HEADER_VALUE} bytes"),
+            ));
+        }
+        out.insert(name.to_ascii_lowercase(), value.clone());
+    }
+    Ok(out)
+}

@@ -1,0 +1,88 @@
+//! The API's one error shape: `{"error": {"code", "message", "field"?}}` with a status code.
+//!
+//! Internal detail (storage errors and the like) is logged where it happens and never put in a
+//! message: the caller gets a sentence it can act on.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// `422 invalid_field` naming the field.
+    pub fn field(field: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            field: Some(field.to_string()),
+            ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", message)
+        }
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
+    }
+
+    pub fn unauthorized() -> Self {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong token: send Authorization: Bearer <token> with a token allowed on this route",
+        )
+    }
+
+    pub fn unavailable() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "storage is unavailable or herald is shutting down; nothing was stored, try again",
+        )
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        let mut e = json!({"code": self.code, "message": self.message});
+        if let Some(f) = &self.field {
+            e["field"] = json!(f);
+        }
+        json!({ "error": e })
+    }
+
+    pub fn into_response(self) -> Response<Full<Bytes>> {
+        let mut resp = super::json(self.status, &self.body());
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "storage error in a request");
+        ApiError::unavailable()
+    }
+}

@@ -1,0 +1,243 @@
+//! `POST /v1/events` and `POST /v1/events/batch`: validate, fan out, hand to the committer, and
+//! answer `202` only once the committer says the events are fsynced.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::body::{self, read_json_body};
+use super::error::ApiError;
+use super::{json, validate, AppState, Resp};
+use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::{Delivery, DeliveryState, EventMeta};
+use crate::store::{IngestOutcome, NewEvent};
+
+/// Events one batch may carry (SPEC §2).
+pub const MAX_BATCH: usize = 1000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Item<'a> {
+    account_id: Option<Value>,
+    #[serde(rename = "type")]
+    event_type: Option<Value>,
+    #[serde(borrow)]
+    payload: Option<&'a RawValue>,
+    idempotency_key: Option<Value>,
+    debounce_key: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch<'a> {
+    #[serde(borrow)]
+    events: Vec<&'a RawValue>,
+}
+
+pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    refuse_when_stopping(state)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let item: Item = body::parse(&bytes)?;
+    let event = prepare(state, item, state.clock.now_ms())?;
+    let summary = Summary::of(&event);
+    let outcome = state.store.ingest(vec![event]).await?;
+    let answer = summary.answer(state, outcome.first())?;
+    Ok(json(StatusCode::ACCEPTED, &answer))
+}
+
+pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    refuse_when_stopping(state)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let batch: Batch = body::parse(&bytes)?;
+    if batch.events.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "events",
+            format!(
+                "events holds {} items; a batch takes at most {MAX_BATCH}",
+                batch.events.len()
+            ),
+        ));
+    }
+    let now = state.clock.now_ms();
+    // Each item stands alone: a bad one gets its error, the good ones share one commit.
+    let mut results = vec![Value::Null; batch.events.len()];
+    let mut good = Vec::new();
+    let mut placed = Vec::new();
+    for (i, raw) in batch.events.iter().enumerate() {
+        let prepared = body::parse::<Item>(raw.get().as_bytes())
+            .and_then(|item| prepare(state, item, now))
+            .map_err(|e| at_index(e, i));
+        match prepared {
+            Ok(ev) => {
+                placed.push((i, Summary::of(&ev)));
+                good.push(ev);
+            }
+            Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
+        }
+    }
+    let outcomes = if good.is_empty() {
+        Vec::new()
+    } else {
+        state.store.ingest(good).await?
+    };
+    for ((i, summary), outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
+        let mut v = summary.answer(state, outcome)?;
+        v["status"] = json!(202);
+        results[i] = v;
+    }
+    Ok(json(StatusCode::ACCEPTED, &json!({ "results": results })))
+}
+
+fn refuse_when_stopping(state: &AppState) -> Result<(), ApiError> {
+    if state.shutting_down.is_fired() {
+        Err(ApiError::unavailable())
+    } else {
+        Ok(())
+    }
+}
+
+/// Names the batch item in a field path: `events[3].type`.
+fn at_index(mut e: ApiError, i: usize) -> ApiError {
+    e.field = Some(match e.field.take() {
+        Some(f) if f != "body" => format!("events[{i}].{f}"),
+        _ => format!("events[{i}]"),
+    });
+    e
+}
+
+/// Validates one item and fans it out to the account's matching endpoints.
+fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, ApiError> {
+    let account_id = match &item.account_id {
+        Some(v) => validate::account_id("account_id", v)?,
+        None => return Err(ApiError::field("account_id", "account_id is required")),
+    };
+    let event_type = match &item.event_type {
+        Some(Value::String(s)) => {
+            validate::event_type("type", s)?;
+            s.clone()
+        }
+        Some(_) => return Err(ApiError::field("type", "type must be a string")),
+        None => return Err(ApiError::field("type", "type is required")),
+    };
+    if state.config.catalog.strict && !state.config.catalog.events.contains_key(&event_type) {
+        return Err(ApiError::field(
+            "type",
+            format!("type {event_type:?} is not in the catalog (catalog.strict = true)"),
+        ));
+    }
+    let payload = match item.payload {
+        Some(raw) if validate::is_object(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
+        Some(_) => return Err(ApiError::field("payload", "payload must be a JSON object")),
+        None => return Err(ApiError::field("payload", "payload is required")),
+    };
+    let idempotency_key = match &item.idempotency_key {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 255 => Some(s.clone()),
+        Some(_) => {
+            return Err(ApiError::field(
+                "idempotency_key",
+                "idempotency_key must be a string of 1 to 255 characters",
+            ))
+        }
+    };
+    let debounce_key = match &item.debounce_key {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.len() <= 255 => Some(s.clone()),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        Some(_) => {
+            return Err(ApiError::field(
+                "debounce_key",
+                "debounce_key must be a string (at most 255 characters) or an integer",
+            ))
+        }
+    };
+
+    let event_id = ids::new_id(EVENT, now);
+    let delivery = |endpoint_id: Option<String>| Delivery {
+        id: ids::new_id(DELIVERY, now),
+        event_id: event_id.clone(),
+        endpoint_id,
+        account_id: account_id.clone(),
+        event_type: event_type.clone(),
+        state: DeliveryState::Pending,
+        last_status: None,
+        attempt_count: 0,
+        next_attempt_at: Some(now),
+        created_at: now,
+        manual: false,
+    };
+    let mut deliveries: Vec<Delivery> = state
+        .store
+        .account_endpoints(&account_id)
+        .iter()
+        .filter(|ep| ep.accepts(&event_type))
+        .map(|ep| delivery(Some(ep.id.clone())))
+        .collect();
+    if deliveries.is_empty() {
+        // Recorded once per event as `no_endpoint` by the engine (SPEC §5), after the checks
+        // that come before it.
+        deliveries.push(delivery(None));
+    }
+    Ok(NewEvent {
+        meta: EventMeta {
+            id: event_id.clone(),
+            account_id,
+            event_type,
+            received_at: now,
+            idempotency_key,
+            debounce_key,
+            deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
+        },
+        payload,
+        deliveries,
+    })
+}
+
+/// What the answer to an ingested event needs, taken before the event moves to the committer.
+struct Summary {
+    event_id: String,
+    deliveries: Vec<Value>,
+}
+
+impl Summary {
+    fn of(ev: &NewEvent) -> Summary {
+        Summary {
+            event_id: ev.meta.id.clone(),
+            deliveries: ev.deliveries.iter().map(delivery_ref).collect(),
+        }
+    }
+
+    fn answer(self, state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
+        match outcome {
+            Some(IngestOutcome::Created) => Ok(json!({
+                "event_id": self.event_id,
+                "duplicate": false,
+                "deliveries": self.deliveries,
+            })),
+            Some(IngestOutcome::Duplicate { event_id }) => {
+                let (meta, _) = state
+                    .store
+                    .event(event_id)?
+                    .ok_or_else(ApiError::unavailable)?;
+                let mut deliveries = Vec::with_capacity(meta.deliveries.len());
+                for id in &meta.deliveries {
+                    if let Some(d) = state.store.delivery(id)? {
+                        deliveries.push(delivery_ref(&d));
+                    }
+                }
+                Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
+            }
+            None => Err(ApiError::unavailable()),
+        }
+    }
+}
+
+fn delivery_ref(d: &Delivery) -> Value {
+    json!({"delivery_id": d.id, "endpoint_id": d.endpoint_id, "state": d.state})
+}

@@ -1,0 +1,239 @@
+//! The HTTP API (hyper 1.x, HTTP/1.1): routing, tokens, JSON answers. One file per resource.
+//!
+//! Handlers validate, then talk to the store (and ask the engine for a manual retry); they never
+//! send HTTP themselves. Every connection is closed with hyper's `graceful_shutdown` when herald
+//! stops, and the whole drain is bounded by the shutdown grace period.
+
+pub mod body;
+mod deliveries;
+mod endpoints;
+pub mod error;
+mod ingest;
+mod status;
+pub mod validate;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::outbound::ssrf::Guard;
+use crate::shutdown::Shutdown;
+use crate::store::Store;
+use error::ApiError;
+
+pub type Resp = Response<Full<Bytes>>;
+
+/// The tokens that open the API. Admin tokens open everything; ingest tokens only post events.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    pub admin: Vec<String>,
+    pub ingest: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Admin,
+    Ingest,
+}
+
+impl Tokens {
+    fn role(&self, presented: &[u8]) -> Option<Role> {
+        // Every token is compared (in constant time), so timing says nothing about which matched.
+        let is = |list: &[String]| {
+            list.iter().fold(false, |hit, t| {
+                hit | bool::from(t.as_bytes().ct_eq(presented))
+            })
+        };
+        let admin = is(&self.admin);
+        let ingest = is(&self.ingest);
+        if admin {
+            Some(Role::Admin)
+        } else if ingest {
+            Some(Role::Ingest)
+        } else {
+            None
+        }
+    }
+}
+
+/// Everything a handler may use.
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Arc<Store>,
+    pub engine: Arc<Engine>,
+    pub clock: Arc<dyn Clock>,
+    pub tokens: Tokens,
+    pub guard: Guard,
+    pub started: Instant,
+    pub shutting_down: Shutdown,
+    /// Serializes endpoint read-modify-writes (limits, patch, pause) among API requests.
+    pub endpoint_writes: tokio::sync::Mutex<()>,
+}
+
+/// Accepts connections until shutdown, then closes each gracefully within `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    mut shutdown: Shutdown,
+    grace: Duration,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(Notify::new());
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.wait() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let mut conn_shutdown = shutdown.clone();
+        let open = open.clone();
+        let closed = closed.clone();
+        open.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(state, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = conn_shutdown.wait() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            open.fetch_sub(1, Ordering::SeqCst);
+            closed.notify_waiters();
+        });
+    }
+    drop(listener);
+    let deadline = tokio::time::Instant::now() + grace;
+    while open.load(Ordering::SeqCst) > 0 {
+        let wait = closed.notified();
+        if open.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        if tokio::time::timeout_at(deadline, wait).await.is_err() {
+            tracing::warn!(
+                open = open.load(Ordering::SeqCst),
+                "closing API connections that did not finish in time"
+            );
+            break;
+        }
+    }
+}
+
+async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Resp {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let role = bearer(&req).and_then(|t| state.tokens.role(t.as_bytes()));
+    let result = dispatch(&state, req, &method, &segments, role).await;
+    match result {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn bearer(req: &Request<Incoming>) -> Option<String> {
+    let v = req.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
+}
+
+async fn dispatch(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    method: &Method,
+    seg: &[&str],
+    role: Option<Role>,
+) -> Result<Resp, ApiError> {
+    use Method as M;
+    // Routes without a token.
+    match (method, seg) {
+        (&M::GET, ["healthz"]) => return Ok(status::healthz(state)),
+        (&M::POST, ["v1", "events"]) | (&M::POST, ["v1", "events", "batch"]) => {
+            if role.is_none() {
+                return Err(ApiError::unauthorized());
+            }
+            return if seg.len() == 2 {
+                ingest::single(state, req).await
+            } else {
+                ingest::batch(state, req).await
+            };
+        }
+        _ => {}
+    }
+    if role != Some(Role::Admin) {
+        return Err(ApiError::unauthorized());
+    }
+    match (method, seg) {
+        (&M::GET, ["v1", "status"]) => Ok(status::status(state)),
+        (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id),
+        (&M::POST, ["v1", "accounts", account, "endpoints"]) => {
+            endpoints::create(state, req, account).await
+        }
+        (&M::GET, ["v1", "accounts", account, "endpoints"]) => endpoints::list(state, account),
+        (&M::GET, ["v1", "endpoints", id]) => endpoints::get(state, id),
+        (&M::PATCH, ["v1", "endpoints", id]) => endpoints::patch(state, req, id).await,
+        (&M::DELETE, ["v1", "endpoints", id]) => endpoints::delete(state, id).await,
+        (&M::POST, ["v1", "endpoints", id, action @ ("pause" | "resume")]) => {
+            endpoints::set_state(state, req, id, action).await
+        }
+        (&M::GET, ["v1", "deliveries"]) => deliveries::list(state, req.uri().query()),
+        (&M::GET, ["v1", "deliveries", id]) => deliveries::get(state, id),
+        (&M::POST, ["v1", "deliveries", id, "retry"]) => deliveries::retry(state, req, id).await,
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no route for {method} /{}", seg.join("/")),
+        )),
+    }
+}
+
+/// A JSON answer.
+pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Resp {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+pub fn no_content() -> Resp {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    resp
+}

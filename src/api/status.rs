@@ -1,0 +1,50 @@
+//! `/healthz` (no token) and `/v1/status` (admin).
+
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use serde_json::{json, Map, Value};
+
+use super::{json, AppState, Resp};
+use crate::model::DeliveryState;
+
+pub fn healthz(state: &Arc<AppState>) -> Resp {
+    if state.store.healthy() {
+        json(StatusCode::OK, &json!({"status": "ok"}))
+    } else {
+        json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "unavailable", "reason": "storage is not usable"}),
+        )
+    }
+}
+
+pub fn status(state: &Arc<AppState>) -> Resp {
+    let now = state.clock.now_ms();
+    let stats = state.store.stats();
+    let queue: Map<String, Value> = DeliveryState::ALL
+        .iter()
+        .map(|s| (s.as_str().to_string(), json!(stats.get(*s).max(0))))
+        .collect();
+    let counts = |minutes| -> Map<String, Value> {
+        state
+            .engine
+            .recent
+            .totals(now, minutes)
+            .into_iter()
+            .map(|(s, n)| (s.as_str().to_string(), json!(n)))
+            .collect()
+    };
+    json(
+        StatusCode::OK,
+        &json!({
+            "version": crate::VERSION,
+            "uptime_seconds": state.started.elapsed().as_secs(),
+            "queue": queue,
+            "due": state.store.due().len(),
+            "in_flight": state.engine.in_flight(),
+            "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
+            "storage_bytes": state.store.size_on_disk(),
+        }),
+    )
+}

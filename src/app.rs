@@ -1,0 +1,198 @@
+//! `run(config, listener, clock, shutdown)`: open the store, start the API and the engine, and
+//! tear them down in order (stop accepting, drain attempts within the grace period, flush).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState, Tokens};
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::engine::{Engine, EngineConfig};
+use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
+use crate::outbound::ssrf::Guard;
+use crate::shutdown::{Shutdown, GRACE};
+use crate::store::{Store, StoreError};
+
+/// The file holding the generated admin token when the config names none.
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot open storage at {path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+    #[error(transparent)]
+    Client(#[from] ClientSetupError),
+    #[error("{key}: {message}")]
+    Config { key: String, message: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+impl From<ConfigError> for AppError {
+    fn from(e: ConfigError) -> Self {
+        AppError::Config {
+            key: e.key,
+            message: e.message,
+        }
+    }
+}
+
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
+) -> Result<(), AppError> {
+    let started = Instant::now();
+    let config = Arc::new(config);
+    let store_path = &config.storage.path;
+    let store = Store::open(store_path, config.storage.cache_capacity).map_err(|source| {
+        AppError::Store {
+            path: store_path.clone(),
+            source,
+        }
+    })?;
+    let tokens = load_tokens(&config)?;
+    let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
+    let client = Client::new(
+        ClientConfig {
+            connect_timeout: config.delivery.connect_timeout.0,
+            timeout: config.delivery.timeout.0,
+            response_body_limit: config.delivery.response_body_limit,
+            allow_http: config.delivery.allow_http,
+            guard: guard.clone(),
+        },
+        config.delivery.extra_ca_file.as_deref(),
+    )?;
+    let engine = Engine::new(
+        store.clone(),
+        client,
+        clock.clone(),
+        EngineConfig::from_config(&config),
+    );
+    let state = Arc::new(AppState {
+        config: config.clone(),
+        store: store.clone(),
+        engine: engine.clone(),
+        clock,
+        tokens,
+        guard,
+        started,
+        shutting_down: shutdown.clone(),
+        endpoint_writes: tokio::sync::Mutex::new(()),
+    });
+
+    let addr = listener.local_addr().map_err(|source| AppError::Io {
+        what: "listener".into(),
+        source,
+    })?;
+    tracing::info!(
+        addr = %addr,
+        data = %store_path.display(),
+        pending = store.due().len(),
+        "herald listening"
+    );
+    notify_systemd("READY=1");
+
+    let engine_task = tokio::spawn(engine.run(shutdown.clone(), GRACE));
+    api::serve(listener, state, shutdown, GRACE).await;
+    notify_systemd("STOPPING=1");
+    if let Err(e) = engine_task.await {
+        tracing::error!(error = %e, "delivery engine stopped abnormally");
+    }
+    let flushed = tokio::task::spawn_blocking(move || store.sync_now()).await;
+    match flushed {
+        Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
+        Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
+        Err(e) => tracing::error!(error = %e, "final flush failed"),
+    }
+    Ok(())
+}
+
+/// Tokens from the config and its files. With no admin token configured, herald makes one in
+/// the data directory (mode 0600) and logs where it is, never the token itself.
+fn load_tokens(config: &Config) -> Result<Tokens, AppError> {
+    let read = |key: &str, path: &Path| -> Result<Vec<String>, AppError> {
+        let text = std::fs::read_to_string(path).map_err(|e| AppError::Config {
+            key: key.into(),
+            message: format!("cannot read {}: {e}", path.display()),
+        })?;
+        Ok(text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
+    };
+    let mut tokens = Tokens {
+        admin: config.server.admin_tokens.clone(),
+        ingest: config.server.ingest_tokens.clone(),
+    };
+    if let Some(p) = &config.server.admin_token_file {
+        tokens.admin.extend(read("server.admin_token_file", p)?);
+    }
+    if let Some(p) = &config.server.ingest_token_file {
+        tokens.ingest.extend(read("server.ingest_token_file", p)?);
+    }
+    tokens.admin.retain(|t| !t.is_empty());
+    tokens.ingest.retain(|t| !t.is_empty());
+    if tokens.admin.is_empty() {
+        let path = config.storage.path.join(ADMIN_TOKEN_FILE);
+        if !path.exists() {
+            write_private(&path, &format!("{}\n", crate::ids::random_hex(32)))?;
+            tracing::info!(file = %path.display(), "no admin token configured; created one in this file (mode 0600)");
+        } else {
+            tracing::info!(file = %path.display(), "no admin token configured; using the one in this file");
+        }
+        tokens.admin = read("storage.path", &path)?;
+    }
+    Ok(tokens)
+}
+
+fn write_private(path: &Path, content: &str) -> Result<(), AppError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| AppError::Io {
+        what: format!("cannot write {}", path.display()),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    f.write_all(content.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// `sd_notify`: a datagram to `$NOTIFY_SOCKET` when systemd runs herald with `Type=notify`.
+fn notify_systemd(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot notify systemd");
+            return;
+        }
+    };
+    let bytes = path.as_encoded_bytes();
+    let result = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|addr| sock.send_to_addr(state.as_bytes(), &addr))
+    } else {
+        sock.send_to(state.as_bytes(), Path::new(&path))
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "cannot notify systemd");
+    }
+}

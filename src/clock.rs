@@ -1,0 +1,113 @@
+//! Wall time that gets stored: timestamps, due times, windows.
+//!
+//! Everything that records or compares wall time asks a [`Clock`], so tests can move time by hand
+//! ([`ManualClock`]) instead of sleeping. Timers (how long to wait) use `tokio::time`; the engine
+//! also listens to [`Clock::changed`] so a manual jump wakes it at once.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type Millis = i64;
+
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> Millis;
+
+    /// Notified when time jumps by hand. The system clock never jumps, so it has none.
+    fn changed(&self) -> Option<&Notify> {
+        None
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> Millis {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as Millis)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now: AtomicI64,
+    changed: Notify,
+}
+
+impl ManualClock {
+    pub fn new(start: Millis) -> Self {
+        Self {
+            now: AtomicI64::new(start),
+            changed: Notify::new(),
+        }
+    }
+
+    pub fn set(&self, now: Millis) {
+        self.now.store(now, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.now
+            .fetch_add(by.as_millis() as Millis, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> Millis {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn changed(&self) -> Option<&Notify> {
+        Some(&self.changed)
+    }
+}
+
+/// RFC 3339 UTC with milliseconds, the one time format of the API.
+pub fn rfc3339(ms: Millis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Parses an RFC 3339 time (any offset-free UTC form humantime accepts, `Z` suffix).
+pub fn parse_rfc3339(s: &str) -> Option<Millis> {
+    let t = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')).ok()?;
+    Some(t.duration_since(UNIX_EPOCH).ok()?.as_millis() as Millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_has_milliseconds_and_round_trips() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_614_265_330_123), "2021-02-25T15:02:10.123Z");
+        assert_eq!(
+            parse_rfc3339("2021-02-25T15:02:10.123Z"),
+            Some(1_614_265_330_123)
+        );
+        assert_eq!(
+            parse_rfc3339("2021-02-25T15:02:10Z"),
+            Some(1_614_265_330_000)
+        );
+        assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(1_000);
+        assert_eq!(c.now_ms(), 1_000);
+        c.advance(Duration::from_secs(2));
+        assert_eq!(c.now_ms(), 3_000);
+        c.set(10);
+        assert_eq!(c.now_ms(), 10);
+    }
+}

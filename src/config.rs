@@ -1,0 +1,560 @@
+//! The one TOML file: structs with compiled-in defaults, then the file, then [`Config::validate`].
+//!
+//! Every key of SPEC §11 lives here with its default; `config.example.toml` documents each once.
+//! Unknown keys are errors (a typo must not silently fall back to a default). Validation collects
+//! every problem with its key path, so `check-config` and `serve` report them all at once before
+//! anything binds.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::outbound::ssrf::Cidr;
+
+/// A duration written as `"300ms"`, `"5s"`, `"10h"`, `"5d"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(s.trim()).map(Dur).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {s:?} ({e}); write it like \"300ms\", \"5s\", \"10h\" or \"5d\""
+            ))
+        })
+    }
+}
+
+fn secs(n: u64) -> Dur {
+    Dur(Duration::from_secs(n))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: Server,
+    pub storage: Storage,
+    pub delivery: Delivery,
+    pub retry_policies: BTreeMap<String, Vec<Dur>>,
+    pub signing: Signing,
+    pub endpoints: Endpoints,
+    pub plans: BTreeMap<String, Plan>,
+    pub catalog: Catalog,
+    pub operator: Operator,
+    pub log: Log,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    pub listen: String,
+    pub admin_tokens: Vec<String>,
+    pub ingest_tokens: Vec<String>,
+    pub admin_token_file: Option<PathBuf>,
+    pub ingest_token_file: Option<PathBuf>,
+    pub max_body_bytes: usize,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            admin_tokens: Vec::new(),
+            ingest_tokens: Vec::new(),
+            admin_token_file: None,
+            ingest_token_file: None,
+            max_body_bytes: 262_144,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Storage {
+    pub path: PathBuf,
+    pub retention: Dur,
+    pub cache_capacity: u64,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from("./herald-data"),
+            retention: secs(30 * 86_400),
+            cache_capacity: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Delivery {
+    pub connect_timeout: Dur,
+    pub timeout: Dur,
+    pub max_in_flight: usize,
+    pub max_in_flight_per_endpoint: usize,
+    pub default_retry_policy: String,
+    pub allow_http: bool,
+    pub allow_private_networks: Vec<String>,
+    pub extra_ca_file: Option<PathBuf>,
+    pub response_body_limit: usize,
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Self {
+            connect_timeout: secs(5),
+            timeout: secs(5),
+            max_in_flight: 512,
+            max_in_flight_per_endpoint: 8,
+            default_retry_policy: "standard".into(),
+            allow_http: false,
+            allow_private_networks: Vec::new(),
+            extra_ca_file: None,
+            response_body_limit: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Signing {
+    pub schemes: Vec<String>,
+    pub hex_header: String,
+    pub rotation_grace: Dur,
+}
+
+impl Default for Signing {
+    fn default() -> Self {
+        Self {
+            schemes: vec!["standard".into()],
+            hex_header: "herald-signature".into(),
+            rotation_grace: secs(86_400),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Endpoints {
+    pub require_verification: bool,
+    pub max_per_account: usize,
+    pub disable_after: Dur,
+}
+
+impl Default for Endpoints {
+    fn default() -> Self {
+        Self {
+            require_verification: true,
+            max_per_account: 10,
+            disable_after: secs(5 * 86_400),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Plan {
+    pub webhooks: bool,
+    pub per_minute: Option<u64>,
+    pub per_day: Option<u64>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Self {
+            webhooks: true,
+            per_minute: None,
+            per_day: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Catalog {
+    pub strict: bool,
+    pub events: BTreeMap<String, CatalogEvent>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CatalogEvent {
+    pub description: String,
+    pub sample: Option<toml::Table>,
+    pub sample_file: Option<PathBuf>,
+    pub debounce: Option<Debounce>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Debounce {
+    pub window: Dur,
+    pub key: String,
+    #[serde(default = "default_debounce_mode")]
+    pub mode: String,
+}
+
+fn default_debounce_mode() -> String {
+    "leading".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Operator {
+    pub webhook_url: Option<String>,
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    pub format: String,
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// One problem in a config, with the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// The retry policies every install has; `[retry_policies]` may override them.
+pub fn builtin_retry_policies() -> BTreeMap<String, Vec<Dur>> {
+    let d = |s: &str| Dur(humantime::parse_duration(s).expect("built-in durations parse"));
+    BTreeMap::from([
+        ("none".to_string(), vec![]),
+        ("short".to_string(), vec![d("4s"), d("16s")]),
+        (
+            "standard".to_string(),
+            ["5s", "5m", "30m", "2h", "5h", "10h", "10h"]
+                .into_iter()
+                .map(d)
+                .collect(),
+        ),
+    ])
+}
+
+impl Config {
+    /// Parses TOML over the compiled-in defaults. Syntax and type errors come back as one error
+    /// naming the line and key; use [`Config::validate`] for the rest.
+    pub fn from_toml(text: &str) -> Result<Config, Vec<ConfigError>> {
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let key = e
+                .message()
+                .split('`')
+                .nth(1)
+                .unwrap_or("(file)")
+                .to_string();
+            vec![ConfigError {
+                key,
+                message: e.to_string().trim().replace('\n', " "),
+            }]
+        })?;
+        let mut policies = builtin_retry_policies();
+        policies.append(&mut config.retry_policies);
+        config.retry_policies = policies;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError {
+                key: "(file)".into(),
+                message: format!("cannot read {}: {e}", path.display()),
+            }]
+        })?;
+        let config = Config::from_toml(&text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// `herald serve --dev`: plain http, loopback targets, no verification.
+    pub fn apply_dev(&mut self) {
+        self.delivery.allow_http = true;
+        for net in ["127.0.0.0/8", "::1/128"] {
+            if !self
+                .delivery
+                .allow_private_networks
+                .iter()
+                .any(|n| n == net)
+            {
+                self.delivery.allow_private_networks.push(net.to_string());
+            }
+        }
+        self.endpoints.require_verification = false;
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server.listen.parse().map_err(|_| ConfigError {
+            key: "server.listen".into(),
+            message: format!(
+                "{:?} is not an address with a port, such as \"127.0.0.1:8080\"",
+                self.server.listen
+            ),
+        })
+    }
+
+    pub fn private_allowlist(&self) -> Result<Vec<Cidr>, Vec<ConfigError>> {
+        let mut out = Vec::new();
+        let mut errors = Vec::new();
+        for (i, net) in self.delivery.allow_private_networks.iter().enumerate() {
+            match net.parse::<Cidr>() {
+                Ok(c) => out.push(c),
+                Err(e) => errors.push(ConfigError {
+                    key: format!("delivery.allow_private_networks[{i}]"),
+                    message: format!("{net:?} is not a CIDR range ({e})"),
+                }),
+            }
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Every problem with its key path; empty means the config can run.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, message: String| {
+            errors.push(ConfigError {
+                key: key.to_string(),
+                message,
+            })
+        };
+        if let Err(e) = self.listen_addr() {
+            err(&e.key, e.message);
+        }
+        for (key, path) in [
+            ("server.admin_token_file", &self.server.admin_token_file),
+            ("server.ingest_token_file", &self.server.ingest_token_file),
+            ("delivery.extra_ca_file", &self.delivery.extra_ca_file),
+        ] {
+            if let Some(p) = path {
+                if let Err(e) = std::fs::metadata(p) {
+                    err(key, format!("cannot read {}: {e}", p.display()));
+                }
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            err(
+                "server.max_body_bytes",
+                "must be at least 1024 bytes".into(),
+            );
+        }
+        if self.storage.retention.0 < Duration::from_secs(60) {
+            err("storage.retention", "must be at least \"1m\"".into());
+        }
+        if self.storage.cache_capacity < 1024 * 1024 {
+            err(
+                "storage.cache_capacity",
+                "must be at least 1048576 bytes (1 MiB)".into(),
+            );
+        }
+        for (key, d) in [
+            ("delivery.connect_timeout", self.delivery.connect_timeout),
+            ("delivery.timeout", self.delivery.timeout),
+        ] {
+            if d.0.is_zero() || d.0 > Duration::from_secs(300) {
+                err(key, "must be between \"1ms\" and \"300s\"".into());
+            }
+        }
+        if self.delivery.max_in_flight == 0 {
+            err("delivery.max_in_flight", "must be at least 1".into());
+        }
+        if self.delivery.max_in_flight_per_endpoint == 0 {
+            err(
+                "delivery.max_in_flight_per_endpoint",
+                "must be at least 1".into(),
+            );
+        }
+        if !self
+            .retry_policies
+            .contains_key(&self.delivery.default_retry_policy)
+        {
+            err(
+                "delivery.default_retry_policy",
+                format!(
+                    "no retry policy named {:?}; known: {}",
+                    self.delivery.default_retry_policy,
+                    self.retry_policies
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        if let Err(es) = self.private_allowlist() {
+            for e in es {
+                err(&e.key, e.message);
+            }
+        }
+        for (name, delays) in &self.retry_policies {
+            if delays.len() > 50 {
+                err(
+                    &format!("retry_policies.{name}"),
+                    "at most 50 retries".into(),
+                );
+            }
+        }
+        for (i, scheme) in self.signing.schemes.iter().enumerate() {
+            if scheme != "standard" && scheme != "sha256-hex" {
+                err(
+                    &format!("signing.schemes[{i}]"),
+                    format!("unknown scheme {scheme:?}; use \"standard\" or \"sha256-hex\""),
+                );
+            }
+        }
+        if self.signing.hex_header.is_empty() || http_header_name_invalid(&self.signing.hex_header)
+        {
+            err(
+                "signing.hex_header",
+                "must be a valid HTTP header name".into(),
+            );
+        }
+        if self.endpoints.max_per_account == 0 {
+            err("endpoints.max_per_account", "must be at least 1".into());
+        }
+        for (ty, ev) in &self.catalog.events {
+            if let Some(d) = &ev.debounce {
+                if d.mode != "leading" && d.mode != "leading_trailing" {
+                    err(
+                        &format!("catalog.events.\"{ty}\".debounce.mode"),
+                        format!(
+                            "unknown mode {:?}; use \"leading\" or \"leading_trailing\"",
+                            d.mode
+                        ),
+                    );
+                }
+                if d.window.0.is_zero() {
+                    err(
+                        &format!("catalog.events.\"{ty}\".debounce.window"),
+                        "must be longer than zero".into(),
+                    );
+                }
+            }
+            if ev.sample.is_some() && ev.sample_file.is_some() {
+                err(
+                    &format!("catalog.events.\"{ty}\""),
+                    "give sample or sample_file, not both".into(),
+                );
+            }
+        }
+        if self.log.format != "text" && self.log.format != "json" {
+            err(
+                "log.format",
+                format!(
+                    "unknown format {:?}; use \"text\" or \"json\"",
+                    self.log.format
+                ),
+            );
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            err(
+                "log.level",
+                format!(
+                    "{:?} is not a level such as \"info\" or \"debug\"",
+                    self.log.level
+                ),
+            );
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+fn http_header_name_invalid(name: &str) -> bool {
+    hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_the_documented_defaults() {
+        let c = Config::from_toml("").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:8080");
+        assert_eq!(c.storage.path, PathBuf::from("./herald-data"));
+        assert_eq!(c.delivery.timeout, secs(5));
+        assert_eq!(c.delivery.max_in_flight_per_endpoint, 8);
+        assert_eq!(c.retry_policies["standard"].len(), 7);
+        assert_eq!(c.retry_policies["short"], vec![secs(4), secs(16)]);
+        assert!(c.retry_policies["none"].is_empty());
+        assert!(c.endpoints.require_verification);
+    }
+
+    #[test]
+    fn named_policies_take_millisecond_durations() {
+        let c = Config::from_toml("[retry_policies]\nfast = [\"300ms\", \"600ms\"]\n").unwrap();
+        assert_eq!(
+            c.retry_policies["fast"],
+            vec![
+                Dur(Duration::from_millis(300)),
+                Dur(Duration::from_millis(600))
+            ]
+        );
+        assert!(c.retry_policies.contains_key("standard"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_durations_are_errors_naming_the_key() {
+        let e = Config::from_toml("[delivery]\ntimeout = \"soon\"\n").unwrap_err();
+        assert!(e[0].message.contains("invalid duration"), "{e:?}");
+        let e = Config::from_toml("[server]\nlisten_on = \"x\"\n").unwrap_err();
+        assert_eq!(e[0].key, "listen_on", "{e:?}");
+    }
+
+    #[test]
+    fn validate_reports_every_problem_with_its_key() {
+        let c = Config::from_toml(
+            "[server]\nlisten = \"nowhere\"\n[delivery]\nmax_in_flight = 0\n\
+             default_retry_policy = \"nope\"\nallow_private_networks = [\"10.0.0.0/99\"]\n\
+             [log]\nformat = \"xml\"\n",
+        )
+        .unwrap();
+        let keys: Vec<String> = c
+            .validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        for k in [
+            "server.listen",
+            "delivery.max_in_flight",
+            "delivery.default_retry_policy",
+            "delivery.allow_private_networks[0]",
+            "log.format",
+        ] {
+            assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
+        }
+    }
+}

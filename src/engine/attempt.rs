@@ -1,0 +1,259 @@
+//! One attempt of one delivery: conditions, request, outcome, decision, record.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
+use rand::Rng;
+
+use super::{conditions, retry, Engine};
+use crate::clock::Millis;
+use crate::ids::{self, ATTEMPT};
+use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EndpointState, EventMeta, Status};
+use crate::outbound::client::{Outcome, Request};
+use crate::outbound::sign;
+
+/// Why a manual retry was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("delivery not found")]
+    NotFound,
+    #[error("an attempt of this delivery is running now")]
+    InFlight,
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+impl Engine {
+    /// A manual retry: one new attempt of the same event now (same `webhook-id`), without an
+    /// automatic schedule after it.
+    pub fn retry_now(&self, delivery_id: &str) -> Result<Delivery, RetryError> {
+        if self.is_in_flight(delivery_id) {
+            return Err(RetryError::InFlight);
+        }
+        let mut d = self
+            .store
+            .delivery(delivery_id)?
+            .ok_or(RetryError::NotFound)?;
+        d.state = DeliveryState::Pending;
+        d.next_attempt_at = Some(self.clock.now_ms());
+        d.manual = true;
+        self.store.update_delivery(&d, None)?;
+        Ok(d)
+    }
+
+    pub(super) async fn attempt(self: &Arc<Self>, due: Millis, id: &str) {
+        let delivery = match self.store.delivery(id) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(delivery_id = %id, error = %e, "cannot read delivery");
+                return;
+            }
+        };
+        // A stale due entry (the delivery was rescheduled or finished since): nothing to do.
+        if delivery.state != DeliveryState::Pending || delivery.next_attempt_at != Some(due) {
+            return;
+        }
+        let event = match self.store.event(&delivery.event_id) {
+            Ok(Some(e)) => e,
+            other => {
+                tracing::error!(delivery_id = %id, event_id = %delivery.event_id, result = ?other.map(|o| o.is_some()), "event of a pending delivery is unreadable; failing it");
+                let mut d = delivery;
+                d.state = DeliveryState::Failed;
+                d.next_attempt_at = None;
+                if let Err(e) = self.store.update_delivery(&d, None) {
+                    tracing::error!(delivery_id = %id, error = %e, "cannot record delivery");
+                }
+                return;
+            }
+        };
+        let endpoint = delivery
+            .endpoint_id
+            .as_deref()
+            .and_then(|ep| self.store.endpoint(ep));
+        let started = self.clock.now_ms();
+        let failing = conditions::first_failing(endpoint.as_deref());
+        let (attempt, outcome) = match (failing, endpoint.as_deref()) {
+            (None, Some(ep)) => {
+                let (attempt, outcome) = self.send(&delivery, ep, &event.0, event.1, started).await;
+                (attempt, Some(outcome))
+            }
+            (status, _) => {
+                let status = status.unwrap_or(Status::NoEndpoint);
+                (self.not_sent(&delivery, started, status), None)
+            }
+        };
+        self.record(delivery, endpoint, attempt, outcome).await;
+    }
+
+    fn not_sent(&self, d: &Delivery, at: Millis, status: Status) -> Attempt {
+        Attempt {
+            id: ids::new_id(ATTEMPT, at),
+            number: d.attempt_count + 1,
+            at,
+            duration_ms: 0,
+            status,
+            http_status: None,
+            error: None,
+            request_headers: Vec::new(),
+            response_body: String::new(),
+        }
+    }
+
+    async fn send(
+        &self,
+        d: &Delivery,
+        endpoint: &Endpoint,
+        event: &EventMeta,
+        payload: Bytes,
+        at: Millis,
+    ) -> (Attempt, Outcome) {
+        let number = d.attempt_count + 1;
+        let timestamp = at.div_euclid(1000);
+        let signature =
+            sign::signature_header(endpoint.signing_secrets(at), &event.id, timestamp, &payload);
+        let mut headers: Vec<(HeaderName, String)> = vec![
+            (CONTENT_TYPE, "application/json".into()),
+            (USER_AGENT, format!("herald/{}", crate::VERSION)),
+            (HeaderName::from_static("webhook-id"), event.id.clone()),
+            (
+                HeaderName::from_static("webhook-timestamp"),
+                timestamp.to_string(),
+            ),
+            (HeaderName::from_static("webhook-signature"), signature),
+            (
+                HeaderName::from_static("herald-event-type"),
+                event.event_type.clone(),
+            ),
+            (
+                HeaderName::from_static("herald-attempt"),
+                number.to_string(),
+            ),
+            (HeaderName::from_static("herald-delivery-id"), d.id.clone()),
+            (
+                HeaderName::from_static("herald-endpoint-id"),
+                endpoint.id.clone(),
+            ),
+        ];
+        if let (Some(name), Some(secret)) = (&self.cfg.hex_header, endpoint.secrets.first()) {
+            let hex = sign::hex_hmac(&sign::secret_key(&secret.value), &payload);
+            headers.push((name.clone(), format!("sha256={hex}")));
+        }
+        for (k, v) in &endpoint.headers {
+            if let Ok(name) = HeaderName::from_bytes(k.as_bytes()) {
+                headers.push((name, v.clone()));
+            }
+        }
+        let request_headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+            .collect();
+        let wall = Instant::now();
+        let outcome = match url::Url::parse(&endpoint.url) {
+            Ok(url) => {
+                let headers = headers
+                    .into_iter()
+                    .filter_map(|(k, v)| HeaderValue::from_str(&v).ok().map(|v| (k, v)))
+                    .collect();
+                self.client
+                    .send(Request {
+                        url,
+                        headers,
+                        body: payload,
+                    })
+                    .await
+            }
+            Err(e) => Outcome {
+                status: Status::ConnectionError,
+                http_status: None,
+                retry_after: None,
+                error: Some(format!("endpoint url is invalid: {e}")),
+                body: Vec::new(),
+                duration: wall.elapsed(),
+            },
+        };
+        let attempt = Attempt {
+            id: ids::new_id(ATTEMPT, at),
+            number,
+            at,
+            duration_ms: outcome.duration.as_millis() as u64,
+            status: outcome.status,
+            http_status: outcome.http_status,
+            error: outcome.error.clone(),
+            request_headers,
+            response_body: String::from_utf8_lossy(&outcome.body).into_owned(),
+        };
+        (attempt, outcome)
+    }
+
+    /// Decides what follows the attempt and stores both in one write.
+    async fn record(
+        &self,
+        mut d: Delivery,
+        endpoint: Option<Arc<Endpoint>>,
+        attempt: Attempt,
+        outcome: Option<Outcome>,
+    ) {
+        let now = self.clock.now_ms();
+        let status = attempt.status;
+        let sent = outcome.is_some();
+        d.attempt_count = attempt.number;
+        d.last_status = Some(status);
+        d.next_attempt_at = None;
+        d.state = match status {
+            Status::Delivered => DeliveryState::Delivered,
+            _ if !sent && status != Status::Blocked => DeliveryState::Skipped,
+            _ => DeliveryState::Failed,
+        };
+        if let (Some(o), Some(ep), false) = (&outcome, &endpoint, d.manual) {
+            if retry::is_retryable(status, o.http_status) {
+                let retry_after = match o.http_status {
+                    Some(429 | 503) => o
+                        .retry_after
+                        .as_deref()
+                        .and_then(|v| retry::parse_retry_after(v, now)),
+                    _ => None,
+                };
+                let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+                let policy = self.cfg.policy(&ep.retry_policy);
+                if let Some(wait) = retry::next_delay(policy, attempt.number, jitter, retry_after) {
+                    d.state = DeliveryState::Pending;
+                    d.next_attempt_at = Some(now + wait.as_millis() as Millis);
+                }
+            }
+        }
+        d.manual = false;
+        self.recent.record(now, status);
+        tracing::info!(
+            delivery_id = %d.id,
+            endpoint_id = d.endpoint_id.as_deref().unwrap_or("-"),
+            attempt = attempt.number,
+            status = status.as_str(),
+            http_status = attempt.http_status,
+            state = d.state.as_str(),
+            "attempt"
+        );
+        if let Err(e) = self.store.update_delivery(&d, Some(&attempt)) {
+            tracing::error!(delivery_id = %d.id, error = %e, "cannot record attempt");
+        }
+        if let (Some(410), Some(ep)) = (attempt.http_status, endpoint) {
+            self.disable_gone(&ep, now).await;
+        }
+    }
+
+    /// `410 Gone`: the receiver said the endpoint is gone for good.
+    async fn disable_gone(&self, ep: &Endpoint, now: Millis) {
+        if ep.state == EndpointState::Disabled {
+            return;
+        }
+        let mut ep = ep.clone();
+        ep.state = EndpointState::Disabled;
+        ep.updated_at = now;
+        tracing::warn!(endpoint_id = %ep.id, "endpoint answered 410 Gone; disabled");
+        if let Err(e) = self.store.put_endpoint(ep).await {
+            tracing::error!(error = %e, "cannot disable endpoint");
+        }
+    }
+}

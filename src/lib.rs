@@ -1,0 +1,40 @@
+//! herald: a single-binary, self-hosted webhook delivery appliance.
+//!
+//! # Layout
+//!
+//! Data flows one way: `api` -> `store` (durable) -> `engine` (decide) -> `outbound` (send) ->
+//! `store` (record). `api` never sends HTTP, `outbound` never touches sled, `engine` decides and
+//! `store` remembers.
+//!
+//! - [`app`]: `run(config, listener, clock, shutdown)`: opens the store, starts the API and the
+//!   engine, tears them down in order.
+//! - [`config`]: the TOML file: structs, compiled-in defaults, validation with key paths.
+//! - [`clock`]: wall time that gets stored (`SystemClock`, `ManualClock` for tests).
+//! - [`ids`]: prefixed, time-sortable ids (`evt_`, `ep_`, `dlv_`, `att_` + ULID).
+//! - [`model`]: the shared vocabulary: `Endpoint`, `Event`, `Delivery`, `Attempt`, `Status`.
+//! - [`store`]: the only module that touches sled: typed trees, the group-commit committer, the
+//!   due queue.
+//! - [`api`]: the hyper 1.x HTTP API: routing, auth, JSON errors, one file per resource.
+//! - [`engine`]: the delivery loop, the ordered conditions, retry arithmetic.
+//! - [`outbound`]: the HTTP client (rustls, timeouts, no redirects, body cap), the SSRF guard and
+//!   signing.
+//! - [`receive`]: the `herald receive` tool for trying herald out.
+//! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
+//! - [`telemetry`]: tracing setup.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod ids;
+pub mod model;
+pub mod outbound;
+pub mod receive;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+/// The version in `user-agent` and `/v1/status`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,157 @@
+//! The `herald` command: parse, load and validate the config, bind, run; map errors to exit codes
+//! (0 success, 1 runtime failure, 2 bad config or usage).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use herald::clock::SystemClock;
+use herald::config::{Config, ConfigError};
+
+#[derive(Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Self-hosted webhook delivery appliance"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the appliance (built-in defaults when no config is given).
+    Serve {
+        /// The TOML config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Allow http:// and loopback targets and skip endpoint verification (local trials only).
+        #[arg(long)]
+        dev: bool,
+    },
+    /// Validate a config file and print every problem with its key path.
+    CheckConfig { path: PathBuf },
+    /// A receiver for trying herald out: verifies signatures and prints what arrives.
+    Receive {
+        /// Address to listen on, such as 127.0.0.1:9000.
+        #[arg(long)]
+        listen: String,
+        /// The endpoint's signing secret (whsec_...).
+        #[arg(long)]
+        secret: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, dev } => serve(config, dev),
+        Command::CheckConfig { path } => match Config::load(&path) {
+            Ok(_) => {
+                println!("{}: ok", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(errors) => report(&errors),
+        },
+        Command::Receive { listen, secret } => receive(&listen, secret),
+    }
+}
+
+fn report(errors: &[ConfigError]) -> ExitCode {
+    for e in errors {
+        eprintln!("config error: {e}");
+    }
+    ExitCode::from(2)
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
+    let mut config = match &path {
+        Some(p) => match Config::load(p) {
+            Ok(c) => c,
+            Err(errors) => return report(&errors),
+        },
+        None => match Config::from_toml("") {
+            Ok(c) => c,
+            Err(errors) => return report(&errors),
+        },
+    };
+    if dev {
+        config.apply_dev();
+    }
+    if let Err(errors) = config.validate() {
+        return report(&errors);
+    }
+    herald::telemetry::init(&config.log);
+    if dev {
+        tracing::warn!("--dev: plain http and loopback targets allowed, verification skipped; never use this in production");
+    }
+    if path.is_none() {
+        tracing::info!("no --config given: running on built-in defaults");
+    }
+    let addr = match config.listen_addr() {
+        Ok(a) => a,
+        Err(e) => return report(&[e]),
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(addr = %addr, error = %e, "cannot listen");
+                return ExitCode::FAILURE;
+            }
+        };
+        let (trigger, shutdown) = herald::shutdown::channel();
+        if let Err(e) = herald::shutdown::on_signals(trigger) {
+            tracing::error!(error = %e, "cannot install signal handlers");
+            return ExitCode::FAILURE;
+        }
+        match herald::app::run(config, listener, Arc::new(SystemClock), shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "herald stopped");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn receive(listen: &str, secret: String) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald receive: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("herald receive: cannot listen on {listen}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match herald::receive::run(listener, secret).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("herald receive: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}

@@ -1,0 +1,325 @@
+//! The shared vocabulary: accounts' endpoints, events, deliveries, attempts and their statuses.
+//!
+//! These are the stored records (serde JSON in sled) and the source of the API's JSON shapes
+//! (SPEC §10). Secrets live on [`Endpoint`] but are skipped by every view: only `store` and the
+//! signing step read them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::clock::{rfc3339, Millis};
+
+/// What happened to one attempt (SPEC §6). The strings are part of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    // Not sent.
+    NotEntitled,
+    NoEndpoint,
+    Unverified,
+    Paused,
+    Disabled,
+    RateLimited,
+    Debounced,
+    Blocked,
+    // Sent.
+    Delivered,
+    HttpError,
+    Timeout,
+    ConnectionError,
+    TlsError,
+}
+
+impl Status {
+    pub const ALL: [Status; 13] = [
+        Status::NotEntitled,
+        Status::NoEndpoint,
+        Status::Unverified,
+        Status::Paused,
+        Status::Disabled,
+        Status::RateLimited,
+        Status::Debounced,
+        Status::Blocked,
+        Status::Delivered,
+        Status::HttpError,
+        Status::Timeout,
+        Status::ConnectionError,
+        Status::TlsError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::NotEntitled => "not_entitled",
+            Status::NoEndpoint => "no_endpoint",
+            Status::Unverified => "unverified",
+            Status::Paused => "paused",
+            Status::Disabled => "disabled",
+            Status::RateLimited => "rate_limited",
+            Status::Debounced => "debounced",
+            Status::Blocked => "blocked",
+            Status::Delivered => "delivered",
+            Status::HttpError => "http_error",
+            Status::Timeout => "timeout",
+            Status::ConnectionError => "connection_error",
+            Status::TlsError => "tls_error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// Where a delivery stands (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
+    Skipped,
+}
+
+impl DeliveryState {
+    pub const ALL: [DeliveryState; 4] = [
+        DeliveryState::Pending,
+        DeliveryState::Delivered,
+        DeliveryState::Failed,
+        DeliveryState::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+            DeliveryState::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DeliveryState> {
+        DeliveryState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointState {
+    Active,
+    Paused,
+    Disabled,
+}
+
+impl EndpointState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointState::Active => "active",
+            EndpointState::Paused => "paused",
+            EndpointState::Disabled => "disabled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignatureKind {
+    Hmac,
+    Ed25519,
+}
+
+/// A signing secret and, once rotated out, when it stops signing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSecret {
+    pub value: String,
+    pub expires_at: Option<Millis>,
+}
+
+/// An account's receiving URL with its secrets, filter, headers and policy.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub id: String,
+    pub account_id: String,
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<String>,
+    pub headers: BTreeMap<String, String>,
+    pub retry_policy: String,
+    pub signature: SignatureKind,
+    pub state: EndpointState,
+    pub verified: bool,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    /// Newest first. Never shown by any view.
+    pub secrets: Vec<StoredSecret>,
+}
+
+impl Endpoint {
+    /// True if this endpoint's filter takes events of `event_type`: an exact type, a `prefix.*`
+    /// pattern, or `*`; an empty filter takes everything.
+    pub fn accepts(&self, event_type: &str) -> bool {
+        self.event_types.is_empty() || self.event_types.iter().any(|p| type_matches(p, event_type))
+    }
+
+    /// The secrets that sign at `now`: the current one and any rotated-out one still in grace.
+    pub fn signing_secrets(&self, now: Millis) -> impl Iterator<Item = &str> {
+        self.secrets
+            .iter()
+            .filter(move |s| s.expires_at.is_none_or(|t| t > now))
+            .map(|s| s.value.as_str())
+    }
+
+    /// The endpoint object of SPEC §10: no secret, header values as configured.
+    pub fn view(&self) -> Value {
+        json!({
+            "id": self.id,
+            "account_id": self.account_id,
+            "url": self.url,
+            "description": self.description,
+            "event_types": self.event_types,
+            "headers": self.headers,
+            "retry_policy": self.retry_policy,
+            "signature": self.signature,
+            "state": self.state,
+            "verified": self.verified,
+            "created_at": rfc3339(self.created_at),
+            "updated_at": rfc3339(self.updated_at),
+        })
+    }
+}
+
+/// `interaction.*` matches `interaction.review` (and deeper types); `*` matches all.
+pub fn type_matches(pattern: &str, event_type: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => event_type.starts_with(prefix),
+        None => pattern == event_type,
+    }
+}
+
+/// An event as stored, without its payload (kept beside it, byte for byte).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventMeta {
+    pub id: String,
+    pub account_id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub received_at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce_key: Option<String>,
+    /// The deliveries made at ingest, in fan-out order.
+    pub deliveries: Vec<String>,
+}
+
+/// One event to one endpoint (or, for `no_endpoint` records, to none).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: String,
+    pub event_id: String,
+    pub endpoint_id: Option<String>,
+    pub account_id: String,
+    pub event_type: String,
+    pub state: DeliveryState,
+    pub last_status: Option<Status>,
+    pub attempt_count: u32,
+    pub next_attempt_at: Option<Millis>,
+    pub created_at: Millis,
+    /// A manual retry: one attempt, no automatic schedule after it.
+    #[serde(default)]
+    pub manual: bool,
+}
+
+impl Delivery {
+    pub fn view(&self) -> Value {
+        json!({
+            "id": self.id,
+            "event_id": self.event_id,
+            "endpoint_id": self.endpoint_id,
+            "account_id": self.account_id,
+            "event_type": self.event_type,
+            "state": self.state,
+            "last_status": self.last_status,
+            "attempt_count": self.attempt_count,
+            "next_attempt_at": self.next_attempt_at.map(rfc3339),
+            "created_at": rfc3339(self.created_at),
+        })
+    }
+}
+
+/// One decision or one HTTP request for a delivery.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    pub id: String,
+    pub number: u32,
+    pub at: Millis,
+    pub duration_ms: u64,
+    pub status: Status,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub request_headers: Vec<(String, String)>,
+    pub response_body: String,
+}
+
+impl Attempt {
+    pub fn view(&self) -> Value {
+        let headers: serde_json::Map<String, Value> = self
+            .request_headers
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        json!({
+            "id": self.id,
+            "number": self.number,
+            "at": rfc3339(self.at),
+            "duration_ms": self.duration_ms,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error": self.error,
+            "request_headers": headers,
+            "response_body": self.response_body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_strings_are_the_contract() {
+        let names: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "not_entitled",
+                "no_endpoint",
+                "unverified",
+                "paused",
+                "disabled",
+                "rate_limited",
+                "debounced",
+                "blocked",
+                "delivered",
+                "http_error",
+                "timeout",
+                "connection_error",
+                "tls_error"
+            ]
+        );
+        for s in Status::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), json!(s.as_str()));
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+    }
+
+    #[test]
+    fn type_patterns_match_exact_and_prefix() {
+        assert!(type_matches("interaction.review", "interaction.review"));
+        assert!(!type_matches("interaction.review", "interaction.reviews"));
+        assert!(type_matches("interaction.*", "interaction.review"));
+        assert!(!type_matches("interaction.*", "profile.updated"));
+        assert!(type_matches("*", "anything"));
+    }
+}

@@ -1,0 +1,69 @@
+//! Shared integration-test harness for herald.
+//!
+//! Each test file pulls this in with `mod common;`. Every test binary compiles
+//! the whole module but uses only part of it, hence the `dead_code` allowance.
+//!
+//! Pieces:
+//! - [`tls::TestCa`]: a throw-away CA and `localhost` server certificates.
+//! - [`receiver::Receiver`]: a real HTTP(S)/1.1 webhook receiver that records requests.
+//! - [`herald::Herald`]: runs the real herald binary on a temp config + data dir.
+//! - [`sig`]: an independent Standard Webhooks signature verifier.
+//!
+//! Rule for everything in here: no sleeps as synchronization. Waits are either
+//! notifications or polling with a deadline that panics with a clear message.
+#![allow(dead_code)]
+
+pub mod herald;
+pub mod receiver;
+pub mod sig;
+pub mod tls;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+// Re-exports for convenience; a test binary that uses none of them would
+// otherwise warn.
+#[allow(unused_imports)]
+pub use herald::Herald;
+#[allow(unused_imports)]
+pub use receiver::{behaviour, Behaviour, Receiver, Recorded, Reply};
+#[allow(unused_imports)]
+pub use tls::TestCa;
+
+/// Polls `f` every 20 ms until it returns true; panics naming `what` once
+/// `deadline` has passed. The 20 ms sleep is a polling interval, not a
+/// synchronization point: correctness only depends on `f`.
+pub async fn wait_until<F, Fut>(deadline: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if f().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= end {
+            panic!("timed out after {deadline:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The usual `[delivery]` table for tests that deliver to a local [`Receiver`]:
+/// trust `ca_file` and allow loopback targets (herald blocks private networks
+/// by default). Ends with a newline, so a test may append more `[delivery]`
+/// keys right after it (they land in the same table).
+pub fn delivery_toml(ca_file: &Path) -> String {
+    format!(
+        "[delivery]\nextra_ca_file = {}\nallow_private_networks = [\"127.0.0.0/8\", \"::1/128\"]\n",
+        toml_string(&ca_file.display().to_string())
+    )
+}
+
+/// Quotes `s` as a TOML basic string. A JSON string literal is a valid TOML
+/// basic string (same escapes), and serde_json is already a dependency.
+pub fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string always serializes")
+}
