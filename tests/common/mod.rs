@@ -17,6 +17,7 @@ pub mod herald;
 pub mod receiver;
 pub mod sig;
 pub mod tls;
+pub mod world;
 
 use std::future::Future;
 use std::path::Path;
@@ -30,6 +31,8 @@ pub use herald::Herald;
 pub use receiver::{behaviour, Behaviour, Receiver, Recorded, Reply};
 #[allow(unused_imports)]
 pub use tls::TestCa;
+#[allow(unused_imports)]
+pub use world::{first_delivery, World};
 
 /// Polls `f` every 20 ms until it returns true; panics naming `what` once
 /// `deadline` has passed. The 20 ms sleep is a polling interval, not a

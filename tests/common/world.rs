@@ -1,0 +1,92 @@
+//! A herald that trusts a test CA and may deliver to loopback, plus the API steps most tests
+//! share (create an endpoint, ingest, wait for a delivery to settle).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::{delivery_toml, wait_until, Herald, TestCa};
+
+pub struct World {
+    pub ca: TestCa,
+    pub herald: Herald,
+    _ca_dir: TempDir,
+}
+
+impl World {
+    /// `delivery_keys` go into the `[delivery]` table; `tables` are appended after it.
+    pub async fn start(delivery_keys: &str, tables: &str) -> World {
+        let ca = TestCa::new();
+        let ca_dir = tempfile::tempdir().expect("temp dir");
+        let ca_file = ca.write_ca_file(ca_dir.path());
+        let extra = format!("{}{delivery_keys}\n{tables}", delivery_toml(&ca_file));
+        let herald = Herald::start(&extra).await;
+        World {
+            ca,
+            herald,
+            _ca_dir: ca_dir,
+        }
+    }
+
+    /// Creates an endpoint; returns its id and secret. `extra` adds fields to the request.
+    pub async fn endpoint(&self, account: &str, url: &str, extra: Value) -> (String, String) {
+        let mut body = json!({ "url": url });
+        if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+            b.extend(e);
+        }
+        let (status, answer) = self
+            .herald
+            .admin(
+                "POST",
+                &format!("/v1/accounts/{account}/endpoints"),
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 201, "create endpoint: {answer}");
+        (
+            answer["endpoint"]["id"]
+                .as_str()
+                .expect("endpoint id")
+                .to_string(),
+            answer["secret"].as_str().expect("secret").to_string(),
+        )
+    }
+
+    /// Ingests one event; returns the whole answer (asserting 202).
+    pub async fn ingest(&self, account: &str, event_type: &str, payload: Value) -> Value {
+        let (status, answer) = self
+            .herald
+            .ingest(json!({"account_id": account, "type": event_type, "payload": payload}))
+            .await;
+        assert_eq!(status, 202, "ingest: {answer}");
+        answer
+    }
+
+    pub async fn delivery(&self, id: &str) -> Value {
+        let (status, d) = self
+            .herald
+            .admin("GET", &format!("/v1/deliveries/{id}"), None)
+            .await;
+        assert_eq!(status, 200, "get delivery {id}: {d}");
+        d
+    }
+
+    /// Polls the delivery until its state is `state`; returns it with its attempts.
+    pub async fn wait_state(&self, id: &str, state: &str, deadline: Duration) -> Value {
+        let what = format!("delivery {id} is {state}");
+        wait_until(deadline, &what, || async {
+            self.delivery(id).await["state"] == state
+        })
+        .await;
+        self.delivery(id).await
+    }
+}
+
+/// The first delivery id of an ingest answer.
+pub fn first_delivery(answer: &Value) -> String {
+    answer["deliveries"][0]["delivery_id"]
+        .as_str()
+        .expect("delivery id")
+        .to_string()
+}

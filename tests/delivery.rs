@@ -1,0 +1,296 @@
+//! Delivery over HTTPS: payload bytes, headers and signature; retries by policy; what is and is
+//! not retried; timeouts; 410; per-endpoint isolation; kept-alive connections.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::herald::INGEST_TOKEN;
+use common::{behaviour, first_delivery, sig, Receiver, Reply, World};
+use serde_json::json;
+
+const FAST: &str = "[retry_policies]\nfast = [\"300ms\", \"600ms\"]\n";
+const SETTLE: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_reaches_https_receiver_with_exact_payload_headers_and_signature() {
+    let w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    let (ep, secret) = w.endpoint("acc-1", &recv.url("/hook"), json!({})).await;
+
+    // Odd spacing, a trailing zero and non-ASCII: none of it may change on the way.
+    let payload = r#"{ "z": 1,  "a" : [1.50, "é", {"n":null}] }"#;
+    let body =
+        format!(r#"{{"account_id":"acc-1","type":"interaction.review","payload":{payload}}}"#);
+    let (status, _, answer) = w
+        .herald
+        .call_raw(
+            "POST",
+            "/v1/events",
+            Some(INGEST_TOKEN),
+            &[("content-type", "application/json")],
+            body.into_bytes(),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    let event_id = answer["event_id"].as_str().unwrap().to_string();
+    let delivery_id = first_delivery(&answer);
+
+    let got = recv.wait_for(1, SETTLE).await;
+    let r = &got[0];
+    assert_eq!(r.method, "POST");
+    assert_eq!(r.path, "/hook");
+    assert_eq!(r.body.as_ref(), payload.as_bytes(), "payload bytes changed");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.header("user-agent").unwrap().starts_with("herald/"));
+    assert_eq!(r.header("webhook-id"), Some(event_id.as_str()));
+    assert_eq!(r.header("herald-event-type"), Some("interaction.review"));
+    assert_eq!(r.header("herald-attempt"), Some("1"));
+    assert_eq!(r.header("herald-delivery-id"), Some(delivery_id.as_str()));
+    assert_eq!(r.header("herald-endpoint-id"), Some(ep.as_str()));
+    let ts = r.header("webhook-timestamp").unwrap();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now - ts.parse::<i64>().unwrap()).abs() < 30,
+        "timestamp {ts}"
+    );
+    let signature = r.header("webhook-signature").unwrap();
+    assert!(signature.starts_with("v1,"));
+    assert!(
+        sig::verify(&secret, &event_id, ts, &r.body, signature),
+        "signature does not verify"
+    );
+
+    let d = w.wait_state(&delivery_id, "delivered", SETTLE).await;
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(d["attempts"][0]["status"], "delivered");
+    assert_eq!(d["attempts"][0]["http_status"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_receiver_gets_every_attempt_of_the_policy_at_its_gaps_then_fails() {
+    let w = World::start("", FAST).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "fast"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({"k": 1})).await);
+
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    let got = recv.requests();
+    assert_eq!(got.len(), 3, "exactly three attempts");
+    let webhook_id = got[0].header("webhook-id").unwrap();
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(
+            r.header("webhook-id"),
+            Some(webhook_id),
+            "same webhook-id on retries"
+        );
+        assert_eq!(
+            r.header("herald-attempt"),
+            Some((i + 1).to_string().as_str())
+        );
+        assert_eq!(r.header("herald-endpoint-id"), Some(ep.as_str()));
+    }
+    // Gaps of 300 ms and 600 ms, each within ±10 % jitter (plus scheduling slack above).
+    for (i, want) in [(1, 300u128), (2, 600)] {
+        let gap = got[i].at.duration_since(got[i - 1].at).as_millis();
+        assert!(
+            gap >= want * 9 / 10 && gap <= want * 11 / 10 + 250,
+            "gap {i} was {gap} ms, policy says {want} ms ± 10 %"
+        );
+    }
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3);
+    for (i, a) in attempts.iter().enumerate() {
+        assert_eq!(a["status"], "http_error");
+        assert_eq!(a["http_status"], 500);
+        assert_eq!(a["number"], i + 1);
+    }
+    assert_eq!(d["last_status"], "http_error");
+    assert!(d["next_attempt_at"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_is_not_followed_and_not_retried() {
+    let w = World::start("", FAST).await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| Reply::status(302).with_header("location", "/elsewhere")),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "fast"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(d["attempts"][0]["status"], "http_error");
+    assert_eq!(d["attempts"][0]["http_status"], 302);
+    let got = recv.requests();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].path, "/hook");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_is_not_retried() {
+    let w = World::start("", FAST).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(404)));
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "fast"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(d["attempts"][0]["http_status"], 404);
+    assert_eq!(recv.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_with_retry_after_waits_at_least_that_long() {
+    let w = World::start("", FAST).await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, i| match i {
+            0 => Reply::status(429).with_header("retry-after", "2"),
+            _ => Reply::status(200),
+        }),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "fast"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "delivered", SETTLE).await;
+    let got = recv.requests();
+    assert_eq!(got.len(), 2);
+    let gap = got[1].at.duration_since(got[0].at);
+    assert!(
+        gap >= Duration::from_millis(1900),
+        "Retry-After: 2 was not honoured (policy says 300 ms), waited {gap:?}"
+    );
+    assert_eq!(d["attempts"][0]["status"], "http_error");
+    assert_eq!(d["attempts"][0]["http_status"], 429);
+    assert_eq!(d["attempts"][1]["status"], "delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_receiver_gives_timeout() {
+    let w = World::start("timeout = \"400ms\"", "").await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| Reply::status(200).with_delay(Duration::from_secs(5))),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    let a = &d["attempts"][0];
+    assert_eq!(a["status"], "timeout");
+    assert!(a["http_status"].is_null());
+    let ms = a["duration_ms"].as_u64().unwrap();
+    assert!(
+        (400..2000).contains(&ms),
+        "timed out after {ms} ms, limit 400 ms"
+    );
+    assert!(a["error"].as_str().unwrap().contains("400ms"), "{a}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_disables_the_endpoint() {
+    let w = World::start("", FAST).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(410)));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "fast"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(d["attempts"][0]["http_status"], 410);
+    common::wait_until(SETTLE, "endpoint is disabled", || async {
+        w.herald
+            .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+            .await
+            .1["state"]
+            == "disabled"
+    })
+    .await;
+
+    // Later events are not sent to a disabled endpoint.
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "skipped", SETTLE).await;
+    assert_eq!(d["last_status"], "disabled");
+    assert_eq!(recv.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_that_never_answers_does_not_delay_another_endpoint() {
+    let w = World::start("timeout = \"20s\"", "").await;
+    let dead = Receiver::https(&w.ca, behaviour(|_, _| Reply::hang()));
+    let healthy = Receiver::ok_https(&w.ca);
+    w.endpoint("acc", &dead.url("/dead"), json!({"retry_policy": "none"}))
+        .await;
+    w.endpoint("acc", &healthy.url("/ok"), json!({"retry_policy": "none"}))
+        .await;
+    // More events than the dead endpoint's in-flight limit (8): its lane fills and queues.
+    for i in 0..30 {
+        w.ingest("acc", "t.x", json!({ "i": i })).await;
+    }
+    // The healthy endpoint gets all 30 while the dead one still holds its first 8.
+    healthy.wait_for(30, Duration::from_secs(10)).await;
+    assert!(
+        dead.count() <= 8,
+        "dead endpoint got {} concurrent requests, limit is 8",
+        dead.count()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_to_an_endpoint_are_kept_alive_and_reused() {
+    let w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    w.endpoint("acc", &recv.url("/hook"), json!({})).await;
+    for i in 0..5 {
+        let id = first_delivery(&w.ingest("acc", "t.x", json!({ "i": i })).await);
+        w.wait_state(&id, "delivered", SETTLE).await;
+    }
+    assert_eq!(recv.count(), 5);
+    assert_eq!(
+        recv.connections(),
+        1,
+        "each attempt opened a new connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_certificate_gives_tls_error() {
+    // A receiver whose CA herald was not told about.
+    let w = World::start("", "").await;
+    let other_ca = common::TestCa::new();
+    let recv = Receiver::ok_https(&other_ca);
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    assert_eq!(d["attempts"][0]["status"], "tls_error");
+    assert_eq!(recv.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connection_gives_connection_error() {
+    let w = World::start("", "").await;
+    // Bind and drop: nothing listens on this port any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    w.endpoint(
+        "acc",
+        &format!("https://127.0.0.1:{port}/hook"),
+        json!({"retry_policy": "none"}),
+    )
+    .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    assert_eq!(d["attempts"][0]["status"], "connection_error");
+}

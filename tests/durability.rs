@@ -1,0 +1,154 @@
+//! Nothing acknowledged is lost: kill -9 under concurrent producers, and pending retries across a
+//! graceful restart.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::herald::INGEST_TOKEN;
+use common::{behaviour, first_delivery, Receiver, Reply, World};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+
+const PRODUCERS: usize = 16;
+const ROUNDS: usize = 3;
+
+/// Posts events until told to stop or herald goes away; returns the acknowledged event ids.
+async fn produce(
+    base: String,
+    producer: usize,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let body =
+            json!({"account_id": "acc", "type": "load.test", "payload": {"p": producer, "n": n}});
+        let req = hyper::Request::post(format!("{base}/v1/events"))
+            .header("authorization", format!("Bearer {INGEST_TOKEN}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let Ok(resp) = client.request(req).await else {
+            return; // herald was killed: this request was never acknowledged
+        };
+        let status = resp.status().as_u16();
+        let Ok(body) = resp.into_body().collect().await else {
+            return;
+        };
+        if status != 202 {
+            // Anything but 202 is not an acknowledgement (e.g. 503 while stopping).
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+        acked
+            .lock()
+            .unwrap()
+            .push(v["event_id"].as_str().unwrap().to_string());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_event_is_delivered_after_kill9_under_16_producers() {
+    let mut w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    w.endpoint("acc", &recv.url("/hook"), json!({})).await;
+    let mut all_acked: Vec<String> = Vec::new();
+
+    for round in 0..ROUNDS {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..PRODUCERS)
+            .map(|p| tokio::spawn(produce(w.herald.base_url(), p, stop.clone(), acked.clone())))
+            .collect();
+        // Kill at a moment that differs per round, while producers and deliveries are busy.
+        let target = 150 + round * 120;
+        common::wait_until(
+            Duration::from_secs(30),
+            "enough events were acknowledged",
+            || async { acked.lock().unwrap().len() >= target },
+        )
+        .await;
+        let pid = w.herald.pid().unwrap().to_string();
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        w.herald.kill9(); // reap
+        all_acked.extend(acked.lock().unwrap().drain(..));
+        w.herald.restart().await;
+    }
+
+    let want: HashSet<String> = all_acked.iter().cloned().collect();
+    assert_eq!(
+        want.len(),
+        all_acked.len(),
+        "an event id was acknowledged twice"
+    );
+    common::wait_until(
+        Duration::from_secs(60),
+        "every acknowledged event arrived",
+        || async {
+            let seen: HashSet<String> = recv
+                .requests()
+                .iter()
+                .filter_map(|r| r.header("webhook-id").map(str::to_string))
+                .collect();
+            want.is_subset(&seen)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_retry_survives_sigterm_and_restart() {
+    let mut w = World::start("", "[retry_policies]\nslow = [\"3s\"]\n").await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, i| {
+            if i == 0 {
+                Reply::status(503)
+            } else {
+                Reply::status(200)
+            }
+        }),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "slow"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({"v": 1})).await);
+    recv.wait_for(1, Duration::from_secs(10)).await;
+    w.wait_state(&id, "pending", Duration::from_secs(10)).await;
+
+    let status = w.herald.sigterm().await;
+    assert_eq!(status.code(), Some(0), "SIGTERM must exit 0");
+    assert!(w.herald.log_contains("storage flushed"));
+    w.herald.restart().await;
+
+    let got = recv.wait_for(2, Duration::from_secs(20)).await;
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+    assert_eq!(got[1].header("herald-attempt"), Some("2"));
+    let gap = got[1].at.duration_since(got[0].at);
+    assert!(
+        gap >= Duration::from_millis(2700),
+        "retried too early: {gap:?}"
+    );
+    let d = w
+        .wait_state(&id, "delivered", Duration::from_secs(10))
+        .await;
+    assert_eq!(d["attempt_count"], 2);
+    assert_eq!(d["attempts"][0]["status"], "http_error");
+    assert_eq!(d["attempts"][1]["status"], "delivered");
+}
