@@ -513,6 +513,14 @@ mod tests {
     }
 
     #[test]
+    fn example_file_documents_the_defaults() {
+        let example = Config::from_toml(include_str!("../config.example.toml")).unwrap();
+        example.validate().unwrap();
+        let defaults = Config::from_toml("").unwrap();
+        assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
     fn named_policies_take_millisecond_durations() {
         let c = Config::from_toml("[retry_policies]\nfast = [\"300ms\", \"600ms\"]\n").unwrap();
         assert_eq!(
