@@ -294,3 +294,32 @@ async fn refused_connection_gives_connection_error() {
     let d = w.wait_state(&id, "failed", SETTLE).await;
     assert_eq!(d["attempts"][0]["status"], "connection_error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_payload_arrives_byte_for_byte() {
+    let w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    w.endpoint("acc", &recv.url("/hook"), json!({})).await;
+    // ~200 KB: far over one stored chunk, under server.max_body_bytes.
+    let items: Vec<String> = (0..8000).map(|i| format!("\"item-{i:05}-ÿ\"")).collect();
+    let payload = format!("{{\"items\": [{}] ,\"end\":true}}", items.join(", "));
+    let body = format!(r#"{{"account_id":"acc","type":"t.big","payload":{payload}}}"#);
+    assert!(body.len() > 100_000 && body.len() < 262_144);
+    let (status, _, _) = w
+        .herald
+        .call_raw(
+            "POST",
+            "/v1/events",
+            Some(INGEST_TOKEN),
+            &[("content-type", "application/json")],
+            body.into_bytes(),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let got = recv.wait_for(1, SETTLE).await;
+    assert_eq!(got[0].body.len(), payload.len());
+    assert!(
+        got[0].body.as_ref() == payload.as_bytes(),
+        "payload bytes changed"
+    );
+}

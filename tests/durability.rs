@@ -152,3 +152,27 @@ async fn pending_retry_survives_sigterm_and_restart() {
     assert_eq!(d["attempts"][0]["status"], "http_error");
     assert_eq!(d["attempts"][1]["status"], "delivered");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_an_in_flight_attempt_finish_and_record() {
+    let mut w = World::start("timeout = \"10s\"", "").await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| Reply::status(200).with_delay(Duration::from_millis(1500))),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    // The request has arrived; the receiver answers 1.5 s later, after SIGTERM.
+    recv.wait_for(1, Duration::from_secs(10)).await;
+    let status = w.herald.sigterm().await;
+    assert_eq!(status.code(), Some(0));
+    w.herald.restart().await;
+    let d = w.delivery(&id).await;
+    assert_eq!(
+        d["state"], "delivered",
+        "the in-flight attempt was not finished: {d}"
+    );
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(recv.count(), 1);
+}
