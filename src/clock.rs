@@ -76,10 +76,35 @@ pub fn rfc3339(ms: Millis) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// Parses an RFC 3339 time (any offset-free UTC form humantime accepts, `Z` suffix).
+/// Parses an RFC 3339 time: `Z` or a numeric offset (`+02:00`), optional fractional seconds.
 pub fn parse_rfc3339(s: &str) -> Option<Millis> {
-    let t = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')).ok()?;
-    Some(t.duration_since(UNIX_EPOCH).ok()?.as_millis() as Millis)
+    let s = s.trim();
+    // Split off the zone: humantime reads the rest as UTC, then the offset moves it.
+    let (local, offset_ms) = if let Some(rest) = s.strip_suffix(['Z', 'z']) {
+        (rest, 0)
+    } else {
+        let (rest, zone) = s.split_at_checked(s.len().checked_sub(6)?)?;
+        let sign = match zone.as_bytes().first()? {
+            b'+' => 1,
+            b'-' => -1,
+            _ => return None,
+        };
+        let (h, m) = zone[1..].split_once(':')?;
+        if h.len() != 2 || m.len() != 2 {
+            return None;
+        }
+        let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+        if h > 23 || m > 59 {
+            return None;
+        }
+        (rest, sign * (h * 60 + m) * 60_000)
+    };
+    if local.len() < 19 || !matches!(local.as_bytes()[10], b'T' | b't') {
+        return None;
+    }
+    let t = humantime::parse_rfc3339_weak(local).ok()?;
+    let utc = t.duration_since(UNIX_EPOCH).ok()?.as_millis() as Millis;
+    Some(utc - offset_ms)
 }
 
 #[cfg(test)]
@@ -98,7 +123,22 @@ mod tests {
             parse_rfc3339("2021-02-25T15:02:10Z"),
             Some(1_614_265_330_000)
         );
-        assert_eq!(parse_rfc3339("yesterday"), None);
+        assert_eq!(
+            parse_rfc3339("2021-02-25T17:02:10.123+02:00"),
+            Some(1_614_265_330_123)
+        );
+        assert_eq!(
+            parse_rfc3339("2021-02-25T10:02:10-05:00"),
+            Some(1_614_265_330_000)
+        );
+        for bad in [
+            "yesterday",
+            "2021-02-25",
+            "2021-02-25T15:02:10+2",
+            "2021-02-25 15:02:10Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

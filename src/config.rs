@@ -257,28 +257,98 @@ pub fn builtin_retry_policies() -> BTreeMap<String, Vec<Dur>> {
 }
 
 impl Config {
-    /// Parses TOML over the compiled-in defaults. Syntax and type errors come back as one error
-    /// naming the line and key; use [`Config::validate`] for the rest.
+    /// Parses TOML over the compiled-in defaults; use [`Config::validate`] for the rest.
     pub fn from_toml(text: &str) -> Result<Config, Vec<ConfigError>> {
-        let mut config: Config = toml::from_str(text).map_err(|e| {
-            let key = e
-                .message()
-                .split('`')
-                .nth(1)
-                .unwrap_or("(file)")
-                .to_string();
-            vec![ConfigError {
-                key,
-                message: e.to_string().trim().replace('\n', " "),
-            }]
-        })?;
+        let (config, errors) = Config::parse(text);
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Parses what it can: each top-level table on its own, so one table's unknown key or wrong
+    /// type does not hide the problems of the others (a table that fails keeps its defaults, so
+    /// [`Config::validate`] can still check the rest). Errors carry the full key path.
+    pub fn parse(text: &str) -> (Config, Vec<ConfigError>) {
+        let mut config = Config::default();
+        let mut errors = Vec::new();
+        let mut table: toml::Table = match text.parse() {
+            Ok(t) => t,
+            Err(e) => {
+                let e: toml::de::Error = e;
+                errors.push(ConfigError {
+                    key: "(syntax)".into(),
+                    message: one_line(&e.to_string()),
+                });
+                return (config, errors);
+            }
+        };
+        fn section<T: serde::de::DeserializeOwned>(
+            table: &mut toml::Table,
+            name: &str,
+            slot: &mut T,
+            errors: &mut Vec<ConfigError>,
+        ) {
+            let Some(mut value) = table.remove(name) else {
+                return;
+            };
+            // serde stops at the first problem; drop the offending key and go again, so every
+            // problem of the table is reported (bounded, in case a key cannot be removed).
+            for _ in 0..32 {
+                match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+                    Ok(v) => {
+                        *slot = v;
+                        return;
+                    }
+                    Err(e) => {
+                        let path = e.path().clone();
+                        let shown = path.to_string();
+                        errors.push(ConfigError {
+                            key: if shown == "." || shown.is_empty() {
+                                name.to_string()
+                            } else {
+                                format!("{name}.{shown}")
+                            },
+                            message: one_line(&e.into_inner().to_string()),
+                        });
+                        if !remove_at(&mut value, &path.iter().collect::<Vec<_>>()) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        section(&mut table, "server", &mut config.server, &mut errors);
+        section(&mut table, "storage", &mut config.storage, &mut errors);
+        section(&mut table, "delivery", &mut config.delivery, &mut errors);
+        section(
+            &mut table,
+            "retry_policies",
+            &mut config.retry_policies,
+            &mut errors,
+        );
+        section(&mut table, "signing", &mut config.signing, &mut errors);
+        section(&mut table, "endpoints", &mut config.endpoints, &mut errors);
+        section(&mut table, "plans", &mut config.plans, &mut errors);
+        section(&mut table, "catalog", &mut config.catalog, &mut errors);
+        section(&mut table, "operator", &mut config.operator, &mut errors);
+        section(&mut table, "log", &mut config.log, &mut errors);
+        for key in table.keys() {
+            errors.push(ConfigError {
+                key: key.clone(),
+                message: "unknown key; the tables are server, storage, delivery, retry_policies, \
+                          signing, endpoints, plans, catalog, operator, log"
+                    .into(),
+            });
+        }
         let mut policies = builtin_retry_policies();
         policies.append(&mut config.retry_policies);
         config.retry_policies = policies;
-        Ok(config)
+        (config, errors)
     }
 
-    /// Reads, parses and validates the file at `path`.
+    /// Reads, parses and validates the file at `path`, reporting every problem found.
     pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![ConfigError {
@@ -286,9 +356,15 @@ impl Config {
                 message: format!("cannot read {}: {e}", path.display()),
             }]
         })?;
-        let config = Config::from_toml(&text)?;
-        config.validate()?;
-        Ok(config)
+        let (config, mut errors) = Config::parse(&text);
+        if let Err(more) = config.validate() {
+            errors.extend(more);
+        }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
     }
 
     /// `herald serve --dev`: plain http, loopback targets, no verification.
@@ -490,6 +566,32 @@ impl Config {
     }
 }
 
+/// Removes the value at `path` inside `value`; false if there was nothing to remove.
+fn remove_at(value: &mut toml::Value, path: &[&serde_path_to_error::Segment]) -> bool {
+    use serde_path_to_error::Segment;
+    let Some((seg, rest)) = path.split_first() else {
+        return false;
+    };
+    match (value, seg) {
+        (toml::Value::Table(t), Segment::Map { key }) if rest.is_empty() => t.remove(key).is_some(),
+        (toml::Value::Table(t), Segment::Map { key }) => {
+            t.get_mut(key).is_some_and(|v| remove_at(v, rest))
+        }
+        (toml::Value::Array(a), Segment::Seq { index }) if rest.is_empty() && *index < a.len() => {
+            a.remove(*index);
+            true
+        }
+        (toml::Value::Array(a), Segment::Seq { index }) => {
+            a.get_mut(*index).is_some_and(|v| remove_at(v, rest))
+        }
+        _ => false,
+    }
+}
+
+fn one_line(msg: &str) -> String {
+    msg.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn http_header_name_invalid(name: &str) -> bool {
     hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err()
 }
@@ -537,8 +639,34 @@ mod tests {
     fn unknown_keys_and_bad_durations_are_errors_naming_the_key() {
         let e = Config::from_toml("[delivery]\ntimeout = \"soon\"\n").unwrap_err();
         assert!(e[0].message.contains("invalid duration"), "{e:?}");
+        assert_eq!(e[0].key, "delivery.timeout", "{e:?}");
         let e = Config::from_toml("[server]\nlisten_on = \"x\"\n").unwrap_err();
-        assert_eq!(e[0].key, "listen_on", "{e:?}");
+        assert_eq!(e[0].key, "server.listen_on", "{e:?}");
+        let e = Config::from_toml("[catalog.events.\"a.b\"]\ndescriptin = \"x\"\n").unwrap_err();
+        assert_eq!(e[0].key, "catalog.events.a.b.descriptin", "{e:?}");
+        let e = Config::from_toml("[servr]\n").unwrap_err();
+        assert_eq!(e[0].key, "servr", "{e:?}");
+    }
+
+    #[test]
+    fn one_tables_parse_error_does_not_hide_the_others() {
+        let (c, errors) = Config::parse(
+            "[server]\nlisten = \"nowhere\"\nlisten_adress = \"x\"\n\
+             [delivery]\nmax_in_flight = \"many\"\ntimeout = \"soon\"\n\
+             [log]\nformat = \"xml\"\n",
+        );
+        let mut keys: Vec<String> = errors.into_iter().map(|e| e.key).collect();
+        keys.extend(c.validate().unwrap_err().into_iter().map(|e| e.key));
+        assert_eq!(
+            keys,
+            [
+                "server.listen_adress",
+                "delivery.max_in_flight",
+                "delivery.timeout",
+                "server.listen",
+                "log.format"
+            ]
+        );
     }
 
     #[test]

@@ -1,12 +1,19 @@
 //! Reading request bodies: content type, size cap, and JSON errors that name line and column.
 
-use http_body_util::{BodyExt, Limited};
+use std::time::Duration;
+
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
-use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
+
+/// A refused body is still read and dropped, up to this many bytes within [`DRAIN_TIME`], before
+/// the error is sent: a server that answers and closes while the client is still writing makes
+/// the kernel reset the connection, and the client then sees a broken pipe instead of our `413`.
+const DRAIN_BYTES: usize = 8 * 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// The body bytes, if the request is JSON and within `max` bytes.
 pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes::Bytes, ApiError> {
@@ -14,13 +21,15 @@ pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes:
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+        .unwrap_or("")
+        .to_string();
     let mime = ct.split(';').next().unwrap_or("").trim();
     if !mime.eq_ignore_ascii_case("application/json") {
+        drain(req.into_body()).await;
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            format!("Content-Type must be application/json (got {:?})", ct),
+            format!("Content-Type must be application/json (got {ct:?})"),
         ));
     }
     let too_large = || {
@@ -36,40 +45,71 @@ pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
+        drain(req.into_body()).await;
         return Err(too_large());
     }
-    match Limited::new(req.into_body(), max).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(too_large())
+    let mut body = req.into_body();
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("cannot read the request body: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                drain(body).await;
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&data);
         }
-        Err(e) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            format!("cannot read the request body: {e}"),
-        )),
     }
+    Ok(buf.freeze())
 }
 
-/// A body for routes without one: read and dropped within the cap (keeps the connection usable).
-pub async fn discard_body(req: Request<Incoming>, max: usize) {
-    let _ = Limited::new(req.into_body(), max).collect().await;
+/// A body for routes without one: read and dropped (keeps the connection usable).
+pub async fn discard_body(req: Request<Incoming>) {
+    drain(req.into_body()).await;
 }
 
-/// Parses JSON; syntax errors are `400 malformed_json` with line and column, shape errors are
-/// `422 invalid_field` naming the field where serde says which.
+async fn drain(mut body: Incoming) {
+    let work = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_BYTES {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, work).await;
+}
+
+/// Parses a JSON object body. Syntax errors are `400 malformed_json` with line and column; a body
+/// that is valid JSON of the wrong shape is `422 invalid_field` naming the field (`body` when the
+/// body itself is not an object: serde would otherwise read a struct from an array by position).
 pub fn parse<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(json_error)
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Err(e) => json_error(e, ""),
+                Ok(_) => ApiError::field("body", "the body must be a JSON object"),
+            },
+        );
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        json_error(e.into_inner(), &path)
+    })?;
+    de.end().map_err(|e| json_error(e, ""))?;
+    Ok(value)
 }
 
-pub fn parse_owned<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(json_error)
-}
-
-pub fn json_error(e: serde_json::Error) -> ApiError {
+/// Maps a serde_json error; `path` is where in the document it happened (`.` for the top).
+fn json_error(e: serde_json::Error, path: &str) -> ApiError {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => ApiError::new(
@@ -84,16 +124,16 @@ pub fn json_error(e: serde_json::Error) -> ApiError {
         ),
         Category::Data => {
             let msg = strip_position(&e.to_string());
-            let field = msg
+            let named = msg
                 .split('`')
                 .nth(1)
-                .filter(|_| msg.starts_with("unknown field") || msg.starts_with("missing field"))
-                .unwrap_or("body")
-                .to_string();
-            ApiError::field(
-                &field,
-                format!("{msg} (line {} column {})", e.line(), e.column()),
-            )
+                .filter(|_| msg.starts_with("unknown field") || msg.starts_with("missing field"));
+            let field = match (named, path) {
+                (Some(name), _) => name,
+                (None, "" | ".") => "body",
+                (None, p) => p,
+            };
+            ApiError::field(field, format!("{field}: {msg}"))
         }
     }
 }

@@ -111,7 +111,7 @@ pub async fn retry(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
-    discard_body(req, state.config.server.max_body_bytes).await;
+    discard_body(req).await;
     if !ids::is_valid(DELIVERY, id) {
         return Err(ApiError::not_found("delivery"));
     }

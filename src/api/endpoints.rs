@@ -42,7 +42,7 @@ pub async fn create(
 ) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
-    let f: Fields = body::parse_owned(&bytes)?;
+    let f: Fields = body::parse(&bytes)?;
     let url = match &f.url {
         Some(v) => url(state, v)?,
         None => return Err(ApiError::field("url", "url is required")),
@@ -130,7 +130,7 @@ pub async fn patch(
     id: &str,
 ) -> Result<Resp, ApiError> {
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
-    let f: Fields = body::parse_owned(&bytes)?;
+    let f: Fields = body::parse(&bytes)?;
     if f.secret.is_some() {
         return Err(ApiError::field(
             "secret",
@@ -163,7 +163,9 @@ pub async fn delete(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     let _guard = state.endpoint_writes.lock().await;
     find(state, id)?;
     state.store.delete_endpoint(id).await?;
-    tracing::info!(endpoint_id = %id, "endpoint deleted");
+    // Its pending deliveries end now (recorded `no_endpoint`), not at their next retry time.
+    let ended = state.store.expedite_endpoint(id, state.clock.now_ms())?;
+    tracing::info!(endpoint_id = %id, pending_ended = ended, "endpoint deleted");
     Ok(no_content())
 }
 
@@ -174,7 +176,7 @@ pub async fn set_state(
     id: &str,
     action: &str,
 ) -> Result<Resp, ApiError> {
-    discard_body(req, state.config.server.max_body_bytes).await;
+    discard_body(req).await;
     let _guard = state.endpoint_writes.lock().await;
     let mut ep = (*find(state, id)?).clone();
     ep.state = if action == "pause" {

@@ -185,6 +185,7 @@ async fn dispatch(
         (&M::GET, ["healthz"]) => return Ok(status::healthz(state)),
         (&M::POST, ["v1", "events"]) | (&M::POST, ["v1", "events", "batch"]) => {
             if role.is_none() {
+                body::discard_body(req).await;
                 return Err(ApiError::unauthorized());
             }
             return if seg.len() == 2 {
@@ -196,6 +197,7 @@ async fn dispatch(
         _ => {}
     }
     if role != Some(Role::Admin) {
+        body::discard_body(req).await;
         return Err(ApiError::unauthorized());
     }
     match (method, seg) {

@@ -12,12 +12,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::ConflictableTransactionError;
 use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{self, CHUNK, INLINE_PAYLOAD};
-use super::{Inner, StoreError};
+use super::{tx_error, Inner, StoreError};
 use crate::clock::Millis;
 use crate::model::{Delivery, DeliveryState, EventMeta};
 
@@ -96,9 +96,16 @@ fn commit(inner: &Inner, jobs: Vec<Job>) {
             Job::Sync { .. } => None,
         })
         .collect();
-    let result = apply(inner, &batches).and_then(|outcomes| {
-        inner.sync()?;
-        Ok(outcomes)
+    let result = apply(inner, &batches).and_then(|outcomes| match inner.sync() {
+        Ok(()) => Ok(outcomes),
+        Err(e) => {
+            // Nothing of this cycle was acknowledged: take it back out, so a failed request
+            // stores nothing and a retry of it is not answered as a duplicate.
+            if let Err(undo) = rollback(inner, &batches, &outcomes) {
+                tracing::error!(error = %undo, "cannot roll back a failed commit");
+            }
+            Err(e)
+        }
     });
     inner.set_healthy(result.is_ok());
     let mut outcomes = match result {
@@ -138,16 +145,28 @@ fn commit(inner: &Inner, jobs: Vec<Job>) {
     }
 }
 
-/// One transaction for the whole cycle; returns one outcome list per batch.
-fn apply(inner: &Inner, batches: &[&[NewEvent]]) -> Result<Vec<Vec<IngestOutcome>>, StoreError> {
-    let t = &inner.trees;
-    let trees = (
+type IngestTrees<'a> = (
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+    &'a sled::Tree,
+);
+
+/// The trees an ingest writes, in the order the transactions below name them.
+fn ingest_trees(t: &super::Trees) -> IngestTrees<'_> {
+    (
         &t.events,
         &t.payloads,
         &t.deliveries,
         &t.queue,
         &t.idempotency,
-    );
+    )
+}
+
+/// One transaction for the whole cycle; returns one outcome list per batch.
+fn apply(inner: &Inner, batches: &[&[NewEvent]]) -> Result<Vec<Vec<IngestOutcome>>, StoreError> {
+    let trees = ingest_trees(&inner.trees);
     let result = trees.transaction(|(events, payloads, deliveries, queue, idem)| {
         // Keys claimed earlier in this same cycle.
         let mut claimed: HashMap<Vec<u8>, String> = HashMap::new();
@@ -205,10 +224,46 @@ fn apply(inner: &Inner, batches: &[&[NewEvent]]) -> Result<Vec<Vec<IngestOutcome
         }
         Ok(all)
     });
-    result.map_err(|e| match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => StoreError::from(e),
-    })
+    result.map_err(tx_error)
+}
+
+/// Removes what [`apply`] wrote for the events it created.
+fn rollback(
+    inner: &Inner,
+    batches: &[&[NewEvent]],
+    outcomes: &[Vec<IngestOutcome>],
+) -> Result<(), StoreError> {
+    let trees = ingest_trees(&inner.trees);
+    let created = || {
+        batches
+            .iter()
+            .zip(outcomes)
+            .flat_map(|(b, o)| b.iter().zip(o))
+            .filter(|(_, o)| **o == IngestOutcome::Created)
+            .map(|(ev, _)| ev)
+    };
+    let result = trees.transaction(|(events, payloads, deliveries, queue, idem)| {
+        for ev in created() {
+            let m = &ev.meta;
+            events.remove(m.id.as_bytes())?;
+            if ev.payload.len() > INLINE_PAYLOAD {
+                for i in 0..ev.payload.len().div_ceil(CHUNK) {
+                    payloads.remove(codec::chunk_key(&m.id, i as u32))?;
+                }
+            }
+            for d in &ev.deliveries {
+                deliveries.remove(d.id.as_bytes())?;
+                if let Some(at) = d.next_attempt_at {
+                    queue.remove(codec::queue_key(at, &d.id))?;
+                }
+            }
+            if let Some(key) = &m.idempotency_key {
+                idem.remove(codec::idempotency_key(&m.account_id, key))?;
+            }
+        }
+        Ok::<_, ConflictableTransactionError<StoreError>>(())
+    });
+    result.map_err(tx_error)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -359,6 +359,30 @@ impl Store {
         Ok(())
     }
 
+    /// Makes every pending delivery to `endpoint_id` due at `now` (used when the endpoint is
+    /// deleted, so they end at once instead of at their next retry time). Returns how many.
+    pub fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<usize, StoreError> {
+        let mut pending = Vec::new();
+        for item in self.inner.trees.queue.iter() {
+            let (k, _) = item?;
+            let Some((_, id)) = codec::parse_queue_key(&k) else {
+                continue;
+            };
+            if let Some(d) = self.delivery(&id)? {
+                if d.state == DeliveryState::Pending
+                    && d.endpoint_id.as_deref() == Some(endpoint_id)
+                {
+                    pending.push(d);
+                }
+            }
+        }
+        for d in &mut pending {
+            d.next_attempt_at = Some(now);
+            self.update_delivery(d, None)?;
+        }
+        Ok(pending.len())
+    }
+
     /// Deliveries newest first, from after `cursor`, matching `filter`. The cursor is the last id
     /// returned; `None` means the end was reached.
     pub fn list_deliveries(

@@ -1,0 +1,326 @@
+//! The `herald` command (SPEC §9): `check-config` reports every problem with its key path and
+//! exits 2 (0 for a good file); `serve` with no admin token configured makes one in the data
+//! directory (mode 0600), logs the file's path but never the token, and that token opens the
+//! admin routes.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use common::herald::{herald_bin, parse_listen_addr, strip_ansi};
+
+/// How long herald gets to log `herald listening`.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+fn check_config(path: &Path) -> Output {
+    Command::new(herald_bin())
+        .arg("check-config")
+        .arg(path)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run herald check-config")
+}
+
+fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("herald.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// The `config error: ...` lines of stderr.
+fn error_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(strip_ansi)
+        .filter(|l| l.starts_with("config error: "))
+        .collect()
+}
+
+fn storage_toml(dir: &Path) -> String {
+    format!(
+        "[storage]\npath = {}\n",
+        common::toml_string(&dir.join("data").display().to_string())
+    )
+}
+
+#[test]
+fn check_config_reports_every_error_with_its_key_path_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"nowhere\"\n{}[delivery]\nmax_in_flight = 0\n[log]\nformat = \"xml\"\n",
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    let lines = error_lines(&out);
+    for key in ["server.listen", "delivery.max_in_flight", "log.format"] {
+        let prefix = format!("config error: {key}: ");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&prefix) && l.len() > prefix.len()),
+            "no {prefix:?} line with a message; stderr:\n{stderr}"
+        );
+    }
+    assert_eq!(lines.len(), 3, "one line per problem; stderr:\n{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "a bad file is not reported ok"
+    );
+}
+
+#[test]
+fn check_config_accepts_a_good_file_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"t\"]\n{}[delivery]\nmax_in_flight = 16\n[log]\nformat = \"json\"\n",
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "exit code; stderr:\n{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}: ok", path.display())
+    );
+    assert!(error_lines(&out).is_empty(), "stderr:\n{stderr}");
+}
+
+#[test]
+fn check_config_rejects_an_unknown_key_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nlisten_adress = \"127.0.0.1:9\"\n{}",
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    let lines = error_lines(&out);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: server.listen_adress: ")),
+        "the unknown key is named by its path; stderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn check_config_names_the_key_of_a_value_of_the_wrong_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "{}[delivery]\nmax_in_flight = \"many\"\n",
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    let lines = error_lines(&out);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: delivery.max_in_flight: ")),
+        "the key of the bad value is named by its path; stderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn check_config_reports_an_unknown_key_together_with_the_other_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"nowhere\"\nlisten_adress = \"127.0.0.1:9\"\n{}[log]\nformat = \"xml\"\n",
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    let lines = error_lines(&out);
+    for key in ["server.listen_adress", "server.listen", "log.format"] {
+        let prefix = format!("config error: {key}: ");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&prefix)),
+            "no {prefix:?} line; every error is reported at once; stderr:\n{stderr}"
+        );
+    }
+}
+
+/// A herald child process that is killed (and reaped) when dropped.
+struct Serve {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    reader: Option<JoinHandle<()>>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn spawn(config: &Path) -> Serve {
+        let mut child = Command::new(herald_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn herald serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("[herald serve] {line}");
+                if tx.send(strip_ansi(&line)).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            lines,
+            reader: Some(reader),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads stderr until the `herald listening` line; returns the address it names.
+    fn wait_listening(&mut self) -> SocketAddr {
+        let end = Instant::now() + START_DEADLINE;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let listening = line.contains("herald listening");
+                    self.seen.push(line.clone());
+                    if listening {
+                        return parse_listen_addr(&line)
+                            .unwrap_or_else(|| panic!("no addr=IP:PORT in {line:?}"));
+                    }
+                }
+                Err(e) => panic!(
+                    "no 'herald listening' line within {START_DEADLINE:?} ({e}); stderr:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Kills herald and returns every stderr line it wrote.
+    fn stop(mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let mut all = std::mem::take(&mut self.seen);
+        all.extend(self.lines.try_iter());
+        all
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` on herald with an optional bearer token; returns the status.
+async fn get_status(addr: SocketAddr, path: &str, token: Option<&str>) -> u16 {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut req = hyper::Request::builder()
+        .method("GET")
+        .uri(format!("http://{addr}{path}"));
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(req.body(Empty::new()).unwrap()),
+    )
+    .await
+    .expect("herald answers within 30 s")
+    .expect("request to herald");
+    let status = resp.status().as_u16();
+    let _ = resp.into_body().collect().await;
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_admin_token_creates_a_0600_token_file_and_logs_only_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("data");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\npath = {}\n",
+            common::toml_string(&storage.display().to_string())
+        ),
+    );
+    let mut serve = Serve::spawn(&config);
+    let addr = serve.wait_listening();
+
+    let token_file = storage.join("admin.token");
+    let meta = std::fs::metadata(&token_file)
+        .unwrap_or_else(|e| panic!("{} was not created: {e}", token_file.display()));
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "the token file is private to herald's user"
+    );
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        token.len() >= 16,
+        "a token worth the name: {} chars",
+        token.len()
+    );
+
+    // The token opens the admin routes; nothing else does.
+    assert_eq!(get_status(addr, "/v1/status", Some(&token)).await, 200);
+    assert_eq!(get_status(addr, "/v1/status", None).await, 401);
+    assert_eq!(get_status(addr, "/v1/status", Some("guess")).await, 401);
+    assert_eq!(get_status(addr, "/v1/deliveries", Some(&token)).await, 200);
+
+    let lines = serve.stop();
+    let path_text = token_file.display().to_string();
+    assert!(
+        lines.iter().any(|l| l.contains(&path_text)),
+        "the log names the token file {path_text}; stderr:\n{}",
+        lines.join("\n")
+    );
+    for line in &lines {
+        assert!(!line.contains(&token), "a log line shows the token: {line}");
+    }
+}
