@@ -323,3 +323,16 @@ async fn large_payload_arrives_byte_for_byte() {
         "payload bytes changed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_response_body_limit_bytes_of_the_answer_are_kept() {
+    let w = World::start("response_body_limit = 100", "").await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| Reply::status(200).with_body(vec![b'a'; 64 * 1024])),
+    );
+    w.endpoint("acc", &recv.url("/hook"), json!({})).await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "delivered", SETTLE).await;
+    assert_eq!(d["attempts"][0]["response_body"], "a".repeat(100));
+}
