@@ -2,6 +2,7 @@
 //! tear them down in order (stop accepting, drain attempts within the grace period, flush).
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,12 +45,31 @@ impl From<ConfigError> for AppError {
     }
 }
 
-pub async fn run(
+/// A started herald: its parts (for in-process tests and tools) and the task that runs it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub store: Arc<Store>,
+    pub engine: Arc<Engine>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Resolves when herald has stopped (after the shutdown signal) and storage is flushed.
+    pub async fn wait(self) {
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "herald stopped abnormally");
+        }
+    }
+}
+
+/// Opens the store, starts the API on `listener` and the engine, and returns once herald is
+/// ready (storage open, listener bound). It runs until `shutdown` fires.
+pub async fn start(
     config: Config,
     listener: TcpListener,
     clock: Arc<dyn Clock>,
     shutdown: Shutdown,
-) -> Result<(), AppError> {
+) -> Result<Running, AppError> {
     let started = Instant::now();
     let config = Arc::new(config);
     let store_path = &config.storage.path;
@@ -101,18 +121,37 @@ pub async fn run(
     );
     notify_systemd("READY=1");
 
-    let engine_task = tokio::spawn(engine.run(shutdown.clone(), GRACE));
-    api::serve(listener, state, shutdown, GRACE).await;
-    notify_systemd("STOPPING=1");
-    if let Err(e) = engine_task.await {
-        tracing::error!(error = %e, "delivery engine stopped abnormally");
-    }
-    let flushed = tokio::task::spawn_blocking(move || store.sync_now()).await;
-    match flushed {
-        Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
-        Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
-        Err(e) => tracing::error!(error = %e, "final flush failed"),
-    }
+    let engine_task = tokio::spawn(engine.clone().run(shutdown.clone(), GRACE));
+    let flush_store = store.clone();
+    let task = tokio::spawn(async move {
+        api::serve(listener, state, shutdown, GRACE).await;
+        notify_systemd("STOPPING=1");
+        if let Err(e) = engine_task.await {
+            tracing::error!(error = %e, "delivery engine stopped abnormally");
+        }
+        let flushed = tokio::task::spawn_blocking(move || flush_store.sync_now()).await;
+        match flushed {
+            Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
+            Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
+            Err(e) => tracing::error!(error = %e, "final flush failed"),
+        }
+    });
+    Ok(Running {
+        addr,
+        store,
+        engine,
+        task,
+    })
+}
+
+/// Runs herald until `shutdown` fires and it has stopped.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
+) -> Result<(), AppError> {
+    start(config, listener, clock, shutdown).await?.wait().await;
     Ok(())
 }
 

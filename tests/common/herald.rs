@@ -40,7 +40,7 @@ pub fn herald_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_herald"))
 }
 
-type ApiClient = Client<HttpConnector, Full<Bytes>>;
+pub type ApiClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A running (or stopped) herald process. Killed when dropped.
 pub struct Herald {
@@ -382,33 +382,16 @@ impl Herald {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> anyhow::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
-        let mut req = hyper::Request::builder()
-            .method(hyper::Method::from_bytes(method.as_bytes())?)
-            .uri(format!("{}{path}", self.base_url()));
-        if let Some(token) = token {
-            req = req.header("authorization", format!("Bearer {token}"));
-        }
-        for (name, value) in headers {
-            req = req.header(*name, *value);
-        }
-        let req = req.body(Full::new(Bytes::from(body)))?;
-        let exchange = async {
-            let resp = self.client.request(req).await?;
-            let status = resp.status().as_u16();
-            let headers = resp
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-                    (k.as_str().to_ascii_lowercase(), v)
-                })
-                .collect();
-            let body = resp.into_body().collect().await?.to_bytes().to_vec();
-            anyhow::Ok((status, headers, body))
-        };
-        tokio::time::timeout(CALL_TIMEOUT, exchange)
-            .await
-            .with_context(|| format!("no answer within {CALL_TIMEOUT:?}"))?
+        http_call(
+            &self.client,
+            &self.base_url(),
+            method,
+            path,
+            token,
+            headers,
+            body,
+        )
+        .await
     }
 
     /// [`Herald::call`] with the admin token.
@@ -428,7 +411,46 @@ impl Herald {
     }
 }
 
-fn new_client() -> ApiClient {
+/// One API request over `client` to `base` (`http://IP:PORT`), with a deadline.
+pub async fn http_call(
+    client: &ApiClient,
+    base: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> anyhow::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+    let mut req = hyper::Request::builder()
+        .method(hyper::Method::from_bytes(method.as_bytes())?)
+        .uri(format!("{base}{path}"));
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Full::new(Bytes::from(body)))?;
+    let exchange = async {
+        let resp = client.request(req).await?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (k.as_str().to_ascii_lowercase(), v)
+            })
+            .collect();
+        let body = resp.into_body().collect().await?.to_bytes().to_vec();
+        anyhow::Ok((status, headers, body))
+    };
+    tokio::time::timeout(CALL_TIMEOUT, exchange)
+        .await
+        .with_context(|| format!("no answer within {CALL_TIMEOUT:?}"))?
+}
+
+pub fn new_client() -> ApiClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 

@@ -13,7 +13,9 @@
 //! notifications or polling with a deadline that panics with a clear message.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod herald;
+pub mod inproc;
 pub mod receiver;
 pub mod sig;
 pub mod tls;
@@ -26,7 +28,11 @@ use std::time::Duration;
 // Re-exports for convenience; a test binary that uses none of them would
 // otherwise warn.
 #[allow(unused_imports)]
+pub use api::HeraldApi;
+#[allow(unused_imports)]
 pub use herald::Herald;
+#[allow(unused_imports)]
+pub use inproc::InProc;
 #[allow(unused_imports)]
 pub use receiver::{behaviour, Behaviour, Receiver, Recorded, Reply};
 #[allow(unused_imports)]

@@ -6,29 +6,50 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
+use super::api::HeraldApi;
+use super::inproc::InProc;
 use super::{delivery_toml, wait_until, Herald, TestCa};
 
-pub struct World {
+/// A herald (the real process by default, or [`InProc`] on a manual clock) with a test CA.
+pub struct World<S = Herald> {
     pub ca: TestCa,
-    pub herald: Herald,
+    pub herald: S,
     _ca_dir: TempDir,
 }
 
-impl World {
+fn ca_and_config(delivery_keys: &str, tables: &str) -> (TestCa, TempDir, String) {
+    let ca = TestCa::new();
+    let ca_dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let extra = format!("{}{delivery_keys}\n{tables}", delivery_toml(&ca_file));
+    (ca, ca_dir, extra)
+}
+
+impl World<Herald> {
     /// `delivery_keys` go into the `[delivery]` table; `tables` are appended after it.
     pub async fn start(delivery_keys: &str, tables: &str) -> World {
-        let ca = TestCa::new();
-        let ca_dir = tempfile::tempdir().expect("temp dir");
-        let ca_file = ca.write_ca_file(ca_dir.path());
-        let extra = format!("{}{delivery_keys}\n{tables}", delivery_toml(&ca_file));
-        let herald = Herald::start(&extra).await;
+        let (ca, ca_dir, extra) = ca_and_config(delivery_keys, tables);
         World {
             ca,
-            herald,
+            herald: Herald::start(&extra).await,
             _ca_dir: ca_dir,
         }
     }
+}
 
+impl World<InProc> {
+    /// Like [`World::start`], in this process, with a manual clock set to `now_ms`.
+    pub async fn start_manual(delivery_keys: &str, tables: &str, now_ms: i64) -> World<InProc> {
+        let (ca, ca_dir, extra) = ca_and_config(delivery_keys, tables);
+        World {
+            ca,
+            herald: InProc::start(&extra, now_ms).await,
+            _ca_dir: ca_dir,
+        }
+    }
+}
+
+impl<S: HeraldApi> World<S> {
     /// Creates an endpoint; returns its id and secret. `extra` adds fields to the request.
     pub async fn endpoint(&self, account: &str, url: &str, extra: Value) -> (String, String) {
         let mut body = json!({ "url": url });
