@@ -12,6 +12,14 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// Imported secrets may come with or without base64 padding (the official Standard Webhooks
+/// libraries accept both), so decoding them does not insist on `=`.
+const SECRET_B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 pub const SECRET_PREFIX: &str = "whsec_";
 
 /// A fresh secret: `whsec_` + base64 of 32 random bytes.
@@ -25,7 +33,7 @@ pub fn new_secret() -> String {
 /// imported one (as the SPEC says for secrets that do not start with `whsec_`).
 pub fn secret_key(secret: &str) -> Vec<u8> {
     match secret.strip_prefix(SECRET_PREFIX) {
-        Some(b64) => B64
+        Some(b64) => SECRET_B64
             .decode(b64)
             .unwrap_or_else(|_| secret.as_bytes().to_vec()),
         None => secret.as_bytes().to_vec(),
@@ -35,7 +43,7 @@ pub fn secret_key(secret: &str) -> Vec<u8> {
 /// True if a `whsec_` secret carries valid base64 (checked when a secret is imported).
 pub fn secret_is_valid(secret: &str) -> bool {
     match secret.strip_prefix(SECRET_PREFIX) {
-        Some(b64) => B64.decode(b64).is_ok_and(|k| !k.is_empty()),
+        Some(b64) => SECRET_B64.decode(b64).is_ok_and(|k| !k.is_empty()),
         None => !secret.is_empty(),
     }
 }
@@ -138,6 +146,10 @@ mod tests {
         assert_eq!(secret_key("plain-secret"), b"plain-secret".to_vec());
         assert!(secret_is_valid(&s));
         assert!(!secret_is_valid("whsec_!!!"));
+        // Unpadded base64 is the same key.
+        let unpadded = s.trim_end_matches('=');
+        assert!(secret_is_valid(unpadded));
+        assert_eq!(secret_key(unpadded), secret_key(&s));
     }
 
     #[test]
