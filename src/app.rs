@@ -55,9 +55,16 @@ pub struct Running {
 
 impl Running {
     /// Resolves when herald has stopped (after the shutdown signal) and storage is flushed.
+    /// Then the store closes: once this returns, the data directory may be opened again.
     pub async fn wait(self) {
         if let Err(e) = self.task.await {
             tracing::error!(error = %e, "herald stopped abnormally");
+        }
+        let committer = self.store.take_committer();
+        drop(self.store);
+        drop(self.engine);
+        if let Some(c) = committer {
+            let _ = c.await;
         }
     }
 }

@@ -4,6 +4,7 @@
 //! send HTTP themselves. Every connection is closed with hyper's `graceful_shutdown` when herald
 //! stops, and the whole drain is bounded by the shutdown grace period.
 
+mod accounts;
 pub mod body;
 mod deliveries;
 mod endpoints;
@@ -203,6 +204,8 @@ async fn dispatch(
     match (method, seg) {
         (&M::GET, ["v1", "status"]) => Ok(status::status(state)),
         (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id),
+        (&M::PUT, ["v1", "accounts", account]) => accounts::put(state, req, account).await,
+        (&M::GET, ["v1", "accounts", account]) => accounts::get(state, account),
         (&M::POST, ["v1", "accounts", account, "endpoints"]) => {
             endpoints::create(state, req, account).await
         }

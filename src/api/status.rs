@@ -43,6 +43,7 @@ pub fn status(state: &Arc<AppState>) -> Resp {
             "queue": queue,
             "due": state.store.due().len(),
             "in_flight": state.engine.in_flight(),
+            "quota_check_failures": state.engine.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
             "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
             "storage_bytes": state.store.size_on_disk(),
         }),

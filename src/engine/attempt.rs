@@ -7,8 +7,12 @@ use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
 use rand::Rng;
 
+use std::sync::atomic::Ordering;
+
+use super::quota::{self, Limits};
 use super::{conditions, retry, Engine};
 use crate::clock::Millis;
+use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EndpointState, EventMeta, Status};
 use crate::outbound::client::{Outcome, Request};
@@ -74,7 +78,13 @@ impl Engine {
             .as_deref()
             .and_then(|ep| self.store.endpoint(ep));
         let started = self.clock.now_ms();
-        let failing = conditions::first_failing(endpoint.as_deref());
+        let plan = self.plan_of(&delivery.account_id);
+        let failing = conditions::first_failing(
+            plan.map(|(_, p)| p),
+            endpoint.as_deref(),
+            self.cfg.require_verification,
+        )
+        .or_else(|| self.over_quota(&delivery.account_id, plan, started));
         let (attempt, outcome) = match (failing, endpoint.as_deref()) {
             (None, Some(ep)) => {
                 let (attempt, outcome) = self.send(&delivery, ep, &event.0, event.1, started).await;
@@ -86,6 +96,53 @@ impl Engine {
             }
         };
         self.record(delivery, endpoint, attempt, outcome).await;
+    }
+
+    /// The account's synced plan, if it has one that the config still defines. A plan name the
+    /// config no longer has is treated as no plan (entitled, not counted) and logged.
+    fn plan_of(&self, account_id: &str) -> Option<(&str, &Plan)> {
+        let name = match self.store.account_plan(account_id) {
+            Ok(name) => name?,
+            Err(e) => {
+                tracing::warn!(account_id, error = %e, "cannot read the account's plan; treating it as entitled");
+                return None;
+            }
+        };
+        match self.cfg.plans.get_key_value(&name) {
+            Some((n, p)) => Some((n.as_str(), p)),
+            None => {
+                tracing::warn!(account_id, plan = %name, "account's plan is not in the config; treating it as no plan");
+                None
+            }
+        }
+    }
+
+    /// Condition 5: counts the attempt in the account's windows; `rate_limited` when over. An
+    /// account without a plan is not counted. A failing counter store allows the attempt (fail
+    /// open) and is counted in `quota_check_failures`.
+    fn over_quota(
+        &self,
+        account_id: &str,
+        plan: Option<(&str, &Plan)>,
+        now: Millis,
+    ) -> Option<Status> {
+        let (_, plan) = plan?;
+        let limits = Limits {
+            per_minute: plan.per_minute,
+            per_day: plan.per_day,
+        };
+        match self
+            .store
+            .quota_take(account_id, quota::windows(now), limits)
+        {
+            Ok(true) => None,
+            Ok(false) => Some(Status::RateLimited),
+            Err(e) => {
+                self.quota_check_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(account_id, error = %e, "quota check failed; allowing the attempt (fail open)");
+                None
+            }
+        }
     }
 
     fn not_sent(&self, d: &Delivery, at: Millis, status: Status) -> Attempt {

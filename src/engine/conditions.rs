@@ -1,19 +1,33 @@
 //! The checks before each attempt, in the SPEC's order (§5). The first that fails names the
 //! status the attempt is recorded with; the delivery then ends `skipped` and nothing is sent.
 //!
-//! 1. entitled (the plan allows webhooks) → `not_entitled`   (plans: not built yet)
+//! 1. entitled: the account's plan allows webhooks (no plan synced: entitled) → `not_entitled`
 //! 2. the account has an endpoint for the event → `no_endpoint`
-//! 3. the endpoint is verified (with `endpoints.require_verification`) → `unverified` (not built yet)
+//! 3. the endpoint is verified (with `endpoints.require_verification`) → `unverified`
 //! 4. the endpoint is active → `paused` / `disabled`
-//! 5. within quota → `rate_limited` (plans: not built yet)
+//! 5. within quota → `rate_limited`
+//!
+//! 1–4 are pure and decided here; 5 counts in the store, so the engine runs it last and only
+//! when 1–4 pass (a request that is not sent is not counted).
 
+use crate::config::Plan;
 use crate::model::{Endpoint, EndpointState, Status};
 
-/// The first failing condition for an attempt to `endpoint`, or `None` if it may be sent.
-pub fn first_failing(endpoint: Option<&Endpoint>) -> Option<Status> {
+/// The first failing condition of 1–4, or `None` if the attempt may go on to the quota check.
+pub fn first_failing(
+    plan: Option<&Plan>,
+    endpoint: Option<&Endpoint>,
+    require_verification: bool,
+) -> Option<Status> {
+    if plan.is_some_and(|p| !p.webhooks) {
+        return Some(Status::NotEntitled);
+    }
     let Some(endpoint) = endpoint else {
         return Some(Status::NoEndpoint);
     };
+    if require_verification && !endpoint.verified {
+        return Some(Status::Unverified);
+    }
     match endpoint.state {
         EndpointState::Active => None,
         EndpointState::Paused => Some(Status::Paused),
@@ -26,7 +40,7 @@ mod tests {
     use super::*;
     use crate::model::SignatureKind;
 
-    fn endpoint(state: EndpointState) -> Endpoint {
+    fn endpoint(state: EndpointState, verified: bool) -> Endpoint {
         Endpoint {
             id: "ep_1".into(),
             account_id: "a".into(),
@@ -37,24 +51,68 @@ mod tests {
             retry_policy: "standard".into(),
             signature: SignatureKind::Hmac,
             state,
-            verified: false,
+            verified,
             created_at: 0,
             updated_at: 0,
             secrets: vec![],
         }
     }
 
+    fn plan(webhooks: bool) -> Plan {
+        Plan {
+            webhooks,
+            ..Plan::default()
+        }
+    }
+
     #[test]
-    fn missing_endpoint_then_state_decide() {
-        assert_eq!(first_failing(None), Some(Status::NoEndpoint));
-        assert_eq!(first_failing(Some(&endpoint(EndpointState::Active))), None);
+    fn each_condition_alone() {
+        let ok = endpoint(EndpointState::Active, true);
+        assert_eq!(first_failing(None, Some(&ok), true), None);
+        assert_eq!(first_failing(Some(&plan(true)), Some(&ok), true), None);
         assert_eq!(
-            first_failing(Some(&endpoint(EndpointState::Paused))),
+            first_failing(Some(&plan(false)), Some(&ok), true),
+            Some(Status::NotEntitled)
+        );
+        assert_eq!(first_failing(None, None, true), Some(Status::NoEndpoint));
+        let unverified = endpoint(EndpointState::Active, false);
+        assert_eq!(
+            first_failing(None, Some(&unverified), true),
+            Some(Status::Unverified)
+        );
+        assert_eq!(first_failing(None, Some(&unverified), false), None);
+        assert_eq!(
+            first_failing(None, Some(&endpoint(EndpointState::Paused, true)), true),
             Some(Status::Paused)
         );
         assert_eq!(
-            first_failing(Some(&endpoint(EndpointState::Disabled))),
+            first_failing(None, Some(&endpoint(EndpointState::Disabled, true)), true),
             Some(Status::Disabled)
+        );
+    }
+
+    #[test]
+    fn earlier_conditions_win_pairwise() {
+        let paused_unverified = endpoint(EndpointState::Paused, false);
+        // Not entitled beats no endpoint.
+        assert_eq!(
+            first_failing(Some(&plan(false)), None, true),
+            Some(Status::NotEntitled)
+        );
+        // Not entitled beats unverified and paused.
+        assert_eq!(
+            first_failing(Some(&plan(false)), Some(&paused_unverified), true),
+            Some(Status::NotEntitled)
+        );
+        // Unverified beats paused.
+        assert_eq!(
+            first_failing(None, Some(&paused_unverified), true),
+            Some(Status::Unverified)
+        );
+        // Unverified beats disabled.
+        assert_eq!(
+            first_failing(None, Some(&endpoint(EndpointState::Disabled, false)), true),
+            Some(Status::Unverified)
         );
     }
 }

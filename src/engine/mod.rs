@@ -9,11 +9,12 @@
 mod attempt;
 pub use attempt::RetryError;
 pub mod conditions;
+pub mod quota;
 pub mod recent;
 pub mod retry;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use hyper::header::HeaderName;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::{Clock, Millis};
-use crate::config::Config;
+use crate::config::{Config, Plan};
 use crate::outbound::client::Client;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
@@ -38,6 +39,8 @@ pub struct EngineConfig {
     pub max_in_flight_per_endpoint: usize,
     /// The `sha256-hex` scheme's header, when that scheme is on.
     pub hex_header: Option<HeaderName>,
+    pub plans: BTreeMap<String, Plan>,
+    pub require_verification: bool,
 }
 
 impl EngineConfig {
@@ -58,6 +61,8 @@ impl EngineConfig {
                 .any(|s| s == "sha256-hex")
                 .then(|| HeaderName::from_bytes(c.signing.hex_header.as_bytes()).ok())
                 .flatten(),
+            plans: c.plans.clone(),
+            require_verification: c.endpoints.require_verification,
         }
     }
 
@@ -90,6 +95,8 @@ pub struct Engine {
     in_flight: Mutex<HashSet<String>>,
     running: AtomicUsize,
     idle: Notify,
+    /// Quota checks that failed on a storage error and were allowed (fail open).
+    pub quota_check_failures: AtomicU64,
     pub recent: recent::Recent,
 }
 
@@ -111,6 +118,7 @@ impl Engine {
             in_flight: Mutex::new(HashSet::new()),
             running: AtomicUsize::new(0),
             idle: Notify::new(),
+            quota_check_failures: AtomicU64::new(0),
             recent: recent::Recent::default(),
         })
     }

@@ -56,6 +56,16 @@ pub fn idempotency_key(account_id: &str, key: &str) -> Vec<u8> {
     [account_id.as_bytes(), b"\0", key.as_bytes()].concat()
 }
 
+/// Quota counter key: account id, a NUL, `m` (minute) or `d` (day), the window number.
+pub fn quota_key(account_id: &str, kind: u8, window: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(account_id.len() + 10);
+    k.extend_from_slice(account_id.as_bytes());
+    k.push(0);
+    k.push(kind);
+    k.extend_from_slice(&window.to_be_bytes());
+    k
+}
+
 /// Event value: `payload_len: u32 BE`, `meta_len: u32 BE`, meta JSON, then the payload bytes when
 /// they are inline.
 pub fn encode_event(meta: &EventMeta, payload: &[u8]) -> Result<Vec<u8>, StoreError> {

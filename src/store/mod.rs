@@ -27,6 +27,7 @@ pub use commit::{IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 pub use due::DueIndex;
 
 use crate::clock::Millis;
+use crate::engine::quota::{self, Limits, Windows};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -68,6 +69,8 @@ pub(crate) struct Trees {
     queue: sled::Tree,
     endpoints: sled::Tree,
     idempotency: sled::Tree,
+    accounts: sled::Tree,
+    quota: sled::Tree,
 }
 
 /// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
@@ -138,11 +141,20 @@ impl DeliveryFilter {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AccountRecord {
+    plan: Option<String>,
+}
+
 /// Records a list request reads at most before it answers with a cursor to go on from.
 const LIST_SCAN_BUDGET: usize = 50_000;
 
 pub struct Store {
     inner: Arc<Inner>,
+    /// The committer task, taken by [`Store::take_committer`] to wait for the store to close.
+    committer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Fault injection (tests and drills): makes every quota check fail as a storage error.
+    quota_fault: AtomicBool,
     commit_tx: mpsc::Sender<commit::Job>,
     endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
     path: PathBuf,
@@ -167,6 +179,8 @@ impl Store {
             queue: tree("queue")?,
             endpoints: tree("endpoints")?,
             idempotency: tree("idempotency")?,
+            accounts: tree("accounts")?,
+            quota: tree("quota")?,
         };
         let data_file = File::open(path.join("db"))?;
 
@@ -199,13 +213,24 @@ impl Store {
             healthy: AtomicBool::new(true),
         });
         let (commit_tx, rx) = mpsc::channel(16 * 1024);
-        tokio::spawn(commit::run(inner.clone(), rx));
+        let committer = tokio::spawn(commit::run(inner.clone(), rx));
         Ok(Arc::new(Store {
             inner,
+            committer: std::sync::Mutex::new(Some(committer)),
+            quota_fault: AtomicBool::new(false),
             commit_tx,
             endpoints: RwLock::new(endpoints),
             path: path.to_path_buf(),
         }))
+    }
+
+    /// The committer's task. It ends once the last `Store` handle is dropped, and with it the
+    /// last handle to sled (which releases its lock on the data directory).
+    pub fn take_committer(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.committer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     pub fn path(&self) -> &Path {
@@ -417,6 +442,84 @@ impl Store {
             }
         }
         Ok((out, None))
+    }
+
+    // --- accounts and quotas ------------------------------------------------------------------
+
+    /// The account's synced plan; `None` when no plan was ever synced (or it was removed).
+    pub fn account_plan(&self, account_id: &str) -> Result<Option<String>, StoreError> {
+        match self.inner.trees.accounts.get(account_id.as_bytes())? {
+            Some(v) => Ok(codec::decode::<AccountRecord>(&v)?.plan),
+            None => Ok(None),
+        }
+    }
+
+    /// Syncs the account's plan (`None` removes it), durably.
+    pub async fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> Result<(), StoreError> {
+        let rec = codec::encode(&AccountRecord { plan })?;
+        self.inner
+            .trees
+            .accounts
+            .insert(account_id.as_bytes(), rec)?;
+        self.sync().await
+    }
+
+    /// Counts one delivery in both windows if it fits `limits`; false (and nothing counted) if
+    /// it does not.
+    pub fn quota_take(
+        &self,
+        account_id: &str,
+        w: Windows,
+        limits: Limits,
+    ) -> Result<bool, StoreError> {
+        if self.quota_fault.load(Ordering::Relaxed) {
+            return Err(StoreError::Io("injected quota fault".into()));
+        }
+        let minute_key = codec::quota_key(account_id, b'm', w.minute);
+        let day_key = codec::quota_key(account_id, b'd', w.day);
+        let count = |v: Option<sled::IVec>| {
+            v.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+                .map_or(0, u64::from_be_bytes)
+        };
+        self.inner
+            .trees
+            .quota
+            .transaction(|t| {
+                let minute = count(t.get(&minute_key)?);
+                let day = count(t.get(&day_key)?);
+                if !quota::allows(limits, minute, day) {
+                    return Ok(false);
+                }
+                t.insert(minute_key.as_slice(), &(minute + 1).to_be_bytes())?;
+                t.insert(day_key.as_slice(), &(day + 1).to_be_bytes())?;
+                Ok(true)
+            })
+            .map_err(tx_error)
+    }
+
+    /// This minute's and today's counts.
+    pub fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
+        let get = |k: Vec<u8>| -> Result<u64, StoreError> {
+            Ok(self
+                .inner
+                .trees
+                .quota
+                .get(k)?
+                .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+                .map_or(0, u64::from_be_bytes))
+        };
+        Ok((
+            get(codec::quota_key(account_id, b'm', w.minute))?,
+            get(codec::quota_key(account_id, b'd', w.day))?,
+        ))
+    }
+
+    pub fn set_quota_fault(&self, on: bool) {
+        self.quota_fault.store(on, Ordering::Relaxed);
     }
 
     // --- endpoints ----------------------------------------------------------------------------

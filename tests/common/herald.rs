@@ -86,8 +86,9 @@ impl Herald {
              [log]\n\
              format = \"text\"\n\
              level = \"info\"\n\
-             {extra_toml}\n",
+             {}{extra_toml}\n",
             super::toml_string(&storage.display().to_string()),
+            super::endpoints_default(extra_toml),
         );
         std::fs::write(&config_path, config).expect("write herald.toml");
         let mut herald = Herald {

@@ -34,8 +34,9 @@ impl InProc {
             .expect("temp dir");
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n{extra_toml}\n",
+             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n{}{extra_toml}\n",
             super::toml_string(&dir.path().join("data").display().to_string()),
+            super::endpoints_default(extra_toml),
         );
         let mut p = InProc {
             clock: Arc::new(ManualClock::new(now_ms)),

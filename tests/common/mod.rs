@@ -76,3 +76,14 @@ pub fn delivery_toml(ca_file: &Path) -> String {
 pub fn toml_string(s: &str) -> String {
     serde_json::to_string(s).expect("a string always serializes")
 }
+
+/// Tests deliver to endpoints that never went through the verification handshake, so the
+/// harness turns `endpoints.require_verification` off unless the test writes its own
+/// `[endpoints]` table (TOML allows a table once).
+pub fn endpoints_default(extra_toml: &str) -> &'static str {
+    if extra_toml.contains("[endpoints]") {
+        ""
+    } else {
+        "[endpoints]\nrequire_verification = false\n"
+    }
+}

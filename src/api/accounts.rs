@@ -1,0 +1,82 @@
+//! Accounts: sync a plan (`PUT`), and show the plan, its limits and this minute's and today's
+//! usage (`GET`). Accounts are created on first use; one never seen has no plan.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::body::{self, read_json_body};
+use super::error::ApiError;
+use super::{json, validate, AppState, Resp};
+use crate::engine::quota;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    /// Absent and `null` differ: absent is an error, `null` removes the plan.
+    #[serde(default, deserialize_with = "present")]
+    plan: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+pub async fn put(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    account_id: &str,
+) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let b: PlanBody = body::parse(&bytes)?;
+    let plan = match b.plan {
+        None => {
+            return Err(ApiError::field(
+                "plan",
+                "plan is required (null removes the plan)",
+            ))
+        }
+        Some(Value::Null) => None,
+        Some(Value::String(name)) if state.config.plans.contains_key(&name) => Some(name),
+        Some(Value::String(name)) => {
+            let known: Vec<&String> = state.config.plans.keys().collect();
+            return Err(ApiError::field(
+                "plan",
+                format!("no plan named {name:?} in the config; known: {known:?}"),
+            ));
+        }
+        Some(_) => return Err(ApiError::field("plan", "plan must be a plan name or null")),
+    };
+    state.store.set_account_plan(account_id, plan).await?;
+    view(state, account_id)
+}
+
+pub fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    view(state, account_id)
+}
+
+fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
+    let plan = state.store.account_plan(account_id)?;
+    let limits = plan.as_ref().and_then(|p| state.config.plans.get(p));
+    let (minute, day) = state
+        .store
+        .quota_usage(account_id, quota::windows(state.clock.now_ms()))?;
+    Ok(json(
+        StatusCode::OK,
+        &json!({
+            "account_id": account_id,
+            "plan": plan,
+            "limits": {
+                "webhooks": limits.is_none_or(|l| l.webhooks),
+                "per_minute": limits.and_then(|l| l.per_minute),
+                "per_day": limits.and_then(|l| l.per_day),
+            },
+            "usage": {"minute": minute, "day": day},
+        }),
+    ))
+}
