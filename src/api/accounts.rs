@@ -12,6 +12,7 @@ use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::engine::quota;
+use crate::outbound::request;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,4 +80,56 @@ fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
             "usage": {"minute": minute, "day": day},
         }),
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretBody {
+    value: Option<Value>,
+}
+
+/// `PUT /v1/accounts/{id}/secrets/{NAME}`: sets an account secret for header macros. Write-only:
+/// no route reads it back.
+pub async fn put_secret(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    account_id: &str,
+    name: &str,
+) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    if !request::is_secret_name(name) {
+        return Err(ApiError::field(
+            "name",
+            "secret names are 1 to 64 letters, digits or _",
+        ));
+    }
+    if name.starts_with('_') {
+        return Err(ApiError::field(
+            "name",
+            "secret names starting with _ are reserved",
+        ));
+    }
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let b: SecretBody = body::parse(&bytes)?;
+    let value = match b.value {
+        Some(Value::String(v))
+            if !v.is_empty()
+                && v.len() <= 4096
+                && hyper::header::HeaderValue::from_str(&v).is_ok() =>
+        {
+            v
+        }
+        _ => {
+            return Err(ApiError::field(
+                "value",
+                "value must be printable text of 1 to 4096 bytes (it is sent in a header)",
+            ))
+        }
+    };
+    state
+        .store
+        .set_account_secret(account_id, name, &value)
+        .await?;
+    tracing::info!(account_id, name, "account secret set");
+    Ok(super::no_content())
 }

@@ -57,16 +57,7 @@ pub async fn create(
             ))
         }
     }
-    let secret = match &f.secret {
-        None | Some(Value::Null) => sign::new_secret(),
-        Some(Value::String(s)) if sign::secret_is_valid(s) && s.len() <= 256 => s.clone(),
-        Some(_) => {
-            return Err(ApiError::field(
-                "secret",
-                "secret must be whsec_<base64> or a non-empty string of at most 256 characters",
-            ))
-        }
-    };
+    let secret = new_or_imported_secret(&f.secret)?;
     let now = state.clock.now_ms();
     let mut ep = Endpoint {
         id: ids::new_id(ENDPOINT, now),
@@ -303,4 +294,124 @@ fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
         out.insert(name.to_ascii_lowercase(), value.clone());
     }
     Ok(out)
+}
+
+/// `POST /v1/endpoints/{id}/verify`: runs the handshake now; success sets `verified`.
+pub async fn verify(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    discard_body(req).await;
+    let ep = find(state, id)?;
+    let v = state.engine.verify(&ep).await;
+    let ep = if v.verified {
+        let _guard = state.endpoint_writes.lock().await;
+        let mut current = (*find(state, id)?).clone();
+        // The URL may have changed while the challenge was out: then this proof is not for it.
+        if current.url == ep.url {
+            current.verified = true;
+            current.updated_at = state.clock.now_ms();
+        }
+        state.store.put_endpoint(current).await?
+    } else {
+        ep
+    };
+    tracing::info!(endpoint_id = %id, verified = v.verified, "verification handshake");
+    Ok(json(
+        StatusCode::OK,
+        &json!({
+            "verified": v.verified && ep.verified,
+            "reason": v.reason,
+            "attempt": {
+                "status": v.status,
+                "http_status": v.http_status,
+                "duration_ms": v.duration_ms,
+                "response_body": v.response_body,
+            },
+            "endpoint": ep.view(),
+        }),
+    ))
+}
+
+/// `POST /v1/endpoints/{id}/secret/rotate` (optionally `{"secret": "whsec_..."}` to import one):
+/// the new secret signs from now on; the previous one keeps signing beside it for
+/// `signing.rotation_grace`, so receivers can switch without losing a request.
+pub async fn rotate_secret(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    let bytes = read_json_body_or_empty(req, state.config.server.max_body_bytes).await?;
+    let f: Fields = if bytes.is_empty() {
+        Fields::default()
+    } else {
+        body::parse(&bytes)?
+    };
+    if f.url.is_some()
+        || f.description.is_some()
+        || f.event_types.is_some()
+        || f.headers.is_some()
+        || f.retry_policy.is_some()
+        || f.signature.is_some()
+    {
+        return Err(ApiError::field(
+            "body",
+            "rotate takes only an optional secret",
+        ));
+    }
+    let secret = new_or_imported_secret(&f.secret)?;
+    let _guard = state.endpoint_writes.lock().await;
+    let mut ep = (*find(state, id)?).clone();
+    let now = state.clock.now_ms();
+    let grace = state.config.signing.rotation_grace.0.as_millis() as i64;
+    // Secrets already past their grace are dropped; the current one starts its grace now.
+    ep.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
+    for s in &mut ep.secrets {
+        if s.expires_at.is_none() {
+            s.expires_at = Some(now + grace);
+        }
+    }
+    ep.secrets.insert(
+        0,
+        StoredSecret {
+            value: secret.clone(),
+            expires_at: None,
+        },
+    );
+    ep.updated_at = now;
+    state.store.put_endpoint(ep).await?;
+    tracing::info!(endpoint_id = %id, "endpoint secret rotated");
+    Ok(json(StatusCode::OK, &json!({ "secret": secret })))
+}
+
+/// A generated `whsec_` secret, or the imported one after checking it.
+fn new_or_imported_secret(v: &Option<Value>) -> Result<String, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(sign::new_secret()),
+        Some(Value::String(s)) if sign::secret_is_valid(s) && s.len() <= 256 => Ok(s.clone()),
+        Some(_) => Err(ApiError::field(
+            "secret",
+            "secret must be whsec_<base64> or a non-empty string of at most 256 characters",
+        )),
+    }
+}
+
+/// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
+async fn read_json_body_or_empty(
+    req: Request<Incoming>,
+    max: usize,
+) -> Result<bytes::Bytes, ApiError> {
+    let empty = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0")
+        || (!req.headers().contains_key(hyper::header::CONTENT_LENGTH)
+            && !req.headers().contains_key(hyper::header::TRANSFER_ENCODING));
+    if empty {
+        discard_body(req).await;
+        Ok(bytes::Bytes::new())
+    } else {
+        read_json_body(req, max).await
+    }
 }

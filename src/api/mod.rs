@@ -206,6 +206,9 @@ async fn dispatch(
         (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id),
         (&M::PUT, ["v1", "accounts", account]) => accounts::put(state, req, account).await,
         (&M::GET, ["v1", "accounts", account]) => accounts::get(state, account),
+        (&M::PUT, ["v1", "accounts", account, "secrets", name]) => {
+            accounts::put_secret(state, req, account, name).await
+        }
         (&M::POST, ["v1", "accounts", account, "endpoints"]) => {
             endpoints::create(state, req, account).await
         }
@@ -213,6 +216,10 @@ async fn dispatch(
         (&M::GET, ["v1", "endpoints", id]) => endpoints::get(state, id),
         (&M::PATCH, ["v1", "endpoints", id]) => endpoints::patch(state, req, id).await,
         (&M::DELETE, ["v1", "endpoints", id]) => endpoints::delete(state, id).await,
+        (&M::POST, ["v1", "endpoints", id, "verify"]) => endpoints::verify(state, req, id).await,
+        (&M::POST, ["v1", "endpoints", id, "secret", "rotate"]) => {
+            endpoints::rotate_secret(state, req, id).await
+        }
         (&M::POST, ["v1", "endpoints", id, action @ ("pause" | "resume")]) => {
             endpoints::set_state(state, req, id, action).await
         }

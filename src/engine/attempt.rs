@@ -1,10 +1,9 @@
 //! One attempt of one delivery: conditions, request, outcome, decision, record.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
 use rand::Rng;
 
 use std::sync::atomic::Ordering;
@@ -15,8 +14,8 @@ use crate::clock::Millis;
 use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EndpointState, EventMeta, Status};
-use crate::outbound::client::{Outcome, Request};
-use crate::outbound::sign;
+use crate::outbound::client::Outcome;
+use crate::outbound::request::{self, Message};
 
 /// Why a manual retry was refused.
 #[derive(Debug, thiserror::Error)]
@@ -168,69 +167,13 @@ impl Engine {
         at: Millis,
     ) -> (Attempt, Outcome) {
         let number = d.attempt_count + 1;
-        let timestamp = at.div_euclid(1000);
-        let signature =
-            sign::signature_header(endpoint.signing_secrets(at), &event.id, timestamp, &payload);
-        let mut headers: Vec<(HeaderName, String)> = vec![
-            (CONTENT_TYPE, "application/json".into()),
-            (USER_AGENT, format!("herald/{}", crate::VERSION)),
-            (HeaderName::from_static("webhook-id"), event.id.clone()),
-            (
-                HeaderName::from_static("webhook-timestamp"),
-                timestamp.to_string(),
-            ),
-            (HeaderName::from_static("webhook-signature"), signature),
-            (
-                HeaderName::from_static("herald-event-type"),
-                event.event_type.clone(),
-            ),
-            (
-                HeaderName::from_static("herald-attempt"),
-                number.to_string(),
-            ),
-            (HeaderName::from_static("herald-delivery-id"), d.id.clone()),
-            (
-                HeaderName::from_static("herald-endpoint-id"),
-                endpoint.id.clone(),
-            ),
-        ];
-        if let (Some(name), Some(secret)) = (&self.cfg.hex_header, endpoint.secrets.first()) {
-            let hex = sign::hex_hmac(&sign::secret_key(&secret.value), &payload);
-            headers.push((name.clone(), format!("sha256={hex}")));
-        }
-        for (k, v) in &endpoint.headers {
-            if let Ok(name) = HeaderName::from_bytes(k.as_bytes()) {
-                headers.push((name, v.clone()));
-            }
-        }
-        let request_headers: Vec<(String, String)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), v.clone()))
-            .collect();
-        let wall = Instant::now();
-        let outcome = match url::Url::parse(&endpoint.url) {
-            Ok(url) => {
-                let headers = headers
-                    .into_iter()
-                    .filter_map(|(k, v)| HeaderValue::from_str(&v).ok().map(|v| (k, v)))
-                    .collect();
-                self.client
-                    .send(Request {
-                        url,
-                        headers,
-                        body: payload,
-                    })
-                    .await
-            }
-            Err(e) => Outcome {
-                status: Status::ConnectionError,
-                http_status: None,
-                retry_after: None,
-                error: Some(format!("endpoint url is invalid: {e}")),
-                body: Vec::new(),
-                duration: wall.elapsed(),
-            },
+        let msg = Message {
+            id: &event.id,
+            event_type: &event.event_type,
+            attempt: number,
+            delivery_id: Some(&d.id),
         };
+        let (outcome, recorded) = self.send_message(endpoint, &msg, payload, at).await;
         let attempt = Attempt {
             id: ids::new_id(ATTEMPT, at),
             number,
@@ -239,10 +182,62 @@ impl Engine {
             status: outcome.status,
             http_status: outcome.http_status,
             error: outcome.error.clone(),
-            request_headers,
+            request_headers: recorded,
             response_body: String::from_utf8_lossy(&outcome.body).into_owned(),
         };
         (attempt, outcome)
+    }
+
+    /// Signs and sends one message to `endpoint`; returns the outcome and the headers as the
+    /// log records them. Warnings (a macro naming an unset account secret) are logged and
+    /// added to the outcome's error.
+    pub(super) async fn send_message(
+        &self,
+        endpoint: &Endpoint,
+        msg: &Message<'_>,
+        payload: Bytes,
+        at: Millis,
+    ) -> (Outcome, Vec<(String, String)>) {
+        let built = request::build(
+            endpoint,
+            msg,
+            payload,
+            at,
+            self.cfg.hex_header.as_ref(),
+            |name| match self.store.account_secret(&endpoint.account_id, name) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(account_id = %endpoint.account_id, error = %e, "cannot read an account secret");
+                    None
+                }
+            },
+        );
+        let built = match built {
+            Ok(b) => b,
+            Err(e) => {
+                let outcome = Outcome {
+                    status: Status::ConnectionError,
+                    http_status: None,
+                    retry_after: None,
+                    error: Some(e),
+                    body: Vec::new(),
+                    duration: Duration::ZERO,
+                };
+                return (outcome, Vec::new());
+            }
+        };
+        for w in &built.warnings {
+            tracing::warn!(endpoint_id = %endpoint.id, "{w}");
+        }
+        let mut outcome = self.client.send(built.request).await;
+        if !built.warnings.is_empty() {
+            let mut notes = built.warnings.join("; ");
+            if let Some(e) = outcome.error.take() {
+                notes = format!("{e}; {notes}");
+            }
+            outcome.error = Some(notes);
+        }
+        (outcome, built.recorded)
     }
 
     /// Decides what follows the attempt and stores both in one write.

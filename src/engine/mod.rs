@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod quota;
 pub mod recent;
 pub mod retry;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -4,6 +4,7 @@
 //! [`client::Outcome`]. Deciding what an outcome means (retry, fail, disable) is the engine's job.
 
 pub mod client;
+pub mod request;
 pub mod sign;
 pub mod ssrf;
 pub mod url;

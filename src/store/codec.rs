@@ -51,8 +51,9 @@ pub fn chunk_key(event_id: &str, index: u32) -> Vec<u8> {
     k
 }
 
-/// Idempotency key: account id, a NUL (never in an account id), the producer's key.
-pub fn idempotency_key(account_id: &str, key: &str) -> Vec<u8> {
+/// Account-scoped key: account id, a NUL (never in an account id), then a name (an idempotency
+/// key, an account secret's name).
+pub fn account_key(account_id: &str, key: &str) -> Vec<u8> {
     [account_id.as_bytes(), b"\0", key.as_bytes()].concat()
 }
 

@@ -176,7 +176,7 @@ fn apply(inner: &Inner, batches: &[&[NewEvent]]) -> Result<Vec<Vec<IngestOutcome
             for ev in batch.iter() {
                 let m = &ev.meta;
                 if let Some(key) = &m.idempotency_key {
-                    let k = codec::idempotency_key(&m.account_id, key);
+                    let k = codec::account_key(&m.account_id, key);
                     if let Some(first) = claimed.get(&k) {
                         outcomes.push(IngestOutcome::Duplicate {
                             event_id: first.clone(),
@@ -258,7 +258,7 @@ fn rollback(
                 }
             }
             if let Some(key) = &m.idempotency_key {
-                idem.remove(codec::idempotency_key(&m.account_id, key))?;
+                idem.remove(codec::account_key(&m.account_id, key))?;
             }
         }
         Ok::<_, ConflictableTransactionError<StoreError>>(())

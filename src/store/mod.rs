@@ -71,6 +71,7 @@ pub(crate) struct Trees {
     idempotency: sled::Tree,
     accounts: sled::Tree,
     quota: sled::Tree,
+    account_secrets: sled::Tree,
 }
 
 /// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
@@ -181,6 +182,7 @@ impl Store {
             idempotency: tree("idempotency")?,
             accounts: tree("accounts")?,
             quota: tree("quota")?,
+            account_secrets: tree("account_secrets")?,
         };
         let data_file = File::open(path.join("db"))?;
 
@@ -465,6 +467,33 @@ impl Store {
             .trees
             .accounts
             .insert(account_id.as_bytes(), rec)?;
+        self.sync().await
+    }
+
+    /// An account secret for header macros (write-only through the API).
+    pub fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .inner
+            .trees
+            .account_secrets
+            .get(codec::account_key(account_id, name))?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    pub async fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .trees
+            .account_secrets
+            .insert(codec::account_key(account_id, name), value.as_bytes())?;
         self.sync().await
     }
 
