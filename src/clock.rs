@@ -15,7 +15,8 @@ pub type Millis = i64;
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> Millis;
 
-    /// Notified when time jumps by hand. The system clock never jumps, so it has none.
+    /// Notified when time jumps by hand (one waiter: the engine's scheduler). The system clock
+    /// never jumps, so it has none.
     fn changed(&self) -> Option<&Notify> {
         None
     }

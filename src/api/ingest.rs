@@ -14,9 +14,10 @@ use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
+use crate::engine::debounce;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::{Delivery, DeliveryState, EventMeta};
-use crate::store::{IngestOutcome, NewEvent};
+use crate::store::{DebounceRule, IngestOutcome, NewEvent};
 
 /// Events one batch may carry (SPEC §2).
 pub const MAX_BATCH: usize = 1000;
@@ -45,10 +46,12 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let item: Item = body::parse(&bytes)?;
     let event = prepare(state, item, state.clock.now_ms())?;
-    let summary = Summary::of(&event);
+    let event_id = event.meta.id.clone();
     let outcome = state.store.ingest(vec![event]).await?;
-    let answer = summary.answer(state, outcome.first())?;
-    Ok(json(StatusCode::ACCEPTED, &answer))
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &answer(state, &event_id, outcome.first())?,
+    ))
 }
 
 pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
@@ -75,7 +78,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             .map_err(|e| at_index(e, i));
         match prepared {
             Ok(ev) => {
-                placed.push((i, Summary::of(&ev)));
+                placed.push((i, ev.meta.id.clone()));
                 good.push(ev);
             }
             Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
@@ -86,8 +89,8 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
     } else {
         state.store.ingest(good).await?
     };
-    for ((i, summary), outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
-        let mut v = summary.answer(state, outcome)?;
+    for ((i, event_id), outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
+        let mut v = answer(state, &event_id, outcome)?;
         v["status"] = json!(202);
         results[i] = v;
     }
@@ -184,7 +187,22 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         // that come before it.
         deliveries.push(delivery(None));
     }
+    let debounce = state
+        .config
+        .catalog
+        .events
+        .get(&event_type)
+        .and_then(|c| c.debounce.as_ref())
+        .and_then(|rule| {
+            let key = debounce::key_of(debounce_key.as_deref(), &payload, &rule.key)?;
+            Some(DebounceRule {
+                key: format!("{account_id}\0{event_type}\0{key}"),
+                window_ms: rule.window.0.as_millis() as Millis,
+                trailing: rule.mode == "leading_trailing",
+            })
+        });
     Ok(NewEvent {
+        debounce,
         meta: EventMeta {
             id: event_id.clone(),
             account_id,
@@ -199,42 +217,32 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
     })
 }
 
-/// What the answer to an ingested event needs, taken before the event moves to the committer.
-struct Summary {
-    event_id: String,
-    deliveries: Vec<Value>,
-}
-
-impl Summary {
-    fn of(ev: &NewEvent) -> Summary {
-        Summary {
-            event_id: ev.meta.id.clone(),
-            deliveries: ev.deliveries.iter().map(delivery_ref).collect(),
-        }
-    }
-
-    fn answer(self, state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
-        match outcome {
-            Some(IngestOutcome::Created) => Ok(json!({
-                "event_id": self.event_id,
-                "duplicate": false,
-                "deliveries": self.deliveries,
-            })),
-            Some(IngestOutcome::Duplicate { event_id }) => {
-                let (meta, _) = state
-                    .store
-                    .event(event_id)?
-                    .ok_or_else(ApiError::unavailable)?;
-                let mut deliveries = Vec::with_capacity(meta.deliveries.len());
-                for id in &meta.deliveries {
-                    if let Some(d) = state.store.delivery(id)? {
-                        deliveries.push(delivery_ref(&d));
-                    }
+/// The answer to one ingested event: what the commit stored, or the first event's answer.
+fn answer(
+    state: &AppState,
+    event_id: &str,
+    outcome: Option<&IngestOutcome>,
+) -> Result<Value, ApiError> {
+    match outcome {
+        Some(IngestOutcome::Created { deliveries }) => Ok(json!({
+            "event_id": event_id,
+            "duplicate": false,
+            "deliveries": deliveries.iter().map(delivery_ref).collect::<Vec<_>>(),
+        })),
+        Some(IngestOutcome::Duplicate { event_id }) => {
+            let (meta, _) = state
+                .store
+                .event(event_id)?
+                .ok_or_else(ApiError::unavailable)?;
+            let mut deliveries = Vec::with_capacity(meta.deliveries.len());
+            for id in &meta.deliveries {
+                if let Some(d) = state.store.delivery(id)? {
+                    deliveries.push(delivery_ref(&d));
                 }
-                Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
             }
-            None => Err(ApiError::unavailable()),
+            Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
         }
+        None => Err(ApiError::unavailable()),
     }
 }
 

@@ -9,6 +9,7 @@
 mod attempt;
 pub use attempt::RetryError;
 pub mod conditions;
+pub mod debounce;
 pub mod quota;
 pub mod recent;
 pub mod retry;

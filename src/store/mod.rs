@@ -23,7 +23,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
-pub use commit::{IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
+pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 pub use due::DueIndex;
 
 use crate::clock::Millis;
@@ -72,6 +72,7 @@ pub(crate) struct Trees {
     accounts: sled::Tree,
     quota: sled::Tree,
     account_secrets: sled::Tree,
+    debounce: sled::Tree,
 }
 
 /// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
@@ -183,6 +184,7 @@ impl Store {
             accounts: tree("accounts")?,
             quota: tree("quota")?,
             account_secrets: tree("account_secrets")?,
+            debounce: tree("debounce")?,
         };
         let data_file = File::open(path.join("db"))?;
 

@@ -1,0 +1,124 @@
+//! Debounce at ingest (SPEC §5), for catalog event types that declare it:
+//! `debounce = { window = "60s", key = "location_id", mode = "leading" }`.
+//!
+//! The first event for (account, type, key) opens a window and is delivered at once. Events in
+//! the rest of the window are recorded `debounced` and not delivered (`leading`). With
+//! `leading_trailing`, the last event debounced in a window is also delivered when the window
+//! closes: each debounced event becomes the window's *candidate*, due at the window's end, and
+//! replaces (debounces) the candidate before it. The decision here is pure; the store keeps the
+//! windows, so a restart neither reopens nor loses one.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+
+/// An open window, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// When the window closes (exclusive).
+    pub end: Millis,
+    /// `leading_trailing`: the deliveries of the event that will be sent at `end`.
+    #[serde(default)]
+    pub candidate: Vec<String>,
+}
+
+/// What to do with an event that falls under a debounce rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Deliver now; a new window `[now, now + window)` opens.
+    Open(Window),
+    /// Record the event as `debounced` and send nothing.
+    Debounce,
+    /// `leading_trailing`: the event becomes the candidate, due at `due`; the previous
+    /// candidate's deliveries (`supersedes`) are debounced.
+    Trail {
+        due: Millis,
+        supersedes: Vec<String>,
+    },
+}
+
+/// Decides for an event at `now` given the stored window (if any).
+pub fn decide(window: Option<&Window>, now: Millis, window_ms: Millis, trailing: bool) -> Decision {
+    match window {
+        Some(w) if now < w.end => {
+            if trailing {
+                Decision::Trail {
+                    due: w.end,
+                    supersedes: w.candidate.clone(),
+                }
+            } else {
+                Decision::Debounce
+            }
+        }
+        _ => Decision::Open(Window {
+            end: now + window_ms,
+            candidate: Vec::new(),
+        }),
+    }
+}
+
+/// The debounce key of an event: the ingest request's `debounce_key`, else the payload's
+/// top-level field `field`; numbers count as their decimal string, so `279381` and `"279381"`
+/// are one key. `None` (no such field, or not a string or integer) means the event is not
+/// debounced.
+pub fn key_of(debounce_key: Option<&str>, payload: &[u8], field: &str) -> Option<String> {
+    if let Some(k) = debounce_key {
+        return Some(k.to_string());
+    }
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(payload).ok()?;
+    match map.get(field)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_event_opens_a_window_and_later_ones_in_it_are_debounced() {
+        let Decision::Open(w) = decide(None, 1_000, 60_000, false) else {
+            panic!("first event must open a window");
+        };
+        assert_eq!(w.end, 61_000);
+        assert_eq!(decide(Some(&w), 60_999, 60_000, false), Decision::Debounce);
+        assert_eq!(
+            decide(Some(&w), 61_000, 60_000, false),
+            Decision::Open(Window {
+                end: 121_000,
+                candidate: vec![]
+            })
+        );
+    }
+
+    #[test]
+    fn trailing_mode_makes_each_debounced_event_the_candidate() {
+        let w = Window {
+            end: 61_000,
+            candidate: vec!["dlv_a".into()],
+        };
+        assert_eq!(
+            decide(Some(&w), 30_000, 60_000, true),
+            Decision::Trail {
+                due: 61_000,
+                supersedes: vec!["dlv_a".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn keys_normalize_numbers_and_prefer_the_request_key() {
+        let p = br#"{"location_id": 279381, "x": 1}"#;
+        let q = br#"{"location_id": "279381"}"#;
+        assert_eq!(key_of(None, p, "location_id").as_deref(), Some("279381"));
+        assert_eq!(key_of(None, q, "location_id").as_deref(), Some("279381"));
+        assert_eq!(key_of(Some("k"), p, "location_id").as_deref(), Some("k"));
+        assert_eq!(key_of(None, p, "missing"), None);
+        assert_eq!(
+            key_of(None, br#"{"location_id": 1.5}"#, "location_id"),
+            None
+        );
+    }
+}
