@@ -170,9 +170,10 @@ impl Endpoint {
             .map(|s| s.value.as_str())
     }
 
-    /// The endpoint object of SPEC §10: no secret, header values as configured.
+    /// The endpoint object of SPEC §10: no secret, header values as configured. An ed25519
+    /// endpoint also shows its current public key (which is not a secret).
     pub fn view(&self) -> Value {
-        json!({
+        let mut v = json!({
             "id": self.id,
             "account_id": self.account_id,
             "url": self.url,
@@ -185,7 +186,14 @@ impl Endpoint {
             "verified": self.verified,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
-        })
+        });
+        if self.signature == SignatureKind::Ed25519 {
+            v["public_key"] = json!(self
+                .secrets
+                .first()
+                .and_then(|s| crate::outbound::sign::public_key_of(&s.value)));
+        }
+        v
     }
 }
 

@@ -311,3 +311,80 @@ async fn sha256_hex_scheme_adds_a_hex_body_signature() {
     // The Standard Webhooks signature is still there.
     assert!(r.header("webhook-signature").unwrap().starts_with("v1,"));
 }
+
+/// Verifies `v1a` signatures with the `whpk_` key, independently of herald's code.
+fn verify_v1a(public_key: &str, r: &common::Recorded) -> bool {
+    use base64::Engine;
+    use ring::signature::{UnparsedPublicKey, ED25519};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let pk = b64
+        .decode(public_key.strip_prefix("whpk_").unwrap())
+        .unwrap();
+    let content = [
+        r.header("webhook-id").unwrap().as_bytes(),
+        b".",
+        r.header("webhook-timestamp").unwrap().as_bytes(),
+        b".",
+        &r.body,
+    ]
+    .concat();
+    r.header("webhook-signature").unwrap().split(' ').any(|s| {
+        s.strip_prefix("v1a,")
+            .and_then(|sig| b64.decode(sig).ok())
+            .is_some_and(|sig| {
+                UnparsedPublicKey::new(&ED25519, &pk)
+                    .verify(&content, &sig)
+                    .is_ok()
+            })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ed25519_endpoint_signs_v1a_and_shows_only_the_public_key() {
+    let w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    let (status, created) = w
+        .herald
+        .admin(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            Some(json!({"url": recv.url("/hook"), "signature": "ed25519"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert!(
+        created.get("secret").is_none(),
+        "the private key is never shown"
+    );
+    let pk = created["public_key"].as_str().unwrap().to_string();
+    assert!(pk.starts_with("whpk_"));
+    let ep = created["endpoint"]["id"].as_str().unwrap().to_string();
+    assert_eq!(created["endpoint"]["signature"], "ed25519");
+    let (_, got) = w
+        .herald
+        .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    assert_eq!(got["public_key"], pk.as_str());
+    assert!(!got.to_string().contains("whsk_"));
+
+    w.ingest("acc", "t.x", json!({"a": 1})).await;
+    let r = &recv.wait_for(1, SETTLE).await[0];
+    assert!(r.header("webhook-signature").unwrap().starts_with("v1a,"));
+    assert!(
+        verify_v1a(&pk, r),
+        "v1a signature does not verify with the public key"
+    );
+
+    // Rotation: a new public key; both keys sign during the grace.
+    let (status, rotated) = w
+        .herald
+        .admin("POST", &format!("/v1/endpoints/{ep}/secret/rotate"), None)
+        .await;
+    assert_eq!(status, 200);
+    let new_pk = rotated["public_key"].as_str().unwrap().to_string();
+    assert!(rotated.get("secret").is_none() && new_pk != pk);
+    w.ingest("acc", "t.x", json!({"a": 2})).await;
+    let r = &recv.wait_for(2, SETTLE).await[1];
+    assert!(verify_v1a(&pk, r) && verify_v1a(&new_pk, r));
+    assert!(!w.herald.log_text().contains("whsk_"));
+}

@@ -47,17 +47,18 @@ pub async fn create(
         Some(v) => url(state, v)?,
         None => return Err(ApiError::field("url", "url is required")),
     };
-    match &f.signature {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s == "hmac" => {}
+    let signature = match &f.signature {
+        None | Some(Value::Null) => SignatureKind::Hmac,
+        Some(Value::String(s)) if s == "hmac" => SignatureKind::Hmac,
+        Some(Value::String(s)) if s == "ed25519" => SignatureKind::Ed25519,
         Some(_) => {
             return Err(ApiError::field(
                 "signature",
-                "signature must be \"hmac\" (ed25519 endpoints are not available yet)",
+                "signature must be \"hmac\" or \"ed25519\"",
             ))
         }
-    }
-    let secret = new_or_imported_secret(&f.secret)?;
+    };
+    let secret = new_or_imported_secret(signature, &f.secret)?;
     let now = state.clock.now_ms();
     let mut ep = Endpoint {
         id: ids::new_id(ENDPOINT, now),
@@ -67,7 +68,7 @@ pub async fn create(
         event_types: Vec::new(),
         headers: BTreeMap::new(),
         retry_policy: state.config.delivery.default_retry_policy.clone(),
-        signature: SignatureKind::Hmac,
+        signature,
         state: EndpointState::Active,
         verified: false,
         created_at: now,
@@ -92,7 +93,7 @@ pub async fn create(
     tracing::info!(endpoint_id = %ep.id, account_id = %ep.account_id, "endpoint created");
     Ok(json(
         StatusCode::CREATED,
-        &json!({"endpoint": ep.view(), "secret": secret}),
+        &with_key(json!({"endpoint": ep.view()}), signature, &secret),
     ))
 }
 
@@ -360,9 +361,9 @@ pub async fn rotate_secret(
             "rotate takes only an optional secret",
         ));
     }
-    let secret = new_or_imported_secret(&f.secret)?;
     let _guard = state.endpoint_writes.lock().await;
     let mut ep = (*find(state, id)?).clone();
+    let secret = new_or_imported_secret(ep.signature, &f.secret)?;
     let now = state.clock.now_ms();
     let grace = state.config.signing.rotation_grace.0.as_millis() as i64;
     // Secrets already past their grace are dropped; the current one starts its grace now.
@@ -380,21 +381,50 @@ pub async fn rotate_secret(
         },
     );
     ep.updated_at = now;
+    let signature = ep.signature;
     state.store.put_endpoint(ep).await?;
     tracing::info!(endpoint_id = %id, "endpoint secret rotated");
-    Ok(json(StatusCode::OK, &json!({ "secret": secret })))
+    Ok(json(
+        StatusCode::OK,
+        &with_key(json!({}), signature, &secret),
+    ))
 }
 
-/// A generated `whsec_` secret, or the imported one after checking it.
-fn new_or_imported_secret(v: &Option<Value>) -> Result<String, ApiError> {
-    match v {
-        None | Some(Value::Null) => Ok(sign::new_secret()),
-        Some(Value::String(s)) if sign::secret_is_valid(s) && s.len() <= 256 => Ok(s.clone()),
-        Some(_) => Err(ApiError::field(
+/// A generated secret (`whsec_`, or a `whsk_` key for ed25519), or the imported one after
+/// checking it fits the endpoint's signature kind.
+fn new_or_imported_secret(kind: SignatureKind, v: &Option<Value>) -> Result<String, ApiError> {
+    let asymmetric =
+        |s: &str| s.starts_with(sign::SIGNING_KEY_PREFIX) || s.starts_with(sign::PUBLIC_KEY_PREFIX);
+    match (kind, v) {
+        (SignatureKind::Hmac, None | Some(Value::Null)) => Ok(sign::new_secret()),
+        (SignatureKind::Ed25519, None | Some(Value::Null)) => Ok(sign::new_signing_key().0),
+        (SignatureKind::Hmac, Some(Value::String(s)))
+            if sign::secret_is_valid(s) && s.len() <= 256 && !asymmetric(s) =>
+        {
+            Ok(s.clone())
+        }
+        (SignatureKind::Ed25519, Some(Value::String(s))) if sign::public_key_of(s).is_some() => {
+            Ok(s.clone())
+        }
+        (SignatureKind::Hmac, Some(_)) => Err(ApiError::field(
             "secret",
             "secret must be whsec_<base64> or a non-empty string of at most 256 characters",
         )),
+        (SignatureKind::Ed25519, Some(_)) => Err(ApiError::field(
+            "secret",
+            "an ed25519 endpoint's secret must be whsk_<base64 of a 32-byte private key>",
+        )),
     }
+}
+
+/// Adds what the receiver needs to the answer: the `secret` of an HMAC endpoint, or only the
+/// `public_key` of an ed25519 one (herald keeps the private key).
+fn with_key(mut v: Value, kind: SignatureKind, secret: &str) -> Value {
+    match kind {
+        SignatureKind::Hmac => v["secret"] = json!(secret),
+        SignatureKind::Ed25519 => v["public_key"] = json!(sign::public_key_of(secret)),
+    }
+    v
 }
 
 /// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).

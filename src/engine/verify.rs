@@ -45,7 +45,7 @@ impl Engine {
             Status::Delivered => {
                 let expected: Vec<String> = endpoint
                     .signing_secrets(now)
-                    .map(|s| sign::hex_hmac(&sign::secret_key(s), nonce.as_bytes()))
+                    .map(|s| sign::hex_hmac(&challenge_key(s), nonce.as_bytes()))
                     .collect();
                 let given = answered_hmac(&answer);
                 if given.is_some_and(|g| expected.iter().any(|e| e.eq_ignore_ascii_case(&g))) {
@@ -82,6 +82,13 @@ impl Engine {
             response_body: answer,
         }
     }
+}
+
+/// The key the challenge answer is computed with: the HMAC key of a symmetric secret; for an
+/// ed25519 endpoint, whose receiver holds only the public key, the `whpk_` public key's bytes
+/// (the handshake then proves the receiver controls the URL and has the endpoint's key).
+fn challenge_key(secret: &str) -> Vec<u8> {
+    sign::public_key_bytes(secret).unwrap_or_else(|| sign::secret_key(secret))
 }
 
 /// The hex the endpoint answered: the whole (trimmed) body, or its JSON `hmac` field.

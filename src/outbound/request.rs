@@ -72,7 +72,10 @@ pub fn build(
         HeaderName::from_static("herald-endpoint-id"),
         endpoint.id.clone(),
     ));
-    if let (Some(name), Some(s)) = (hex_header, endpoint.signing_secrets(at).next()) {
+    let symmetric = endpoint
+        .signing_secrets(at)
+        .find(|s| !s.starts_with(sign::SIGNING_KEY_PREFIX));
+    if let (Some(name), Some(s)) = (hex_header, symmetric) {
         let hex = sign::hex_hmac(&sign::secret_key(s), &payload);
         headers.push((name.clone(), format!("sha256={hex}")));
     }

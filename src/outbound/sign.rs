@@ -63,7 +63,8 @@ pub fn sign_v1(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String 
     format!("v1,{}", B64.encode(m.finalize().into_bytes()))
 }
 
-/// The `webhook-signature` value: one `v1,` signature per secret, space-separated.
+/// The `webhook-signature` value: one signature per secret, space-separated: `v1,` (HMAC) for
+/// symmetric secrets, `v1a,` (ed25519) for `whsk_` keys.
 pub fn signature_header<'a>(
     secrets: impl Iterator<Item = &'a str>,
     msg_id: &str,
@@ -71,9 +72,56 @@ pub fn signature_header<'a>(
     body: &[u8],
 ) -> String {
     secrets
-        .map(|s| sign_v1(&secret_key(s), msg_id, timestamp, body))
+        .filter_map(|s| match s.strip_prefix(SIGNING_KEY_PREFIX) {
+            Some(_) => sign_v1a(s, msg_id, timestamp, body),
+            None => Some(sign_v1(&secret_key(s), msg_id, timestamp, body)),
+        })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+pub const SIGNING_KEY_PREFIX: &str = "whsk_";
+pub const PUBLIC_KEY_PREFIX: &str = "whpk_";
+
+/// A fresh ed25519 key pair: `whsk_` + base64 of the 32-byte private key (the RFC 8032 seed)
+/// and `whpk_` + base64 of the 32-byte public key.
+pub fn new_signing_key() -> (String, String) {
+    let mut seed = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut seed);
+    let sk = format!("{SIGNING_KEY_PREFIX}{}", B64.encode(seed));
+    let pk = public_key_of(&sk).expect("a 32-byte seed is a valid ed25519 key");
+    (sk, pk)
+}
+
+fn key_pair(signing_key: &str) -> Option<ring::signature::Ed25519KeyPair> {
+    let seed = SECRET_B64
+        .decode(signing_key.strip_prefix(SIGNING_KEY_PREFIX)?)
+        .ok()?;
+    ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).ok()
+}
+
+/// The raw 32-byte public key of a `whsk_` signing key.
+pub fn public_key_bytes(signing_key: &str) -> Option<Vec<u8>> {
+    use ring::signature::KeyPair;
+    Some(key_pair(signing_key)?.public_key().as_ref().to_vec())
+}
+
+/// The `whpk_` public key of a `whsk_` signing key.
+pub fn public_key_of(signing_key: &str) -> Option<String> {
+    let pk = public_key_bytes(signing_key)?;
+    Some(format!("{PUBLIC_KEY_PREFIX}{}", B64.encode(pk)))
+}
+
+/// One `v1a,<base64 ed25519 signature>` of `{msg_id}.{timestamp}.{body}`.
+pub fn sign_v1a(signing_key: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+    let pair = key_pair(signing_key)?;
+    let mut content = Vec::with_capacity(msg_id.len() + body.len() + 24);
+    content.extend_from_slice(msg_id.as_bytes());
+    content.push(b'.');
+    content.extend_from_slice(timestamp.to_string().as_bytes());
+    content.push(b'.');
+    content.extend_from_slice(body);
+    Some(format!("v1a,{}", B64.encode(pair.sign(&content).as_ref())))
 }
 
 /// Lowercase hex HMAC-SHA256 of `data` (the `sha256-hex` scheme and the verification answer).
@@ -150,6 +198,21 @@ mod tests {
         let unpadded = s.trim_end_matches('=');
         assert!(secret_is_valid(unpadded));
         assert_eq!(secret_key(unpadded), secret_key(&s));
+    }
+
+    #[test]
+    fn ed25519_signatures_verify_with_the_public_key() {
+        use ring::signature::{UnparsedPublicKey, ED25519};
+        let (sk, pk) = new_signing_key();
+        assert!(sk.starts_with("whsk_") && pk.starts_with("whpk_"));
+        assert_eq!(public_key_of(&sk).as_deref(), Some(pk.as_str()));
+        let header = signature_header([sk.as_str()].into_iter(), ID, TS, BODY);
+        let sig = B64.decode(header.strip_prefix("v1a,").unwrap()).unwrap();
+        let pk = B64.decode(pk.strip_prefix("whpk_").unwrap()).unwrap();
+        let content = format!("{ID}.{TS}.{}", std::str::from_utf8(BODY).unwrap());
+        UnparsedPublicKey::new(&ED25519, pk)
+            .verify(content.as_bytes(), &sig)
+            .unwrap();
     }
 
     #[test]
