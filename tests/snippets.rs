@@ -301,12 +301,11 @@ async fn answers_the_verification_challenge(lang: Lang) {
     assert_eq!(status, 401, "an unsigned challenge must be refused");
 }
 
-async fn herald_delivers_to_the_snippet_and_it_verifies(lang: Lang) {
-    // Verification (`POST /v1/endpoints/{id}/verify`) is its own feature; this test is about
-    // the signatures of ordinary deliveries, so it does not depend on it.
+async fn herald_verifies_and_delivers_to_the_snippet(lang: Lang) {
+    // As in production: the endpoint gets nothing until it passes the verification handshake.
     let w = World::start(
         "allow_http = true",
-        "[endpoints]\nrequire_verification = false\n",
+        "[endpoints]\nrequire_verification = true\n",
     )
     .await;
 
@@ -317,9 +316,19 @@ async fn herald_delivers_to_the_snippet_and_it_verifies(lang: Lang) {
         probe.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}/hook");
-    let (_endpoint, secret) = w.endpoint("11073", &url, json!({})).await;
+    let (endpoint, secret) = w.endpoint("11073", &url, json!({})).await;
     assert!(secret.starts_with("whsec_"), "herald's secret: {secret}");
     let mut s = Snippet::start(lang, &secret, port);
+    let (status, v) = w
+        .herald
+        .admin("POST", &format!("/v1/endpoints/{endpoint}/verify"), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        v["verified"], true,
+        "the {} snippet failed the handshake: {v}",
+        lang.name
+    );
 
     // Payload bytes as a producer might send them (spacing, escapes, non-ASCII): herald
     // delivers them as they are, and the signature covers exactly those bytes.
@@ -372,8 +381,8 @@ async fn snippet_python_answers_the_verification_challenge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn herald_delivers_to_the_python_snippet_and_it_verifies() {
-    herald_delivers_to_the_snippet_and_it_verifies(PYTHON).await;
+async fn herald_verifies_and_delivers_to_the_python_snippet() {
+    herald_verifies_and_delivers_to_the_snippet(PYTHON).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -387,6 +396,6 @@ async fn snippet_node_answers_the_verification_challenge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn herald_delivers_to_the_node_snippet_and_it_verifies() {
-    herald_delivers_to_the_snippet_and_it_verifies(NODE).await;
+async fn herald_verifies_and_delivers_to_the_node_snippet() {
+    herald_verifies_and_delivers_to_the_snippet(NODE).await;
 }
