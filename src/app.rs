@@ -13,6 +13,7 @@ use crate::api::{self, AppState, Tokens};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::engine::{Engine, EngineConfig};
+use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
 use crate::outbound::ssrf::Guard;
 use crate::shutdown::{Shutdown, GRACE};
@@ -80,12 +81,13 @@ pub async fn start(
     let started = Instant::now();
     let config = Arc::new(config);
     let store_path = &config.storage.path;
-    let store = Store::open(store_path, config.storage.cache_capacity).map_err(|source| {
-        AppError::Store {
+    let metrics = Arc::new(Metrics::default());
+    let store = Store::open(store_path, config.storage.cache_capacity, metrics.clone()).map_err(
+        |source| AppError::Store {
             path: store_path.clone(),
             source,
-        }
-    })?;
+        },
+    )?;
     let tokens = load_tokens(&config)?;
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
     let client = Client::new(
@@ -103,6 +105,7 @@ pub async fn start(
         client,
         clock.clone(),
         EngineConfig::from_config(&config),
+        metrics.clone(),
     );
     let state = Arc::new(AppState {
         config: config.clone(),
@@ -114,6 +117,7 @@ pub async fn start(
         started,
         shutting_down: shutdown.clone(),
         endpoint_writes: tokio::sync::Mutex::new(()),
+        metrics,
     });
 
     let addr = listener.local_addr().map_err(|source| AppError::Io {

@@ -20,6 +20,7 @@
 //!   signing.
 //! - [`receive`]: the `herald receive` tool for trying herald out.
 //! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
+//! - [`metrics`]: Prometheus counters and histograms, rendered at `GET /metrics`.
 //! - [`telemetry`]: tracing setup.
 #![forbid(unsafe_code)]
 
@@ -29,6 +30,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod ids;
+pub mod metrics;
 pub mod model;
 pub mod outbound;
 pub mod receive;

@@ -85,6 +85,7 @@ pub struct AppState {
     pub shutting_down: Shutdown,
     /// Serializes endpoint read-modify-writes (limits, patch, pause) among API requests.
     pub endpoint_writes: tokio::sync::Mutex<()>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Accepts connections until shutdown, then closes each gracefully within `grace`.
@@ -184,6 +185,7 @@ async fn dispatch(
     // Routes without a token.
     match (method, seg) {
         (&M::GET, ["healthz"]) => return Ok(status::healthz(state)),
+        (&M::GET, ["metrics"]) => return Ok(status::metrics(state)),
         (&M::POST, ["v1", "events"]) | (&M::POST, ["v1", "events", "batch"]) => {
             if role.is_none() {
                 body::discard_body(req).await;

@@ -5,7 +5,13 @@ use std::sync::Arc;
 use hyper::StatusCode;
 use serde_json::{json, Map, Value};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::Response;
+
 use super::{json, AppState, Resp};
+use crate::metrics::Gauges;
 use crate::model::DeliveryState;
 
 pub fn healthz(state: &Arc<AppState>) -> Resp {
@@ -43,9 +49,30 @@ pub fn status(state: &Arc<AppState>) -> Resp {
             "queue": queue,
             "due": state.store.due().len(),
             "in_flight": state.engine.in_flight(),
-            "quota_check_failures": state.engine.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
+            "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
             "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
             "storage_bytes": state.store.size_on_disk(),
         }),
     )
+}
+
+/// `GET /metrics`: the Prometheus text format (no token, like `/healthz`: it holds counts, never
+/// ids or secrets).
+pub fn metrics(state: &Arc<AppState>) -> Resp {
+    let stats = state.store.stats();
+    let gauges = Gauges {
+        deliveries_by_state: DeliveryState::ALL
+            .iter()
+            .map(|s| (s.as_str(), stats.get(*s).max(0)))
+            .collect(),
+        due: state.store.due().len(),
+        in_flight: state.engine.in_flight(),
+        storage_bytes: state.store.size_on_disk(),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(state.metrics.render(&gauges))));
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
 }

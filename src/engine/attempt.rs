@@ -118,7 +118,7 @@ impl Engine {
 
     /// Condition 5: counts the attempt in the account's windows; `rate_limited` when over. An
     /// account without a plan is not counted. A failing counter store allows the attempt (fail
-    /// open) and is counted in `quota_check_failures`.
+    /// open) and is counted in `herald_quota_check_failures_total`.
     fn over_quota(
         &self,
         account_id: &str,
@@ -137,7 +137,9 @@ impl Engine {
             Ok(true) => None,
             Ok(false) => Some(Status::RateLimited),
             Err(e) => {
-                self.quota_check_failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .quota_check_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(account_id, error = %e, "quota check failed; allowing the attempt (fail open)");
                 None
             }
@@ -278,6 +280,16 @@ impl Engine {
         }
         d.manual = false;
         self.recent.record(now, status);
+        self.metrics.attempt(status);
+        if sent {
+            self.metrics
+                .attempt_duration
+                .observe(attempt.duration_ms as f64 / 1000.0);
+        }
+        if attempt.number == 1 {
+            let waited = (attempt.at - d.created_at).max(0) as f64 / 1000.0;
+            self.metrics.ingest_to_first_attempt.observe(waited);
+        }
         tracing::info!(
             delivery_id = %d.id,
             endpoint_id = d.endpoint_id.as_deref().unwrap_or("-"),

@@ -16,7 +16,7 @@ pub mod retry;
 pub mod verify;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, Plan};
+use crate::metrics::Metrics;
 use crate::outbound::client::Client;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
@@ -97,8 +98,7 @@ pub struct Engine {
     in_flight: Mutex<HashSet<String>>,
     running: AtomicUsize,
     idle: Notify,
-    /// Quota checks that failed on a storage error and were allowed (fail open).
-    pub quota_check_failures: AtomicU64,
+    pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
 }
 
@@ -108,6 +108,7 @@ impl Engine {
         client: Client,
         clock: Arc<dyn Clock>,
         cfg: EngineConfig,
+        metrics: Arc<Metrics>,
     ) -> Arc<Engine> {
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
@@ -120,7 +121,7 @@ impl Engine {
             in_flight: Mutex::new(HashSet::new()),
             running: AtomicUsize::new(0),
             idle: Notify::new(),
-            quota_check_failures: AtomicU64::new(0),
+            metrics,
             recent: recent::Recent::default(),
         })
     }

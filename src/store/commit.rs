@@ -143,6 +143,20 @@ fn commit(inner: &Inner, jobs: Vec<Job>) {
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);
     }
+    let created = cycle
+        .outcomes
+        .iter()
+        .flatten()
+        .filter(|o| matches!(o, IngestOutcome::Created { .. }))
+        .count() as u64;
+    // A cycle of only `Sync` jobs acknowledged no events: not a batch.
+    if !cycle.outcomes.is_empty() {
+        inner.metrics.commit_batch_size.observe(created as f64);
+        inner
+            .metrics
+            .events_ingested
+            .fetch_add(created, std::sync::atomic::Ordering::Relaxed);
+    }
     let mut outcomes = cycle.outcomes.into_iter();
     for job in jobs {
         match job {

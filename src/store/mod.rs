@@ -28,6 +28,7 @@ pub use due::DueIndex;
 
 use crate::clock::Millis;
 use crate::engine::quota::{self, Limits, Windows};
+use crate::metrics::Metrics;
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -102,13 +103,18 @@ pub(crate) struct Inner {
     due: Arc<DueIndex>,
     stats: Stats,
     healthy: AtomicBool,
+    metrics: Arc<Metrics>,
 }
 
 impl Inner {
     /// sled's flush (a `sync_file_range`), then a real fdatasync of its data file.
     fn sync(&self) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
         self.db.flush()?;
         self.data_file.sync_data()?;
+        self.metrics
+            .fsync_duration
+            .observe_duration(started.elapsed());
         Ok(())
     }
 
@@ -164,7 +170,11 @@ pub struct Store {
 
 impl Store {
     /// Opens (or creates) the store at `path` and starts its committer on the current runtime.
-    pub fn open(path: &Path, cache_capacity: u64) -> Result<Arc<Store>, StoreError> {
+    pub fn open(
+        path: &Path,
+        cache_capacity: u64,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Store>, StoreError> {
         std::fs::create_dir_all(path)?;
         remove_partial_snapshots(path)?;
         let db = sled::Config::new()
@@ -215,6 +225,7 @@ impl Store {
             due,
             stats,
             healthy: AtomicBool::new(true),
+            metrics,
         });
         let (commit_tx, rx) = mpsc::channel(16 * 1024);
         let committer = tokio::spawn(commit::run(inner.clone(), rx));

@@ -1,0 +1,224 @@
+//! Prometheus metrics, kept in atomics and rendered in the text exposition format at
+//! `GET /metrics`. Names follow Prometheus conventions: `herald_` prefix, `_total` counters,
+//! `_seconds` histograms, and only bounded labels (`status`, `state`; never an id).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::model::Status;
+
+/// Upper bounds (seconds) of the latency histograms' buckets.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// Upper bounds of the commit batch size histogram (events per fsync).
+const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 512.0, 2048.0];
+
+/// A fixed-bucket histogram; `observe` is two relaxed atomic adds and a short scan.
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    /// Sum in millionths of the unit, so it fits an integer atomic.
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_micros
+            .fetch_add((v.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe(d.as_secs_f64());
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// Every metric herald exports.
+pub struct Metrics {
+    pub events_ingested: AtomicU64,
+    attempts: [AtomicU64; Status::ALL.len()],
+    pub attempt_duration: Histogram,
+    pub ingest_to_first_attempt: Histogram,
+    pub breaker_openings: AtomicU64,
+    pub quota_check_failures: AtomicU64,
+    pub commit_batch_size: Histogram,
+    pub fsync_duration: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            events_ingested: AtomicU64::new(0),
+            attempts: std::array::from_fn(|_| AtomicU64::new(0)),
+            attempt_duration: Histogram::new(&LATENCY_BUCKETS),
+            ingest_to_first_attempt: Histogram::new(&LATENCY_BUCKETS),
+            breaker_openings: AtomicU64::new(0),
+            quota_check_failures: AtomicU64::new(0),
+            commit_batch_size: Histogram::new(&BATCH_BUCKETS),
+            fsync_duration: Histogram::new(&LATENCY_BUCKETS),
+        }
+    }
+}
+
+/// Gauges read at scrape time from the parts that own them.
+pub struct Gauges {
+    pub deliveries_by_state: Vec<(&'static str, i64)>,
+    pub due: usize,
+    pub in_flight: usize,
+    pub storage_bytes: u64,
+}
+
+impl Metrics {
+    pub fn attempt(&self, status: Status) {
+        self.attempts[status as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn attempts(&self, status: Status) -> u64 {
+        self.attempts[status as usize].load(Ordering::Relaxed)
+    }
+
+    /// The text exposition format (version 0.0.4).
+    pub fn render(&self, g: &Gauges) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        };
+        counter(
+            &mut out,
+            "herald_events_ingested_total",
+            "Events acknowledged (stored durably) at ingest.",
+            self.events_ingested.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herald_attempts_total Delivery attempts by status, sent or not.\n\
+             # TYPE herald_attempts_total counter"
+        );
+        for s in Status::ALL {
+            let _ = writeln!(
+                out,
+                "herald_attempts_total{{status=\"{}\"}} {}",
+                s.as_str(),
+                self.attempts(s)
+            );
+        }
+        self.attempt_duration.render(
+            &mut out,
+            "herald_attempt_duration_seconds",
+            "Duration of sent attempts, connect to response.",
+        );
+        self.ingest_to_first_attempt.render(
+            &mut out,
+            "herald_ingest_to_first_attempt_seconds",
+            "Time from ingest to a delivery's first attempt.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herald_deliveries Deliveries by state (the queue is `pending`).\n\
+             # TYPE herald_deliveries gauge"
+        );
+        for (state, n) in &g.deliveries_by_state {
+            let _ = writeln!(out, "herald_deliveries{{state=\"{state}\"}} {n}");
+        }
+        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        gauge(
+            &mut out,
+            "herald_due_deliveries",
+            "Pending deliveries in the in-memory due index.",
+            g.due as u64,
+        );
+        gauge(
+            &mut out,
+            "herald_in_flight_attempts",
+            "Attempts running now.",
+            g.in_flight as u64,
+        );
+        gauge(
+            &mut out,
+            "herald_storage_bytes",
+            "Size of the data directory's store on disk.",
+            g.storage_bytes,
+        );
+        counter(
+            &mut out,
+            "herald_breaker_openings_total",
+            "Times an endpoint's circuit breaker opened.",
+            self.breaker_openings.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "herald_quota_check_failures_total",
+            "Quota checks that failed on a storage error and were allowed (fail open).",
+            self.quota_check_failures.load(Ordering::Relaxed),
+        );
+        self.commit_batch_size.render(
+            &mut out,
+            "herald_commit_batch_size",
+            "Events acknowledged by one group commit (one fsync).",
+        );
+        self.fsync_duration.render(
+            &mut out,
+            "herald_fsync_duration_seconds",
+            "Duration of a group commit's flush and fsync.",
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.fsync_duration.observe(0.003);
+        m.fsync_duration.observe(0.003);
+        m.fsync_duration.observe(7.0);
+        let text = m.render(&Gauges {
+            deliveries_by_state: vec![("pending", 2)],
+            due: 1,
+            in_flight: 0,
+            storage_bytes: 10,
+        });
+        assert!(text.contains("herald_fsync_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
+        assert!(text.contains("herald_fsync_duration_seconds_bucket{le=\"0.005\"} 2\n"));
+        assert!(text.contains("herald_fsync_duration_seconds_bucket{le=\"5\"} 2\n"));
+        assert!(text.contains("herald_fsync_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("herald_fsync_duration_seconds_count 3\n"));
+        assert!(text.contains("herald_deliveries{state=\"pending\"} 2\n"));
+    }
+}
