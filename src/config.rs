@@ -533,6 +533,20 @@ impl Config {
                     );
                 }
             }
+            if let Some(path) = &ev.sample_file {
+                let parsed = std::fs::read_to_string(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| {
+                        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&t)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = parsed {
+                    err(
+                        &format!("catalog.events.\"{ty}\".sample_file"),
+                        format!("{} is not a readable JSON object: {e}", path.display()),
+                    );
+                }
+            }
             if ev.sample.is_some() && ev.sample_file.is_some() {
                 err(
                     &format!("catalog.events.\"{ty}\""),

@@ -69,6 +69,25 @@ pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes:
     Ok(buf.freeze())
 }
 
+/// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
+pub async fn read_optional_json(
+    req: Request<Incoming>,
+    max: usize,
+) -> Result<bytes::Bytes, ApiError> {
+    let empty = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0")
+        || (!req.headers().contains_key(hyper::header::CONTENT_LENGTH)
+            && !req.headers().contains_key(hyper::header::TRANSFER_ENCODING));
+    if empty {
+        discard_body(req).await;
+        Ok(bytes::Bytes::new())
+    } else {
+        read_json_body(req, max).await
+    }
+}
+
 /// A body for routes without one: read and dropped (keeps the connection usable).
 pub async fn discard_body(req: Request<Incoming>) {
     drain(req.into_body()).await;

@@ -343,7 +343,7 @@ pub async fn rotate_secret(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
-    let bytes = read_json_body_or_empty(req, state.config.server.max_body_bytes).await?;
+    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
     let f: Fields = if bytes.is_empty() {
         Fields::default()
     } else {
@@ -425,23 +425,4 @@ fn with_key(mut v: Value, kind: SignatureKind, secret: &str) -> Value {
         SignatureKind::Ed25519 => v["public_key"] = json!(sign::public_key_of(secret)),
     }
     v
-}
-
-/// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
-async fn read_json_body_or_empty(
-    req: Request<Incoming>,
-    max: usize,
-) -> Result<bytes::Bytes, ApiError> {
-    let empty = req
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .is_some_and(|v| v.as_bytes() == b"0")
-        || (!req.headers().contains_key(hyper::header::CONTENT_LENGTH)
-            && !req.headers().contains_key(hyper::header::TRANSFER_ENCODING));
-    if empty {
-        discard_body(req).await;
-        Ok(bytes::Bytes::new())
-    } else {
-        read_json_body(req, max).await
-    }
 }

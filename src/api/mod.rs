@@ -6,10 +6,12 @@
 
 mod accounts;
 pub mod body;
+mod catalog;
 mod deliveries;
 mod endpoints;
 pub mod error;
-mod ingest;
+pub mod ingest;
+mod replay;
 mod status;
 pub mod validate;
 
@@ -206,6 +208,10 @@ async fn dispatch(
     match (method, seg) {
         (&M::GET, ["v1", "status"]) => Ok(status::status(state)),
         (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id),
+        (&M::POST, ["v1", "events", id, "replay"]) => replay::replay(state, req, id).await,
+        (&M::GET, ["v1", "event-types"]) => catalog::event_types(state),
+        (&M::POST, ["v1", "endpoints", id, "recover"]) => replay::recover(state, req, id).await,
+        (&M::POST, ["v1", "endpoints", id, "test"]) => catalog::send_test(state, req, id).await,
         (&M::PUT, ["v1", "accounts", account]) => accounts::put(state, req, account).await,
         (&M::GET, ["v1", "accounts", account]) => accounts::get(state, account),
         (&M::PUT, ["v1", "accounts", account, "secrets", name]) => {

@@ -302,6 +302,8 @@ impl Engine {
         if let Err(e) = self.store.update_delivery(&d, Some(&attempt)) {
             tracing::error!(delivery_id = %d.id, error = %e, "cannot record attempt");
         }
+        // Nobody listening is the normal case.
+        let _ = self.attempted.send(d.id.clone());
         if let (Some(410), Some(ep)) = (attempt.http_status, endpoint) {
             self.disable_gone(&ep, now).await;
         }

@@ -100,6 +100,8 @@ pub struct Engine {
     idle: Notify,
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
+    /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
+    attempted: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Engine {
@@ -123,7 +125,13 @@ impl Engine {
             idle: Notify::new(),
             metrics,
             recent: recent::Recent::default(),
+            attempted: tokio::sync::broadcast::channel(1024).0,
         })
+    }
+
+    /// Announces the id of each delivery whose attempt is recorded from now on.
+    pub fn subscribe_attempts(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.attempted.subscribe()
     }
 
     /// Attempts running now.

@@ -1,0 +1,160 @@
+//! The event catalog (`GET /v1/event-types`) and test events (`POST /v1/endpoints/{id}/test`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::body;
+use super::error::ApiError;
+use super::ingest::new_event;
+use super::{json, validate, AppState, Resp};
+use crate::clock::rfc3339;
+use crate::config::CatalogEvent;
+use crate::store::IngestOutcome;
+
+/// The type of a test event when none is given.
+pub const TEST_TYPE: &str = "webhook.test";
+
+/// A catalog type's sample payload as JSON: the inline `sample`, else `sample_file`, else none.
+fn sample(ev: &CatalogEvent) -> Option<Value> {
+    if let Some(t) = &ev.sample {
+        return serde_json::to_value(t).ok();
+    }
+    let text = std::fs::read_to_string(ev.sample_file.as_ref()?).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+pub fn event_types(state: &Arc<AppState>) -> Result<Resp, ApiError> {
+    let items: Vec<Value> = state
+        .config
+        .catalog
+        .events
+        .iter()
+        .map(|(ty, ev)| {
+            json!({
+                "type": ty,
+                "description": ev.description,
+                "sample": sample(ev),
+                "debounce": ev.debounce.as_ref().map(|d| json!({
+                    "window": humantime::format_duration(d.window.0).to_string(),
+                    "key": d.key,
+                    "mode": d.mode,
+                })),
+            })
+        })
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &json!({"items": items, "next_cursor": null}),
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+}
+
+/// Sends a test event to one endpoint now (through the normal conditions and signing) and
+/// answers with its first attempt. It is a real event in the log, with its own id.
+pub async fn send_test(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
+    let b: TestBody = if bytes.is_empty() {
+        TestBody::default()
+    } else {
+        body::parse(&bytes)?
+    };
+    let ep = state
+        .store
+        .endpoint(id)
+        .ok_or_else(|| ApiError::not_found("endpoint"))?;
+    let now = state.clock.now_ms();
+    let (event_type, payload) = match b.event_type {
+        Some(ty) => {
+            validate::event_type("type", &ty)?;
+            let payload = match state.config.catalog.events.get(&ty).and_then(sample) {
+                Some(s) => s,
+                None if ty == TEST_TYPE => generic(now),
+                None => {
+                    return Err(ApiError::field(
+                        "type",
+                        format!("type {ty:?} has no sample in the catalog"),
+                    ))
+                }
+            };
+            (ty, payload)
+        }
+        None => (TEST_TYPE.to_string(), generic(now)),
+    };
+    let event = new_event(
+        ep.account_id.clone(),
+        event_type,
+        Bytes::from(payload.to_string()),
+        [&ep].into_iter(),
+        now,
+    );
+    let delivery_id = event.deliveries[0].id.clone();
+    let event_id = event.meta.id.clone();
+    let mut attempted = state.engine.subscribe_attempts();
+    let outcome = state.store.ingest(vec![event]).await?;
+    if !matches!(outcome.first(), Some(IngestOutcome::Created { .. })) {
+        return Err(ApiError::unavailable());
+    }
+    // The engine takes it at once; wait for its first attempt, bounded by the delivery limits.
+    let limit = state.config.delivery.connect_timeout.0
+        + state.config.delivery.timeout.0
+        + Duration::from_secs(2);
+    let waited = tokio::time::timeout(limit, async {
+        loop {
+            match attempted.recv().await {
+                Ok(id) if id == delivery_id => return true,
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Missed some announcements: look at the delivery itself.
+                    if state
+                        .store
+                        .attempts(&delivery_id)
+                        .is_ok_and(|a| !a.is_empty())
+                    {
+                        return true;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    let attempt = state
+        .store
+        .attempts(&delivery_id)?
+        .first()
+        .map(|a| a.view());
+    let status = if waited {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(json(
+        status,
+        &json!({"event_id": event_id, "delivery_id": delivery_id, "attempt": attempt}),
+    ))
+}
+
+fn generic(now: i64) -> Value {
+    json!({
+        "type": TEST_TYPE,
+        "message": "A test event from herald. If you can read this, your endpoint receives webhooks.",
+        "sent_at": rfc3339(now),
+    })
+}
