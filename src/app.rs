@@ -11,9 +11,13 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, Tokens};
 use crate::clock::Clock;
+use crate::clock::Millis;
 use crate::config::{Config, ConfigError};
+use crate::engine::health::OPERATOR_ACCOUNT;
 use crate::engine::{Engine, EngineConfig};
+use crate::ids;
 use crate::metrics::Metrics;
+use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
 use crate::outbound::ssrf::Guard;
 use crate::shutdown::{Shutdown, GRACE};
@@ -88,6 +92,12 @@ pub async fn start(
             source,
         },
     )?;
+    sync_operator_endpoint(&store, &config, clock.now_ms())
+        .await
+        .map_err(|source| AppError::Store {
+            path: store_path.clone(),
+            source,
+        })?;
     let tokens = load_tokens(&config)?;
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
     let client = Client::new(
@@ -163,6 +173,58 @@ pub async fn run(
     shutdown: Shutdown,
 ) -> Result<(), AppError> {
     start(config, listener, clock, shutdown).await?.wait().await;
+    Ok(())
+}
+
+/// Makes the reserved operator account's one endpoint match `[operator]`: created or updated
+/// when `webhook_url` is set (verified: the operator configured it), removed when it is not.
+async fn sync_operator_endpoint(
+    store: &Store,
+    config: &Config,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let existing = store.account_endpoints(OPERATOR_ACCOUNT);
+    let (Some(url), Some(secret)) = (&config.operator.webhook_url, &config.operator.secret) else {
+        for ep in existing {
+            store.delete_endpoint(&ep.id).await?;
+        }
+        return Ok(());
+    };
+    let url = url::Url::parse(url)
+        .map(|u| u.to_string())
+        .unwrap_or_else(|_| url.clone());
+    let mut ep = match existing.first() {
+        Some(ep) => (**ep).clone(),
+        None => Endpoint {
+            id: ids::new_id(ids::ENDPOINT, now),
+            account_id: OPERATOR_ACCOUNT.to_string(),
+            url: url.clone(),
+            description: "herald operator events".into(),
+            event_types: Vec::new(),
+            headers: Default::default(),
+            retry_policy: config.delivery.default_retry_policy.clone(),
+            signature: SignatureKind::Hmac,
+            state: EndpointState::Active,
+            verified: true,
+            created_at: now,
+            updated_at: now,
+            secrets: Vec::new(),
+        },
+    };
+    let unchanged = ep.url == url && ep.secrets.len() == 1 && ep.secrets[0].value == *secret;
+    if existing.len() == 1 && unchanged {
+        return Ok(());
+    }
+    ep.url = url;
+    ep.secrets = vec![StoredSecret {
+        value: secret.clone(),
+        expires_at: None,
+    }];
+    ep.updated_at = now;
+    for extra in existing.iter().skip(1) {
+        store.delete_endpoint(&extra.id).await?;
+    }
+    store.put_endpoint(ep).await?;
     Ok(())
 }
 

@@ -554,6 +554,32 @@ impl Config {
                 );
             }
         }
+        match (&self.operator.webhook_url, &self.operator.secret) {
+            (Some(url), Some(secret)) => {
+                let guard =
+                    crate::outbound::ssrf::Guard::new(self.private_allowlist().unwrap_or_default());
+                if let Err(p) =
+                    crate::outbound::url::check_endpoint_url(url, self.delivery.allow_http, &guard)
+                {
+                    err("operator.webhook_url", p.0);
+                }
+                if !crate::outbound::sign::secret_is_valid(secret) {
+                    err(
+                        "operator.secret",
+                        "must be whsec_<base64> or a non-empty string".into(),
+                    );
+                }
+            }
+            (Some(_), None) => err(
+                "operator.secret",
+                "is required with operator.webhook_url (operator events are signed with it)".into(),
+            ),
+            (None, Some(_)) => err(
+                "operator.webhook_url",
+                "is required with operator.secret".into(),
+            ),
+            (None, None) => {}
+        }
         if self.log.format != "text" && self.log.format != "json" {
             err(
                 "log.format",

@@ -40,8 +40,21 @@ impl Shutdown {
 }
 
 /// Fires `trigger` on the first SIGTERM or SIGINT.
+///
+/// Also takes SIGXFSZ: by default it kills a process that writes past its file-size limit
+/// (systemd's `LimitFSIZE=`, `ulimit -f`). Handled, the write fails with `EFBIG` instead, and
+/// herald answers `503` to what it cannot store rather than dying mid-request.
 pub fn on_signals(trigger: Trigger) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    const SIGXFSZ: i32 = 25;
+    let mut xfsz = signal(SignalKind::from_raw(SIGXFSZ))?;
+    tokio::spawn(async move {
+        while xfsz.recv().await.is_some() {
+            tracing::error!(
+                "a write went past the file-size limit (SIGXFSZ); storage refuses writes"
+            );
+        }
+    });
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {

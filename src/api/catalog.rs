@@ -11,11 +11,10 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::ingest::new_event;
 use super::{json, validate, AppState, Resp};
 use crate::clock::rfc3339;
 use crate::config::CatalogEvent;
-use crate::store::IngestOutcome;
+use crate::store::{IngestOutcome, NewEvent};
 
 /// The type of a test event when none is given.
 pub const TEST_TYPE: &str = "webhook.test";
@@ -96,7 +95,7 @@ pub async fn send_test(
         }
         None => (TEST_TYPE.to_string(), generic(now)),
     };
-    let event = new_event(
+    let event = NewEvent::fan_out(
         ep.account_id.clone(),
         event_type,
         Bytes::from(payload.to_string()),

@@ -112,8 +112,13 @@ pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
     ))
 }
 
+/// The endpoint with its health: the circuit breaker and the last hour's success rate.
 pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
-    Ok(json(StatusCode::OK, &find(state, id)?.view()))
+    let mut v = find(state, id)?.view();
+    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(id)) {
+        v.extend(h);
+    }
+    Ok(json(StatusCode::OK, &v))
 }
 
 pub async fn patch(

@@ -15,8 +15,7 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
 use crate::engine::debounce;
-use crate::ids::{self, DELIVERY, EVENT};
-use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta};
+use crate::model::Delivery;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
 
 /// Events one batch may carry (SPEC §2).
@@ -180,55 +179,11 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         .iter()
         .filter(|ep| ep.accepts(&event_type))
         .collect();
-    let mut event = new_event(account_id, event_type, payload, targets.into_iter(), now);
+    let mut event = NewEvent::fan_out(account_id, event_type, payload, targets.into_iter(), now);
     event.meta.idempotency_key = idempotency_key;
     event.meta.debounce_key = debounce_key;
     event.debounce = debounce;
     Ok(event)
-}
-
-/// A new event with one pending delivery per target endpoint, due `now`; with no target, one
-/// delivery without an endpoint, which the engine records as `no_endpoint` (once per event,
-/// after the conditions that come before it).
-pub fn new_event<'a>(
-    account_id: String,
-    event_type: String,
-    payload: Bytes,
-    targets: impl Iterator<Item = &'a Arc<Endpoint>>,
-    now: Millis,
-) -> NewEvent {
-    let event_id = ids::new_id(EVENT, now);
-    let delivery = |endpoint_id: Option<String>| Delivery {
-        id: ids::new_id(DELIVERY, now),
-        event_id: event_id.clone(),
-        endpoint_id,
-        account_id: account_id.clone(),
-        event_type: event_type.clone(),
-        state: DeliveryState::Pending,
-        last_status: None,
-        attempt_count: 0,
-        next_attempt_at: Some(now),
-        created_at: now,
-        manual: false,
-    };
-    let mut deliveries: Vec<Delivery> = targets.map(|ep| delivery(Some(ep.id.clone()))).collect();
-    if deliveries.is_empty() {
-        deliveries.push(delivery(None));
-    }
-    NewEvent {
-        debounce: None,
-        meta: EventMeta {
-            id: event_id,
-            account_id,
-            event_type,
-            received_at: now,
-            idempotency_key: None,
-            debounce_key: None,
-            deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
-        },
-        payload,
-        deliveries,
-    }
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.

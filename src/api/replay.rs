@@ -13,13 +13,12 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::ingest::new_event;
 use super::{json, AppState, Resp};
 use crate::clock::parse_rfc3339;
 use crate::engine::RetryError;
 use crate::ids::{self, EVENT};
 use crate::model::DeliveryState;
-use crate::store::{DeliveryFilter, IngestOutcome};
+use crate::store::{DeliveryFilter, IngestOutcome, NewEvent};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -75,7 +74,7 @@ pub async fn replay(
         ));
     }
     // A replay is the operator's decision: no idempotency key, no debounce.
-    let event = new_event(
+    let event = NewEvent::fan_out(
         meta.account_id,
         meta.event_type,
         payload,

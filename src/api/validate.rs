@@ -46,6 +46,12 @@ pub fn account_id_str(field: &str, s: &str) -> Result<(), ApiError> {
             format!("{field} may contain only letters, digits and - _ . : @"),
         ));
     }
+    if s.starts_with('_') {
+        return Err(ApiError::field(
+            field,
+            format!("{field}: account ids starting with _ are reserved for herald"),
+        ));
+    }
     Ok(())
 }
 
@@ -129,6 +135,7 @@ mod tests {
             json!(null),
             json!([1]),
             json!("a b"),
+            json!("_operator"),
             json!("x/y"),
         ] {
             let e = account_id("account_id", &bad).unwrap_err();

@@ -8,12 +8,13 @@ use rand::Rng;
 
 use std::sync::atomic::Ordering;
 
+use super::breaker::Gate;
 use super::quota::{self, Limits};
 use super::{conditions, retry, Engine};
 use crate::clock::Millis;
 use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
-use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EndpointState, EventMeta, Status};
+use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 use crate::outbound::client::Outcome;
 use crate::outbound::request::{self, Message};
 
@@ -78,12 +79,28 @@ impl Engine {
             .and_then(|ep| self.store.endpoint(ep));
         let started = self.clock.now_ms();
         let plan = self.plan_of(&delivery.account_id);
-        let failing = conditions::first_failing(
+        let mut failing = conditions::first_failing(
             plan.map(|(_, p)| p),
             endpoint.as_deref(),
             self.cfg.require_verification,
-        )
-        .or_else(|| self.over_quota(&delivery.account_id, plan, started));
+        );
+        // The breaker sits between the conditions and the quota: a delivery held by an open
+        // breaker is not attempted and not counted; it waits for the probe.
+        if let (None, Some(ep)) = (failing, endpoint.as_deref()) {
+            let gate = self.breaker_gate(&ep.id, started);
+            if let Gate::WaitUntil(at) = gate {
+                let mut d = delivery;
+                d.next_attempt_at = Some(at);
+                if let Err(e) = self.store.update_delivery(&d, None) {
+                    tracing::error!(delivery_id = %d.id, error = %e, "cannot hold a delivery");
+                }
+                return;
+            }
+            failing = self.over_quota(&delivery.account_id, plan, started);
+            if failing.is_some() && gate == Gate::Probe {
+                self.release_probe(&ep.id);
+            }
+        }
         let (attempt, outcome) = match (failing, endpoint.as_deref()) {
             (None, Some(ep)) => {
                 let (attempt, outcome) = self.send(&delivery, ep, &event.0, event.1, started).await;
@@ -304,22 +321,15 @@ impl Engine {
         }
         // Nobody listening is the normal case.
         let _ = self.attempted.send(d.id.clone());
-        if let (Some(410), Some(ep)) = (attempt.http_status, endpoint) {
-            self.disable_gone(&ep, now).await;
+        if let (true, Some(ep)) = (sent, &endpoint) {
+            self.after_sent(ep, status == Status::Delivered, now).await;
+            if attempt.http_status == Some(410) {
+                self.disable(ep, now, "the endpoint answered 410 Gone")
+                    .await;
+            }
         }
-    }
-
-    /// `410 Gone`: the receiver said the endpoint is gone for good.
-    async fn disable_gone(&self, ep: &Endpoint, now: Millis) {
-        if ep.state == EndpointState::Disabled {
-            return;
-        }
-        let mut ep = ep.clone();
-        ep.state = EndpointState::Disabled;
-        ep.updated_at = now;
-        tracing::warn!(endpoint_id = %ep.id, "endpoint answered 410 Gone; disabled");
-        if let Err(e) = self.store.put_endpoint(ep).await {
-            tracing::error!(error = %e, "cannot disable endpoint");
+        if d.state == DeliveryState::Failed {
+            self.report_failed(&d, now).await;
         }
     }
 }

@@ -8,8 +8,10 @@
 
 mod attempt;
 pub use attempt::RetryError;
+pub mod breaker;
 pub mod conditions;
 pub mod debounce;
+pub mod health;
 pub mod quota;
 pub mod recent;
 pub mod retry;
@@ -44,6 +46,9 @@ pub struct EngineConfig {
     pub hex_header: Option<HeaderName>,
     pub plans: BTreeMap<String, Plan>,
     pub require_verification: bool,
+    pub disable_after_ms: Millis,
+    /// How long a breaker's probe can take (connect + response timeouts and a margin).
+    pub probe_time_ms: Millis,
 }
 
 impl EngineConfig {
@@ -66,6 +71,10 @@ impl EngineConfig {
                 .flatten(),
             plans: c.plans.clone(),
             require_verification: c.endpoints.require_verification,
+            disable_after_ms: c.endpoints.disable_after.0.as_millis() as Millis,
+            probe_time_ms: (c.delivery.connect_timeout.0 + c.delivery.timeout.0).as_millis()
+                as Millis
+                + 1_000,
         }
     }
 
@@ -100,6 +109,8 @@ pub struct Engine {
     idle: Notify,
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
+    breakers: Mutex<HashMap<String, health::Slot>>,
+    rates: Mutex<health::Rates>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
 }
@@ -126,6 +137,8 @@ impl Engine {
             metrics,
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
+            breakers: Mutex::new(HashMap::new()),
+            rates: Mutex::new(health::Rates::default()),
         })
     }
 

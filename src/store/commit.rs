@@ -24,7 +24,8 @@ use super::{tx_error, Inner, StoreError};
 use crate::clock::Millis;
 use crate::engine::debounce::{self, Decision, Window};
 use crate::ids::{self, ATTEMPT};
-use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use crate::ids::{DELIVERY, EVENT};
+use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 
 /// How long an idempotency key keeps answering with the first event (SPEC §2).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
@@ -39,6 +40,53 @@ pub struct NewEvent {
     pub deliveries: Vec<Delivery>,
     /// Set when the event's type is debounced and the event has a debounce key.
     pub debounce: Option<DebounceRule>,
+}
+
+impl NewEvent {
+    /// A new event with one pending delivery per target endpoint, due `now`; with no target, one
+    /// delivery without an endpoint, which the engine records as `no_endpoint` (once per event,
+    /// after the conditions that come before it).
+    pub fn fan_out<'a>(
+        account_id: String,
+        event_type: String,
+        payload: Bytes,
+        targets: impl Iterator<Item = &'a Arc<Endpoint>>,
+        now: Millis,
+    ) -> NewEvent {
+        let event_id = ids::new_id(EVENT, now);
+        let delivery = |endpoint_id: Option<String>| Delivery {
+            id: ids::new_id(DELIVERY, now),
+            event_id: event_id.clone(),
+            endpoint_id,
+            account_id: account_id.clone(),
+            event_type: event_type.clone(),
+            state: DeliveryState::Pending,
+            last_status: None,
+            attempt_count: 0,
+            next_attempt_at: Some(now),
+            created_at: now,
+            manual: false,
+        };
+        let mut deliveries: Vec<Delivery> =
+            targets.map(|ep| delivery(Some(ep.id.clone()))).collect();
+        if deliveries.is_empty() {
+            deliveries.push(delivery(None));
+        }
+        NewEvent {
+            debounce: None,
+            meta: EventMeta {
+                id: event_id,
+                account_id,
+                event_type,
+                received_at: now,
+                idempotency_key: None,
+                debounce_key: None,
+                deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
+            },
+            payload,
+            deliveries,
+        }
+    }
 }
 
 /// The debounce rule that applies to one event.

@@ -27,6 +27,7 @@ pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 pub use due::DueIndex;
 
 use crate::clock::Millis;
+use crate::engine::breaker::Breaker;
 use crate::engine::quota::{self, Limits, Windows};
 use crate::metrics::Metrics;
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
@@ -74,6 +75,7 @@ pub(crate) struct Trees {
     quota: sled::Tree,
     account_secrets: sled::Tree,
     debounce: sled::Tree,
+    breakers: sled::Tree,
 }
 
 /// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
@@ -195,6 +197,7 @@ impl Store {
             quota: tree("quota")?,
             account_secrets: tree("account_secrets")?,
             debounce: tree("debounce")?,
+            breakers: tree("breakers")?,
         };
         let data_file = File::open(path.join("db"))?;
 
@@ -562,6 +565,29 @@ impl Store {
 
     pub fn set_quota_fault(&self, on: bool) {
         self.quota_fault.store(on, Ordering::Relaxed);
+    }
+
+    // --- circuit breakers ---------------------------------------------------------------------
+
+    /// An endpoint's stored breaker state (none: closed, never failed).
+    pub fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
+        match self.inner.trees.breakers.get(endpoint_id.as_bytes())? {
+            Some(v) => Ok(Some(codec::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps a breaker state (reaches disk with sled's periodic flush, like attempt records).
+    pub fn put_breaker(&self, endpoint_id: &str, b: &Breaker) -> Result<(), StoreError> {
+        if *b == Breaker::default() {
+            self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
+        } else {
+            self.inner
+                .trees
+                .breakers
+                .insert(endpoint_id.as_bytes(), codec::encode(b)?)?;
+        }
+        Ok(())
     }
 
     // --- endpoints ----------------------------------------------------------------------------

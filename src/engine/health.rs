@@ -1,0 +1,210 @@
+//! Endpoint health: the circuit breaker gate and its bookkeeping, auto-disable, per-endpoint
+//! success rates, and the operator events that report them (SPEC §7).
+//!
+//! Operator events are ordinary events of the reserved account [`OPERATOR_ACCOUNT`], delivered
+//! to `operator.webhook_url` by this same engine, signed with `operator.secret` and logged like
+//! any delivery. Nothing that happens to the operator's own endpoint raises an operator event
+//! (it would report on itself in a loop).
+
+use std::collections::{HashMap, VecDeque};
+
+use serde_json::{json, Value};
+
+use super::breaker::{Breaker, Change, Gate};
+use super::{lock, Engine};
+use crate::clock::{rfc3339, Millis};
+use crate::model::{Delivery, Endpoint, EndpointState};
+use crate::store::NewEvent;
+
+/// The account operator events belong to. Account ids starting with `_` are reserved.
+pub const OPERATOR_ACCOUNT: &str = "_operator";
+
+/// A breaker and whether its probe is out.
+#[derive(Default)]
+pub(super) struct Slot {
+    breaker: Breaker,
+    probe_running: bool,
+}
+
+/// Sent attempts per endpoint per minute, for the last hour's success rate.
+#[derive(Default)]
+pub(super) struct Rates(HashMap<String, VecDeque<(i64, u32, u32)>>);
+
+impl Rates {
+    fn record(&mut self, endpoint_id: &str, now: Millis, ok: bool) {
+        let minute = now.div_euclid(60_000);
+        let q = self.0.entry(endpoint_id.to_string()).or_default();
+        if q.back().is_none_or(|(m, _, _)| *m != minute) {
+            q.push_back((minute, 0, 0));
+        }
+        while q.front().is_some_and(|(m, _, _)| *m <= minute - 60) {
+            q.pop_front();
+        }
+        if let Some((_, good, all)) = q.back_mut() {
+            *good += u32::from(ok);
+            *all += 1;
+        }
+    }
+
+    fn rate(&self, endpoint_id: &str, now: Millis) -> Option<(u32, u32)> {
+        let from = now.div_euclid(60_000) - 59;
+        let (good, all) = self
+            .0
+            .get(endpoint_id)?
+            .iter()
+            .filter(|(m, _, _)| *m >= from)
+            .fold((0, 0), |(g, a), (_, good, all)| (g + good, a + all));
+        (all > 0).then_some((good, all))
+    }
+}
+
+impl Engine {
+    fn with_slot<T>(&self, endpoint_id: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
+        let mut slots = lock(&self.breakers);
+        let slot = slots
+            .entry(endpoint_id.to_string())
+            .or_insert_with(|| Slot {
+                breaker: self
+                    .store
+                    .breaker(endpoint_id)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
+                probe_running: false,
+            });
+        f(slot)
+    }
+
+    /// Asks the endpoint's breaker whether an attempt due now may go out.
+    pub(super) fn breaker_gate(&self, endpoint_id: &str, now: Millis) -> Gate {
+        self.with_slot(endpoint_id, |s| {
+            let gate = s.breaker.gate(now, s.probe_running, self.cfg.probe_time_ms);
+            if gate == Gate::Probe {
+                s.probe_running = true;
+            }
+            gate
+        })
+    }
+
+    /// A probe that was not sent after all (another condition stopped it).
+    pub(super) fn release_probe(&self, endpoint_id: &str) {
+        self.with_slot(endpoint_id, |s| s.probe_running = false);
+    }
+
+    /// Records a sent attempt's result in the breaker and the success rate, and acts on what
+    /// changed: openings are counted and reported, a recovery is reported, and an endpoint that
+    /// has failed every attempt for `endpoints.disable_after` is disabled.
+    pub(super) async fn after_sent(&self, ep: &Endpoint, ok: bool, now: Millis) {
+        lock(&self.rates).record(&ep.id, now, ok);
+        let change = self.with_slot(&ep.id, |s| {
+            s.probe_running = false;
+            let change = s.breaker.record(ok, now, self.cfg.disable_after_ms);
+            if let Err(e) = self.store.put_breaker(&ep.id, &s.breaker) {
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
+            }
+            change
+        });
+        match change {
+            Some(Change::Opened) => {
+                self.metrics
+                    .breaker_openings
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(endpoint_id = %ep.id, "endpoint failing: circuit breaker open; its deliveries wait for a probe");
+                self.operator_event(ep, "endpoint.failing", json!({}), now)
+                    .await;
+            }
+            Some(Change::Recovered) => {
+                tracing::info!(endpoint_id = %ep.id, "endpoint recovered: circuit breaker closed");
+                self.operator_event(ep, "endpoint.recovered", json!({}), now)
+                    .await;
+            }
+            Some(Change::Disable) => {
+                self.disable(ep, now, "failed every attempt for endpoints.disable_after")
+                    .await;
+            }
+            None => {}
+        }
+    }
+
+    /// Disables an endpoint (after `410 Gone` or the disable window) and reports it.
+    pub(super) async fn disable(&self, ep: &Endpoint, now: Millis, why: &str) {
+        let Some(current) = self.store.endpoint(&ep.id) else {
+            return;
+        };
+        if current.state == EndpointState::Disabled {
+            return;
+        }
+        let mut updated = (*current).clone();
+        updated.state = EndpointState::Disabled;
+        updated.updated_at = now;
+        tracing::warn!(endpoint_id = %ep.id, reason = why, "endpoint disabled");
+        if let Err(e) = self.store.put_endpoint(updated).await {
+            tracing::error!(error = %e, "cannot disable endpoint");
+            return;
+        }
+        self.operator_event(ep, "endpoint.disabled", json!({ "reason": why }), now)
+            .await;
+    }
+
+    /// A delivery became `failed` (the dead-letter list).
+    pub(super) async fn report_failed(&self, d: &Delivery, now: Millis) {
+        if d.account_id == OPERATOR_ACCOUNT {
+            return;
+        }
+        let data = json!({
+            "delivery_id": d.id,
+            "event_id": d.event_id,
+            "endpoint_id": d.endpoint_id,
+            "account_id": d.account_id,
+            "event_type": d.event_type,
+            "last_status": d.last_status,
+            "attempt_count": d.attempt_count,
+        });
+        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
+        self.emit(&targets, "delivery.failed", data, now).await;
+    }
+
+    async fn operator_event(&self, ep: &Endpoint, ty: &str, mut data: Value, now: Millis) {
+        if ep.account_id == OPERATOR_ACCOUNT {
+            return;
+        }
+        data["endpoint_id"] = json!(ep.id);
+        data["account_id"] = json!(ep.account_id);
+        data["url"] = json!(ep.url);
+        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
+        self.emit(&targets, ty, data, now).await;
+    }
+
+    async fn emit(&self, targets: &[std::sync::Arc<Endpoint>], ty: &str, data: Value, now: Millis) {
+        if targets.is_empty() {
+            return;
+        }
+        let payload = json!({"type": ty, "at": rfc3339(now), "data": data}).to_string();
+        let event = NewEvent::fan_out(
+            OPERATOR_ACCOUNT.to_string(),
+            ty.to_string(),
+            payload.into(),
+            targets.iter(),
+            now,
+        );
+        if let Err(e) = self.store.ingest(vec![event]).await {
+            tracing::error!(error = %e, event_type = ty, "cannot store an operator event");
+        }
+    }
+
+    /// The breaker as the endpoint view shows it, and the last hour's success rate.
+    pub fn health_view(&self, endpoint_id: &str) -> Value {
+        let now = self.clock.now_ms();
+        let b = self.with_slot(endpoint_id, |s| s.breaker.clone());
+        let rate = lock(&self.rates).rate(endpoint_id, now);
+        json!({
+            "breaker": {
+                "state": b.phase,
+                "consecutive_failures": b.consecutive_failures,
+                "next_probe_at": b.next_probe_at.map(rfc3339),
+            },
+            "success_rate_1h": rate.map(|(good, all)| f64::from(good) / f64::from(all)),
+            "attempts_1h": rate.map_or(0, |(_, all)| all),
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! Endpoint health (SPEC §7): the circuit breaker, auto-disable, and operator events, on a
+//! manual clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{behaviour, first_delivery, sig, HeraldApi, InProc, Receiver, Reply, World};
+use serde_json::{json, Value};
+
+/// 2026-12-02T12:00:00Z.
+const T0: i64 = 1_796_212_800_000;
+const SETTLE: Duration = Duration::from_secs(10);
+const OPERATOR_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Fails the first `n` requests with 500, then answers 200.
+fn fails_first(n: usize) -> common::Behaviour {
+    behaviour(move |_, i| {
+        if i < n {
+            Reply::status(500)
+        } else {
+            Reply::status(200)
+        }
+    })
+}
+
+async fn endpoint_view(w: &World<InProc>, ep: &str) -> Value {
+    w.herald
+        .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await
+        .1
+}
+
+/// Ingests one event and waits until its delivery is no longer due now (attempted or held).
+async fn fail_once(w: &World<InProc>) -> String {
+    let d = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    w.wait_state(&d, "failed", SETTLE).await;
+    d
+}
+
+async fn open_breaker(w: &World<InProc>) {
+    for _ in 0..10 {
+        fail_once(w).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_opens_after_ten_failures_holds_deliveries_and_a_probe_closes_it() {
+    let w = World::start_manual("", "", T0).await;
+    let recv = Receiver::https(&w.ca, fails_first(10));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w).await;
+    let v = endpoint_view(&w, &ep).await;
+    assert_eq!(v["breaker"]["state"], "open", "{v}");
+    assert_eq!(v["breaker"]["consecutive_failures"], 10);
+    assert_eq!(v["breaker"]["next_probe_at"], "2026-12-02T12:00:30.000Z");
+    assert_eq!(v["success_rate_1h"], 0.0);
+
+    // While open, a delivery waits: not attempted, not counted.
+    let held = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    common::wait_until(SETTLE, "the delivery is held until the probe", || async {
+        w.delivery(&held).await["next_attempt_at"] == "2026-12-02T12:00:30.000Z"
+    })
+    .await;
+    let d = w.delivery(&held).await;
+    assert_eq!(
+        (d["state"].as_str(), d["attempt_count"].as_u64()),
+        (Some("pending"), Some(0))
+    );
+    assert_eq!(recv.count(), 10);
+
+    // At the probe time, one attempt decides; the receiver is healthy again.
+    w.herald.clock.set(T0 + 30_000);
+    w.wait_state(&held, "delivered", SETTLE).await;
+    let v = endpoint_view(&w, &ep).await;
+    assert_eq!(v["breaker"]["state"], "closed", "{v}");
+    let (_, _, metrics) = w
+        .herald
+        .call_raw("GET", "/metrics", None, &[], vec![])
+        .await;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics.contains("\nherald_breaker_openings_total 1\n"),
+        "breaker openings are counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_probe_doubles_the_cooldown_and_the_breaker_survives_a_restart() {
+    let mut w = World::start_manual("", "", T0).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w).await;
+    let held = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    w.herald.clock.set(T0 + 30_000);
+    w.wait_state(&held, "failed", SETTLE).await;
+    let v = endpoint_view(&w, &ep).await;
+    assert_eq!(v["breaker"]["state"], "open");
+    assert_eq!(
+        v["breaker"]["next_probe_at"], "2026-12-02T12:01:30.000Z",
+        "60 s after the failed probe"
+    );
+
+    w.herald.restart().await;
+    let v = endpoint_view(&w, &ep).await;
+    assert_eq!(
+        v["breaker"]["state"], "open",
+        "breaker state survives a restart"
+    );
+    assert_eq!(v["breaker"]["next_probe_at"], "2026-12-02T12:01:30.000Z");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_failing_every_attempt_for_disable_after_is_disabled_and_reported() {
+    let operator = Receiver::ok_http();
+    let tables = format!(
+        "[endpoints]\nrequire_verification = false\ndisable_after = \"1h\"\n\
+         [operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
+        operator.url("/ops")
+    );
+    let w = World::start_manual("allow_http = true", &tables, T0).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    fail_once(&w).await;
+    w.herald.clock.set(T0 + 3_600_000);
+    fail_once(&w).await;
+    common::wait_until(SETTLE, "endpoint is disabled", || async {
+        endpoint_view(&w, &ep).await["state"] == "disabled"
+    })
+    .await;
+    // delivery.failed twice, then endpoint.disabled; each signed with operator.secret.
+    let got = operator.wait_for(3, SETTLE).await;
+    let types: Vec<String> = got
+        .iter()
+        .map(|r| r.json()["type"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        types.contains(&"endpoint.disabled".to_string()),
+        "{types:?}"
+    );
+    assert_eq!(
+        types.iter().filter(|t| *t == "delivery.failed").count(),
+        2,
+        "{types:?}"
+    );
+    for r in &got {
+        assert!(sig::verify(
+            OPERATOR_SECRET,
+            r.header("webhook-id").unwrap(),
+            r.header("webhook-timestamp").unwrap(),
+            &r.body,
+            r.header("webhook-signature").unwrap()
+        ));
+    }
+    let disabled = got
+        .iter()
+        .find(|r| r.json()["type"] == "endpoint.disabled")
+        .unwrap()
+        .json();
+    assert_eq!(disabled["data"]["endpoint_id"], ep.as_str());
+    assert_eq!(disabled["data"]["account_id"], "acc");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_hears_when_an_endpoint_starts_failing_and_when_it_recovers() {
+    let operator = Receiver::ok_http();
+    let tables = format!(
+        "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
+        operator.url("/ops")
+    );
+    let w = World::start_manual("allow_http = true", &tables, T0).await;
+    let recv = Receiver::https(&w.ca, fails_first(10));
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w).await;
+    let held = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    w.herald.clock.set(T0 + 30_000);
+    w.wait_state(&held, "delivered", SETTLE).await;
+    let kinds = || {
+        operator
+            .requests()
+            .iter()
+            .map(|r| r.json()["type"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    common::wait_until(SETTLE, "endpoint.recovered arrives", || async {
+        kinds().contains(&"endpoint.recovered".to_string())
+    })
+    .await;
+    let k = kinds();
+    assert_eq!(
+        k.iter().filter(|t| *t == "endpoint.failing").count(),
+        1,
+        "{k:?}"
+    );
+    assert_eq!(
+        k.iter().filter(|t| *t == "delivery.failed").count(),
+        10,
+        "{k:?}"
+    );
+    // Operator events are logged like any delivery, under the reserved account.
+    let (_, list) = w
+        .herald
+        .admin("GET", "/v1/deliveries?event_type=endpoint.recovered", None)
+        .await;
+    assert_eq!(list["items"][0]["account_id"], "_operator");
+}
