@@ -14,6 +14,7 @@ use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
+use crate::config::Config;
 use crate::engine::debounce;
 use crate::model::Delivery;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
@@ -113,8 +114,22 @@ fn at_index(mut e: ApiError, i: usize) -> ApiError {
     e
 }
 
-/// Validates one item and fans it out to the account's matching endpoints.
-fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, ApiError> {
+/// An ingest item whose fields passed every check.
+pub struct Checked {
+    pub account_id: String,
+    pub event_type: String,
+    pub payload: Bytes,
+    pub idempotency_key: Option<String>,
+    pub debounce_key: Option<String>,
+}
+
+/// Parses and checks one ingest item's bytes: what `POST /v1/events` does before anything is
+/// stored (also the fuzzing entry point for the ingest parser).
+pub fn parse_event(config: &Config, bytes: &[u8]) -> Result<Checked, ApiError> {
+    check(config, body::parse(bytes)?)
+}
+
+fn check(config: &Config, item: Item<'_>) -> Result<Checked, ApiError> {
     let account_id = match &item.account_id {
         Some(v) => validate::account_id("account_id", v)?,
         None => return Err(ApiError::field("account_id", "account_id is required")),
@@ -127,7 +142,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         Some(_) => return Err(ApiError::field("type", "type must be a string")),
         None => return Err(ApiError::field("type", "type is required")),
     };
-    if state.config.catalog.strict && !state.config.catalog.events.contains_key(&event_type) {
+    if config.catalog.strict && !config.catalog.events.contains_key(&event_type) {
         return Err(ApiError::field(
             "type",
             format!("type {event_type:?} is not in the catalog (catalog.strict = true)"),
@@ -159,6 +174,24 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
             ))
         }
     };
+    Ok(Checked {
+        account_id,
+        event_type,
+        payload,
+        idempotency_key,
+        debounce_key,
+    })
+}
+
+/// Validates one item and fans it out to the account's matching endpoints.
+fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, ApiError> {
+    let Checked {
+        account_id,
+        event_type,
+        payload,
+        idempotency_key,
+        debounce_key,
+    } = check(&state.config, item)?;
 
     let debounce = state
         .config
