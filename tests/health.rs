@@ -76,6 +76,13 @@ async fn breaker_opens_after_ten_failures_holds_deliveries_and_a_probe_closes_it
     w.wait_state(&held, "delivered", SETTLE).await;
     let v = endpoint_view(&w, &ep).await;
     assert_eq!(v["breaker"]["state"], "closed", "{v}");
+    let (_, st) = w.herald.admin("GET", "/v1/status", None).await;
+    assert_eq!(st["dead_letters"], 10, "{st}");
+    let rates = st["endpoints_last_hour"].as_array().unwrap();
+    assert_eq!(rates.len(), 1, "{st}");
+    assert_eq!(rates[0]["endpoint_id"], ep.as_str());
+    assert_eq!(rates[0]["attempts"], 11);
+    assert!((rates[0]["success_rate"].as_f64().unwrap() - 1.0 / 11.0).abs() < 1e-9);
     let (_, _, metrics) = w
         .herald
         .call_raw("GET", "/metrics", None, &[], vec![])

@@ -52,6 +52,12 @@ pub fn status(state: &Arc<AppState>) -> Resp {
             "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
             "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
             "storage_bytes": state.store.size_on_disk(),
+            "dead_letters": stats.get(DeliveryState::Failed).max(0),
+            "endpoints_last_hour": state.engine.success_rates().into_iter().map(|(id, good, all)| json!({
+                "endpoint_id": id,
+                "attempts": all,
+                "success_rate": f64::from(good) / f64::from(all),
+            })).collect::<Vec<_>>(),
         }),
     )
 }

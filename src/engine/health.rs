@@ -192,6 +192,19 @@ impl Engine {
         }
     }
 
+    /// Every endpoint with sent attempts in the last hour: (id, successes, attempts).
+    pub fn success_rates(&self) -> Vec<(String, u32, u32)> {
+        let now = self.clock.now_ms();
+        let rates = lock(&self.rates);
+        let mut out: Vec<_> = rates
+            .0
+            .keys()
+            .filter_map(|id| rates.rate(id, now).map(|(g, a)| (id.clone(), g, a)))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The breaker as the endpoint view shows it, and the last hour's success rate.
     pub fn health_view(&self, endpoint_id: &str) -> Value {
         let now = self.clock.now_ms();

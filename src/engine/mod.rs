@@ -7,6 +7,7 @@
 //! decides what comes next (retry, fail, done) and records it through the store.
 
 mod attempt;
+mod retention;
 pub use attempt::RetryError;
 pub mod breaker;
 pub mod conditions;
@@ -47,6 +48,7 @@ pub struct EngineConfig {
     pub plans: BTreeMap<String, Plan>,
     pub require_verification: bool,
     pub disable_after_ms: Millis,
+    pub retention_ms: Millis,
     /// How long a breaker's probe can take (connect + response timeouts and a margin).
     pub probe_time_ms: Millis,
 }
@@ -72,6 +74,7 @@ impl EngineConfig {
             plans: c.plans.clone(),
             require_verification: c.endpoints.require_verification,
             disable_after_ms: c.endpoints.disable_after.0.as_millis() as Millis,
+            retention_ms: c.storage.retention.0.as_millis() as Millis,
             probe_time_ms: (c.delivery.connect_timeout.0 + c.delivery.timeout.0).as_millis()
                 as Millis
                 + 1_000,
@@ -107,6 +110,7 @@ pub struct Engine {
     in_flight: Mutex<HashSet<String>>,
     running: AtomicUsize,
     idle: Notify,
+    sweeping: std::sync::atomic::AtomicBool,
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     breakers: Mutex<HashMap<String, health::Slot>>,
@@ -134,6 +138,7 @@ impl Engine {
             in_flight: Mutex::new(HashSet::new()),
             running: AtomicUsize::new(0),
             idle: Notify::new(),
+            sweeping: std::sync::atomic::AtomicBool::new(false),
             metrics,
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
@@ -158,8 +163,13 @@ impl Engine {
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
     pub async fn run(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
+        let mut next_sweep = self.clock.now_ms();
         loop {
             let now = self.clock.now_ms();
+            if now >= next_sweep {
+                self.clone().start_sweep(now);
+                next_sweep = now + retention::SWEEP_EVERY_MS;
+            }
             let due = self.store.due().pop_due(now, POP_BATCH);
             let got = due.len();
             for (at, id) in due {
@@ -169,10 +179,13 @@ impl Engine {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let wait = match self.store.due().next_due() {
-                Some(at) => Duration::from_millis((at - now).max(0) as u64),
-                None => Duration::from_secs(3600),
-            };
+            let until = self
+                .store
+                .due()
+                .next_due()
+                .unwrap_or(i64::MAX)
+                .min(next_sweep);
+            let wait = Duration::from_millis((until - now).max(0) as u64);
             let clock_jump = async {
                 match self.clock.changed() {
                     Some(n) => n.notified().await,

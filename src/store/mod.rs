@@ -11,6 +11,7 @@
 mod codec;
 mod commit;
 mod due;
+mod retention;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 pub use due::DueIndex;
+pub use retention::Pruned;
 
 use crate::clock::Millis;
 use crate::engine::breaker::Breaker;
@@ -90,6 +92,10 @@ impl Stats {
             self.by_state[from as usize].fetch_sub(1, Ordering::Relaxed);
         }
         self.by_state[to as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn forget(&self, state: DeliveryState) {
+        self.by_state[state as usize].fetch_sub(1, Ordering::Relaxed);
     }
 
     pub fn get(&self, state: DeliveryState) -> i64 {

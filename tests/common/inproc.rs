@@ -28,13 +28,18 @@ impl InProc {
     /// Starts herald on a fresh temp data dir with the clock at `now_ms`; `extra_toml` is
     /// appended to the harness's standard config.
     pub async fn start(extra_toml: &str, now_ms: i64) -> InProc {
+        InProc::start_with_storage("", extra_toml, now_ms).await
+    }
+
+    /// Like [`InProc::start`]; `storage_keys` are extra lines of the `[storage]` table.
+    pub async fn start_with_storage(storage_keys: &str, extra_toml: &str, now_ms: i64) -> InProc {
         let dir = tempfile::Builder::new()
             .prefix("herald-inproc-")
             .tempdir()
             .expect("temp dir");
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n{}{extra_toml}\n",
+             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n{storage_keys}\n{}{extra_toml}\n",
             super::toml_string(&dir.path().join("data").display().to_string()),
             super::endpoints_default(extra_toml),
         );

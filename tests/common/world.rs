@@ -40,10 +40,20 @@ impl World<Herald> {
 impl World<InProc> {
     /// Like [`World::start`], in this process, with a manual clock set to `now_ms`.
     pub async fn start_manual(delivery_keys: &str, tables: &str, now_ms: i64) -> World<InProc> {
+        World::start_manual_with_storage("", delivery_keys, tables, now_ms).await
+    }
+
+    /// Like [`World::start_manual`]; `storage_keys` are extra lines of the `[storage]` table.
+    pub async fn start_manual_with_storage(
+        storage_keys: &str,
+        delivery_keys: &str,
+        tables: &str,
+        now_ms: i64,
+    ) -> World<InProc> {
         let (ca, ca_dir, extra) = ca_and_config(delivery_keys, tables);
         World {
             ca,
-            herald: InProc::start(&extra, now_ms).await,
+            herald: InProc::start_with_storage(storage_keys, &extra, now_ms).await,
             _ca_dir: ca_dir,
         }
     }
