@@ -19,14 +19,24 @@ use crate::outbound::ssrf::Cidr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
 
+/// The longest duration any key takes. Durations become milliseconds added to the clock; a
+/// bound keeps that arithmetic (and the ±10 % jitter on retry delays) far from overflowing.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 86_400);
+
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        humantime::parse_duration(s.trim()).map(Dur).map_err(|e| {
+        let d = humantime::parse_duration(s.trim()).map_err(|e| {
             serde::de::Error::custom(format!(
                 "invalid duration {s:?} ({e}); write it like \"300ms\", \"5s\", \"10h\" or \"5d\""
             ))
-        })
+        })?;
+        if d > MAX_DURATION {
+            return Err(serde::de::Error::custom(format!(
+                "duration {s:?} is longer than the longest allowed, \"3660d\""
+            )));
+        }
+        Ok(Dur(d))
     }
 }
 

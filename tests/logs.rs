@@ -39,13 +39,19 @@ fn json_log_format_emits_one_json_object_per_line() {
             .unwrap_or_else(|_| panic!("no listening line; got {lines:#?}"));
         let v: serde_json::Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("not a JSON object per line ({e}): {line}"));
-        assert!(v.is_object() && v["level"].is_string() && v["timestamp"].is_string(), "{v}");
+        assert!(
+            v.is_object() && v["level"].is_string() && v["timestamp"].is_string(),
+            "{v}"
+        );
         lines.push(v.clone());
         if v["message"] == "herald listening" {
             break v;
         }
     };
-    assert!(listening["addr"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(listening["addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
     // The generated admin token's file is logged, never the token.
     let token = std::fs::read_to_string(dir.path().join("data/admin.token")).unwrap();
     assert!(lines.iter().all(|l| !l.to_string().contains(token.trim())));

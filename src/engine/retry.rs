@@ -30,7 +30,11 @@ pub fn next_delay(
     retry_after: Option<Duration>,
 ) -> Option<Duration> {
     let base = *policy.get(attempts_made.checked_sub(1)? as usize)?;
-    let jittered = base.mul_f64((1.0 + jitter.clamp(-1.0, 1.0) * JITTER).max(0.0));
+    // Config durations are bounded (config::MAX_DURATION), so this cannot overflow; saturate
+    // anyway rather than panic on a value that slipped past.
+    let factor = (1.0 + jitter.clamp(-1.0, 1.0) * JITTER).max(0.0);
+    let jittered =
+        Duration::try_from_secs_f64(base.as_secs_f64() * factor).unwrap_or(Duration::MAX);
     Some(match retry_after {
         Some(floor) => jittered.max(floor),
         None => jittered,

@@ -1,0 +1,89 @@
+//! Inputs saved by fuzzing (fuzz/regressions/<target>/), replayed through the same calls and
+//! assertions as the fuzz targets: `fuzz/checks.rs` is shared with fuzz/fuzz_targets/*.rs.
+//! A test marked `#[ignore = "BUG: ..."]` fails until herald is fixed; remove the mark then.
+//!
+//! To add one: copy the crashing input from fuzz/artifacts/<target>/ to
+//! fuzz/regressions/<target>/<what-it-is>, and add a test below.
+
+#[path = "../fuzz/checks.rs"]
+#[allow(dead_code)]
+mod checks;
+
+use std::path::Path;
+
+/// Every file in `dir` (relative to the repository), sorted, as `(name, bytes)`.
+fn files(dir: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut out: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The hand-written seed corpora pass every check (so the fuzz targets start from valid ground,
+/// and a change to herald that breaks a rule on an ordinary input shows up in `cargo test`).
+#[test]
+fn seeds_pass_the_fuzz_checks() {
+    type Check = fn(&[u8]);
+    let targets: [(&str, Check); 3] = [
+        ("ingest_body", checks::ingest_body),
+        ("config_toml", checks::config_toml),
+        ("endpoint_url", checks::endpoint_url),
+    ];
+    for (target, check) in targets {
+        let seeds = files(&format!("fuzz/seeds/{target}"));
+        assert!(!seeds.is_empty(), "no seeds for {target}");
+        for (name, data) in seeds {
+            eprintln!("{target}/{name}");
+            check(&data);
+        }
+    }
+}
+
+/// `payload: {"location_id": 5, "note": "\ud800"}`: a lone surrogate escape is valid JSON
+/// grammar, so ingest accepts it (the payload is kept as a RawValue), but serde_json cannot read
+/// it into a Value, so `debounce::key_of` returns None and the event is silently not debounced
+/// although its `location_id` is there. Fixed when ingest refuses such a payload (422) or the
+/// key is found anyway.
+#[test]
+#[ignore = "BUG: ingest accepts payloads with lone surrogate escapes that debounce cannot read"]
+fn ingest_lone_surrogate_payload_is_refused_or_debounced() {
+    checks::ingest_body(include_bytes!(
+        "../fuzz/regressions/ingest_body/lone-surrogate-payload.json"
+    ));
+}
+
+/// `retry_policies.x = ["580000000000y"]` passes validate, and the first retry after a failed
+/// attempt panics in `retry::next_delay`: `Duration::mul_f64` with +10 % jitter overflows
+/// ("cannot convert float seconds to Duration: value is either too big or NaN"), in release
+/// builds too.
+#[test]
+fn config_huge_retry_delay_does_not_panic() {
+    checks::config_toml(include_bytes!(
+        "../fuzz/regressions/config_toml/retry-delay-jitter-panic.toml"
+    ));
+}
+
+/// Durations above i64::MAX milliseconds (about 292 million years) pass validate; herald then
+/// casts them `as Millis` and adds them to now, which wraps in release builds (and panics with
+/// overflow checks on): a retry "in 300 million years" is due at once, retention prunes
+/// everything, disable_after disables an endpoint at its first failure, a rotated secret expires
+/// at once, a debounce window closes before it opens.
+#[test]
+fn config_durations_beyond_i64_millis_are_refused() {
+    for text in [
+        &include_bytes!("../fuzz/regressions/config_toml/retention-wraps.toml")[..],
+        include_bytes!("../fuzz/regressions/config_toml/disable-after-wraps.toml"),
+        include_bytes!("../fuzz/regressions/config_toml/rotation-grace-wraps.toml"),
+        include_bytes!("../fuzz/regressions/config_toml/retry-delay-wraps.toml"),
+        include_bytes!("../fuzz/regressions/config_toml/debounce-window-overflows.toml"),
+    ] {
+        checks::config_toml(text);
+    }
+}
