@@ -165,6 +165,11 @@ impl Engine {
     pub async fn run(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
         let mut next_sweep = self.clock.now_ms();
         loop {
+            // Checked every turn: with a large backlog the loop below keeps dispatching without
+            // reaching the `select!`, and a stop must not wait for the backlog.
+            if shutdown.is_fired() {
+                break;
+            }
             let now = self.clock.now_ms();
             if now >= next_sweep {
                 self.clone().start_sweep(now);

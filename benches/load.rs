@@ -1,0 +1,255 @@
+//! herald's load benchmark: `cargo bench --bench load -- [--quick] [--json] [options]`.
+//!
+//! Runs the release herald binary as a child process (a fresh temp config and data dir per
+//! phase), delivers to an in-process HTTP/1.1 receiver, drives ingest with keep-alive clients,
+//! and prints the figures next to the targets of the issue. Progress goes to stderr, results to
+//! stdout. Everything stays on 127.0.0.1. `--help` lists the options.
+
+#[path = "load/drive.rs"]
+mod drive;
+#[path = "load/herald.rs"]
+mod herald;
+#[path = "load/phases.rs"]
+mod phases;
+#[path = "load/receiver.rs"]
+mod receiver;
+#[path = "load/report.rs"]
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use phases::Target;
+use report::Results;
+
+const USAGE: &str = "\
+usage: cargo bench --bench load -- [options]
+
+  --quick              short phases (whole run under a minute)
+  --json               print one JSON object instead of the table
+  --seconds N          length of each phase's load (default 20, quick 4)
+  --clients N          single-event ingest clients (default 64)
+  --batch-clients N    batch ingest clients (default 4)
+  --batch-size N       events per batch request (default 1000, at most 1000)
+  --rate N             offered events/s of the latency phase (default 500)
+  --e2e-rate N         events/s offered (in batches) in the end-to-end and isolation phases
+                       (default 6000)
+  --e2e-batch N        events per batch there (default 100)
+  --drain N            seconds to wait for a backlog to drain (default 30, quick 3)
+  --phases LIST        comma-separated subset of: ingest,batch,e2e,latency,isolation
+  --no-variants        skip the account-without-endpoint variants
+  --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
+  --herald PATH        the herald binary (default: the one cargo built for this bench)
+";
+
+const PHASES: [&str; 5] = ["ingest", "batch", "e2e", "latency", "isolation"];
+
+pub struct Opts {
+    pub quick: bool,
+    pub json: bool,
+    pub seconds: f64,
+    pub clients: usize,
+    pub batch_clients: usize,
+    pub batch_size: usize,
+    pub rate: f64,
+    pub e2e_rate: f64,
+    pub e2e_batch: usize,
+    pub drain: f64,
+    pub phases: Vec<String>,
+    pub variants: bool,
+    pub herald: PathBuf,
+    pub dump_latency: Option<PathBuf>,
+}
+
+fn parse_args(args: &[String]) -> Result<Opts> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut o = Opts {
+        quick,
+        json: false,
+        seconds: if quick { 4.0 } else { 20.0 },
+        clients: 64,
+        batch_clients: 4,
+        batch_size: 1000,
+        rate: 500.0,
+        e2e_rate: 6000.0,
+        e2e_batch: 100,
+        drain: if quick { 3.0 } else { 30.0 },
+        phases: PHASES.iter().map(|p| p.to_string()).collect(),
+        variants: true,
+        herald: PathBuf::new(),
+        dump_latency: None,
+    };
+    let mut herald = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            // `cargo bench` passes `--bench` to every bench binary.
+            "--quick" | "--bench" => {}
+            "--json" => o.json = true,
+            "--no-variants" => o.variants = false,
+            "--seconds" => o.seconds = value()?.parse()?,
+            "--clients" => o.clients = value()?.parse()?,
+            "--batch-clients" => o.batch_clients = value()?.parse()?,
+            "--batch-size" => o.batch_size = value()?.parse()?,
+            "--rate" => o.rate = value()?.parse()?,
+            "--e2e-rate" => o.e2e_rate = value()?.parse()?,
+            "--e2e-batch" => o.e2e_batch = value()?.parse()?,
+            "--drain" => o.drain = value()?.parse()?,
+            "--herald" => herald = Some(PathBuf::from(value()?)),
+            "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
+            "--phases" => {
+                o.phases = value()?.split(',').map(|p| p.trim().to_string()).collect();
+                if let Some(p) = o.phases.iter().find(|p| !PHASES.contains(&p.as_str())) {
+                    bail!("unknown phase {p:?}; phases are {}", PHASES.join(","));
+                }
+            }
+            other => bail!("unknown option {other:?}"),
+        }
+    }
+    if o.seconds < 1.0 || o.rate <= 0.0 || o.e2e_rate <= 0.0 {
+        bail!("--seconds must be at least 1, --rate and --e2e-rate above 0");
+    }
+    if o.clients == 0 || o.batch_clients == 0 {
+        bail!("client counts must be at least 1");
+    }
+    if !(1..=1000).contains(&o.batch_size) || !(1..=1000).contains(&o.e2e_batch) {
+        bail!("batch sizes must be 1 to 1000");
+    }
+    o.herald = match herald {
+        Some(p) => p,
+        None => herald::binary()?,
+    };
+    Ok(o)
+}
+
+/// The machine the figures come from.
+pub struct Machine {
+    pub cores: usize,
+    pub kernel: String,
+    pub cpu: String,
+}
+
+impl Machine {
+    fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map_or("unknown CPU".to_string(), |(_, v)| v.trim().to_string());
+        Machine {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map_or("unknown".to_string(), |k| k.trim().to_string()),
+            cpu,
+        }
+    }
+}
+
+async fn run(opts: &Opts) -> Result<Results> {
+    let started = Instant::now();
+    let want = |p: &str| opts.phases.iter().any(|x| x == p);
+    let mut r = Results::default();
+    if want("ingest") {
+        eprintln!(
+            "[ingest] {} clients posting single events for {} s",
+            opts.clients, opts.seconds
+        );
+        r.single = Some(
+            phases::ingest(opts, "with endpoint", Target::Receiver, opts.clients, None).await?,
+        );
+        if opts.variants {
+            r.single_no_endpoint =
+                Some(phases::ingest(opts, "no endpoint", Target::None, opts.clients, None).await?);
+        }
+    }
+    if want("batch") {
+        let (n, size) = (opts.batch_clients, opts.batch_size);
+        eprintln!(
+            "[batch] {n} clients posting {size}-event batches for {} s",
+            opts.seconds
+        );
+        r.batch =
+            Some(phases::ingest(opts, "with endpoint", Target::Receiver, n, Some(size)).await?);
+        if opts.variants {
+            r.batch_no_endpoint =
+                Some(phases::ingest(opts, "no endpoint", Target::None, n, Some(size)).await?);
+        }
+    }
+    if want("e2e") || want("isolation") {
+        eprintln!(
+            "[e2e] {} events/s offered in {}-event batches, deliveries to one receiver, for {} s",
+            opts.e2e_rate, opts.e2e_batch, opts.seconds
+        );
+        r.e2e = Some(phases::end_to_end(opts, "healthy endpoint only", Target::Receiver).await?);
+    }
+    if want("latency") {
+        eprintln!(
+            "[latency] {} events/s open loop for {} s",
+            opts.rate, opts.seconds
+        );
+        r.latency = Some(phases::latency(opts, "paced").await?);
+    }
+    if want("isolation") {
+        eprintln!("[isolation] as [e2e], with a second endpoint that never answers");
+        let dead = Target::ReceiverAndDead;
+        r.isolation = Some(phases::end_to_end(opts, "healthy + dead endpoint", dead).await?);
+        if opts.variants {
+            eprintln!("[isolation control] as [e2e], with a second endpoint that answers");
+            let control = Target::ReceiverAndHealthy;
+            r.isolation_control =
+                Some(phases::end_to_end(opts, "healthy + healthy endpoint", control).await?);
+        }
+    }
+    r.elapsed_s = started.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let opts = match parse_args(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("load: {e:#}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let machine = Machine::read();
+    eprintln!("herald: {}", opts.herald.display());
+    eprintln!(
+        "machine: {} cores, Linux {}, {}",
+        machine.cores, machine.kernel, machine.cpu
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("load: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&opts)) {
+        Ok(results) => {
+            if opts.json {
+                println!("{}", report::to_json(&opts, &machine, &results));
+            } else {
+                report::print_table(&opts, &machine, &results);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("load: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

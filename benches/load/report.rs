@@ -1,0 +1,456 @@
+//! The results: a table for people (stdout), or one JSON object with `--json`.
+
+use serde_json::{json, Value};
+
+use crate::phases::{EndToEnd, Ingest, Latency, Usage};
+use crate::{Machine, Opts};
+
+/// Targets from the issue.
+pub const SINGLE_TARGET: f64 = 8_000.0;
+pub const BATCH_TARGET: f64 = 50_000.0;
+pub const E2E_TARGET: f64 = 5_000.0;
+pub const P99_TARGET_MS: f64 = 25.0;
+pub const ISOLATION_TARGET: f64 = 0.90;
+
+/// Cores used by other processes during a phase above which its figures are suspect.
+const BUSY_MACHINE: f64 = 0.25;
+
+#[derive(Default)]
+pub struct Results {
+    pub single: Option<Ingest>,
+    pub single_no_endpoint: Option<Ingest>,
+    pub batch: Option<Ingest>,
+    pub batch_no_endpoint: Option<Ingest>,
+    pub e2e: Option<EndToEnd>,
+    pub latency: Option<Latency>,
+    pub isolation: Option<EndToEnd>,
+    /// Like `isolation`, with a second endpoint that answers: what the fan-out alone costs.
+    pub isolation_control: Option<EndToEnd>,
+    pub elapsed_s: f64,
+}
+
+impl Results {
+    fn usages(&self) -> Vec<(&'static str, &Usage)> {
+        let ingests = [
+            ("single ingest", &self.single),
+            ("single ingest, no endpoint", &self.single_no_endpoint),
+            ("batch ingest", &self.batch),
+            ("batch ingest, no endpoint", &self.batch_no_endpoint),
+        ];
+        let mut out: Vec<_> = ingests
+            .into_iter()
+            .filter_map(|(n, r)| r.as_ref().map(|r| (n, &r.usage)))
+            .collect();
+        if let Some(r) = &self.e2e {
+            out.push(("end-to-end", &r.usage));
+        }
+        if let Some(r) = &self.latency {
+            out.push(("latency", &r.usage));
+        }
+        if let Some(r) = &self.isolation {
+            out.push(("isolation (dead endpoint)", &r.usage));
+        }
+        if let Some(r) = &self.isolation_control {
+            out.push(("isolation control (2 healthy)", &r.usage));
+        }
+        out
+    }
+
+    fn peak_rss(&self) -> Option<u64> {
+        self.usages().iter().filter_map(|(_, u)| u.peak_rss).max()
+    }
+
+    /// Allocated data-dir bytes per delivered event, from the end-to-end phase.
+    fn disk_per_event(&self) -> Option<f64> {
+        let e = self.e2e.as_ref()?;
+        let (_, allocated) = e.disk?;
+        (e.delivered > 0).then(|| allocated as f64 / e.delivered as f64)
+    }
+
+    fn isolation_ratio(&self) -> Option<f64> {
+        let (base, dead) = (self.e2e.as_ref()?, self.isolation.as_ref()?);
+        (base.deliveries_per_s > 0.0).then(|| dead.deliveries_per_s / base.deliveries_per_s)
+    }
+
+    /// (figure, target, measured, met) for every target that was measured.
+    fn verdicts(&self) -> Vec<(&'static str, String, f64, bool)> {
+        let mut v = Vec::new();
+        if let Some(r) = &self.single {
+            let t = format!("≥ {}/s", thousands(SINGLE_TARGET));
+            v.push((
+                "single_ingest_per_s",
+                t,
+                r.events_per_s,
+                r.events_per_s >= SINGLE_TARGET,
+            ));
+        }
+        if let Some(r) = &self.batch {
+            let t = format!("≥ {}/s", thousands(BATCH_TARGET));
+            v.push((
+                "batch_ingest_per_s",
+                t,
+                r.events_per_s,
+                r.events_per_s >= BATCH_TARGET,
+            ));
+        }
+        if let Some(r) = &self.e2e {
+            let t = format!("≥ {}/s", thousands(E2E_TARGET));
+            let d = r.deliveries_per_s;
+            v.push(("end_to_end_per_s", t, d, d >= E2E_TARGET));
+        }
+        if let Some(r) = &self.latency {
+            let t = format!("≤ {P99_TARGET_MS} ms");
+            let ok = r.ms[2] <= P99_TARGET_MS && r.missing == 0;
+            v.push(("latency_p99_ms", t, r.ms[2], ok));
+        }
+        if let Some(ratio) = self.isolation_ratio() {
+            let t = format!("≥ {:.0} %", ISOLATION_TARGET * 100.0);
+            v.push(("isolation_ratio", t, ratio, ratio >= ISOLATION_TARGET));
+        }
+        v
+    }
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+/// 12345.6 → "12,346".
+pub fn thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Prints the table to stdout.
+pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
+    println!();
+    println!(
+        "herald load benchmark{} — {} s per phase, {} cores, Linux {}, {}",
+        if opts.quick { " (--quick)" } else { "" },
+        opts.seconds,
+        machine.cores,
+        machine.kernel,
+        machine.cpu
+    );
+    println!();
+    let verdict = |name: &str| {
+        r.verdicts()
+            .into_iter()
+            .find(|v| v.0 == name)
+            .map(|v| (v.1, mark(v.3)))
+    };
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let mut row = |figure: String, measured: String, v: Option<(String, &str)>| {
+        let (t, m) = v.unwrap_or_default();
+        rows.push([figure, measured, t, m.to_string()]);
+    };
+    if let Some(i) = &r.single {
+        row(
+            format!("single ingest, {} clients (202/s)", opts.clients),
+            format!("{}/s", thousands(i.events_per_s)),
+            verdict("single_ingest_per_s"),
+        );
+        row(
+            "  ack latency p50 / p99".into(),
+            format!("{:.1} / {:.1} ms", i.ack_p50_ms, i.ack_p99_ms),
+            None,
+        );
+        row(
+            "  deliveries meanwhile".into(),
+            format!("{}/s", thousands(i.arrived_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.single_no_endpoint {
+        row(
+            "  same, account without endpoint".into(),
+            format!("{}/s", thousands(i.events_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.batch {
+        row(
+            format!(
+                "batch ingest, {}×{} (events/s)",
+                opts.batch_clients, opts.batch_size
+            ),
+            format!("{}/s", thousands(i.events_per_s)),
+            verdict("batch_ingest_per_s"),
+        );
+        row(
+            "  deliveries meanwhile".into(),
+            format!("{}/s", thousands(i.arrived_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.batch_no_endpoint {
+        row(
+            "  same, account without endpoint".into(),
+            format!("{}/s", thousands(i.events_per_s)),
+            None,
+        );
+    }
+    if let Some(e) = &r.e2e {
+        row(
+            "end-to-end deliveries/s, one receiver".into(),
+            format!("{}/s", thousands(e.deliveries_per_s)),
+            verdict("end_to_end_per_s"),
+        );
+        row(
+            format!(
+                "  ingest meanwhile (offered {}/s in batches of {})",
+                thousands(opts.e2e_rate),
+                opts.e2e_batch
+            ),
+            format!("{}/s", thousands(e.ingest_per_s)),
+            None,
+        );
+        row(
+            "  backlog when ingest stopped".into(),
+            thousands(e.backlog as f64),
+            None,
+        );
+        if let Some(d) = e.drain_per_s {
+            row(
+                "  drain rate, no ingest".into(),
+                format!("{}/s", thousands(d)),
+                None,
+            );
+        }
+    }
+    if let Some(l) = &r.latency {
+        row(
+            format!(
+                "ingest→arrival @ {}/s: p50 / p90",
+                thousands(l.offered_per_s)
+            ),
+            format!("{:.1} / {:.1} ms", l.ms[0], l.ms[1]),
+            None,
+        );
+        row(
+            "  p99".into(),
+            format!("{:.1} ms", l.ms[2]),
+            verdict("latency_p99_ms"),
+        );
+        row(
+            "  p99.9 / max".into(),
+            format!("{:.1} / {:.1} ms", l.ms[3], l.ms[4]),
+            None,
+        );
+        row(
+            "  measured / missing / errors".into(),
+            format!("{} / {} / {}", l.measured, l.missing, l.errors),
+            None,
+        );
+    }
+    if let Some(rss) = r.peak_rss() {
+        row("herald peak RSS (max over phases)".into(), mib(rss), None);
+    }
+    if let (Some(d), Some(e)) = (r.disk_per_event(), &r.e2e) {
+        let of = format!(
+            "{} of {} delivered",
+            thousands(e.delivered as f64),
+            thousands(e.ingested as f64)
+        );
+        row(
+            format!("disk bytes per delivered event ({of})"),
+            thousands(d),
+            None,
+        );
+    }
+    if let (Some(base), Some(dead)) = (&r.e2e, &r.isolation) {
+        row(
+            "isolation: healthy e2e without / with dead".into(),
+            format!(
+                "{}/s / {}/s",
+                thousands(base.deliveries_per_s),
+                thousands(dead.deliveries_per_s)
+            ),
+            None,
+        );
+        if let Some(ratio) = r.isolation_ratio() {
+            row(
+                "  ratio".into(),
+                format!("{:.0} %", ratio * 100.0),
+                verdict("isolation_ratio"),
+            );
+        }
+        if let Some(control) = &r.isolation_control {
+            let c = control.deliveries_per_s;
+            let vs = if c > 0.0 {
+                format!(
+                    " ({:.0} % of it with dead)",
+                    dead.deliveries_per_s / c * 100.0
+                )
+            } else {
+                String::new()
+            };
+            row(
+                "  control: with a second healthy endpoint".into(),
+                format!("{}/s{vs}", thousands(c)),
+                None,
+            );
+        }
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w - s.chars().count()));
+    println!(
+        "{}  {}  target",
+        pad("figure", widths[0]),
+        pad("measured", widths[1])
+    );
+    println!("{}", "-".repeat(widths.iter().sum::<usize>() + 8));
+    for r in &rows {
+        let target = format!("{} {}", r[2], r[3]);
+        println!(
+            "{}  {}  {}",
+            pad(&r[0], widths[0]),
+            pad(&r[1], widths[1]),
+            target.trim_end()
+        );
+    }
+    println!();
+    println!(
+        "CPU during each phase (cores busy; the machine has {}):",
+        machine.cores
+    );
+    for (name, u) in r.usages() {
+        let commits = u.commits.map_or(String::new(), |(per_s, events, ms)| {
+            format!("  commits {per_s:.0}/s × {events:.0} events, flush+fsync {ms:.1} ms")
+        });
+        println!(
+            "  {:<30} herald {:.2}  bench {:.2}  others {:.2}{}  RSS {:>9}{commits}",
+            name,
+            u.herald_cores,
+            u.bench_cores,
+            u.other_cores,
+            if u.other_cores > BUSY_MACHINE {
+                "!"
+            } else {
+                " "
+            },
+            u.peak_rss.map_or("?".into(), mib)
+        );
+    }
+    if r.usages().iter().any(|(_, u)| u.other_cores > BUSY_MACHINE) {
+        println!();
+        println!(
+            "warning: other processes used more than {BUSY_MACHINE} cores during the phases \
+             marked !; their figures understate herald. Rerun on a quiet machine."
+        );
+    }
+    if r.isolation.is_some() && opts.seconds < 12.0 {
+        println!();
+        println!(
+            "note: the dead endpoint's attempts time out after 5 s, 8 at a time, so its circuit \
+             breaker opens only ~10 s into the isolation phase; run with --seconds 20 or more to \
+             see isolation with the breaker open."
+        );
+    }
+    let verdicts = r.verdicts();
+    let met = verdicts.iter().filter(|v| v.3).count();
+    println!();
+    println!(
+        "targets met: {met} of {}   (total {:.0} s)",
+        verdicts.len(),
+        r.elapsed_s
+    );
+}
+
+fn usage_json(u: &Usage) -> Value {
+    let commits = u.commits.map(|(per_s, events, ms)| {
+        json!({"per_s": per_s, "events_per_commit": events, "flush_fsync_ms": ms})
+    });
+    json!({"herald_cores": u.herald_cores, "bench_cores": u.bench_cores, "other_cores": u.other_cores,
+           "peak_rss_bytes": u.peak_rss, "commits": commits})
+}
+
+fn ingest_json(i: &Option<Ingest>) -> Value {
+    i.as_ref().map_or(Value::Null, |i| {
+        json!({
+            "events_per_s": i.events_per_s,
+            "errors": i.errors,
+            "ack_p50_ms": i.ack_p50_ms,
+            "ack_p99_ms": i.ack_p99_ms,
+            "deliveries_per_s": i.arrived_per_s,
+            "usage": usage_json(&i.usage),
+        })
+    })
+}
+
+fn e2e_json(e: &Option<EndToEnd>) -> Value {
+    e.as_ref().map_or(Value::Null, |e| {
+        json!({
+            "deliveries_per_s": e.deliveries_per_s,
+            "ingest_per_s": e.ingest_per_s,
+            "backlog": e.backlog,
+            "drain_per_s": e.drain_per_s,
+            "delivered": e.delivered,
+            "ingested": e.ingested,
+            "disk_apparent_bytes": e.disk.map(|d| d.0),
+            "disk_allocated_bytes": e.disk.map(|d| d.1),
+            "dead_endpoint_connections": e.dead_connections,
+            "usage": usage_json(&e.usage),
+        })
+    })
+}
+
+/// The whole result as one JSON object.
+pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
+    let latency = r.latency.as_ref().map_or(Value::Null, |l| {
+        json!({
+            "offered_per_s": l.offered_per_s,
+            "sent": l.sent,
+            "errors": l.errors,
+            "measured": l.measured,
+            "missing": l.missing,
+            "p50_ms": l.ms[0], "p90_ms": l.ms[1], "p99_ms": l.ms[2], "p999_ms": l.ms[3], "max_ms": l.ms[4],
+            "usage": usage_json(&l.usage),
+        })
+    });
+    let targets: Vec<Value> = r
+        .verdicts()
+        .into_iter()
+        .map(|(name, target, measured, met)| json!({"name": name, "target": target, "measured": measured, "met": met}))
+        .collect();
+    json!({
+        "machine": {"cores": machine.cores, "kernel": machine.kernel, "cpu": machine.cpu},
+        "settings": {
+            "quick": opts.quick, "seconds": opts.seconds, "clients": opts.clients,
+            "batch_clients": opts.batch_clients, "batch_size": opts.batch_size, "rate": opts.rate,
+            "e2e_rate": opts.e2e_rate, "e2e_batch": opts.e2e_batch,
+        },
+        "single_ingest": ingest_json(&r.single),
+        "single_ingest_no_endpoint": ingest_json(&r.single_no_endpoint),
+        "batch_ingest": ingest_json(&r.batch),
+        "batch_ingest_no_endpoint": ingest_json(&r.batch_no_endpoint),
+        "end_to_end": e2e_json(&r.e2e),
+        "latency": latency,
+        "isolation": {
+            "healthy_with_dead_endpoint": e2e_json(&r.isolation),
+            "healthy_with_second_healthy_endpoint": e2e_json(&r.isolation_control),
+            "ratio": r.isolation_ratio(),
+        },
+        "peak_rss_bytes": r.peak_rss(),
+        "disk_bytes_per_delivered_event": r.disk_per_event(),
+        "targets": targets,
+        "elapsed_s": r.elapsed_s,
+    })
+}
