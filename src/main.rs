@@ -9,6 +9,12 @@ use clap::{Parser, Subcommand};
 use herald::clock::SystemClock;
 use herald::config::{Config, ConfigError};
 
+/// mimalloc instead of the system allocator: sled, hyper and serde allocate per request and per
+/// row, and glibc's malloc took about a fifth of herald's CPU under load (its arena locking and
+/// `malloc_consolidate`); mimalloc roughly doubled sled's insert rate in our measurements.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "herald",
