@@ -69,7 +69,8 @@ impl Running {
         drop(self.store);
         drop(self.engine);
         if let Some(c) = committer {
-            let _ = c.await;
+            // The committer thread ends once the last store handle is gone.
+            let _ = tokio::task::spawn_blocking(move || c.join()).await;
         }
     }
 }
@@ -150,7 +151,7 @@ pub async fn start(
         if let Err(e) = engine_task.await {
             tracing::error!(error = %e, "delivery engine stopped abnormally");
         }
-        let flushed = tokio::task::spawn_blocking(move || flush_store.sync_now()).await;
+        let flushed = tokio::task::spawn_blocking(move || flush_store.close_clean()).await;
         match flushed {
             Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
             Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),

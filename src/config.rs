@@ -525,6 +525,13 @@ impl Config {
         if self.endpoints.max_per_account == 0 {
             err("endpoints.max_per_account", "must be at least 1".into());
         }
+        if self.endpoints.max_per_account > crate::ids::MAX_FAN_OUT {
+            // An event's deliveries are numbered inside its id (see `ids`).
+            err(
+                "endpoints.max_per_account",
+                format!("must be at most {}", crate::ids::MAX_FAN_OUT),
+            );
+        }
         for (ty, ev) in &self.catalog.events {
             if let Some(d) = &ev.debounce {
                 if d.mode != "leading" && d.mode != "leading_trailing" {

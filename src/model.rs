@@ -237,6 +237,17 @@ pub struct Delivery {
     /// A manual retry: one attempt, no automatic schedule after it.
     #[serde(default)]
     pub manual: bool,
+    /// It waits in the store's pending tree (for a retry, a manual retry or a debounce window's
+    /// end); a pending delivery that does not is *fresh*: due since ingest, never attempted.
+    #[serde(default)]
+    pub queued: bool,
+}
+
+impl Delivery {
+    /// Due since ingest and never attempted: its first attempt is still to come.
+    pub fn is_fresh(&self) -> bool {
+        self.state == DeliveryState::Pending && !self.queued && self.attempt_count == 0
+    }
 }
 
 impl Delivery {

@@ -62,7 +62,7 @@ pub fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
 }
 
 fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
-    let plan = state.store.account_plan(account_id)?;
+    let plan = state.store.account_plan(account_id);
     let limits = plan.as_ref().and_then(|p| state.config.plans.get(p));
     let (minute, day) = state
         .store

@@ -102,13 +102,18 @@ pub async fn send_test(
         [&ep].into_iter(),
         now,
     );
-    let delivery_id = event.deliveries[0].id.clone();
-    let event_id = event.meta.id.clone();
     let mut attempted = state.engine.subscribe_attempts();
     let outcome = state.store.ingest(vec![event]).await?;
-    if !matches!(outcome.first(), Some(IngestOutcome::Created { .. })) {
+    let Some(IngestOutcome::Created {
+        event_id,
+        deliveries,
+    }) = outcome.first()
+    else {
         return Err(ApiError::unavailable());
-    }
+    };
+    let Some(delivery_id) = deliveries.first().map(|d| d.id.clone()) else {
+        return Err(ApiError::unavailable());
+    };
     // The engine takes it at once; wait for its first attempt, bounded by the delivery limits.
     let limit = state.config.delivery.connect_timeout.0
         + state.config.delivery.timeout.0

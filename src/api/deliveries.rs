@@ -15,7 +15,7 @@ use super::{json, validate, AppState, Resp};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
-use crate::model::{DeliveryState, Status};
+use crate::model::{Delivery, DeliveryState, Status};
 use crate::store::DeliveryFilter;
 
 const DEFAULT_LIMIT: usize = 50;
@@ -78,11 +78,28 @@ pub fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError
     let (items, next) = state
         .store
         .list_deliveries(&filter, limit, cursor.as_deref())?;
-    let items: Vec<Value> = items.iter().map(|d| d.view()).collect();
+    let items: Vec<Value> = items.iter().map(|d| view(state, d)).collect();
     Ok(json(
         StatusCode::OK,
         &json!({"items": items, "next_cursor": next}),
     ))
+}
+
+/// The delivery view; a pending delivery that waits for its endpoint's circuit breaker shows
+/// the probe time as its next attempt.
+fn view(state: &AppState, d: &Delivery) -> Value {
+    let held = d
+        .endpoint_id
+        .as_deref()
+        .and_then(|ep| state.engine.held_until(ep));
+    match (held, d.next_attempt_at) {
+        (Some(h), Some(at)) if h > at && d.state == DeliveryState::Pending => {
+            let mut d = d.clone();
+            d.next_attempt_at = Some(h);
+            d.view()
+        }
+        _ => d.view(),
+    }
 }
 
 fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
@@ -101,7 +118,7 @@ pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     }
     let d = state.store.delivery(id)?.ok_or_else(not_found)?;
     let attempts: Vec<Value> = state.store.attempts(id)?.iter().map(|a| a.view()).collect();
-    let mut v = d.view();
+    let mut v = view(state, &d);
     v["attempts"] = Value::Array(attempts);
     Ok(json(StatusCode::OK, &v))
 }
@@ -116,7 +133,7 @@ pub async fn retry(
         return Err(ApiError::not_found("delivery"));
     }
     match state.engine.retry_now(id) {
-        Ok(d) => Ok(json(StatusCode::ACCEPTED, &d.view())),
+        Ok(d) => Ok(json(StatusCode::ACCEPTED, &view(state, &d))),
         Err(RetryError::NotFound) => Err(ApiError::not_found("delivery")),
         Err(RetryError::InFlight) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -155,12 +172,12 @@ pub fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
                 "payload of {id}"
             )))
         })?;
-    let mut deliveries = Vec::with_capacity(meta.deliveries.len());
-    for d in &meta.deliveries {
-        if let Some(d) = state.store.delivery(d)? {
-            deliveries.push(d.view());
-        }
-    }
+    let deliveries: Vec<Value> = state
+        .store
+        .event_deliveries(&meta)?
+        .iter()
+        .map(|d| view(state, d))
+        .collect();
     let view = EventView {
         id: &meta.id,
         account_id: &meta.account_id,

@@ -46,12 +46,8 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let item: Item = body::parse(&bytes)?;
     let event = prepare(state, item, state.clock.now_ms())?;
-    let event_id = event.meta.id.clone();
     let outcome = state.store.ingest(vec![event]).await?;
-    Ok(json(
-        StatusCode::ACCEPTED,
-        &answer(state, &event_id, outcome.first())?,
-    ))
+    Ok(json(StatusCode::ACCEPTED, &answer(state, outcome.first())?))
 }
 
 pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
@@ -78,7 +74,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             .map_err(|e| at_index(e, i));
         match prepared {
             Ok(ev) => {
-                placed.push((i, ev.meta.id.clone()));
+                placed.push(i);
                 good.push(ev);
             }
             Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
@@ -89,8 +85,8 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
     } else {
         state.store.ingest(good).await?
     };
-    for ((i, event_id), outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
-        let mut v = answer(state, &event_id, outcome)?;
+    for (i, outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
+        let mut v = answer(state, outcome)?;
         v["status"] = json!(202);
         results[i] = v;
     }
@@ -213,20 +209,19 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         .filter(|ep| ep.accepts(&event_type))
         .collect();
     let mut event = NewEvent::fan_out(account_id, event_type, payload, targets.into_iter(), now);
-    event.meta.idempotency_key = idempotency_key;
-    event.meta.debounce_key = debounce_key;
+    event.idempotency_key = idempotency_key;
+    event.debounce_key = debounce_key;
     event.debounce = debounce;
     Ok(event)
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.
-fn answer(
-    state: &AppState,
-    event_id: &str,
-    outcome: Option<&IngestOutcome>,
-) -> Result<Value, ApiError> {
+fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
     match outcome {
-        Some(IngestOutcome::Created { deliveries }) => Ok(json!({
+        Some(IngestOutcome::Created {
+            event_id,
+            deliveries,
+        }) => Ok(json!({
             "event_id": event_id,
             "duplicate": false,
             "deliveries": deliveries.iter().map(delivery_ref).collect::<Vec<_>>(),
@@ -236,18 +231,18 @@ fn answer(
                 .store
                 .event(event_id)?
                 .ok_or_else(ApiError::unavailable)?;
-            let mut deliveries = Vec::with_capacity(meta.deliveries.len());
-            for id in &meta.deliveries {
-                if let Some(d) = state.store.delivery(id)? {
-                    deliveries.push(delivery_ref(&d));
-                }
-            }
+            let deliveries: Vec<Value> = state
+                .store
+                .event_deliveries(&meta)?
+                .iter()
+                .map(delivery_ref)
+                .collect();
             Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
         }
         None => Err(ApiError::unavailable()),
     }
 }
 
-fn delivery_ref(d: &Delivery) -> Value {
+pub fn delivery_ref(d: &Delivery) -> Value {
     json!({"delivery_id": d.id, "endpoint_id": d.endpoint_id, "state": d.state})
 }

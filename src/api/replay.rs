@@ -81,16 +81,16 @@ pub async fn replay(
         targets.into_iter(),
         state.clock.now_ms(),
     );
-    let event_id = event.meta.id.clone();
     let outcome = state.store.ingest(vec![event]).await?;
-    let Some(IngestOutcome::Created { deliveries }) = outcome.first() else {
+    let Some(IngestOutcome::Created {
+        event_id,
+        deliveries,
+    }) = outcome.first()
+    else {
         return Err(ApiError::unavailable());
     };
     tracing::info!(event_id = %event_id, replay_of = %id, "event replayed");
-    let deliveries: Vec<Value> = deliveries
-        .iter()
-        .map(|d| json!({"delivery_id": d.id, "endpoint_id": d.endpoint_id, "state": d.state}))
-        .collect();
+    let deliveries: Vec<Value> = deliveries.iter().map(super::ingest::delivery_ref).collect();
     Ok(json(
         StatusCode::ACCEPTED,
         &json!({"event_id": event_id, "replay_of": id, "deliveries": deliveries}),

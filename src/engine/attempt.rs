@@ -10,13 +10,14 @@ use std::sync::atomic::Ordering;
 
 use super::breaker::Gate;
 use super::quota::{self, Limits};
-use super::{conditions, retry, Engine};
+use super::{conditions, retry, Engine, Handled};
 use crate::clock::Millis;
 use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 use crate::outbound::client::Outcome;
 use crate::outbound::request::{self, Message};
+use crate::store::{Due, DueDelivery};
 
 /// Why a manual retry was refused.
 #[derive(Debug, thiserror::Error)]
@@ -36,43 +37,48 @@ impl Engine {
         if self.is_in_flight(delivery_id) {
             return Err(RetryError::InFlight);
         }
-        let mut d = self
-            .store
-            .delivery(delivery_id)?
-            .ok_or(RetryError::NotFound)?;
-        d.state = DeliveryState::Pending;
-        d.next_attempt_at = Some(self.clock.now_ms());
-        d.manual = true;
-        self.store.update_delivery(&d, None)?;
-        Ok(d)
+        let now = self.clock.now_ms();
+        self.store
+            .change_delivery(delivery_id, |d| {
+                let mut d = d.clone();
+                d.state = DeliveryState::Pending;
+                d.next_attempt_at = Some(now);
+                d.manual = true;
+                d.queued = true;
+                Some((d.clone(), d))
+            })?
+            .ok_or(RetryError::NotFound)
     }
 
-    pub(super) async fn attempt(self: &Arc<Self>, due: Millis, id: &str) {
-        let delivery = match self.store.delivery(id) {
-            Ok(Some(d)) => d,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(delivery_id = %id, error = %e, "cannot read delivery");
-                return;
-            }
-        };
-        // A stale due entry (the delivery was rescheduled or finished since): nothing to do.
-        if delivery.state != DeliveryState::Pending || delivery.next_attempt_at != Some(due) {
-            return;
-        }
-        let event = match self.store.event(&delivery.event_id) {
-            Ok(Some(e)) => e,
-            other => {
-                tracing::error!(delivery_id = %id, event_id = %delivery.event_id, result = ?other.map(|o| o.is_some()), "event of a pending delivery is unreadable; failing it");
-                let mut d = delivery;
-                d.state = DeliveryState::Failed;
-                d.next_attempt_at = None;
-                if let Err(e) = self.store.update_delivery(&d, None) {
-                    tracing::error!(delivery_id = %id, error = %e, "cannot record delivery");
+    pub(super) async fn attempt(self: &Arc<Self>, due: Due) -> Handled {
+        let found = match self.store.due_delivery(due.delivery) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                // Its event is gone (a commit that never finished): nothing to attempt.
+                if let Err(e) = self.store.drop_orphan(due.delivery) {
+                    tracing::error!(error = %e, "cannot drop a pending entry without its event");
                 }
-                return;
+                return Handled::Done;
+            }
+            Err(e) => {
+                tracing::error!(delivery = %ids::format(ids::DELIVERY, due.delivery), error = %e, "cannot read a due delivery");
+                return Handled::Done;
             }
         };
+        let DueDelivery {
+            delivery,
+            event,
+            payload,
+        } = found;
+        // A stale due entry (the delivery was rescheduled or finished since): nothing to do.
+        let current = if due.fresh {
+            delivery.is_fresh()
+        } else {
+            delivery.queued && delivery.next_attempt_at == Some(due.at)
+        };
+        if !current {
+            return Handled::Done;
+        }
         let endpoint = delivery
             .endpoint_id
             .as_deref()
@@ -85,16 +91,12 @@ impl Engine {
             self.cfg.require_verification,
         );
         // The breaker sits between the conditions and the quota: a delivery held by an open
-        // breaker is not attempted and not counted; it waits for the probe.
+        // breaker is not attempted and not counted; it waits (in memory, with its lane) for the
+        // probe.
         if let (None, Some(ep)) = (failing, endpoint.as_deref()) {
             let gate = self.breaker_gate(&ep.id, started);
             if let Gate::WaitUntil(at) = gate {
-                let mut d = delivery;
-                d.next_attempt_at = Some(at);
-                if let Err(e) = self.store.update_delivery(&d, None) {
-                    tracing::error!(delivery_id = %d.id, error = %e, "cannot hold a delivery");
-                }
-                return;
+                return Handled::Held(at);
             }
             failing = self.over_quota(&delivery.account_id, plan, started);
             if failing.is_some() && gate == Gate::Probe {
@@ -103,7 +105,7 @@ impl Engine {
         }
         let (attempt, outcome) = match (failing, endpoint.as_deref()) {
             (None, Some(ep)) => {
-                let (attempt, outcome) = self.send(&delivery, ep, &event.0, event.1, started).await;
+                let (attempt, outcome) = self.send(&delivery, ep, &event, payload, started).await;
                 (attempt, Some(outcome))
             }
             (status, _) => {
@@ -112,18 +114,13 @@ impl Engine {
             }
         };
         self.record(delivery, endpoint, attempt, outcome).await;
+        Handled::Done
     }
 
     /// The account's synced plan, if it has one that the config still defines. A plan name the
     /// config no longer has is treated as no plan (entitled, not counted) and logged.
     fn plan_of(&self, account_id: &str) -> Option<(&str, &Plan)> {
-        let name = match self.store.account_plan(account_id) {
-            Ok(name) => name?,
-            Err(e) => {
-                tracing::warn!(account_id, error = %e, "cannot read the account's plan; treating it as entitled");
-                return None;
-            }
-        };
+        let name = self.store.account_plan(account_id)?;
         match self.cfg.plans.get_key_value(&name) {
             Some((n, p)) => Some((n.as_str(), p)),
             None => {
@@ -262,17 +259,19 @@ impl Engine {
     /// Decides what follows the attempt and stores both in one write.
     async fn record(
         &self,
-        mut d: Delivery,
+        was: Delivery,
         endpoint: Option<Arc<Endpoint>>,
         attempt: Attempt,
         outcome: Option<Outcome>,
     ) {
         let now = self.clock.now_ms();
+        let mut d = was.clone();
         let status = attempt.status;
         let sent = outcome.is_some();
         d.attempt_count = attempt.number;
         d.last_status = Some(status);
         d.next_attempt_at = None;
+        d.queued = false;
         d.state = match status {
             Status::Delivered => DeliveryState::Delivered,
             _ if !sent && status != Status::Blocked => DeliveryState::Skipped,
@@ -292,6 +291,7 @@ impl Engine {
                 if let Some(wait) = retry::next_delay(policy, attempt.number, jitter, retry_after) {
                     d.state = DeliveryState::Pending;
                     d.next_attempt_at = Some(now + wait.as_millis() as Millis);
+                    d.queued = true;
                 }
             }
         }
@@ -316,11 +316,13 @@ impl Engine {
             state = d.state.as_str(),
             "attempt"
         );
-        if let Err(e) = self.store.update_delivery(&d, Some(&attempt)) {
+        if let Err(e) = self.store.update_delivery(&was, &d, Some(&attempt)) {
             tracing::error!(delivery_id = %d.id, error = %e, "cannot record attempt");
         }
         // Nobody listening is the normal case.
-        let _ = self.attempted.send(d.id.clone());
+        if self.attempted.receiver_count() > 0 {
+            let _ = self.attempted.send(d.id.clone());
+        }
         if let (true, Some(ep)) = (sent, &endpoint) {
             self.after_sent(ep, status == Status::Delivered, now).await;
             if attempt.http_status == Some(410) {

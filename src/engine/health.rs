@@ -14,7 +14,7 @@ use super::breaker::{Breaker, Change, Gate};
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState};
-use crate::store::NewEvent;
+use crate::store::{lane_of, NewEvent};
 
 /// The account operator events belong to. Account ids starting with `_` are reserved.
 pub const OPERATOR_ACCOUNT: &str = "_operator";
@@ -86,6 +86,14 @@ impl Engine {
         })
     }
 
+    /// Until when an open breaker holds the endpoint's deliveries (its next probe), if it does.
+    pub fn held_until(&self, endpoint_id: &str) -> Option<Millis> {
+        self.with_slot(endpoint_id, |s| match s.breaker.phase {
+            super::breaker::Phase::Closed => None,
+            _ => s.breaker.next_probe_at,
+        })
+    }
+
     /// A probe that was not sent after all (another condition stopped it).
     pub(super) fn release_probe(&self, endpoint_id: &str) {
         self.with_slot(endpoint_id, |s| s.probe_running = false);
@@ -96,14 +104,23 @@ impl Engine {
     /// has failed every attempt for `endpoints.disable_after` is disabled.
     pub(super) async fn after_sent(&self, ep: &Endpoint, ok: bool, now: Millis) {
         lock(&self.rates).record(&ep.id, now, ok);
-        let change = self.with_slot(&ep.id, |s| {
-            s.probe_running = false;
+        let (change, was_probe) = self.with_slot(&ep.id, |s| {
+            let was_probe = std::mem::take(&mut s.probe_running);
+            let before = s.breaker.clone();
             let change = s.breaker.record(ok, now, self.cfg.disable_after_ms);
-            if let Err(e) = self.store.put_breaker(&ep.id, &s.breaker) {
-                tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
+            // Most attempts leave a closed breaker closed: nothing to write then.
+            if s.breaker != before {
+                if let Err(e) = self.store.put_breaker(&ep.id, &s.breaker) {
+                    tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
+                }
             }
-            change
+            (change, was_probe)
         });
+        if was_probe {
+            // The probe decided: its lane's deliveries go, or wait for the next probe (the gate
+            // holds them again).
+            self.store.due().release(lane_of(Some(&ep.id)));
+        }
         match change {
             Some(Change::Opened) => {
                 self.metrics

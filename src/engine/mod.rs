@@ -1,8 +1,9 @@
 //! Stored -> sent: the delivery loop.
 //!
-//! The scheduler takes what the due index says is due and hands each delivery to its endpoint's
-//! lane. A lane runs at most `max_in_flight_per_endpoint` attempts at once and all lanes together
-//! at most `max_in_flight`; a lane that is full only queues its own deliveries, so a slow or dead
+//! The scheduler takes what the due index says is due and starts an attempt for each. The index
+//! keeps one lane per endpoint and hands out at most `max_in_flight_per_endpoint` of a lane at
+//! once; the engine's semaphore bounds all attempts together at `max_in_flight`. A lane that is
+//! full, or held by its circuit breaker, only keeps its own deliveries waiting, so a slow or dead
 //! endpoint never delays another one. Each attempt ([`attempt`]) checks the conditions, sends,
 //! decides what comes next (retry, fail, done) and records it through the store.
 
@@ -18,7 +19,7 @@ pub mod recent;
 pub mod retry;
 pub mod verify;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,12 +29,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, Plan};
+use crate::ids;
 use crate::metrics::Metrics;
 use crate::outbound::client::Client;
 use crate::shutdown::Shutdown;
-use crate::store::Store;
+use crate::store::{Due, Store};
 
-/// Due entries taken from the index per scheduler turn.
+/// Due entries taken from the index per scheduler turn at most.
 const POP_BATCH: usize = 1024;
 
 /// What the engine needs from the config.
@@ -90,24 +92,14 @@ impl EngineConfig {
     }
 }
 
-/// One endpoint's queue of due deliveries and how many of its attempts run.
-#[derive(Default)]
-struct Lane {
-    queue: VecDeque<(Millis, String)>,
-    running: usize,
-}
-
 pub struct Engine {
     store: Arc<Store>,
     client: Client,
     clock: Arc<dyn Clock>,
     cfg: EngineConfig,
     global: Arc<Semaphore>,
-    lanes: Mutex<HashMap<String, Lane>>,
-    /// Lanes that had work but found no global permit; pumped when one frees.
-    starved: Mutex<VecDeque<String>>,
     /// Deliveries with an attempt running now.
-    in_flight: Mutex<HashSet<String>>,
+    in_flight: Mutex<HashSet<u128>>,
     running: AtomicUsize,
     idle: Notify,
     sweeping: std::sync::atomic::AtomicBool,
@@ -119,6 +111,14 @@ pub struct Engine {
     attempted: tokio::sync::broadcast::Sender<String>,
 }
 
+/// What became of a due entry the scheduler handed to an attempt.
+enum Handled {
+    /// Attempted (or found stale): its lane may hand out the next one.
+    Done,
+    /// Not attempted: back in its lane, which waits until then (an open circuit breaker).
+    Held(Millis),
+}
+
 impl Engine {
     pub fn new(
         store: Arc<Store>,
@@ -127,14 +127,13 @@ impl Engine {
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> Arc<Engine> {
+        store.due().set_lane_limit(cfg.max_in_flight_per_endpoint);
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
             store,
             client,
             clock,
             cfg,
-            lanes: Mutex::new(HashMap::new()),
-            starved: Mutex::new(VecDeque::new()),
             in_flight: Mutex::new(HashSet::new()),
             running: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -158,7 +157,7 @@ impl Engine {
     }
 
     pub fn is_in_flight(&self, delivery_id: &str) -> bool {
-        lock(&self.in_flight).contains(delivery_id)
+        ids::parse(ids::DELIVERY, delivery_id).is_some_and(|d| lock(&self.in_flight).contains(&d))
     }
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
@@ -175,22 +174,38 @@ impl Engine {
                 self.clone().start_sweep(now);
                 next_sweep = now + retention::SWEEP_EVERY_MS;
             }
-            let due = self.store.due().pop_due(now, POP_BATCH);
+            let room = self.global.available_permits().min(POP_BATCH);
+            let due = self.store.due().take(now, room);
             let got = due.len();
-            for (at, id) in due {
-                self.dispatch(at, id);
+            for d in due {
+                match self.global.clone().try_acquire_owned() {
+                    Ok(permit) => self.start(d, permit),
+                    Err(_) => self.store.due().put_back(d, None),
+                }
             }
             if got == POP_BATCH {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let until = self
-                .store
-                .due()
-                .next_due()
-                .unwrap_or(i64::MAX)
-                .min(next_sweep);
-            let wait = Duration::from_millis((until - now).max(0) as u64);
+            // With every permit out, only a finished attempt (which signals `changed`) can make
+            // room: no timer then.
+            let wait = if self.global.available_permits() == 0 {
+                None
+            } else {
+                let until = self
+                    .store
+                    .due()
+                    .next_due()
+                    .unwrap_or(i64::MAX)
+                    .min(next_sweep);
+                Some(Duration::from_millis((until - now).max(0) as u64))
+            };
+            let timer = async {
+                match wait {
+                    Some(w) => tokio::time::sleep(w).await,
+                    None => std::future::pending().await,
+                }
+            };
             let clock_jump = async {
                 match self.clock.changed() {
                     Some(n) => n.notified().await,
@@ -198,7 +213,7 @@ impl Engine {
                 }
             };
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = timer => {}
                 _ = self.store.due().changed() => {}
                 _ = clock_jump => {}
                 _ = shutdown.wait() => break,
@@ -226,78 +241,26 @@ impl Engine {
         }
     }
 
-    /// Puts a due delivery in its endpoint's lane.
-    fn dispatch(self: &Arc<Self>, at: Millis, id: String) {
-        let lane = match self.store.delivery(&id) {
-            Ok(Some(d)) => d.endpoint_id.unwrap_or_default(),
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(delivery_id = %id, error = %e, "cannot read a due delivery");
-                return;
-            }
-        };
-        lock(&self.lanes)
-            .entry(lane.clone())
-            .or_default()
-            .queue
-            .push_back((at, id));
-        self.pump(&lane);
-    }
-
-    /// Starts as many of the lane's queued attempts as its limit and the global one allow.
-    fn pump(self: &Arc<Self>, key: &str) {
-        loop {
-            let mut lanes = lock(&self.lanes);
-            let Some(lane) = lanes.get_mut(key) else {
-                return;
-            };
-            if lane.queue.is_empty() || lane.running >= self.cfg.max_in_flight_per_endpoint {
-                if lane.queue.is_empty() && lane.running == 0 {
-                    lanes.remove(key);
-                }
-                return;
-            }
-            let Ok(permit) = self.global.clone().try_acquire_owned() else {
-                drop(lanes);
-                lock(&self.starved).push_back(key.to_string());
-                return;
-            };
-            let Some((at, id)) = lane.queue.pop_front() else {
-                return;
-            };
-            lane.running += 1;
-            drop(lanes);
-            self.start(key.to_string(), at, id, permit);
-        }
-    }
-
-    fn start(self: &Arc<Self>, lane: String, at: Millis, id: String, permit: OwnedSemaphorePermit) {
-        if !lock(&self.in_flight).insert(id.clone()) {
+    /// Runs one due entry's attempt on its own task.
+    fn start(self: &Arc<Self>, due: Due, permit: OwnedSemaphorePermit) {
+        if !lock(&self.in_flight).insert(due.delivery) {
             // Already being attempted (a stale due entry): the running attempt decides.
-            self.finish(&lane, permit);
+            self.store.due().done(due.lane);
             return;
         }
         self.running.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
         tokio::spawn(async move {
-            engine.attempt(at, &id).await;
-            lock(&engine.in_flight).remove(&id);
+            let handled = engine.attempt(due).await;
+            lock(&engine.in_flight).remove(&due.delivery);
             engine.running.fetch_sub(1, Ordering::Relaxed);
-            engine.finish(&lane, permit);
+            drop(permit);
+            match handled {
+                Handled::Done => engine.store.due().done(due.lane),
+                Handled::Held(until) => engine.store.due().put_back(due, Some(until)),
+            }
             engine.idle.notify_waiters();
         });
-    }
-
-    fn finish(self: &Arc<Self>, lane: &str, permit: OwnedSemaphorePermit) {
-        if let Some(l) = lock(&self.lanes).get_mut(lane) {
-            l.running -= 1;
-        }
-        drop(permit);
-        self.pump(lane);
-        let starved: Vec<String> = lock(&self.starved).drain(..).collect();
-        for key in starved {
-            self.pump(&key);
-        }
     }
 }
 

@@ -50,7 +50,7 @@ impl Engine {
                 tokio::task::yield_now().await;
             }
             let store = self.store.clone();
-            let small = tokio::task::spawn_blocking(move || store.prune_small(now)).await;
+            let small = tokio::task::spawn_blocking(move || store.prune_small(now, cutoff)).await;
             let other = match small {
                 Ok(Ok(n)) => n,
                 _ => 0,

@@ -1,21 +1,88 @@
 //! Per-account state: the synced plan, quota counters, account secrets for header macros, and
 //! each endpoint's circuit breaker.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{codec, tx_error, AccountRecord, Store, StoreError};
+use super::{codec, Store, StoreError};
 use crate::engine::breaker::Breaker;
 use crate::engine::quota::{self, Limits, Windows};
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AccountRecord {
+    plan: Option<String>,
+}
+
+/// Every synced plan, by account, for the in-memory copy.
+pub(super) fn load_plans(tree: &sled::Tree) -> Result<HashMap<String, String>, StoreError> {
+    let mut plans = HashMap::new();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        let rec: AccountRecord =
+            serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt(format!("account: {e}")))?;
+        if let Some(plan) = rec.plan {
+            plans.insert(String::from_utf8_lossy(&k).into_owned(), plan);
+        }
+    }
+    Ok(plans)
+}
+
+/// An account's counters, in one row so one compare-and-swap counts both windows: the minute
+/// and the day each with its window number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counters {
+    minute: i64,
+    minute_count: u64,
+    day: i64,
+    day_count: u64,
+}
+
+impl Counters {
+    fn decode(v: Option<&[u8]>) -> Counters {
+        let Some(v) = v.filter(|v| v.len() == 32) else {
+            return Counters::default();
+        };
+        let n = |i: usize| u64::from_be_bytes(v[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        Counters {
+            minute: n(0) as i64,
+            minute_count: n(1),
+            day: n(2) as i64,
+            day_count: n(3),
+        }
+    }
+
+    fn encode(&self) -> [u8; 32] {
+        let mut v = [0u8; 32];
+        v[..8].copy_from_slice(&self.minute.to_be_bytes());
+        v[8..16].copy_from_slice(&self.minute_count.to_be_bytes());
+        v[16..24].copy_from_slice(&self.day.to_be_bytes());
+        v[24..].copy_from_slice(&self.day_count.to_be_bytes());
+        v
+    }
+
+    /// This minute's and today's counts (a stored count of a past window is zero now).
+    fn at(&self, w: Windows) -> (u64, u64) {
+        (
+            if self.minute == w.minute {
+                self.minute_count
+            } else {
+                0
+            },
+            if self.day == w.day { self.day_count } else { 0 },
+        )
+    }
+}
 
 impl Store {
     // --- accounts and quotas ------------------------------------------------------------------
 
     /// The account's synced plan; `None` when no plan was ever synced (or it was removed).
-    pub fn account_plan(&self, account_id: &str) -> Result<Option<String>, StoreError> {
-        match self.inner.trees.accounts.get(account_id.as_bytes())? {
-            Some(v) => Ok(codec::decode::<AccountRecord>(&v)?.plan),
-            None => Ok(None),
-        }
+    pub fn account_plan(&self, account_id: &str) -> Option<String> {
+        self.plans
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(account_id)
+            .cloned()
     }
 
     /// Syncs the account's plan (`None` removes it), durably.
@@ -24,12 +91,19 @@ impl Store {
         account_id: &str,
         plan: Option<String>,
     ) -> Result<(), StoreError> {
-        let rec = codec::encode(&AccountRecord { plan })?;
+        let rec = serde_json::to_vec(&AccountRecord { plan: plan.clone() })
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         self.inner
             .trees
             .accounts
             .insert(account_id.as_bytes(), rec)?;
-        self.sync().await
+        self.sync().await?;
+        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
+        match plan {
+            Some(p) => plans.insert(account_id.to_string(), p),
+            None => plans.remove(account_id),
+        };
+        Ok(())
     }
 
     /// An account secret for header macros (write-only through the API).
@@ -60,7 +134,7 @@ impl Store {
     }
 
     /// Counts one delivery in both windows if it fits `limits`; false (and nothing counted) if
-    /// it does not.
+    /// it does not. Counters reach disk with sled's periodic flush.
     pub fn quota_take(
         &self,
         account_id: &str,
@@ -70,43 +144,32 @@ impl Store {
         if self.quota_fault.load(Ordering::Relaxed) {
             return Err(StoreError::Io("injected quota fault".into()));
         }
-        let minute_key = codec::quota_key(account_id, b'm', w.minute);
-        let day_key = codec::quota_key(account_id, b'd', w.day);
-        let count = |v: Option<sled::IVec>| {
-            v.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-                .map_or(0, u64::from_be_bytes)
-        };
-        self.inner
-            .trees
-            .quota
-            .transaction(|t| {
-                let minute = count(t.get(&minute_key)?);
-                let day = count(t.get(&day_key)?);
-                if !quota::allows(limits, minute, day) {
-                    return Ok(false);
-                }
-                t.insert(minute_key.as_slice(), &(minute + 1).to_be_bytes())?;
-                t.insert(day_key.as_slice(), &(day + 1).to_be_bytes())?;
-                Ok(true)
-            })
-            .map_err(tx_error)
+        let tree = &self.inner.trees.quota;
+        let key = account_id.as_bytes();
+        let mut current = tree.get(key)?;
+        loop {
+            let (minute, day) = Counters::decode(current.as_deref()).at(w);
+            if !quota::allows(limits, minute, day) {
+                return Ok(false);
+            }
+            let next = Counters {
+                minute: w.minute,
+                minute_count: minute + 1,
+                day: w.day,
+                day_count: day + 1,
+            };
+            match tree.compare_and_swap(key, current.as_deref(), Some(&next.encode()[..]))? {
+                Ok(()) => return Ok(true),
+                // Another attempt of this account counted first: count again from its value.
+                Err(e) => current = e.current,
+            }
+        }
     }
 
     /// This minute's and today's counts.
     pub fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
-        let get = |k: Vec<u8>| -> Result<u64, StoreError> {
-            Ok(self
-                .inner
-                .trees
-                .quota
-                .get(k)?
-                .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-                .map_or(0, u64::from_be_bytes))
-        };
-        Ok((
-            get(codec::quota_key(account_id, b'm', w.minute))?,
-            get(codec::quota_key(account_id, b'd', w.day))?,
-        ))
+        let v = self.inner.trees.quota.get(account_id.as_bytes())?;
+        Ok(Counters::decode(v.as_deref()).at(w))
     }
 
     pub fn set_quota_fault(&self, on: bool) {
@@ -118,7 +181,9 @@ impl Store {
     /// An endpoint's stored breaker state (none: closed, never failed).
     pub fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
         match self.inner.trees.breakers.get(endpoint_id.as_bytes())? {
-            Some(v) => Ok(Some(codec::decode(&v)?)),
+            Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| {
+                StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}"))
+            })?)),
             None => Ok(None),
         }
     }
@@ -128,11 +193,42 @@ impl Store {
         if *b == Breaker::default() {
             self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
         } else {
+            let v = serde_json::to_vec(b).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             self.inner
                 .trees
                 .breakers
-                .insert(endpoint_id.as_bytes(), codec::encode(b)?)?;
+                .insert(endpoint_id.as_bytes(), v)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_of_past_windows_read_as_zero() {
+        let c = Counters {
+            minute: 10,
+            minute_count: 3,
+            day: 1,
+            day_count: 7,
+        };
+        let back = Counters::decode(Some(&c.encode()));
+        assert_eq!(back, c);
+        assert_eq!(back.at(Windows { minute: 10, day: 1 }), (3, 7));
+        assert_eq!(back.at(Windows { minute: 11, day: 1 }), (0, 7));
+        assert_eq!(
+            back.at(Windows {
+                minute: 1441,
+                day: 2
+            }),
+            (0, 0)
+        );
+        assert_eq!(
+            Counters::decode(None).at(Windows { minute: 0, day: 0 }),
+            (0, 0)
+        );
     }
 }

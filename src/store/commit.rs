@@ -1,30 +1,31 @@
-//! The committer: one task owns ingest durability (group commit).
+//! The committer: one thread owns ingest durability (group commit).
 //!
-//! Ingest handlers hand it their prepared events and await its answer. Each cycle it takes every
-//! job waiting in the channel, applies them in one multi-tree transaction (idempotency keys and
-//! debounce windows are decided there, so two requests cannot both win a key or a window), calls
-//! sled's `flush` and then `fdatasync` on the data file (sled's flush alone is not an fsync, see
-//! notes/sled.md), and only then answers every waiter of the cycle. The work runs on a blocking
-//! thread; while it runs, the next cycle's jobs pile up in the channel, so one fsync acknowledges
-//! everything that arrived during the previous one. If the fsync fails, the cycle's writes are
-//! undone (every write keeps the value it replaced) and its requests get an error.
+//! Ingest handlers hand it their checked events and await its answer. Each cycle it takes every
+//! job waiting in the channel, gives each event its id, decides its idempotency key and debounce
+//! window (only the committer writes those, so two requests cannot both win a key or a window),
+//! writes its rows, calls sled's `flush` and then `fdatasync` on the data file (sled's flush
+//! alone is not an fsync, see notes/sled.md), and only then answers every waiter of the cycle.
+//! While a cycle runs, the next cycle's jobs pile up in the channel, so one fsync acknowledges
+//! everything that arrived during the previous one.
+//!
+//! The cycle's rows are gathered in memory (reads in the cycle see them: a key claimed or a
+//! window opened by an earlier event of the cycle counts) and written as one sled batch, which
+//! sled recovers all or nothing. If the write or the fsync fails, the cycle's writes are undone
+//! (each overwritten key keeps the value it replaced) and its requests get an error: a request
+//! answered `503` stores nothing, so a retry of it is not answered as a duplicate.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sled::transaction::{
-    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
-};
-use sled::{IVec, Transactional};
+use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{self, CHUNK, INLINE_PAYLOAD};
-use super::{tx_error, Inner, StoreError};
+use super::codec::{self, Pending, CHUNK, INLINE_PAYLOAD};
+use super::{delivery_from, Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::engine::debounce::{self, Decision, Window};
-use crate::ids::{self, ATTEMPT};
-use crate::ids::{DELIVERY, EVENT};
+use crate::ids::{self, ATTEMPT, DELIVERY, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 
 /// How long an idempotency key keeps answering with the first event (SPEC §2).
@@ -32,20 +33,26 @@ pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 /// Events taken into one commit at most: bounds a cycle's latency and memory.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;
 
-/// An event ready to store: ids made, fan-out decided, payload bytes as received.
+/// An event ready to store: checked, fanned out, payload bytes as received. The committer gives
+/// it its id (so event ids grow in commit order) and its deliveries theirs.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    pub meta: EventMeta,
+    pub account_id: String,
+    pub event_type: String,
+    pub received_at: Millis,
     pub payload: Bytes,
-    pub deliveries: Vec<Delivery>,
+    /// The endpoint (lane) of each delivery, in fan-out order; one [`super::NO_LANE`] for an
+    /// event that has no endpoint, which the engine records as `no_endpoint` (once per event,
+    /// after the conditions that come before it).
+    pub targets: Vec<Lane>,
+    pub idempotency_key: Option<String>,
+    pub debounce_key: Option<String>,
     /// Set when the event's type is debounced and the event has a debounce key.
     pub debounce: Option<DebounceRule>,
 }
 
 impl NewEvent {
-    /// A new event with one pending delivery per target endpoint, due `now`; with no target, one
-    /// delivery without an endpoint, which the engine records as `no_endpoint` (once per event,
-    /// after the conditions that come before it).
+    /// A new event with one delivery per target endpoint, due `now`.
     pub fn fan_out<'a>(
         account_id: String,
         event_type: String,
@@ -53,38 +60,20 @@ impl NewEvent {
         targets: impl Iterator<Item = &'a Arc<Endpoint>>,
         now: Millis,
     ) -> NewEvent {
-        let event_id = ids::new_id(EVENT, now);
-        let delivery = |endpoint_id: Option<String>| Delivery {
-            id: ids::new_id(DELIVERY, now),
-            event_id: event_id.clone(),
-            endpoint_id,
-            account_id: account_id.clone(),
-            event_type: event_type.clone(),
-            state: DeliveryState::Pending,
-            last_status: None,
-            attempt_count: 0,
-            next_attempt_at: Some(now),
-            created_at: now,
-            manual: false,
-        };
-        let mut deliveries: Vec<Delivery> =
-            targets.map(|ep| delivery(Some(ep.id.clone()))).collect();
-        if deliveries.is_empty() {
-            deliveries.push(delivery(None));
+        let mut lanes: Vec<Lane> = targets.map(|ep| super::lane_of(Some(&ep.id))).collect();
+        if lanes.is_empty() {
+            lanes.push(super::NO_LANE);
         }
+        lanes.truncate(ids::MAX_FAN_OUT);
         NewEvent {
-            debounce: None,
-            meta: EventMeta {
-                id: event_id,
-                account_id,
-                event_type,
-                received_at: now,
-                idempotency_key: None,
-                debounce_key: None,
-                deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
-            },
+            account_id,
+            event_type,
+            received_at: now,
             payload,
-            deliveries,
+            targets: lanes,
+            idempotency_key: None,
+            debounce_key: None,
+            debounce: None,
         }
     }
 }
@@ -101,9 +90,12 @@ pub struct DebounceRule {
 /// What the commit did with one event.
 #[derive(Debug, Clone)]
 pub enum IngestOutcome {
-    /// Stored; the deliveries as stored (a debounced event's are `skipped`, a trailing
-    /// candidate's are due when its window closes).
-    Created { deliveries: Vec<Delivery> },
+    /// Stored with this id; the deliveries as stored (a debounced event's are `skipped`, a
+    /// trailing candidate's are due when its window closes).
+    Created {
+        event_id: String,
+        deliveries: Vec<Delivery>,
+    },
     /// The idempotency key was seen within the window: nothing was queued; this is the first
     /// event's id.
     Duplicate { event_id: String },
@@ -130,8 +122,8 @@ impl Job {
 }
 
 /// Runs until every sender is gone (the store was dropped), finishing the jobs it has.
-pub(super) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
-    while let Some(first) = rx.recv().await {
+pub(super) fn run(inner: &Inner, mut rx: mpsc::Receiver<Job>) {
+    while let Some(first) = rx.blocking_recv() {
         let mut count = first.event_count();
         let mut jobs = vec![first];
         while count < MAX_EVENTS_PER_COMMIT {
@@ -143,296 +135,366 @@ pub(super) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let inner = inner.clone();
-        // The commit blocks on disk; run it off the async workers and wait for it, so only one
-        // commit is in flight and the channel collects the next batch meanwhile.
-        if let Err(e) = tokio::task::spawn_blocking(move || commit(&inner, jobs)).await {
-            tracing::error!(error = %e, "commit task failed");
-        }
+        commit(inner, jobs);
     }
 }
 
 fn commit(inner: &Inner, jobs: Vec<Job>) {
-    let batches: Vec<&[NewEvent]> = jobs
-        .iter()
-        .filter_map(|j| match j {
-            Job::Ingest { events, .. } => Some(events.as_slice()),
-            Job::Sync { .. } => None,
-        })
-        .collect();
-    let result = apply(inner, &batches).and_then(|cycle| match inner.sync() {
-        Ok(()) => Ok(cycle),
-        Err(e) => {
-            // Nothing of this cycle was acknowledged: put back what it replaced, so a failed
-            // request stores nothing and a retry of it is not answered as a duplicate.
-            if let Err(undo) = undo(inner, &cycle.undo) {
-                tracing::error!(error = %undo, "cannot roll back a failed commit");
-            }
-            Err(e)
-        }
-    });
-    inner.set_healthy(result.is_ok());
-    let cycle = match result {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "commit failed; answering 503 to its requests");
-            for job in jobs {
-                match job {
-                    Job::Ingest { reply, .. } => drop(reply.send(Err(e.clone()))),
-                    Job::Sync { reply } => drop(reply.send(Err(e.clone()))),
+    let mut cycle = Cycle::default();
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut result = Ok(());
+    for job in &jobs {
+        if let Job::Ingest { events, .. } = job {
+            match apply(inner, &mut cycle, events) {
+                Ok(o) => outcomes.push(o),
+                Err(e) => {
+                    result = Err(e);
+                    break;
                 }
             }
-            return;
         }
-    };
-    for (at, id) in &cycle.superseded {
-        inner.due.remove(*at, id);
+    }
+    let result = result
+        .and_then(|()| cycle.write(inner))
+        .and_then(|()| inner.sync());
+    inner.set_healthy(result.is_ok());
+    if let Err(e) = result {
+        // Nothing of this cycle was acknowledged: put back what it replaced, so a failed
+        // request stores nothing and a retry of it is not answered as a duplicate.
+        if let Err(undo) = cycle.undo(inner) {
+            tracing::error!(error = %undo, "cannot roll back a failed commit");
+        }
+        tracing::error!(error = %e, "commit failed; answering 503 to its requests");
+        for job in jobs {
+            match job {
+                Job::Ingest { reply, .. } => drop(reply.send(Err(e.clone()))),
+                Job::Sync { reply } => drop(reply.send(Err(e.clone()))),
+            }
+        }
+        return;
+    }
+    for (lane, at, delivery) in &cycle.superseded {
+        inner.due.remove(*lane, *at, *delivery);
         inner
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);
     }
-    let created = cycle
-        .outcomes
-        .iter()
-        .flatten()
-        .filter(|o| matches!(o, IngestOutcome::Created { .. }))
-        .count() as u64;
+    inner.due.insert_many(cycle.due.drain(..));
+    for state in &cycle.states {
+        inner.stats.count(None, *state);
+    }
     // A cycle of only `Sync` jobs acknowledged no events: not a batch.
-    if !cycle.outcomes.is_empty() {
-        inner.metrics.commit_batch_size.observe(created as f64);
+    if !outcomes.is_empty() {
+        inner
+            .metrics
+            .commit_batch_size
+            .observe(cycle.created as f64);
         inner
             .metrics
             .events_ingested
-            .fetch_add(created, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(cycle.created, std::sync::atomic::Ordering::Relaxed);
     }
-    let mut outcomes = cycle.outcomes.into_iter();
+    let mut outcomes = outcomes.into_iter();
     for job in jobs {
         match job {
             Job::Ingest { reply, .. } => {
-                let outcome = outcomes.next().unwrap_or_default();
-                let mut due = Vec::new();
-                for o in &outcome {
-                    if let IngestOutcome::Created { deliveries } = o {
-                        for d in deliveries {
-                            inner.stats.count(None, d.state);
-                            if let (DeliveryState::Pending, Some(at)) = (d.state, d.next_attempt_at)
-                            {
-                                due.push((at, d.id.clone()));
-                            }
-                        }
-                    }
-                }
-                inner.due.insert_many(due);
-                drop(reply.send(Ok(outcome)));
+                drop(reply.send(Ok(outcomes.next().unwrap_or_default())));
             }
             Job::Sync { reply } => drop(reply.send(Ok(()))),
         }
     }
 }
 
-/// What one cycle did.
+/// What one cycle did, to write it as one batch and finish it after the fsync (or undo it if
+/// that failed).
+#[derive(Default)]
 struct Cycle {
-    outcomes: Vec<Vec<IngestOutcome>>,
-    /// Trailing candidates debounced by a newer event: (their due time, delivery id).
-    superseded: Vec<(Millis, String)>,
-    undo: Vec<UndoEntry>,
+    /// The cycle's writes to the `log` tree (`None`: a removal), applied as one batch; reads in
+    /// the cycle see them first.
+    writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
+    before: Vec<(Vec<u8>, Option<IVec>)>,
+    /// Keys claimed earlier in this cycle.
+    claimed: HashMap<Vec<u8>, String>,
+    /// Due index entries to add once durable.
+    due: Vec<(Lane, Millis, u128, bool)>,
+    /// The state of each delivery created, for the counts.
+    states: Vec<DeliveryState>,
+    /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
+    superseded: Vec<(Lane, Millis, u128)>,
+    /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
+    fresh: Vec<u128>,
+    created: u64,
 }
 
-/// The trees an ingest touches, by position in [`ingest_trees`].
-#[derive(Debug, Clone, Copy)]
-enum T {
-    Events = 0,
-    Payloads,
-    Deliveries,
-    Queue,
-    Idempotency,
-    Attempts,
-    Debounce,
-}
-
-/// A key as it was before this cycle wrote it.
-struct UndoEntry(T, Vec<u8>, Option<IVec>);
-
-type IngestTrees<'a> = (
-    &'a sled::Tree,
-    &'a sled::Tree,
-    &'a sled::Tree,
-    &'a sled::Tree,
-    &'a sled::Tree,
-    &'a sled::Tree,
-    &'a sled::Tree,
-);
-
-/// The trees an ingest writes, in the order of [`T`].
-fn ingest_trees(t: &super::Trees) -> IngestTrees<'_> {
-    (
-        &t.events,
-        &t.payloads,
-        &t.deliveries,
-        &t.queue,
-        &t.idempotency,
-        &t.attempts,
-        &t.debounce,
-    )
-}
-
-type TxResult<T> = Result<T, ConflictableTransactionError<StoreError>>;
-
-/// Writes inside the transaction, remembering what each write replaced.
-struct Tx<'a> {
-    trees: [&'a TransactionalTree; 7],
-    undo: Vec<UndoEntry>,
-}
-
-impl Tx<'_> {
-    fn get(&self, t: T, key: &[u8]) -> Result<Option<IVec>, UnabortableTransactionError> {
-        self.trees[t as usize].get(key)
-    }
-
-    fn insert(&mut self, t: T, key: Vec<u8>, value: &[u8]) -> TxResult<()> {
-        let old = self.trees[t as usize].insert(key.as_slice(), value)?;
-        self.undo.push(UndoEntry(t, key, old));
-        Ok(())
-    }
-
-    fn remove(&mut self, t: T, key: Vec<u8>) -> TxResult<()> {
-        let old = self.trees[t as usize].remove(key.as_slice())?;
-        self.undo.push(UndoEntry(t, key, old));
-        Ok(())
-    }
-
-    fn put_json<V: serde::Serialize>(&mut self, t: T, key: Vec<u8>, v: &V) -> TxResult<()> {
-        let bytes = codec::encode(v).map_err(ConflictableTransactionError::Abort)?;
-        self.insert(t, key, &bytes)
-    }
-}
-
-fn decode<V: serde::de::DeserializeOwned>(bytes: &[u8]) -> TxResult<V> {
-    codec::decode(bytes).map_err(ConflictableTransactionError::Abort)
-}
-
-/// One transaction for the whole cycle.
-fn apply(inner: &Inner, batches: &[&[NewEvent]]) -> Result<Cycle, StoreError> {
-    ingest_trees(&inner.trees)
-        .transaction(
-            |(events, payloads, deliveries, queue, idem, attempts, windows)| {
-                let mut tx = Tx {
-                    trees: [events, payloads, deliveries, queue, idem, attempts, windows],
-                    undo: Vec::new(),
-                };
-                // Keys claimed earlier in this same cycle.
-                let mut claimed: HashMap<Vec<u8>, String> = HashMap::new();
-                let mut superseded = Vec::new();
-                let mut all = Vec::with_capacity(batches.len());
-                for batch in batches {
-                    let mut outcomes = Vec::with_capacity(batch.len());
-                    for ev in batch.iter() {
-                        if let Some(first) = claim_idempotency_key(&mut tx, &mut claimed, &ev.meta)?
-                        {
-                            outcomes.push(IngestOutcome::Duplicate { event_id: first });
-                            continue;
-                        }
-                        let mut dels = ev.deliveries.clone();
-                        if let Some(rule) = &ev.debounce {
-                            superseded.extend(apply_debounce(&mut tx, rule, &ev.meta, &mut dels)?);
-                        }
-                        store_event(&mut tx, ev, &dels)?;
-                        outcomes.push(IngestOutcome::Created { deliveries: dels });
-                    }
-                    all.push(outcomes);
-                }
-                Ok(Cycle {
-                    outcomes: all,
-                    superseded,
-                    undo: tx.undo,
-                })
-            },
-        )
-        .map_err(tx_error)
-}
-
-/// `Some(first event id)` if the event's idempotency key was used within the window; otherwise
-/// claims the key for this event.
-fn claim_idempotency_key(
-    tx: &mut Tx<'_>,
-    claimed: &mut HashMap<Vec<u8>, String>,
-    m: &EventMeta,
-) -> TxResult<Option<String>> {
-    let Some(key) = &m.idempotency_key else {
-        return Ok(None);
-    };
-    let k = codec::account_key(&m.account_id, key);
-    if let Some(first) = claimed.get(&k) {
-        return Ok(Some(first.clone()));
-    }
-    if let Some(v) = tx.get(T::Idempotency, &k)? {
-        let rec: IdempotencyRecord = decode(&v)?;
-        if m.received_at - rec.at < IDEMPOTENCY_WINDOW_MS {
-            return Ok(Some(rec.event_id));
+impl Cycle {
+    /// The key's value as the cycle sees it: its own write, else the tree's.
+    fn get(&self, inner: &Inner, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.writes.get(key) {
+            Some(w) => Ok(w.clone()),
+            None => Ok(inner.trees.log.get(key)?.map(|v| v.to_vec())),
         }
     }
-    let rec = IdempotencyRecord {
-        event_id: m.id.clone(),
-        at: m.received_at,
-    };
-    tx.put_json(T::Idempotency, k.clone(), &rec)?;
-    claimed.insert(k, m.id.clone());
-    Ok(None)
+
+    /// Writes a key that may hold a value (kept for the undo).
+    fn put(&mut self, inner: &Inner, key: &[u8], value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        if !self.writes.contains_key(key) {
+            self.before.push((key.to_vec(), inner.trees.log.get(key)?));
+        }
+        self.writes.insert(key.to_vec(), value);
+        Ok(())
+    }
+
+    /// Writes a key no row has yet (an event's, its chunks', a new attempt number's).
+    fn put_new(&mut self, key: &[u8], value: Vec<u8>) {
+        if self.writes.insert(key.to_vec(), Some(value)).is_none() {
+            self.before.push((key.to_vec(), None));
+        }
+    }
+
+    /// The cycle's writes as one batch (sled recovers a batch all or nothing).
+    fn write(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (k, v) in self.writes.drain() {
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        inner.trees.log.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Puts back what the cycle replaced.
+    fn undo(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        let mut fresh = inner.lock_fresh();
+        for d in self.fresh.drain(..) {
+            fresh.remove(d);
+        }
+        drop(fresh);
+        let mut batch = sled::Batch::default();
+        for (k, old) in self.before.drain(..) {
+            match old {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        inner.trees.log.apply_batch(batch)?;
+        Ok(())
+    }
 }
 
-/// Applies the debounce decision to the event's deliveries; returns trailing candidates it
-/// debounced.
+/// Stores one job's events.
+fn apply(
+    inner: &Inner,
+    cycle: &mut Cycle,
+    events: &[NewEvent],
+) -> Result<Vec<IngestOutcome>, StoreError> {
+    let mut outcomes = Vec::with_capacity(events.len());
+    for ev in events {
+        if let Some(first) = claimed_before(inner, cycle, ev)? {
+            outcomes.push(IngestOutcome::Duplicate { event_id: first });
+            continue;
+        }
+        outcomes.push(store_event(inner, cycle, ev)?);
+    }
+    Ok(outcomes)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct IdempotencyRecord {
+    event_id: String,
+    at: Millis,
+}
+
+/// `Some(first event id)` if the event's idempotency key was used within the window by an event
+/// that exists.
+fn claimed_before(
+    inner: &Inner,
+    cycle: &Cycle,
+    ev: &NewEvent,
+) -> Result<Option<String>, StoreError> {
+    let Some(key) = &ev.idempotency_key else {
+        return Ok(None);
+    };
+    let k = codec::key::idempotency(&ev.account_id, key);
+    if let Some(first) = cycle.claimed.get(&k) {
+        return Ok(Some(first.clone()));
+    }
+    let Some(v) = inner.trees.log.get(&k)? else {
+        return Ok(None);
+    };
+    let rec: IdempotencyRecord = serde_json::from_slice(&v)
+        .map_err(|e| StoreError::Corrupt(format!("idempotency record: {e}")))?;
+    if ev.received_at - rec.at >= IDEMPOTENCY_WINDOW_MS {
+        return Ok(None);
+    }
+    // A key written by a commit that did not finish (herald stopped before the event row) is
+    // no claim.
+    let exists = match ids::parse(EVENT, &rec.event_id) {
+        Some(u) => inner.trees.log.contains_key(codec::key::event(u))?,
+        None => false,
+    };
+    Ok(exists.then_some(rec.event_id))
+}
+
+fn store_event(
+    inner: &Inner,
+    cycle: &mut Cycle,
+    ev: &NewEvent,
+) -> Result<IngestOutcome, StoreError> {
+    let now = ev.received_at;
+    let ulid = {
+        let mut fresh = inner.lock_fresh();
+        let ulid = ids::new_event(now);
+        fresh.last_event = ulid;
+        ulid
+    };
+    let event_id = ids::format(EVENT, ulid);
+    let meta = EventMeta {
+        id: event_id.clone(),
+        account_id: ev.account_id.clone(),
+        event_type: ev.event_type.clone(),
+        received_at: now,
+        idempotency_key: ev.idempotency_key.clone(),
+        debounce_key: ev.debounce_key.clone(),
+        deliveries: Vec::new(),
+    };
+    let mut deliveries: Vec<Delivery> = ev
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(i, lane)| delivery_from(ids::delivery_of(ulid, i), &meta, *lane, None, None))
+        .collect();
+    let fresh = match &ev.debounce {
+        Some(rule) => apply_debounce(inner, cycle, rule, now, ulid, &ev.targets, &mut deliveries)?,
+        None => true,
+    };
+    if fresh {
+        // Counted before the event row exists, so the watermark written meanwhile never passes
+        // this event.
+        let mut buckets = inner.lock_fresh();
+        for i in 0..ev.targets.len() {
+            let d = ids::delivery_of(ulid, i);
+            buckets.add(d);
+            cycle.fresh.push(d);
+        }
+    }
+    if let Some(key) = &ev.idempotency_key {
+        let k = codec::key::idempotency(&ev.account_id, key);
+        let rec = IdempotencyRecord {
+            event_id: event_id.clone(),
+            at: now,
+        };
+        let v = serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        cycle.put(inner, &k, Some(v))?;
+        cycle.claimed.insert(k, event_id.clone());
+    }
+    if ev.payload.len() > INLINE_PAYLOAD {
+        for (i, chunk) in ev.payload.chunks(CHUNK).enumerate() {
+            cycle.put_new(&codec::key::chunk(ulid, i as u32), chunk.to_vec());
+        }
+    }
+    let value = codec::encode_event(&meta, &ev.targets, &ev.payload)?;
+    cycle.put_new(&codec::key::event(ulid), value);
+
+    for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {
+        cycle.states.push(d.state);
+        if let (DeliveryState::Pending, Some(at)) = (d.state, d.next_attempt_at) {
+            cycle
+                .due
+                .push((*lane, at, ids::delivery_of(ulid, i), fresh));
+        }
+    }
+    cycle.created += 1;
+    Ok(IngestOutcome::Created {
+        event_id,
+        deliveries,
+    })
+}
+
+/// Applies the debounce decision to the event's deliveries (its rows are written before the
+/// event's own row). Returns true if the deliveries stay fresh (due now, as without debounce).
 fn apply_debounce(
-    tx: &mut Tx<'_>,
+    inner: &Inner,
+    cycle: &mut Cycle,
     rule: &DebounceRule,
-    m: &EventMeta,
+    now: Millis,
+    event: u128,
+    targets: &[Lane],
     dels: &mut [Delivery],
-) -> TxResult<Vec<(Millis, String)>> {
-    let key = rule.key.as_bytes().to_vec();
-    let window: Option<Window> = match tx.get(T::Debounce, &key)? {
-        Some(v) => Some(decode(&v)?),
+) -> Result<bool, StoreError> {
+    let key = codec::key::window(&rule.key);
+    let window: Option<Window> = match cycle.get(inner, &key)? {
+        Some(v) => Some(
+            serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("debounce window: {e}")))?,
+        ),
         None => None,
     };
-    let now = m.received_at;
-    let mut superseded = Vec::new();
+    let put_window = |cycle: &mut Cycle, w: &Window| -> Result<(), StoreError> {
+        let v = serde_json::to_vec(w).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        cycle.put(inner, &key, Some(v))
+    };
     match debounce::decide(window.as_ref(), now, rule.window_ms, rule.trailing) {
-        Decision::Open(w) => tx.put_json(T::Debounce, key, &w)?,
+        Decision::Open(w) => {
+            put_window(cycle, &w)?;
+            Ok(true)
+        }
         Decision::Debounce => {
-            for d in dels.iter_mut() {
-                debounced(tx, d, now)?;
+            for (i, d) in dels.iter_mut().enumerate() {
+                debounced(cycle, ids::delivery_of(event, i), d, now);
             }
+            Ok(false)
         }
         Decision::Trail { due, supersedes } => {
             for id in supersedes {
-                let Some(v) = tx.get(T::Deliveries, id.as_bytes())? else {
-                    continue;
-                };
-                let mut old: Delivery = decode(&v)?;
-                if let (DeliveryState::Pending, Some(at)) = (old.state, old.next_attempt_at) {
-                    tx.remove(T::Queue, codec::queue_key(at, &old.id))?;
-                    debounced(tx, &mut old, now)?;
-                    tx.put_json(T::Deliveries, old.id.as_bytes().to_vec(), &old)?;
-                    superseded.push((at, old.id));
-                }
+                supersede(inner, cycle, &id, now)?;
             }
-            for d in dels.iter_mut() {
+            for (i, (d, lane)) in dels.iter_mut().zip(targets).enumerate() {
+                let p = Pending { due, manual: false };
+                let k = codec::key::pending(ids::delivery_of(event, i));
+                cycle.put_new(&k, codec::encode_pending(p, *lane).to_vec());
                 d.next_attempt_at = Some(due);
+                d.queued = true;
             }
             let w = Window {
                 end: due,
                 candidate: dels.iter().map(|d| d.id.clone()).collect(),
             };
-            tx.put_json(T::Debounce, key, &w)?;
+            put_window(cycle, &w)?;
+            Ok(false)
         }
     }
-    Ok(superseded)
 }
 
-/// Ends a delivery as `skipped` with a `debounced` attempt record.
-fn debounced(tx: &mut Tx<'_>, d: &mut Delivery, now: Millis) -> TxResult<()> {
+/// A trailing candidate debounced by a newer event of its window: it ends `skipped` with a
+/// `debounced` attempt and leaves the due index. (It may be a candidate of this same cycle.)
+fn supersede(inner: &Inner, cycle: &mut Cycle, id: &str, now: Millis) -> Result<(), StoreError> {
+    let Some(ulid) = ids::parse(DELIVERY, id) else {
+        return Ok(());
+    };
+    let k = codec::key::pending(ulid);
+    let Some(v) = cycle.get(inner, &k)? else {
+        return Ok(()); // already attempted or ended
+    };
+    let (pending, lane) = codec::decode_pending(&v)?;
+    // A candidate's attempts (if a manual retry gave it any) are all in the tree.
+    let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
+    cycle.put_new(
+        &codec::key::attempt(ulid, number),
+        debounced_attempt(now, number),
+    );
+    cycle.put(inner, &k, None)?;
+    cycle.superseded.push((lane, pending.due, ulid));
+    Ok(())
+}
+
+/// A `debounced` attempt record, numbered `number`, that ends its delivery `skipped`.
+fn debounced_attempt(now: Millis, number: u32) -> Vec<u8> {
     let attempt = Attempt {
         id: ids::new_id(ATTEMPT, now),
-        number: d.attempt_count + 1,
+        number,
         at: now,
         duration_ms: 0,
         status: Status::Debounced,
@@ -441,56 +503,15 @@ fn debounced(tx: &mut Tx<'_>, d: &mut Delivery, now: Millis) -> TxResult<()> {
         request_headers: Vec::new(),
         response_body: String::new(),
     };
+    codec::encode_attempt(&attempt, DeliveryState::Skipped)
+}
+
+/// Ends a new delivery as `skipped` with a `debounced` attempt record.
+fn debounced(cycle: &mut Cycle, ulid: u128, d: &mut Delivery, now: Millis) {
     d.state = DeliveryState::Skipped;
     d.last_status = Some(Status::Debounced);
-    d.attempt_count = attempt.number;
+    d.attempt_count = 1;
     d.next_attempt_at = None;
-    tx.put_json(
-        T::Attempts,
-        codec::attempt_key(&d.id, &attempt.id),
-        &attempt,
-    )
-}
-
-fn store_event(tx: &mut Tx<'_>, ev: &NewEvent, dels: &[Delivery]) -> TxResult<()> {
-    let m = &ev.meta;
-    let value = codec::encode_event(m, &ev.payload).map_err(ConflictableTransactionError::Abort)?;
-    tx.insert(T::Events, m.id.as_bytes().to_vec(), &value)?;
-    if ev.payload.len() > INLINE_PAYLOAD {
-        for (i, chunk) in ev.payload.chunks(CHUNK).enumerate() {
-            tx.insert(T::Payloads, codec::chunk_key(&m.id, i as u32), chunk)?;
-        }
-    }
-    for d in dels {
-        tx.put_json(T::Deliveries, d.id.as_bytes().to_vec(), d)?;
-        if let (DeliveryState::Pending, Some(at)) = (d.state, d.next_attempt_at) {
-            tx.insert(T::Queue, codec::queue_key(at, &d.id), &[])?;
-        }
-    }
-    Ok(())
-}
-
-/// Puts back what a cycle replaced, newest write first.
-fn undo(inner: &Inner, entries: &[UndoEntry]) -> Result<(), StoreError> {
-    ingest_trees(&inner.trees)
-        .transaction(
-            |(events, payloads, deliveries, queue, idem, attempts, windows)| {
-                let trees = [events, payloads, deliveries, queue, idem, attempts, windows];
-                for UndoEntry(t, key, old) in entries.iter().rev() {
-                    let tree = trees[*t as usize];
-                    match old {
-                        Some(v) => tree.insert(key.as_slice(), v.clone())?,
-                        None => tree.remove(key.as_slice())?,
-                    };
-                }
-                Ok::<_, ConflictableTransactionError<StoreError>>(())
-            },
-        )
-        .map_err(tx_error)
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct IdempotencyRecord {
-    event_id: String,
-    at: Millis,
+    d.queued = false;
+    cycle.put_new(&codec::key::attempt(ulid, 1), debounced_attempt(now, 1));
 }

@@ -1,37 +1,68 @@
-//! The only module that touches sled: typed trees, the group-commit committer, the due queue.
+//! The only module that touches sled: typed trees, the group-commit committer, the due index.
 //!
-//! Trees: `events` (meta + inline payload), `payloads` (chunks of large payloads), `deliveries`,
-//! `attempts` (keyed delivery id + attempt id), `queue` (due time + delivery id, the durable due
-//! queue), `endpoints`, `idempotency`. Ingest goes through the committer ([`commit`]) and is
-//! fsynced before it is acknowledged; attempt records are written directly and reach disk with
-//! sled's periodic flush (a crash may lose the last result, and the delivery is then attempted
-//! again: at least once). Endpoints are also held in memory, since every attempt and every
-//! ingest reads them.
+//! # Layout
+//!
+//! An ingest writes one row per event; an attempt usually one row. Everything else about a
+//! delivery is derived:
+//!
+//! The `log` tree holds the ingest and delivery log, one kind of row per key prefix
+//! ([`codec::key`]):
+//!
+//! - event: event ULID → the event's fields, its *targets* (the endpoint of each delivery) and its
+//!   payload (inline, or in chunk rows). A delivery's id is derived from its event's
+//!   ([`crate::ids`]), so the event row is also the delivery's fixed record.
+//! - attempt: (delivery ULID, attempt number) → the attempt and the delivery's state after it.
+//! - pending: delivery ULID → due time and lane, for a delivery waiting for an attempt other than
+//!   its first (a retry, a manual retry, a debounce window's end).
+//! - A delivery with neither attempts nor a pending entry is *fresh*: pending since ingest, due
+//!   at once. Its state is its pending entry if it has one, else its last attempt's, else fresh.
+//! - idempotency keys and debounce windows, written by the committer at ingest.
+//!
+//! `meta` holds the layout version, the clean-stop marker, the counts by state and the fresh
+//! watermark (below).
+//! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
+//!
+//! # Consistency
+//!
+//! A commit cycle's rows go in one sled batch on the `log` tree, which sled recovers all or
+//! nothing: a cycle whose fsync failed (its requests answered `503`) leaves nothing behind, even
+//! if part of it reached the file (see [`commit`]). The engine's writes after an attempt are
+//! plain inserts, in an order that is safe to cut anywhere: the pending entry is written before
+//! the attempt that schedules it and removed after the attempt that ends it (a crash in between
+//! attempts the delivery once more: at least once). They reach disk with sled's periodic flush.
+//!
+//! # Start-up
+//!
+//! Pending entries come back from the `pending` tree. Fresh deliveries are found by scanning the
+//! events from the *fresh watermark*: a ULID below which no event has a fresh delivery, kept in
+//! memory by bucketing fresh deliveries by second and written to `meta` every second. Counts by
+//! state are saved at a clean stop; after a crash they are counted again in the background.
 
 mod accounts;
-mod codec;
+pub mod codec;
 mod commit;
 mod due;
 mod retention;
+mod scan;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
-pub use due::DueIndex;
+pub use due::{Due, DueIndex, Lane, NO_LANE};
 pub use retention::Pruned;
 
 use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
+use codec::{key, AttemptRecord, EventRecord, Pending};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -43,6 +74,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("storage is closed")]
     Closed,
+    #[error("{0}")]
+    Format(String),
 }
 
 impl From<sled::Error> for StoreError {
@@ -57,25 +90,18 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
-fn tx_error(e: TransactionError<StoreError>) -> StoreError {
-    match e {
-        TransactionError::Abort(e) => e,
-        TransactionError::Storage(e) => e.into(),
-    }
-}
+/// The layout version this herald writes (`meta` key `format`).
+const FORMAT: u8 = 2;
 
 pub(crate) struct Trees {
-    events: sled::Tree,
-    payloads: sled::Tree,
-    deliveries: sled::Tree,
-    attempts: sled::Tree,
-    queue: sled::Tree,
+    /// Events, payload chunks, attempts, pending entries, idempotency keys, debounce windows
+    /// ([`codec::key`]): one tree, so a commit cycle is one atomic batch.
+    log: sled::Tree,
+    meta: sled::Tree,
     endpoints: sled::Tree,
-    idempotency: sled::Tree,
     accounts: sled::Tree,
     quota: sled::Tree,
     account_secrets: sled::Tree,
-    debounce: sled::Tree,
     breakers: sled::Tree,
 }
 
@@ -87,6 +113,9 @@ pub struct Stats {
 
 impl Stats {
     fn count(&self, from: Option<DeliveryState>, to: DeliveryState) {
+        if from == Some(to) {
+            return;
+        }
         if let Some(from) = from {
             self.by_state[from as usize].fetch_sub(1, Ordering::Relaxed);
         }
@@ -100,6 +129,50 @@ impl Stats {
     pub fn get(&self, state: DeliveryState) -> i64 {
         self.by_state[state as usize].load(Ordering::Relaxed)
     }
+
+    fn snapshot(&self) -> [i64; 4] {
+        DeliveryState::ALL.map(|s| self.get(s))
+    }
+
+    fn set(&self, state: DeliveryState, n: i64) {
+        self.by_state[state as usize].store(n, Ordering::Relaxed);
+    }
+}
+
+/// Fresh deliveries not yet attempted, counted per second of their ULID's time, so the fresh
+/// watermark is known without a scan.
+#[derive(Debug, Default)]
+pub(crate) struct Fresh {
+    buckets: BTreeMap<Millis, u32>,
+    /// The newest event ULID made: every later event's is greater.
+    last_event: u128,
+}
+
+impl Fresh {
+    fn add(&mut self, delivery: u128) {
+        *self
+            .buckets
+            .entry(ids::ulid_ms(delivery).div_euclid(1000))
+            .or_default() += 1;
+    }
+
+    fn remove(&mut self, delivery: u128) {
+        let second = ids::ulid_ms(delivery).div_euclid(1000);
+        if let Some(n) = self.buckets.get_mut(&second) {
+            *n -= 1;
+            if *n == 0 {
+                self.buckets.remove(&second);
+            }
+        }
+    }
+
+    /// A ULID below which no event has a fresh delivery.
+    fn watermark(&self) -> u128 {
+        match self.buckets.first_key_value() {
+            Some((second, _)) => ids::ulid_floor(second * 1000),
+            None => self.last_event,
+        }
+    }
 }
 
 /// What the committer shares with the store.
@@ -109,6 +182,7 @@ pub(crate) struct Inner {
     data_file: File,
     due: Arc<DueIndex>,
     stats: Stats,
+    fresh: Mutex<Fresh>,
     healthy: AtomicBool,
     metrics: Arc<Metrics>,
 }
@@ -128,6 +202,100 @@ impl Inner {
     fn set_healthy(&self, ok: bool) {
         self.healthy.store(ok, Ordering::Relaxed);
     }
+
+    fn lock_fresh(&self) -> std::sync::MutexGuard<'_, Fresh> {
+        self.fresh.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn event_record(
+        &self,
+        event: u128,
+    ) -> Result<Option<(EventRecord, Option<Bytes>)>, StoreError> {
+        let Some(v) = self.trees.log.get(key::event(event))? else {
+            return Ok(None);
+        };
+        let (rec, inline) = codec::decode_event(event, &v)?;
+        let inline = inline.map(Bytes::copy_from_slice);
+        Ok(Some((rec, inline)))
+    }
+
+    fn pending_of(&self, delivery: u128) -> Result<Option<(Pending, Lane)>, StoreError> {
+        match self.trees.log.get(key::pending(delivery))? {
+            Some(v) => Ok(Some(codec::decode_pending(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn last_attempt(&self, delivery: u128) -> Result<Option<AttemptRecord>, StoreError> {
+        let Some(item) = self
+            .trees
+            .log
+            .scan_prefix(key::attempts(delivery))
+            .next_back()
+        else {
+            return Ok(None);
+        };
+        let (k, v) = item?;
+        let number = key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
+        codec::decode_attempt(number, &v).map(Some)
+    }
+
+    /// The delivery to the event's `index`-th target, with its state as stored now.
+    fn assemble(
+        &self,
+        meta: &EventMeta,
+        targets: &[u128],
+        index: usize,
+    ) -> Result<Delivery, StoreError> {
+        let event = ids::parse(EVENT, &meta.id).unwrap_or_default();
+        let ulid = ids::delivery_of(event, index);
+        let pending = self.pending_of(ulid)?;
+        let last = self.last_attempt(ulid)?;
+        let endpoint = targets.get(index).copied().unwrap_or(NO_LANE);
+        Ok(delivery_from(
+            ulid,
+            meta,
+            endpoint,
+            pending.map(|p| p.0),
+            last.as_ref(),
+        ))
+    }
+}
+
+/// A delivery's state from its fixed fields, its pending entry and its last attempt.
+fn delivery_from(
+    ulid: u128,
+    meta: &EventMeta,
+    endpoint: u128,
+    pending: Option<Pending>,
+    last: Option<&AttemptRecord>,
+) -> Delivery {
+    let (state, next) = match (pending, last) {
+        (Some(p), _) => (DeliveryState::Pending, Some(p.due)),
+        (None, Some(a)) => (a.state, None),
+        (None, None) => (DeliveryState::Pending, Some(meta.received_at)),
+    };
+    Delivery {
+        id: ids::format(DELIVERY, ulid),
+        event_id: meta.id.clone(),
+        endpoint_id: (endpoint != NO_LANE).then(|| ids::format(ENDPOINT, endpoint)),
+        account_id: meta.account_id.clone(),
+        event_type: meta.event_type.clone(),
+        state,
+        last_status: last.map(|a| a.attempt.status),
+        attempt_count: last.map_or(0, |a| a.attempt.number),
+        next_attempt_at: next,
+        created_at: meta.received_at,
+        manual: pending.is_some_and(|p| p.manual),
+        queued: pending.is_some(),
+    }
+}
+
+/// A due delivery as the engine attempts it: the delivery, its event and the payload.
+pub struct DueDelivery {
+    pub delivery: Delivery,
+    pub event: EventMeta,
+    pub payload: Bytes,
 }
 
 /// Which deliveries a list asks for.
@@ -142,41 +310,36 @@ pub struct DeliveryFilter {
     pub until: Option<Millis>,
 }
 
-impl DeliveryFilter {
-    fn matches(&self, d: &Delivery) -> bool {
-        self.account_id.as_ref().is_none_or(|a| *a == d.account_id)
-            && self
-                .endpoint_id
-                .as_ref()
-                .is_none_or(|e| d.endpoint_id.as_ref() == Some(e))
-            && self.event_type.as_ref().is_none_or(|t| *t == d.event_type)
-            && self.state.is_none_or(|s| s == d.state)
-            && self.status.is_none_or(|s| d.last_status == Some(s))
-            && self.until.is_none_or(|u| d.created_at < u)
-    }
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct AccountRecord {
-    plan: Option<String>,
-}
-
-/// Records a list request reads at most before it answers with a cursor to go on from.
+/// Deliveries a list request looks at most before it answers with a cursor to go on from.
 const LIST_SCAN_BUDGET: usize = 50_000;
+/// How often the fresh watermark is written to `meta`.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+mod meta_keys {
+    pub const FORMAT: &[u8] = b"format";
+    /// Present while a herald has the store open; gone after a clean stop.
+    pub const OPEN: &[u8] = b"open";
+    pub const COUNTS: &[u8] = b"counts";
+    pub const FRESH_FROM: &[u8] = b"fresh_from";
+}
 
 pub struct Store {
     inner: Arc<Inner>,
-    /// The committer task, taken by [`Store::take_committer`] to wait for the store to close.
-    committer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The committer thread, taken by [`Store::take_committer`] to wait for the store to close.
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Fault injection (tests and drills): makes every quota check fail as a storage error.
     quota_fault: AtomicBool,
     commit_tx: mpsc::Sender<commit::Job>,
     endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
+    /// Synced plans by account (every attempt asks; few accounts have one).
+    plans: RwLock<HashMap<String, String>>,
+    /// Serializes read-modify-write of one delivery outside the engine's own attempts.
+    delivery_locks: [Mutex<()>; 16],
     path: PathBuf,
 }
 
 impl Store {
-    /// Opens (or creates) the store at `path` and starts its committer on the current runtime.
+    /// Opens (or creates) the store at `path`, finds what is pending, and starts its committer.
     pub fn open(
         path: &Path,
         cache_capacity: u64,
@@ -189,67 +352,67 @@ impl Store {
             .cache_capacity(cache_capacity)
             .flush_every_ms(Some(500))
             .open()?;
+        check_format(&db)?;
         let tree = |name: &str| db.open_tree(name);
         let trees = Trees {
-            events: tree("events")?,
-            payloads: tree("payloads")?,
-            deliveries: tree("deliveries")?,
-            attempts: tree("attempts")?,
-            queue: tree("queue")?,
+            log: tree("log")?,
+            meta: tree("meta")?,
             endpoints: tree("endpoints")?,
-            idempotency: tree("idempotency")?,
             accounts: tree("accounts")?,
             quota: tree("quota")?,
             account_secrets: tree("account_secrets")?,
-            debounce: tree("debounce")?,
             breakers: tree("breakers")?,
         };
+        trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
         let data_file = File::open(path.join("db"))?;
 
-        let due = Arc::new(DueIndex::default());
-        for item in trees.queue.iter() {
-            let (k, _) = item?;
-            if let Some(entry) = codec::parse_queue_key(&k) {
-                due.insert_many([entry]);
-            }
-        }
-        let stats = Stats::default();
-        for item in trees.deliveries.iter() {
-            let (_, v) = item?;
-            let d: Delivery = codec::decode(&v)?;
-            stats.count(None, d.state);
-        }
         let mut endpoints = HashMap::new();
         for item in trees.endpoints.iter() {
             let (_, v) = item?;
-            let ep: Endpoint = codec::decode(&v)?;
+            let ep: Endpoint = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
             endpoints.insert(ep.id.clone(), Arc::new(ep));
         }
+        let plans = accounts::load_plans(&trees.accounts)?;
 
+        let clean = trees.meta.get(meta_keys::OPEN)?.is_none();
         let inner = Arc::new(Inner {
             db,
             trees,
             data_file,
-            due,
-            stats,
+            due: Arc::new(DueIndex::default()),
+            stats: Stats::default(),
+            fresh: Mutex::new(Fresh::default()),
             healthy: AtomicBool::new(true),
             metrics,
         });
+        scan::rebuild(&inner, clean)?;
+        inner.trees.meta.insert(meta_keys::OPEN, &[1])?;
+
         let (commit_tx, rx) = mpsc::channel(16 * 1024);
-        let committer = tokio::spawn(commit::run(inner.clone(), rx));
-        Ok(Arc::new(Store {
+        let committer = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("herald-commit".into())
+                .spawn(move || commit::run(&inner, rx))?
+        };
+        let store = Arc::new(Store {
             inner,
-            committer: std::sync::Mutex::new(Some(committer)),
+            committer: Mutex::new(Some(committer)),
             quota_fault: AtomicBool::new(false),
             commit_tx,
             endpoints: RwLock::new(endpoints),
+            plans: RwLock::new(plans),
+            delivery_locks: Default::default(),
             path: path.to_path_buf(),
-        }))
+        });
+        tokio::spawn(checkpoints(Arc::downgrade(&store)));
+        Ok(store)
     }
 
-    /// The committer's task. It ends once the last `Store` handle is dropped, and with it the
+    /// The committer's thread. It ends once the last `Store` handle is dropped, and with it the
     /// last handle to sled (which releases its lock on the data directory).
-    pub fn take_committer(&self) -> Option<tokio::task::JoinHandle<()>> {
+    pub fn take_committer(&self) -> Option<std::thread::JoinHandle<()>> {
         self.committer
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -271,7 +434,7 @@ impl Store {
     /// True while the last commit succeeded and sled answers reads.
     pub fn healthy(&self) -> bool {
         self.inner.healthy.load(Ordering::Relaxed)
-            && self.inner.trees.queue.first().is_ok()
+            && self.inner.trees.meta.get(meta_keys::FORMAT).is_ok()
             && !self.commit_tx.is_closed()
     }
 
@@ -304,163 +467,310 @@ impl Store {
         self.inner.sync()
     }
 
+    /// Saves the counts and the fresh watermark, marks the stop as clean, and syncs: the next
+    /// start needs no recount. For shutdown, once nothing else writes.
+    pub fn close_clean(&self) -> Result<(), StoreError> {
+        self.checkpoint()?;
+        let counts: Vec<u8> = self
+            .inner
+            .stats
+            .snapshot()
+            .iter()
+            .flat_map(|n| n.to_be_bytes())
+            .collect();
+        self.inner.trees.meta.insert(meta_keys::COUNTS, counts)?;
+        self.inner.trees.meta.remove(meta_keys::OPEN)?;
+        self.inner.sync()
+    }
+
+    /// Writes the fresh watermark (reaches disk with sled's periodic flush; an older one on
+    /// disk only makes the next start scan a little more).
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        let w = self.inner.lock_fresh().watermark();
+        self.inner
+            .trees
+            .meta
+            .insert(meta_keys::FRESH_FROM, &w.to_be_bytes())?;
+        Ok(())
+    }
+
     // --- events -------------------------------------------------------------------------------
 
     /// The event and its payload bytes, exactly as ingested.
     pub fn event(&self, id: &str) -> Result<Option<(EventMeta, Bytes)>, StoreError> {
-        let Some(v) = self.inner.trees.events.get(id.as_bytes())? else {
+        let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        let (meta, len, inline) = codec::decode_event(&v)?;
+        match self.event_with_payload(ulid)? {
+            Some((rec, payload)) => Ok(Some((rec.meta, payload))),
+            None => Ok(None),
+        }
+    }
+
+    fn event_with_payload(&self, ulid: u128) -> Result<Option<(EventRecord, Bytes)>, StoreError> {
+        let Some((rec, inline)) = self.inner.event_record(ulid)? else {
+            return Ok(None);
+        };
         let payload = match inline {
-            Some(bytes) => Bytes::copy_from_slice(bytes),
+            Some(bytes) => bytes,
             None => {
-                let mut buf = BytesMut::with_capacity(len);
-                for item in self.inner.trees.payloads.scan_prefix(id.as_bytes()) {
+                let mut buf = BytesMut::with_capacity(rec.payload_len);
+                for item in self.inner.trees.log.scan_prefix(key::of(key::CHUNK, ulid)) {
                     buf.extend_from_slice(&item?.1);
                 }
-                if buf.len() != len {
+                if buf.len() != rec.payload_len {
                     return Err(StoreError::Corrupt(format!(
-                        "payload of {id} has {} of {len} bytes",
-                        buf.len()
+                        "payload of {} has {} of {} bytes",
+                        rec.meta.id,
+                        buf.len(),
+                        rec.payload_len
                     )));
                 }
                 buf.freeze()
             }
         };
-        Ok(Some((meta, payload)))
+        Ok(Some((rec, payload)))
+    }
+
+    /// The event's deliveries as stored now, in fan-out order.
+    pub fn event_deliveries(&self, meta: &EventMeta) -> Result<Vec<Delivery>, StoreError> {
+        let Some(ulid) = ids::parse(EVENT, &meta.id) else {
+            return Ok(Vec::new());
+        };
+        let Some((rec, _)) = self.inner.event_record(ulid)? else {
+            return Ok(Vec::new());
+        };
+        (0..rec.targets.len())
+            .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
+            .collect()
     }
 
     // --- deliveries ---------------------------------------------------------------------------
 
     pub fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        match self.inner.trees.deliveries.get(id.as_bytes())? {
-            Some(v) => Ok(Some(codec::decode(&v)?)),
+        match ids::parse(DELIVERY, id) {
+            Some(ulid) => self.delivery_by_ulid(ulid),
             None => Ok(None),
         }
     }
 
-    pub fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
+    fn delivery_by_ulid(&self, ulid: u128) -> Result<Option<Delivery>, StoreError> {
+        let Some((event, index)) = ids::event_of(ulid) else {
+            return Ok(None);
+        };
+        let Some((rec, _)) = self.inner.event_record(event)? else {
+            return Ok(None);
+        };
+        if index >= rec.targets.len() {
+            return Ok(None);
+        }
         self.inner
-            .trees
-            .attempts
-            .scan_prefix(delivery_id.as_bytes())
-            .map(|item| codec::decode(&item?.1))
-            .collect()
+            .assemble(&rec.meta, &rec.targets, index)
+            .map(Some)
     }
 
-    /// Writes a delivery's new state (and the attempt that led to it) in one transaction, moving
-    /// its queue entry to match. A pending delivery joins the due index.
+    /// A due delivery with its event and payload, read once for its attempt.
+    pub fn due_delivery(&self, ulid: u128) -> Result<Option<DueDelivery>, StoreError> {
+        let Some((event, index)) = ids::event_of(ulid) else {
+            return Ok(None);
+        };
+        let Some((rec, payload)) = self.event_with_payload(event)? else {
+            return Ok(None);
+        };
+        if index >= rec.targets.len() {
+            return Ok(None);
+        }
+        let delivery = self.inner.assemble(&rec.meta, &rec.targets, index)?;
+        Ok(Some(DueDelivery {
+            delivery,
+            event: rec.meta,
+            payload,
+        }))
+    }
+
+    /// Every attempt of a delivery, oldest first.
+    pub fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(ulid) = ids::parse(DELIVERY, delivery_id) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for item in self.inner.trees.log.scan_prefix(key::attempts(ulid)) {
+            let (k, v) = item?;
+            let number =
+                key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
+            out.push(codec::decode_attempt(number, &v)?.attempt);
+        }
+        Ok(out)
+    }
+
+    /// Writes a delivery's change from `was` to `now` (and the attempt that led to it), and
+    /// keeps the due index and the counts in step. A pending delivery gets a pending entry
+    /// before its attempt is written; an ended one loses it after.
     pub fn update_delivery(
         &self,
-        delivery: &Delivery,
+        was: &Delivery,
+        now: &Delivery,
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
         let t = &self.inner.trees;
-        let value = codec::encode(delivery)?;
-        let attempt = match attempt {
-            Some(a) => Some((codec::attempt_key(&delivery.id, &a.id), codec::encode(a)?)),
-            None => None,
+        let ulid = ids::parse(DELIVERY, &now.id)
+            .ok_or_else(|| StoreError::Corrupt(format!("delivery id {}", now.id)))?;
+        let pending_key = key::pending(ulid);
+        let lane = lane_of(now.endpoint_id.as_deref());
+        let pending = match (now.state, now.next_attempt_at) {
+            (DeliveryState::Pending, Some(due)) => Some(Pending {
+                due,
+                manual: now.manual,
+            }),
+            _ => None,
         };
-        let old: Option<Delivery> = (&t.deliveries, &t.attempts, &t.queue)
-            .transaction(|(deliveries, attempts, queue)| {
-                let old = deliveries.insert(delivery.id.as_bytes(), value.as_slice())?;
-                let old: Option<Delivery> = match old {
-                    Some(v) => {
-                        Some(codec::decode(&v).map_err(ConflictableTransactionError::Abort)?)
-                    }
-                    None => None,
-                };
-                if let Some(Delivery {
-                    state: DeliveryState::Pending,
-                    next_attempt_at: Some(at),
-                    ..
-                }) = &old
-                {
-                    queue.remove(codec::queue_key(*at, &delivery.id))?;
-                }
-                if let (DeliveryState::Pending, Some(at)) =
-                    (delivery.state, delivery.next_attempt_at)
-                {
-                    queue.insert(codec::queue_key(at, &delivery.id), &[])?;
-                }
-                if let Some((k, v)) = &attempt {
-                    attempts.insert(k.as_slice(), v.as_slice())?;
-                }
-                Ok(old)
-            })
-            .map_err(tx_error)?;
-        if let Some(Delivery {
-            state: DeliveryState::Pending,
-            next_attempt_at: Some(at),
-            ..
-        }) = &old
-        {
-            self.inner.due.remove(*at, &delivery.id);
+        if let Some(p) = pending {
+            t.log.insert(pending_key, &codec::encode_pending(p, lane))?;
         }
-        self.inner
-            .stats
-            .count(old.as_ref().map(|d| d.state), delivery.state);
-        if let (DeliveryState::Pending, Some(at)) = (delivery.state, delivery.next_attempt_at) {
-            self.inner.due.insert(at, delivery.id.clone());
+        if let Some(a) = attempt {
+            t.log.insert(
+                key::attempt(ulid, a.number),
+                codec::encode_attempt(a, now.state),
+            )?;
         }
+        if pending.is_none() && was.queued {
+            t.log.remove(pending_key)?;
+        }
+
+        if was.is_fresh() && (attempt.is_some() || pending.is_some()) {
+            self.inner.lock_fresh().remove(ulid);
+        }
+        if let (true, Some(at)) = (was.queued, was.next_attempt_at) {
+            self.inner.due.remove(lane, at, ulid);
+        }
+        if let Some(p) = pending {
+            self.inner.due.insert(lane, p.due, ulid, false);
+        }
+        self.inner.stats.count(Some(was.state), now.state);
         Ok(())
     }
 
-    /// Makes every pending delivery to `endpoint_id` due at `now` (used when the endpoint is
+    /// Drops a pending entry whose event does not exist (a commit that never finished).
+    pub fn drop_orphan(&self, ulid: u128) -> Result<(), StoreError> {
+        let fresh = self.inner.trees.log.remove(key::pending(ulid))?.is_none();
+        if fresh {
+            self.inner.lock_fresh().remove(ulid);
+        }
+        self.inner.stats.forget(DeliveryState::Pending);
+        Ok(())
+    }
+
+    /// Reads, changes and writes one delivery, serialized with other such changes of it.
+    pub fn change_delivery<T>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)>,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(ulid) = ids::parse(DELIVERY, id) else {
+            return Ok(None);
+        };
+        let _guard = self.delivery_locks[(ulid % 16) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(was) = self.delivery_by_ulid(ulid)? else {
+            return Ok(None);
+        };
+        match f(&was) {
+            Some((now, out)) => {
+                self.update_delivery(&was, &now, None)?;
+                Ok(Some(out))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Makes every waiting delivery to `endpoint_id` due at `now` (used when the endpoint is
     /// deleted, so they end at once instead of at their next retry time). Returns how many.
     pub fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<usize, StoreError> {
-        let mut pending = Vec::new();
-        for item in self.inner.trees.queue.iter() {
-            let (k, _) = item?;
-            let Some((_, id)) = codec::parse_queue_key(&k) else {
+        let lane = lane_of(Some(endpoint_id));
+        let mut n = 0;
+        for (at, ulid) in self.inner.due.later_entries(lane) {
+            if at <= now {
                 continue;
-            };
-            if let Some(d) = self.delivery(&id)? {
-                if d.state == DeliveryState::Pending
-                    && d.endpoint_id.as_deref() == Some(endpoint_id)
-                {
-                    pending.push(d);
-                }
             }
+            let id = ids::format(DELIVERY, ulid);
+            let changed = self.change_delivery(&id, |d| {
+                (d.state == DeliveryState::Pending && d.queued).then(|| {
+                    let mut d = d.clone();
+                    d.next_attempt_at = Some(now);
+                    (d, ())
+                })
+            })?;
+            n += usize::from(changed.is_some());
         }
-        for d in &mut pending {
-            d.next_attempt_at = Some(now);
-            self.update_delivery(d, None)?;
-        }
-        Ok(pending.len())
+        Ok(n)
     }
 
     /// Deliveries newest first, from after `cursor`, matching `filter`. The cursor is the last id
-    /// returned; `None` means the end was reached.
+    /// looked at; `None` means the end was reached.
     pub fn list_deliveries(
         &self,
         filter: &DeliveryFilter,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
-        let tree = &self.inner.trees.deliveries;
-        let iter = match cursor {
-            Some(c) => tree.range(..c.as_bytes().to_vec()),
-            None => tree.iter(),
+        let start = cursor
+            .and_then(|c| ids::parse(DELIVERY, c))
+            .and_then(ids::event_of);
+        let tree = &self.inner.trees.log;
+        let iter = match start {
+            Some((event, _)) => tree.range(key::event(0)..=key::event(event)),
+            None => tree.range(key::event(0)..key::end(key::EVENT)),
+        };
+        let endpoint = match &filter.endpoint_id {
+            Some(e) => match ids::parse(ENDPOINT, e) {
+                Some(u) => Some(u),
+                None => return Ok((Vec::new(), None)),
+            },
+            None => None,
         };
         let mut out = Vec::new();
         let mut last_seen = None;
-        for (scanned, item) in iter.rev().enumerate() {
-            if scanned >= LIST_SCAN_BUDGET {
-                return Ok((out, last_seen));
-            }
+        let mut scanned = 0;
+        for item in iter.rev() {
             let (k, v) = item?;
-            let d: Delivery = codec::decode(&v)?;
-            if filter.since.is_some_and(|s| d.created_at < s) {
+            let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
+            let (rec, _) = codec::decode_event(event, &v)?;
+            let m = &rec.meta;
+            if filter.since.is_some_and(|s| m.received_at < s) {
                 // Ids sort by creation time: everything further is older still.
                 return Ok((out, None));
             }
-            last_seen = Some(String::from_utf8_lossy(&k).into_owned());
-            if filter.matches(&d) {
-                out.push(d);
-                if out.len() == limit {
+            let top = match start {
+                Some((e, index)) if e == event => index.min(rec.targets.len()),
+                _ => rec.targets.len(),
+            };
+            let fixed = filter
+                .account_id
+                .as_ref()
+                .is_none_or(|a| *a == m.account_id)
+                && filter
+                    .event_type
+                    .as_ref()
+                    .is_none_or(|t| *t == m.event_type)
+                && filter.until.is_none_or(|u| m.received_at < u);
+            for index in (0..top).rev() {
+                if scanned >= LIST_SCAN_BUDGET {
                     return Ok((out, last_seen));
+                }
+                scanned += 1;
+                last_seen = Some(ids::format(DELIVERY, ids::delivery_of(event, index)));
+                if !fixed || endpoint.is_some_and(|e| rec.targets[index] != e) {
+                    continue;
+                }
+                let d = self.inner.assemble(m, &rec.targets, index)?;
+                if filter.state.is_none_or(|s| s == d.state)
+                    && filter.status.is_none_or(|s| d.last_status == Some(s))
+                {
+                    out.push(d);
+                    if out.len() == limit {
+                        return Ok((out, last_seen));
+                    }
                 }
             }
         }
@@ -487,10 +797,9 @@ impl Store {
 
     /// Stores an endpoint durably, then makes it visible.
     pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        self.inner
-            .trees
-            .endpoints
-            .insert(ep.id.as_bytes(), codec::encode(&ep)?)?;
+        let value =
+            serde_json::to_vec(&ep).map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
+        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         self.sync().await?;
         let ep = Arc::new(ep);
         self.write_endpoints().insert(ep.id.clone(), ep.clone());
@@ -510,6 +819,47 @@ impl Store {
 
     fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
         self.endpoints.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The due index lane of an endpoint id (its ULID); [`NO_LANE`] for none.
+pub fn lane_of(endpoint_id: Option<&str>) -> Lane {
+    endpoint_id
+        .and_then(|e| ids::parse(ENDPOINT, e))
+        .unwrap_or(NO_LANE)
+}
+
+/// Writes the fresh watermark every [`CHECKPOINT_EVERY`] until the store is gone.
+async fn checkpoints(store: std::sync::Weak<Store>) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else {
+            return;
+        };
+        if let Err(e) = store.checkpoint() {
+            tracing::warn!(error = %e, "cannot write the fresh watermark");
+        }
+    }
+}
+
+/// Refuses a data directory written in another layout (it would read as garbage).
+fn check_format(db: &sled::Db) -> Result<(), StoreError> {
+    let meta = db.open_tree("meta")?;
+    match meta.get(meta_keys::FORMAT)? {
+        Some(v) if v.as_ref() == [FORMAT] => Ok(()),
+        Some(v) => Err(StoreError::Format(format!(
+            "the data directory is in storage format {:?}; this herald reads format {FORMAT}",
+            v.as_ref()
+        ))),
+        None if db.tree_names().iter().any(|n| n.as_ref() == b"deliveries") => {
+            Err(StoreError::Format(format!(
+                "the data directory was written by an earlier herald (storage format 1); this \
+                 herald reads format {FORMAT}: start it on a new data directory"
+            )))
+        }
+        None => Ok(()),
     }
 }
 
