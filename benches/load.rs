@@ -15,6 +15,8 @@ mod phases;
 mod receiver;
 #[path = "load/report.rs"]
 mod report;
+#[path = "load/scale.rs"]
+mod scale;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,13 +41,31 @@ usage: cargo bench --bench load -- [options]
                        (default 6000)
   --e2e-batch N        events per batch there (default 100)
   --drain N            seconds to wait for a backlog to drain (default 30, quick 3)
-  --phases LIST        comma-separated subset of: ingest,batch,e2e,latency,isolation
+  --backlog N          pending deliveries of the backlog phase (default 1000000, quick 200000)
+  --history N          attempts already in the log in the history phase (default 5000000,
+                       quick 300000)
+  --retention S        storage.retention in the retention phase, seconds (default 60, the least
+                       herald takes); the phase runs 3 times as long
+  --retention-rate N   events/s offered in the retention phase (default 2000)
+  --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 64 MiB)
+  --phases LIST        comma-separated subset of:
+                       ingest,batch,e2e,latency,isolation,backlog,history,retention
+                       (default all; --quick leaves out retention)
   --no-variants        skip the account-without-endpoint variants
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
   --herald PATH        the herald binary (default: the one cargo built for this bench)
 ";
 
-const PHASES: [&str; 5] = ["ingest", "batch", "e2e", "latency", "isolation"];
+const PHASES: [&str; 8] = [
+    "ingest",
+    "batch",
+    "e2e",
+    "latency",
+    "isolation",
+    "backlog",
+    "history",
+    "retention",
+];
 
 pub struct Opts {
     pub quick: bool,
@@ -60,6 +80,11 @@ pub struct Opts {
     pub drain: f64,
     pub phases: Vec<String>,
     pub variants: bool,
+    pub backlog: usize,
+    pub history: usize,
+    pub retention_s: f64,
+    pub retention_rate: f64,
+    pub cache_capacity: Option<u64>,
     pub herald: PathBuf,
     pub dump_latency: Option<PathBuf>,
 }
@@ -77,8 +102,17 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         e2e_rate: 6000.0,
         e2e_batch: 100,
         drain: if quick { 3.0 } else { 30.0 },
-        phases: PHASES.iter().map(|p| p.to_string()).collect(),
+        phases: PHASES
+            .iter()
+            .filter(|p| !quick || **p != "retention")
+            .map(|p| p.to_string())
+            .collect(),
         variants: true,
+        backlog: if quick { 200_000 } else { 1_000_000 },
+        history: if quick { 300_000 } else { 5_000_000 },
+        retention_s: 60.0,
+        retention_rate: 2000.0,
+        cache_capacity: None,
         herald: PathBuf::new(),
         dump_latency: None,
     };
@@ -99,6 +133,11 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--e2e-rate" => o.e2e_rate = value()?.parse()?,
             "--e2e-batch" => o.e2e_batch = value()?.parse()?,
             "--drain" => o.drain = value()?.parse()?,
+            "--backlog" => o.backlog = value()?.parse()?,
+            "--history" => o.history = value()?.parse()?,
+            "--retention" => o.retention_s = value()?.parse()?,
+            "--retention-rate" => o.retention_rate = value()?.parse()?,
+            "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--phases" => {
@@ -109,6 +148,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             }
             other => bail!("unknown option {other:?}"),
         }
+    }
+    if o.retention_s < 60.0 || o.retention_rate <= 0.0 {
+        bail!("--retention must be at least 60 (herald's least storage.retention), --retention-rate above 0");
     }
     if o.seconds < 1.0 || o.rate <= 0.0 || o.e2e_rate <= 0.0 {
         bail!("--seconds must be at least 1, --rate and --e2e-rate above 0");
@@ -124,6 +166,14 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         None => herald::binary()?,
     };
     Ok(o)
+}
+
+impl Opts {
+    /// Lines for herald's `[storage]` table.
+    pub fn storage(&self) -> String {
+        self.cache_capacity
+            .map_or(String::new(), |c| format!("cache_capacity = {c}"))
+    }
 }
 
 /// The machine the figures come from.
@@ -204,6 +254,29 @@ async fn run(opts: &Opts) -> Result<Results> {
             r.isolation_control =
                 Some(phases::end_to_end(opts, "healthy + healthy endpoint", control).await?);
         }
+    }
+    if want("backlog") {
+        eprintln!(
+            "[backlog] {} deliveries pending behind an endpoint that never answers, then kill -9 and restart",
+            opts.backlog
+        );
+        r.backlog = Some(scale::backlog(opts).await?);
+    }
+    if want("history") {
+        eprintln!(
+            "[history] {} delivered attempts written to the store first, then [ingest] and [e2e] on it",
+            opts.history
+        );
+        r.history = Some(scale::history(opts).await?);
+    }
+    if want("retention") {
+        eprintln!(
+            "[retention] {}/s for {} s with storage.retention = {} s, disk sampled",
+            opts.retention_rate,
+            opts.retention_s * scale::RETENTION_SPAN,
+            opts.retention_s
+        );
+        r.retention = Some(scale::retention(opts).await?);
     }
     r.elapsed_s = started.elapsed().as_secs_f64();
     Ok(r)

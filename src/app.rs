@@ -151,7 +151,7 @@ pub async fn start(
         if let Err(e) = engine_task.await {
             tracing::error!(error = %e, "delivery engine stopped abnormally");
         }
-        let flushed = tokio::task::spawn_blocking(move || flush_store.close_clean()).await;
+        let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
         match flushed {
             Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
             Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),

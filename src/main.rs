@@ -9,11 +9,12 @@ use clap::{Parser, Subcommand};
 use herald::clock::SystemClock;
 use herald::config::{Config, ConfigError};
 
-/// mimalloc instead of the system allocator: sled, hyper and serde allocate per request and per
-/// row, and glibc's malloc took about a fifth of herald's CPU under load (its arena locking and
-/// `malloc_consolidate`); mimalloc roughly doubled sled's insert rate in our measurements.
+/// jemalloc instead of the system allocator: sled, hyper and serde allocate per request and per
+/// row, and glibc's malloc took about a fifth of herald's CPU under load. Measured here (sled,
+/// 1M rows): glibc 12.3 s, mimalloc 6.4 s, jemalloc 6.5 s; resident memory glibc 50 MB,
+/// mimalloc 115 MB, jemalloc 63 MB. jemalloc is as fast and gives freed memory back.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(

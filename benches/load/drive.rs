@@ -332,3 +332,42 @@ pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     Some(sorted[rank - 1])
 }
+
+/// `clients` clients posting batches of `size` events back to back until `total` events were
+/// acknowledged (or `give_up` passed).
+pub async fn batches_until(
+    base: &str,
+    account: &str,
+    clients: usize,
+    size: usize,
+    total: u64,
+    give_up: Instant,
+    counters: Arc<Counters>,
+) {
+    let url = format!("{base}/v1/events/batch");
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (url, account, counters) = (url.clone(), account.to_string(), counters.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = new_client(1);
+            while counters.acked.load(Ordering::Relaxed) < total && Instant::now() < give_up {
+                let left = total.saturating_sub(counters.acked.load(Ordering::Relaxed));
+                let n = (left as usize).clamp(1, size);
+                match post(&client, &url, batch_json(&account, n)).await {
+                    Ok((202, answer)) => {
+                        let ok = count(&answer, b"\"status\":202");
+                        counters.acked.fetch_add(ok, Ordering::Relaxed);
+                        counters.errors.fetch_add(n as u64 - ok, Ordering::Relaxed);
+                    }
+                    _ => {
+                        counters.errors.fetch_add(n as u64, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}

@@ -44,6 +44,8 @@ pub struct Herald {
     child: Option<Child>,
     pub pid: u32,
     pub addr: SocketAddr,
+    bin: PathBuf,
+    config: PathBuf,
     data: PathBuf,
     tail: Arc<Mutex<VecDeque<String>>>,
     client: ApiClient,
@@ -59,14 +61,28 @@ impl Drop for Herald {
     }
 }
 
+/// A fresh temp dir for one herald: `data/` in it is the data dir.
+pub fn new_dir() -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("herald-bench-")
+        .tempdir()
+        .context("creating a temp dir")
+}
+
+pub fn data_dir(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("data")
+}
+
 impl Herald {
     /// Writes the bench config into a fresh temp dir and starts `herald serve` on it.
-    pub async fn start(bin: &Path) -> Result<Herald> {
-        let dir = tempfile::Builder::new()
-            .prefix("herald-bench-")
-            .tempdir()
-            .context("creating a temp dir")?;
-        let data = dir.path().join("data");
+    pub async fn start(bin: &Path, storage: &str) -> Result<Herald> {
+        Herald::start_in(bin, new_dir()?, storage).await
+    }
+
+    /// Starts herald on `dir` (whose `data/` may hold a store already); `storage` adds lines to
+    /// the config's `[storage]` table.
+    pub async fn start_in(bin: &Path, dir: tempfile::TempDir, storage: &str) -> Result<Herald> {
+        let data = data_dir(&dir);
         let config = dir.path().join("herald.toml");
         // `warn` for everything but the one info line that carries the address.
         let toml = format!(
@@ -77,6 +93,7 @@ impl Herald {
              max_body_bytes = 8388608\n\
              [storage]\n\
              path = {data:?}\n\
+             {storage}\n\
              [delivery]\n\
              allow_http = true\n\
              allow_private_networks = [\"127.0.0.0/8\"]\n\
@@ -87,21 +104,37 @@ impl Herald {
             data = data.display().to_string(),
         );
         std::fs::write(&config, toml).context("writing herald.toml")?;
-        let mut child = Command::new(bin)
+        let mut herald = Herald {
+            child: None,
+            pid: 0,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            bin: bin.to_path_buf(),
+            config,
+            data,
+            tail: Arc::new(Mutex::new(VecDeque::new())),
+            client: new_client(4),
+            _dir: dir,
+        };
+        herald.spawn().await?;
+        Ok(herald)
+    }
+
+    /// Starts the process and waits for its `herald listening` line.
+    async fn spawn(&mut self) -> Result<()> {
+        let mut child = Command::new(&self.bin)
             .arg("serve")
             .arg("--config")
-            .arg(&config)
+            .arg(&self.config)
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
+            .with_context(|| format!("starting {}", self.bin.display()))?;
         let stderr = child.stderr.take().expect("piped stderr");
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
         let (tx, rx) = mpsc::channel();
-        let lines = tail.clone();
+        let lines = self.tail.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines() {
@@ -118,37 +151,60 @@ impl Herald {
                 lines.push_back(line);
             }
         });
-        let pid = child.id();
-        let mut herald = Herald {
-            child: Some(child),
-            pid,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data,
-            tail,
-            client: new_client(4),
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(line) = rx.try_recv() {
-                herald.addr =
+                self.addr =
                     parse_addr(&line).ok_or_else(|| anyhow!("no addr=IP:PORT in {line:?}"))?;
-                return Ok(herald);
+                return Ok(());
             }
-            if let Some(status) = herald.child.as_mut().unwrap().try_wait()? {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait()? {
                 bail!(
                     "herald exited ({status}) before listening:\n{}",
-                    herald.tail()
+                    self.tail()
                 );
             }
             if Instant::now() > deadline {
                 bail!(
-                    "herald did not log `herald listening` in 20 s:\n{}",
-                    herald.tail()
+                    "herald did not log `herald listening` in 60 s:\n{}",
+                    self.tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Stops herald (`graceful`: SIGTERM, else SIGKILL) and starts it again on the same data;
+    /// returns how long after the new process started `/healthz` first answered `200`.
+    pub async fn restart(&mut self, graceful: bool) -> Result<Duration> {
+        self.stop(graceful).await?;
+        let started = Instant::now();
+        self.spawn().await?;
+        loop {
+            let req = Request::builder()
+                .uri(format!("{}/healthz", self.base_url()))
+                .body(Full::new(Bytes::new()))?;
+            if let Ok(resp) = self.client.request(req).await {
+                if resp.status() == 200 {
+                    return Ok(started.elapsed());
+                }
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("/healthz did not answer 200 within 60 s of the restart");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `GET /v1/status`.
+    pub async fn status(&self) -> Result<Value> {
+        let (code, v) = self.admin("GET", "/v1/status", Value::Null).await?;
+        if code != 200 {
+            bail!("/v1/status answered {code}: {v}");
+        }
+        Ok(v)
     }
 
     pub fn base_url(&self) -> String {
@@ -216,10 +272,7 @@ impl Herald {
 
     /// Peak resident set size so far (VmHWM), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        proc_status_kib(self.pid, "VmHWM:").map(|k| k * 1024)
     }
 
     /// CPU time used so far (user + system), in seconds.
@@ -268,6 +321,13 @@ impl Herald {
     pub fn data_bytes(&self) -> (u64, u64) {
         dir_size(&self.data)
     }
+}
+
+/// A `kB` field of `/proc/PID/status`.
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `addr=127.0.0.1:PORT` in a log line.

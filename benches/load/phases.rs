@@ -44,6 +44,7 @@ pub struct Usage {
 }
 
 /// Closed-loop ingest (single events or batches).
+#[derive(Clone)]
 pub struct Ingest {
     pub events_per_s: f64,
     pub errors: u64,
@@ -56,6 +57,7 @@ pub struct Ingest {
 }
 
 /// Sustained end-to-end deliveries to one receiver under batch ingest.
+#[derive(Clone)]
 pub struct EndToEnd {
     /// Distinct deliveries per second at the healthy receiver over the steady part.
     pub deliveries_per_s: f64,
@@ -93,16 +95,16 @@ fn warmup(seconds: f64) -> f64 {
     (seconds / 5.0).max(0.5)
 }
 
-struct Setup {
-    herald: Herald,
-    receiver: Receiver,
+pub struct Setup {
+    pub herald: Herald,
+    pub receiver: Receiver,
     /// The second endpoint's fast receiver, when there is one.
-    _second: Option<Receiver>,
-    dead: Option<DeadReceiver>,
+    pub _second: Option<Receiver>,
+    pub dead: Option<DeadReceiver>,
 }
 
 async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
-    let herald = Herald::start(&opts.herald).await?;
+    let herald = Herald::start(&opts.herald, &opts.storage()).await?;
     let receiver = Receiver::start().await?;
     let (mut second, mut dead) = (None, None);
     if target != Target::None {
@@ -133,14 +135,17 @@ async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
 /// CPU readings at the start of a load, turned into [`Usage`] at its end.
 struct CpuMark {
     at: Instant,
+    /// herald's commit counters when the mark was taken.
+    commits: (f64, f64, f64),
     herald: Option<f64>,
     bench: Option<f64>,
     machine: Option<f64>,
 }
 
 impl CpuMark {
-    fn now(herald: &Herald) -> CpuMark {
+    async fn now(herald: &Herald) -> CpuMark {
         CpuMark {
+            commits: herald.commits().await.unwrap_or_default(),
             at: Instant::now(),
             herald: herald.cpu_seconds(),
             bench: proc_cpu_seconds("/proc/self/stat"),
@@ -150,7 +155,9 @@ impl CpuMark {
 
     async fn usage(&self, herald: &Herald) -> Usage {
         let wall = self.at.elapsed().as_secs_f64().max(1e-9);
+        let (n0, e0, f0) = self.commits;
         let commits = herald.commits().await.and_then(|(n, events, fsync)| {
+            let (n, events, fsync) = (n - n0, events - e0, fsync - f0);
             (n > 0.0).then(|| (n / wall, events / n, fsync * 1000.0 / n))
         });
         let cores = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -192,10 +199,22 @@ pub async fn ingest(
     batch: Option<usize>,
 ) -> Result<Ingest> {
     let mut s = setup(opts, name, target).await?;
+    let r = ingest_on(opts, &s, clients, batch).await;
+    s.herald.stop(false).await?;
+    r
+}
+
+/// Closed-loop ingest on a running herald (left running).
+pub async fn ingest_on(
+    opts: &Opts,
+    s: &Setup,
+    clients: usize,
+    batch: Option<usize>,
+) -> Result<Ingest> {
     let counters = Arc::new(Counters::default());
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(opts.seconds);
-    let cpu = CpuMark::now(&s.herald);
+    let cpu = CpuMark::now(&s.herald).await;
     let sampler = tokio::spawn(drive::sample(
         start,
         until,
@@ -209,7 +228,6 @@ pub async fn ingest(
     };
     let usage = cpu.usage(&s.herald).await;
     let samples = sampler.await?;
-    s.herald.stop(false).await?;
     latencies.sort_unstable();
     let ms = |q| drive::quantile(&latencies, q).map_or(0.0, |us| f64::from(us) / 1000.0);
     let steady =
@@ -230,11 +248,24 @@ pub async fn ingest(
 pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndToEnd> {
     let dead = target == Target::ReceiverAndDead;
     let mut s = setup(opts, name, target).await?;
+    let mut r = end_to_end_on(opts, &s, target == Target::Receiver).await?;
+    // A dead endpoint's attempts hold a graceful stop for the whole grace period.
+    s.herald.stop(!dead).await?;
+    if target == Target::Receiver {
+        r.disk = Some(s.herald.data_bytes());
+    }
+    Ok(r)
+}
+
+/// Batch ingest at `opts.e2e_rate` on a running herald (left running); with `drain`, then waits
+/// for the backlog to drain.
+pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool) -> Result<EndToEnd> {
     let arrivals = s.receiver.arrivals.clone();
+    let already = arrivals.unique();
     let counters = Arc::new(Counters::default());
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(opts.seconds);
-    let cpu = CpuMark::now(&s.herald);
+    let cpu = CpuMark::now(&s.herald).await;
     let sampler = tokio::spawn(drive::sample(
         start,
         until,
@@ -249,15 +280,15 @@ pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndTo
     let steady =
         |f: fn(&Sample) -> u64| drive::rate(&samples, warmup(opts.seconds), opts.seconds, f);
     let acked = counters.acked.load(std::sync::atomic::Ordering::Relaxed);
-    let backlog = acked.saturating_sub(arrivals.unique());
+    let backlog = acked.saturating_sub(arrivals.unique() - already);
     let mut drain_per_s = None;
-    if target == Target::Receiver {
+    if drain {
         let (t0, a0) = (Instant::now(), arrivals.unique());
         let give_up = t0 + Duration::from_secs_f64(opts.drain);
         if backlog > 0 {
             eprintln!("    draining a backlog of {backlog} deliveries");
         }
-        while arrivals.unique() < acked && Instant::now() < give_up {
+        while arrivals.unique() - already < acked && Instant::now() < give_up {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // A drain of a few hundred deliveries measures start-up, not throughput.
@@ -274,17 +305,14 @@ pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndTo
         peak_rss: s.herald.peak_rss(),
         ..usage
     };
-    // A dead endpoint's attempts hold a graceful stop for the whole grace period.
-    s.herald.stop(!dead).await?;
-    let disk = (target == Target::Receiver).then(|| s.herald.data_bytes());
     Ok(EndToEnd {
         deliveries_per_s: steady(|s| s.arrived),
         ingest_per_s: steady(|s| s.acked),
         backlog,
         drain_per_s,
-        delivered: arrivals.unique(),
+        delivered: arrivals.unique() - already,
         ingested: acked,
-        disk,
+        disk: None,
         dead_connections,
         usage,
     })
@@ -298,7 +326,7 @@ pub async fn latency(opts: &Opts, name: &str) -> Result<Latency> {
     let counters = Arc::new(Counters::default());
     let start = Instant::now() + Duration::from_millis(50);
     let dur = Duration::from_secs_f64(opts.seconds);
-    let cpu = CpuMark::now(&s.herald);
+    let cpu = CpuMark::now(&s.herald).await;
     let sampler = tokio::spawn(drive::sample(
         start,
         start + dur,

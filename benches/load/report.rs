@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::phases::{EndToEnd, Ingest, Latency, Usage};
+use crate::scale::{Backlog, History, Retention};
 use crate::{Machine, Opts};
 
 /// Targets from the issue.
@@ -11,6 +12,17 @@ pub const BATCH_TARGET: f64 = 50_000.0;
 pub const E2E_TARGET: f64 = 5_000.0;
 pub const P99_TARGET_MS: f64 = 25.0;
 pub const ISOLATION_TARGET: f64 = 0.90;
+pub const BACKLOG_RSS_TARGET: u64 = 128 << 20;
+/// The backlog the RSS target is stated for.
+pub const BACKLOG_TARGET_SIZE: u64 = 1_000_000;
+pub const HEALTHZ_TARGET_S: f64 = 5.0;
+/// With a full log, ingest and end-to-end keep at least this share of the empty-store figures.
+pub const HISTORY_TARGET: f64 = 0.80;
+pub const HISTORY_TARGET_SIZE: u64 = 5_000_000;
+/// Once retention applies, the data dir grows by at most this share over the rest of the phase
+/// (sled reuses freed space segment by segment, so the size steps up and down a little; without
+/// retention it would grow by half the span again).
+pub const RETENTION_FLAT: f64 = 0.20;
 
 /// Cores used by other processes during a phase above which its figures are suspect.
 const BUSY_MACHINE: f64 = 0.25;
@@ -26,6 +38,9 @@ pub struct Results {
     pub isolation: Option<EndToEnd>,
     /// Like `isolation`, with a second endpoint that answers: what the fan-out alone costs.
     pub isolation_control: Option<EndToEnd>,
+    pub backlog: Option<Backlog>,
+    pub history: Option<History>,
+    pub retention: Option<Retention>,
     pub elapsed_s: f64,
 }
 
@@ -53,7 +68,32 @@ impl Results {
         if let Some(r) = &self.isolation_control {
             out.push(("isolation control (2 healthy)", &r.usage));
         }
+        if let Some(h) = &self.history {
+            out.push(("history: single ingest", &h.single.usage));
+            out.push(("history: end-to-end", &h.e2e.usage));
+        }
         out
+    }
+
+    /// History figures as shares of the empty store's: (single ingest, end-to-end).
+    fn history_ratios(&self) -> Option<(f64, f64)> {
+        let h = self.history.as_ref()?;
+        let (single, e2e) = (self.single.as_ref()?, self.e2e.as_ref()?);
+        if single.events_per_s <= 0.0 || e2e.deliveries_per_s <= 0.0 {
+            return None;
+        }
+        Some((
+            h.single.events_per_s / single.events_per_s,
+            h.e2e.deliveries_per_s / e2e.deliveries_per_s,
+        ))
+    }
+
+    /// Growth of the data dir once retention applies: from 1.5 retention periods to the end.
+    fn retention_growth(&self) -> Option<(u64, u64, f64)> {
+        let r = self.retention.as_ref()?;
+        let from = r.at(r.retention_s * 1.5)?;
+        let to = r.samples.last()?.1;
+        (from > 0).then(|| (from, to, to as f64 / from as f64 - 1.0))
     }
 
     fn peak_rss(&self) -> Option<u64> {
@@ -106,6 +146,36 @@ impl Results {
         if let Some(ratio) = self.isolation_ratio() {
             let t = format!("≥ {:.0} %", ISOLATION_TARGET * 100.0);
             v.push(("isolation_ratio", t, ratio, ratio >= ISOLATION_TARGET));
+        }
+        if let Some(b) = &self.backlog {
+            if let Some(rss) = b.peak_rss {
+                let t = format!("≤ {}", mib(BACKLOG_RSS_TARGET));
+                let ok = rss <= BACKLOG_RSS_TARGET && b.pending >= BACKLOG_TARGET_SIZE;
+                v.push(("backlog_peak_rss_bytes", t, rss as f64, ok));
+            }
+            let s = b.healthz_after_restart.as_secs_f64();
+            let ok = s <= HEALTHZ_TARGET_S && b.pending >= BACKLOG_TARGET_SIZE;
+            v.push((
+                "healthz_after_restart_s",
+                format!("≤ {HEALTHZ_TARGET_S} s"),
+                s,
+                ok,
+            ));
+        }
+        if let (Some((single, e2e)), Some(h)) = (self.history_ratios(), &self.history) {
+            let t = format!("≥ {:.0} %", HISTORY_TARGET * 100.0);
+            let full = h.attempts >= HISTORY_TARGET_SIZE;
+            v.push((
+                "history_single_ratio",
+                t.clone(),
+                single,
+                full && single >= HISTORY_TARGET,
+            ));
+            v.push(("history_e2e_ratio", t, e2e, full && e2e >= HISTORY_TARGET));
+        }
+        if let Some((_, _, growth)) = self.retention_growth() {
+            let t = format!("≤ +{:.0} %", RETENTION_FLAT * 100.0);
+            v.push(("retention_disk_growth", t, growth, growth <= RETENTION_FLAT));
         }
         v
     }
@@ -307,6 +377,81 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             );
         }
     }
+    if let Some(b) = &r.backlog {
+        row(
+            format!(
+                "backlog: peak RSS with {} pending",
+                thousands(b.pending as f64)
+            ),
+            b.peak_rss.map_or("?".into(), mib),
+            verdict("backlog_peak_rss_bytes"),
+        );
+        row(
+            "  ingest rate while it piled up".into(),
+            format!("{}/s", thousands(b.ingest_per_s)),
+            None,
+        );
+        row(
+            "  after kill -9: /healthz 200 after".into(),
+            format!("{:.2} s", b.healthz_after_restart.as_secs_f64()),
+            verdict("healthz_after_restart_s"),
+        );
+        row(
+            "  pending found / peak RSS after the restart".into(),
+            format!(
+                "{} / {}",
+                thousands(b.pending_after_restart as f64),
+                b.peak_rss_after_restart.map_or("?".into(), mib)
+            ),
+            None,
+        );
+    }
+    if let Some(h) = &r.history {
+        row(
+            format!(
+                "history: {} attempts in the log ({} on disk)",
+                thousands(h.attempts as f64),
+                mib(h.disk_bytes)
+            ),
+            format!("prefilled in {:.0} s", h.prefill_s),
+            None,
+        );
+        let ratios = r.history_ratios();
+        let share = |rate: f64, ratio: Option<f64>| {
+            let pct = ratio.map_or(String::new(), |x| format!(" ({:.0} %)", x * 100.0));
+            format!("{}/s{pct}", thousands(rate))
+        };
+        row(
+            "  single ingest (share of empty store)".into(),
+            share(h.single.events_per_s, ratios.map(|r| r.0)),
+            verdict("history_single_ratio"),
+        );
+        row(
+            "  end-to-end (share of empty store)".into(),
+            share(h.e2e.deliveries_per_s, ratios.map(|r| r.1)),
+            verdict("history_e2e_ratio"),
+        );
+    }
+    if let Some(ret) = &r.retention {
+        if let Some((from, to, growth)) = r.retention_growth() {
+            row(
+                format!(
+                    "retention {} s, {}/s: disk at 1.5× / {}× retention",
+                    ret.retention_s,
+                    thousands(ret.rate),
+                    crate::scale::RETENTION_SPAN
+                ),
+                format!(
+                    "{} / {} ({:+.1} %, without retention {:+.0} %)",
+                    mib(from),
+                    mib(to),
+                    growth * 100.0,
+                    (crate::scale::RETENTION_SPAN / 1.5 - 1.0) * 100.0
+                ),
+                verdict("retention_disk_growth"),
+            );
+        }
+    }
     let widths: Vec<usize> = (0..4)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -448,6 +593,29 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "healthy_with_second_healthy_endpoint": e2e_json(&r.isolation_control),
             "ratio": r.isolation_ratio(),
         },
+        "backlog": r.backlog.as_ref().map(|b| json!({
+            "pending": b.pending,
+            "ingest_per_s": b.ingest_per_s,
+            "peak_rss_bytes": b.peak_rss,
+            "healthz_after_restart_s": b.healthz_after_restart.as_secs_f64(),
+            "pending_after_restart": b.pending_after_restart,
+            "peak_rss_after_restart_bytes": b.peak_rss_after_restart,
+        })),
+        "history": r.history.as_ref().map(|h| json!({
+            "attempts": h.attempts,
+            "prefill_s": h.prefill_s,
+            "disk_bytes": h.disk_bytes,
+            "single_ingest": ingest_json(&Some(h.single.clone())),
+            "end_to_end": e2e_json(&Some(h.e2e.clone())),
+            "ratios": r.history_ratios().map(|(s, e)| json!({"single_ingest": s, "end_to_end": e})),
+        })),
+        "retention": r.retention.as_ref().map(|x| json!({
+            "retention_s": x.retention_s,
+            "offered_per_s": x.rate,
+            "delivered": x.delivered,
+            "samples": x.samples.iter().map(|(t, b)| json!({"t_s": t, "allocated_bytes": b})).collect::<Vec<_>>(),
+            "growth_after_retention": r.retention_growth().map(|g| g.2),
+        })),
         "peak_rss_bytes": r.peak_rss(),
         "disk_bytes_per_delivered_event": r.disk_per_event(),
         "targets": targets,

@@ -172,7 +172,7 @@ impl Engine {
             let now = self.clock.now_ms();
             if now >= next_sweep {
                 self.clone().start_sweep(now);
-                next_sweep = now + retention::SWEEP_EVERY_MS;
+                next_sweep = now + retention::sweep_every(self.cfg.retention_ms);
             }
             let room = self.global.available_permits().min(POP_BATCH);
             let due = self.store.due().take(now, room);

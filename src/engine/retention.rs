@@ -1,4 +1,4 @@
-//! The retention sweep: started by the scheduler every [`SWEEP_EVERY_MS`] of clock time, it
+//! The retention sweep: started by the scheduler every [`sweep_every`] of clock time, it
 //! prunes in slices on a blocking thread, yielding between slices, so ingest and delivery never
 //! wait on it.
 
@@ -8,7 +8,11 @@ use std::sync::Arc;
 use super::Engine;
 use crate::clock::Millis;
 
-pub const SWEEP_EVERY_MS: Millis = 60_000;
+/// How often a sweep starts: a tenth of the retention, between 1 s and 1 min, so what is older
+/// than the retention is gone within a tenth of it more.
+pub fn sweep_every(retention_ms: Millis) -> Millis {
+    (retention_ms / 10).clamp(1_000, 60_000)
+}
 /// Events looked at per slice.
 const SLICE: usize = 500;
 

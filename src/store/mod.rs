@@ -18,8 +18,7 @@
 //!   at once. Its state is its pending entry if it has one, else its last attempt's, else fresh.
 //! - idempotency keys and debounce windows, written by the committer at ingest.
 //!
-//! `meta` holds the layout version, the clean-stop marker, the counts by state and the fresh
-//! watermark (below).
+//! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
 //!
 //! # Consistency
@@ -35,8 +34,9 @@
 //!
 //! Pending entries come back from the `pending` tree. Fresh deliveries are found by scanning the
 //! events from the *fresh watermark*: a ULID below which no event has a fresh delivery, kept in
-//! memory by bucketing fresh deliveries by second and written to `meta` every second. Counts by
-//! state are saved at a clean stop; after a crash they are counted again in the background.
+//! memory by bucketing fresh deliveries by second and written to `meta` every second, with the
+//! counts of ended deliveries (after a crash they miss at most the last second's changes; a
+//! clean stop saves them exactly). Pending deliveries are counted at start.
 
 mod accounts;
 pub mod codec;
@@ -312,13 +312,11 @@ pub struct DeliveryFilter {
 
 /// Deliveries a list request looks at most before it answers with a cursor to go on from.
 const LIST_SCAN_BUDGET: usize = 50_000;
-/// How often the fresh watermark is written to `meta`.
+/// How often the fresh watermark and the counts are written to `meta`.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 mod meta_keys {
     pub const FORMAT: &[u8] = b"format";
-    /// Present while a herald has the store open; gone after a clean stop.
-    pub const OPEN: &[u8] = b"open";
     pub const COUNTS: &[u8] = b"counts";
     pub const FRESH_FROM: &[u8] = b"fresh_from";
 }
@@ -375,7 +373,6 @@ impl Store {
         }
         let plans = accounts::load_plans(&trees.accounts)?;
 
-        let clean = trees.meta.get(meta_keys::OPEN)?.is_none();
         let inner = Arc::new(Inner {
             db,
             trees,
@@ -386,8 +383,7 @@ impl Store {
             healthy: AtomicBool::new(true),
             metrics,
         });
-        scan::rebuild(&inner, clean)?;
-        inner.trees.meta.insert(meta_keys::OPEN, &[1])?;
+        scan::rebuild(&inner)?;
 
         let (commit_tx, rx) = mpsc::channel(16 * 1024);
         let committer = {
@@ -467,10 +463,19 @@ impl Store {
         self.inner.sync()
     }
 
-    /// Saves the counts and the fresh watermark, marks the stop as clean, and syncs: the next
-    /// start needs no recount. For shutdown, once nothing else writes.
-    pub fn close_clean(&self) -> Result<(), StoreError> {
+    /// Saves the counts and the fresh watermark and syncs. For shutdown, once nothing else
+    /// writes.
+    pub fn close(&self) -> Result<(), StoreError> {
         self.checkpoint()?;
+        self.inner.sync()
+    }
+
+    /// Writes the fresh watermark and the counts (they reach disk with sled's periodic flush;
+    /// an older watermark on disk only makes the next start scan a little more).
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        let w = self.inner.lock_fresh().watermark();
+        let meta = &self.inner.trees.meta;
+        meta.insert(meta_keys::FRESH_FROM, &w.to_be_bytes())?;
         let counts: Vec<u8> = self
             .inner
             .stats
@@ -478,19 +483,7 @@ impl Store {
             .iter()
             .flat_map(|n| n.to_be_bytes())
             .collect();
-        self.inner.trees.meta.insert(meta_keys::COUNTS, counts)?;
-        self.inner.trees.meta.remove(meta_keys::OPEN)?;
-        self.inner.sync()
-    }
-
-    /// Writes the fresh watermark (reaches disk with sled's periodic flush; an older one on
-    /// disk only makes the next start scan a little more).
-    fn checkpoint(&self) -> Result<(), StoreError> {
-        let w = self.inner.lock_fresh().watermark();
-        self.inner
-            .trees
-            .meta
-            .insert(meta_keys::FRESH_FROM, &w.to_be_bytes())?;
+        meta.insert(meta_keys::COUNTS, counts)?;
         Ok(())
     }
 
@@ -829,7 +822,8 @@ pub fn lane_of(endpoint_id: Option<&str>) -> Lane {
         .unwrap_or(NO_LANE)
 }
 
-/// Writes the fresh watermark every [`CHECKPOINT_EVERY`] until the store is gone.
+/// Writes the fresh watermark and the counts every [`CHECKPOINT_EVERY`] until the store is
+/// gone.
 async fn checkpoints(store: std::sync::Weak<Store>) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -839,7 +833,7 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
             return;
         };
         if let Err(e) = store.checkpoint() {
-            tracing::warn!(error = %e, "cannot write the fresh watermark");
+            tracing::warn!(error = %e, "cannot write the store's checkpoint");
         }
     }
 }

@@ -4,11 +4,9 @@
 //! walking the event rows from the fresh watermark together with the attempt and pending rows:
 //! all three are keyed by ULIDs in creation order (a delivery's ULID follows its event's), so one
 //! merged pass in key order tells for each delivery whether it has attempts or a pending entry,
-//! with no lookups. After a clean stop the counts by state were saved; after a crash the same
-//! pass over the whole store counts them again, on a background thread.
+//! with no lookups. The counts of ended deliveries come from their last checkpoint.
 
 use std::iter::Peekable;
-use std::sync::Arc;
 
 use super::codec::{self, key, EventRecord};
 use super::{meta_keys, Inner, StoreError};
@@ -26,14 +24,6 @@ pub(super) struct Seen<'a> {
 }
 
 impl Seen<'_> {
-    pub fn state(&self) -> DeliveryState {
-        match (self.pending, self.last_state) {
-            (true, _) => DeliveryState::Pending,
-            (false, Some(s)) => s,
-            (false, None) => DeliveryState::Pending,
-        }
-    }
-
     pub fn is_fresh(&self) -> bool {
         !self.pending && self.last_state.is_none()
     }
@@ -60,26 +50,19 @@ fn rows_of(rows: &mut Rows, delivery: u128) -> Result<Option<sled::IVec>, StoreE
     }
 }
 
-/// Calls `f` for every delivery of every event from `from` on (up to `until`), in key order.
-/// Returns the ULID of the last event seen.
+/// Calls `f` for every delivery of every event from `from` on, in key order.
 pub(super) fn walk(
     inner: &Inner,
     from: u128,
-    until: Option<u128>,
     mut f: impl FnMut(&Seen<'_>),
-) -> Result<Option<u128>, StoreError> {
+) -> Result<(), StoreError> {
     let t = &inner.trees;
     let kind = |kind: u8| t.log.range(key::of(kind, from)..key::end(kind));
     let mut attempts = kind(key::ATTEMPT).peekable();
     let mut pending = kind(key::PENDING).peekable();
-    let mut last_event = None;
     for item in kind(key::EVENT) {
         let (k, v) = item?;
         let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-        if until.is_some_and(|u| event > u) {
-            break;
-        }
-        last_event = Some(event);
         let (rec, _) = codec::decode_event(event, &v)?;
         for (index, target) in rec.targets.iter().enumerate() {
             let delivery = ids::delivery_of(event, index);
@@ -97,12 +80,12 @@ pub(super) fn walk(
             });
         }
     }
-    Ok(last_event)
+    Ok(())
 }
 
-/// Rebuilds the due index, the fresh buckets and the counts; after an unclean stop (`clean`
-/// false) the counts of ended deliveries are recounted in the background.
-pub(super) fn rebuild(inner: &Arc<Inner>, clean: bool) -> Result<(), StoreError> {
+/// Rebuilds the due index, the fresh buckets and the counts (pending ones counted here, ended
+/// ones as last saved).
+pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     let t = &inner.trees;
     let mut pending = 0i64;
     let mut entries = Vec::new();
@@ -124,12 +107,19 @@ pub(super) fn rebuild(inner: &Arc<Inner>, clean: bool) -> Result<(), StoreError>
         Some(v) => u128::from_be_bytes(v.as_ref().try_into().unwrap_or_default()),
         None => 0,
     };
-    let mut fresh = Vec::new();
+    // Handed to the index a chunk at a time: a million fresh deliveries must not be held twice.
+    const CHUNK: usize = 4096;
+    let mut fresh = Vec::with_capacity(CHUNK);
+    let mut found = 0i64;
     let mut f = inner.lock_fresh();
-    walk(inner, from, None, |s| {
+    walk(inner, from, |s| {
         if s.is_fresh() {
             fresh.push((s.target, s.event.meta.received_at, s.delivery, true));
             f.add(s.delivery);
+            found += 1;
+            if fresh.len() == CHUNK {
+                inner.due.insert_many(fresh.drain(..));
+            }
         }
     })?;
     let newest = t
@@ -143,51 +133,18 @@ pub(super) fn rebuild(inner: &Arc<Inner>, clean: bool) -> Result<(), StoreError>
     ids::observe(newest);
     f.last_event = newest;
     drop(f);
-    pending += fresh.len() as i64;
     inner.due.insert_many(fresh);
+    pending += found;
     inner.stats.set(DeliveryState::Pending, pending);
 
-    if clean {
-        if let Some(v) = t.meta.get(meta_keys::COUNTS)? {
-            for (i, chunk) in v.chunks_exact(8).enumerate().take(4) {
-                let state = DeliveryState::ALL[i];
-                if state != DeliveryState::Pending {
-                    let n = i64::from_be_bytes(chunk.try_into().unwrap_or_default());
-                    inner.stats.set(state, n);
-                }
+    if let Some(v) = t.meta.get(meta_keys::COUNTS)? {
+        for (i, chunk) in v.chunks_exact(8).enumerate().take(4) {
+            let state = DeliveryState::ALL[i];
+            if state != DeliveryState::Pending {
+                let n = i64::from_be_bytes(chunk.try_into().unwrap_or_default());
+                inner.stats.set(state, n);
             }
         }
-        return Ok(());
     }
-    // Counted on the side, then put in place: the engine counts its changes meanwhile, and a
-    // delivery that changes while the count passes it may be off by one until the next stop.
-    let inner = inner.clone();
-    std::thread::Builder::new()
-        .name("herald-recount".into())
-        .spawn(move || {
-            let mut counts = [0i64; 4];
-            let result = walk(&inner, 0, Some(newest), |s| {
-                counts[s.state() as usize] += 1;
-            });
-            match result {
-                Ok(_) => {
-                    for state in [
-                        DeliveryState::Delivered,
-                        DeliveryState::Failed,
-                        DeliveryState::Skipped,
-                    ] {
-                        let live = inner.stats.get(state);
-                        inner.stats.set(state, live + counts[state as usize]);
-                    }
-                    tracing::info!(
-                        delivered = counts[DeliveryState::Delivered as usize],
-                        failed = counts[DeliveryState::Failed as usize],
-                        skipped = counts[DeliveryState::Skipped as usize],
-                        "counted the stored deliveries after an unclean stop"
-                    );
-                }
-                Err(e) => tracing::error!(error = %e, "cannot count the stored deliveries"),
-            }
-        })?;
     Ok(())
 }

@@ -1,0 +1,315 @@
+//! The phases about a big store: a backlog of pending deliveries (memory, and a restart with
+//! it), a log that already holds millions of attempts (does herald slow down?), and retention
+//! under steady traffic (does the disk stop growing?).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+
+use herald::clock::{Clock, SystemClock};
+use herald::ids;
+use herald::metrics::Metrics;
+use herald::model::{
+    Attempt, DeliveryState, Endpoint, EndpointState, SignatureKind, Status, StoredSecret,
+};
+use herald::store::{IngestOutcome, NewEvent, Store};
+
+use crate::drive::{self, Counters};
+use crate::herald::{data_dir, new_dir, Herald};
+use crate::phases::{self, EndToEnd, Ingest, Setup};
+use crate::receiver::{DeadReceiver, Receiver};
+use crate::Opts;
+
+const ACCOUNT: &str = "a1";
+
+/// Pending deliveries piling up behind an endpoint that never answers.
+pub struct Backlog {
+    pub pending: u64,
+    pub ingest_per_s: f64,
+    /// herald's peak RSS with the backlog pending.
+    pub peak_rss: Option<u64>,
+    /// After a `kill -9` and a start on the same data: time to the first `200` of `/healthz`.
+    pub healthz_after_restart: Duration,
+    /// Pending deliveries the restarted herald found.
+    pub pending_after_restart: u64,
+    /// The restarted herald's peak RSS, a few seconds in.
+    pub peak_rss_after_restart: Option<u64>,
+}
+
+fn pending_of(status: &serde_json::Value) -> u64 {
+    status["queue"]["pending"].as_u64().unwrap_or(0)
+}
+
+pub async fn backlog(opts: &Opts) -> Result<Backlog> {
+    let mut herald = Herald::start(&opts.herald, &opts.storage()).await?;
+    let dead = DeadReceiver::start().await?;
+    herald.create_endpoint(ACCOUNT, &dead.url()).await?;
+    let counters = Arc::new(Counters::default());
+    let start = Instant::now();
+    let give_up = start + Duration::from_secs(300);
+    let total = opts.backlog as u64;
+    let sampler = tokio::spawn(drive::sample(
+        start,
+        give_up.min(start + Duration::from_secs(600)),
+        counters.clone(),
+        None,
+    ));
+    let (n, size) = (opts.batch_clients, opts.batch_size);
+    drive::batches_until(
+        &herald.base_url(),
+        ACCOUNT,
+        n,
+        size,
+        total,
+        give_up,
+        counters.clone(),
+    )
+    .await;
+    let took = start.elapsed().as_secs_f64();
+    sampler.abort();
+    let acked = counters.acked.load(Ordering::Relaxed);
+    let pending = pending_of(&herald.status().await?);
+    let peak_rss = herald.peak_rss();
+    eprintln!("    {acked} acknowledged in {took:.1} s; {pending} pending; restarting (kill -9)");
+
+    let healthz_after_restart = herald.restart(false).await?;
+    let pending_after_restart = pending_of(&herald.status().await?);
+    // The start-up count runs on for a moment after the listener is up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let peak_rss_after_restart = herald.peak_rss();
+    herald.stop(false).await?;
+    Ok(Backlog {
+        pending,
+        ingest_per_s: acked as f64 / took,
+        peak_rss,
+        healthz_after_restart,
+        pending_after_restart,
+        peak_rss_after_restart,
+    })
+}
+
+/// Ingest and end-to-end on a store that already holds many attempts.
+pub struct History {
+    pub attempts: u64,
+    pub prefill_s: f64,
+    pub disk_bytes: u64,
+    pub single: Ingest,
+    pub e2e: EndToEnd,
+}
+
+pub async fn history(opts: &Opts) -> Result<History> {
+    let receiver = Receiver::start().await?;
+    let dir = new_dir()?;
+    let started = Instant::now();
+    let attempts = prefill(opts, &data_dir(&dir), opts.history, &receiver.url()).await?;
+    let prefill_s = started.elapsed().as_secs_f64();
+    let herald = Herald::start_in(&opts.herald, dir, &opts.storage()).await?;
+    let disk_bytes = herald.data_bytes().1;
+    eprintln!(
+        "    {attempts} attempts written in {prefill_s:.1} s ({} MiB on disk); herald pid {}",
+        disk_bytes >> 20,
+        herald.pid
+    );
+    let mut s = Setup {
+        herald,
+        receiver,
+        _second: None,
+        dead: None,
+    };
+    eprintln!("  single ingest, {} clients", opts.clients);
+    let single = phases::ingest_on(opts, &s, opts.clients, None).await?;
+    // Let the single phase's deliveries finish before the end-to-end figure is taken.
+    let give_up = Instant::now() + Duration::from_secs_f64(opts.drain);
+    while pending_of(&s.herald.status().await?) > 0 && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "  end-to-end, {}/s offered in batches of {}",
+        opts.e2e_rate, opts.e2e_batch
+    );
+    let e2e = phases::end_to_end_on(opts, &s, true).await?;
+    s.herald.stop(true).await?;
+    Ok(History {
+        attempts,
+        prefill_s,
+        disk_bytes,
+        single,
+        e2e,
+    })
+}
+
+/// Writes `n` delivered events (one attempt each, recorded as herald records them) through
+/// herald's own store code, for an endpoint of [`ACCOUNT`] at `url`. Returns the attempts
+/// written.
+async fn prefill(opts: &Opts, data: &Path, n: usize, url: &str) -> Result<u64> {
+    let cache = opts.cache_capacity.unwrap_or(64 << 20);
+    let store = Store::open(data, cache, Arc::new(Metrics::default()))
+        .context("opening the store to prefill")?;
+    // Nothing here runs the engine: hand out everything at once so the index stays empty.
+    store.due().set_lane_limit(usize::MAX);
+    let clock = SystemClock;
+    let now = clock.now_ms();
+    let ep = store
+        .put_endpoint(Endpoint {
+            id: ids::new_id(ids::ENDPOINT, now),
+            account_id: ACCOUNT.into(),
+            url: url.into(),
+            description: "bench history".into(),
+            event_types: Vec::new(),
+            headers: BTreeMap::new(),
+            retry_policy: "none".into(),
+            signature: SignatureKind::Hmac,
+            state: EndpointState::Active,
+            verified: true,
+            created_at: now,
+            updated_at: now,
+            secrets: vec![StoredSecret {
+                value: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+                expires_at: None,
+            }],
+        })
+        .await?;
+    let mut written = 0u64;
+    let mut next_report = Instant::now() + Duration::from_secs(5);
+    while (written as usize) < n {
+        let now = clock.now_ms();
+        let batch = (n - written as usize).min(1000);
+        let events: Vec<NewEvent> = (0..batch)
+            .map(|_| {
+                let body = drive::event_json(ACCOUNT);
+                let payload =
+                    body[body.find("\"payload\":").unwrap_or(0) + 10..body.len() - 1].to_string();
+                NewEvent::fan_out(
+                    ACCOUNT.into(),
+                    "bench.event".into(),
+                    Bytes::from(payload),
+                    [&ep].into_iter(),
+                    now,
+                )
+            })
+            .collect();
+        for outcome in store.ingest(events).await? {
+            let IngestOutcome::Created {
+                event_id,
+                deliveries,
+            } = outcome
+            else {
+                continue;
+            };
+            for d in deliveries {
+                let attempt = recorded_attempt(&event_id, &d.id, &ep.id, now);
+                let mut done = d.clone();
+                done.state = DeliveryState::Delivered;
+                done.last_status = Some(Status::Delivered);
+                done.attempt_count = 1;
+                done.next_attempt_at = None;
+                store.update_delivery(&d, &done, Some(&attempt))?;
+                written += 1;
+            }
+        }
+        store.due().take(i64::MAX, usize::MAX);
+        if Instant::now() > next_report {
+            eprintln!("    prefill: {written} of {n} attempts");
+            next_report += Duration::from_secs(5);
+        }
+    }
+    store.close()?;
+    let committer = store.take_committer();
+    drop(store);
+    if let Some(c) = committer {
+        tokio::task::spawn_blocking(move || c.join()).await.ok();
+    }
+    Ok(written)
+}
+
+/// An attempt as herald records a delivered one: its request headers and the receiver's answer.
+fn recorded_attempt(event_id: &str, delivery_id: &str, endpoint_id: &str, at: i64) -> Attempt {
+    let h = |k: &str, v: String| (k.to_string(), v);
+    Attempt {
+        id: ids::new_id(ids::ATTEMPT, at),
+        number: 1,
+        at,
+        duration_ms: 1,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: vec![
+            h("content-type", "application/json".into()),
+            h("user-agent", format!("herald/{}", herald::VERSION)),
+            h("webhook-id", event_id.into()),
+            h("webhook-timestamp", (at / 1000).to_string()),
+            h(
+                "webhook-signature",
+                "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=".into(),
+            ),
+            h("herald-event-type", "bench.event".into()),
+            h("herald-attempt", "1".into()),
+            h("herald-delivery-id", delivery_id.into()),
+            h("herald-endpoint-id", endpoint_id.into()),
+        ],
+        response_body: "ok".into(),
+    }
+}
+
+/// How long the retention phase runs, in retention periods.
+pub const RETENTION_SPAN: f64 = 3.0;
+
+/// Disk use under steady traffic with a short retention.
+pub struct Retention {
+    pub retention_s: f64,
+    pub rate: f64,
+    /// (seconds since the traffic started, data dir allocated bytes).
+    pub samples: Vec<(f64, u64)>,
+    pub delivered: u64,
+}
+
+impl Retention {
+    /// Allocated bytes at the first sample at or after `t`.
+    pub fn at(&self, t: f64) -> Option<u64> {
+        self.samples.iter().find(|s| s.0 >= t).map(|s| s.1)
+    }
+}
+
+pub async fn retention(opts: &Opts) -> Result<Retention> {
+    let retention_s = opts.retention_s;
+    let storage = format!("{}\nretention = \"{retention_s}s\"", opts.storage());
+    let mut herald = Herald::start_in(&opts.herald, new_dir()?, &storage).await?;
+    let receiver = Receiver::start().await?;
+    herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    let counters = Arc::new(Counters::default());
+    let dur = Duration::from_secs_f64(retention_s * RETENTION_SPAN);
+    let start = Instant::now();
+    let rate = opts.retention_rate;
+    let driver = {
+        let base = herald.base_url();
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            drive::paced_batches(&base, ACCOUNT, rate, 100, start, dur, counters).await;
+        })
+    };
+    let mut samples = Vec::new();
+    let every = Duration::from_secs_f64((retention_s / 4.0).max(0.5));
+    while start.elapsed() < dur {
+        tokio::time::sleep(every).await;
+        let t = start.elapsed().as_secs_f64();
+        let bytes = herald.data_bytes().1;
+        eprintln!(
+            "    t={t:>5.1}s  data dir {:.1} MiB",
+            bytes as f64 / 1048576.0
+        );
+        samples.push((t, bytes));
+    }
+    driver.await?;
+    herald.stop(true).await?;
+    Ok(Retention {
+        retention_s,
+        rate,
+        samples,
+        delivered: receiver.arrivals.unique(),
+    })
+}
