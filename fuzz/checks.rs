@@ -73,11 +73,24 @@ pub fn ingest_body(data: &[u8]) {
                     .get(&ev.event_type)
                     .and_then(|e| e.debounce.as_ref())
                 {
-                    debounce::key_of(ev.debounce_key.as_deref(), &ev.payload, &rule.key);
-                    assert!(
-                        serde_json::from_slice::<Value>(&ev.payload).is_ok(),
-                        "accepted payload that herald's debounce cannot parse: {payload}"
-                    );
+                    let key = debounce::key_of(ev.debounce_key.as_deref(), &ev.payload, &rule.key);
+                    // The key is found whenever the payload has the field as a string or an
+                    // integer at its top level, whatever else the payload holds.
+                    let top: Option<std::collections::HashMap<String, &RawValue>> =
+                        serde_json::from_slice(&ev.payload).ok();
+                    let field = top.as_ref().and_then(|m| m.get(&rule.key)).map(|r| r.get());
+                    let keyable = field.is_some_and(|f| {
+                        f.starts_with('"')
+                            || serde_json::from_str::<Value>(f)
+                                .is_ok_and(|v| v.is_i64() || v.is_u64())
+                    });
+                    if ev.debounce_key.is_none() && keyable {
+                        assert!(
+                            key.is_some(),
+                            "debounce key {:?} not found in {payload}",
+                            rule.key
+                        );
+                    }
                 }
             }
             // Only the client's mistakes come out of parsing: 400 malformed JSON, 422 a field.

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
 use crate::outbound::ssrf::Guard;
-use crate::shutdown::{Shutdown, GRACE};
+use crate::shutdown::{self, Shutdown, Trigger, GRACE};
 use crate::store::{Store, StoreError};
 
 /// The file holding the generated admin token when the config names none.
@@ -39,7 +39,16 @@ pub enum AppError {
         what: String,
         source: std::io::Error,
     },
+    /// Storage refused writes for [`STORAGE_DOWN_STOP`], or the last flush failed: herald
+    /// stopped so that its service manager starts it again on a store opened anew.
+    #[error("storage failed: {0}")]
+    Storage(String),
 }
+
+/// How long storage may refuse writes before herald stops with an error. sled keeps a write
+/// error for good once it has one, so only a fresh start (systemd's `Restart=on-failure`) can
+/// use the disk again once it takes writes; until then herald answers `503`.
+pub const STORAGE_DOWN_STOP: Duration = Duration::from_secs(10);
 
 impl From<ConfigError> for AppError {
     fn from(e: ConfigError) -> Self {
@@ -56,21 +65,34 @@ pub struct Running {
     pub store: Arc<Store>,
     pub engine: Arc<Engine>,
     task: tokio::task::JoinHandle<()>,
+    /// Why herald stopped on its own (storage), if it did.
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Running {
-    /// Resolves when herald has stopped (after the shutdown signal) and storage is flushed.
-    /// Then the store closes: once this returns, the data directory may be opened again.
-    pub async fn wait(self) {
+    /// Resolves when herald has stopped (after the shutdown signal, or on its own when storage
+    /// failed) and storage is flushed. Then the store closes: once this returns, the data
+    /// directory may be opened again. An error says why herald stopped on its own, or that the
+    /// last flush failed.
+    pub async fn wait(self) -> Result<(), AppError> {
         if let Err(e) = self.task.await {
             tracing::error!(error = %e, "herald stopped abnormally");
         }
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let committer = self.store.take_committer();
         drop(self.store);
         drop(self.engine);
         if let Some(c) = committer {
             // The committer thread ends once the last store handle is gone.
             let _ = tokio::task::spawn_blocking(move || c.join()).await;
+        }
+        match failure {
+            Some(why) => Err(AppError::Storage(why)),
+            None => Ok(()),
         }
     }
 }
@@ -81,9 +103,19 @@ pub async fn start(
     config: Config,
     listener: TcpListener,
     clock: Arc<dyn Clock>,
-    shutdown: Shutdown,
+    outer: Shutdown,
 ) -> Result<Running, AppError> {
     let started = Instant::now();
+    // Herald's own stop: the caller's signal, or storage that stays broken.
+    let (trigger, shutdown) = shutdown::channel();
+    let trigger = Arc::new(trigger);
+    {
+        let (trigger, mut outer) = (trigger.clone(), outer);
+        tokio::spawn(async move {
+            outer.wait().await;
+            trigger.fire();
+        });
+    }
     let config = Arc::new(config);
     let store_path = &config.storage.path;
     let metrics = Arc::new(Metrics::default());
@@ -143,8 +175,16 @@ pub async fn start(
     );
     notify_systemd("READY=1");
 
+    let failure = Arc::new(Mutex::new(None));
+    tokio::spawn(watch_storage(
+        store.clone(),
+        shutdown.clone(),
+        trigger,
+        failure.clone(),
+    ));
     let engine_task = tokio::spawn(engine.clone().run(shutdown.clone(), GRACE));
     let flush_store = store.clone();
+    let flush_failure = failure.clone();
     let task = tokio::spawn(async move {
         api::serve(listener, state, shutdown, GRACE).await;
         notify_systemd("STOPPING=1");
@@ -152,17 +192,26 @@ pub async fn start(
             tracing::error!(error = %e, "delivery engine stopped abnormally");
         }
         let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
-        match flushed {
-            Ok(Ok(())) => tracing::info!("storage flushed; stopped"),
-            Ok(Err(e)) => tracing::error!(error = %e, "final flush failed"),
-            Err(e) => tracing::error!(error = %e, "final flush failed"),
-        }
+        let error = match flushed {
+            Ok(Ok(())) => {
+                tracing::info!("storage flushed; stopped");
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(error = %error, "final flush failed");
+        flush_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(format!("the final flush failed: {error}"));
     });
     Ok(Running {
         addr,
         store,
         engine,
         task,
+        failure,
     })
 }
 
@@ -173,8 +222,43 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     shutdown: Shutdown,
 ) -> Result<(), AppError> {
-    start(config, listener, clock, shutdown).await?.wait().await;
-    Ok(())
+    start(config, listener, clock, shutdown).await?.wait().await
+}
+
+/// Stops herald (with [`AppError::Storage`]) once storage has refused writes for
+/// [`STORAGE_DOWN_STOP`] in a row.
+async fn watch_storage(
+    store: Arc<Store>,
+    mut shutdown: Shutdown,
+    trigger: Arc<Trigger>,
+    failure: Arc<Mutex<Option<String>>>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut down_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait() => return,
+        }
+        if store.healthy() {
+            down_since = None;
+            continue;
+        }
+        let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= STORAGE_DOWN_STOP {
+            let why = format!(
+                "storage refused writes for {} s; stopping so that a fresh start can use it again",
+                STORAGE_DOWN_STOP.as_secs()
+            );
+            tracing::error!("{why}");
+            failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(why);
+            trigger.fire();
+            return;
+        }
+    }
 }
 
 /// Makes the reserved operator account's one endpoint match `[operator]`: created or updated

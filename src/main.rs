@@ -13,6 +13,7 @@ use herald::config::{Config, ConfigError};
 /// row, and glibc's malloc took about a fifth of herald's CPU under load. Measured here (sled,
 /// 1M rows): glibc 12.3 s, mimalloc 6.4 s, jemalloc 6.5 s; resident memory glibc 50 MB,
 /// mimalloc 115 MB, jemalloc 63 MB. jemalloc is as fast and gives freed memory back.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -869,8 +869,37 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         "/healthz says storage is usable while writes fail: {body}"
     );
 
-    // Crash it, lift the limit, start again: everything acknowledged is there.
+    // Storage that stays broken stops herald with an error (sled keeps a write error for good),
+    // so its service manager (systemd's Restart=on-failure) starts it afresh.
+    let stopped = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(status) = limited.exited() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let status = match stopped {
+        Ok(status) => status,
+        Err(_) => panic!(
+            "herald kept running for 30 s on storage that refuses writes; log tail:\n{}",
+            limited.log_text()
+        ),
+    };
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "herald stops with exit code 1 when storage stays broken: {status}"
+    );
+    assert!(
+        limited.log_text().contains("storage refused writes"),
+        "the log says why herald stopped"
+    );
     limited.kill9();
+
+    // The disk takes writes again (the limit is lifted) and herald starts afresh on the same
+    // data: everything acknowledged is there.
     let herald = Spawned::start(unlimited_herald(&config)).await;
     for (id, _, n) in &acked {
         let (status, event) = herald

@@ -65,11 +65,22 @@ pub fn key_of(debounce_key: Option<&str>, payload: &[u8], field: &str) -> Option
     if let Some(k) = debounce_key {
         return Some(k.to_string());
     }
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(payload).ok()?;
-    match map.get(field)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
-        _ => None,
+    // Only the top level is read, each value left raw: a value elsewhere in the payload that
+    // serde_json cannot turn into a `Value` (a lone surrogate escape such as "\ud800", which
+    // is valid JSON grammar and accepted at ingest) must not hide the key.
+    let map: std::collections::HashMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(payload).ok()?;
+    let raw = map.get(field)?.get();
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::String(s)) => Some(s),
+        Ok(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        Ok(_) => None,
+        // A string serde_json cannot decode (a lone surrogate in the key itself): its escaped
+        // text is a stable key all the same.
+        Err(_) => raw
+            .strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .map(str::to_string),
     }
 }
 
@@ -120,5 +131,13 @@ mod tests {
             key_of(None, br#"{"location_id": 1.5}"#, "location_id"),
             None
         );
+    }
+
+    #[test]
+    fn a_lone_surrogate_elsewhere_or_in_the_key_does_not_hide_it() {
+        let p = br#"{"location_id": 5, "note": "\ud800"}"#;
+        assert_eq!(key_of(None, p, "location_id").as_deref(), Some("5"));
+        let q = br#"{"location_id": "a\ud800"}"#;
+        assert_eq!(key_of(None, q, "location_id").as_deref(), Some("a\\ud800"));
     }
 }

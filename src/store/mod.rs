@@ -605,6 +605,20 @@ impl Store {
         now: &Delivery,
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
+        let written = self.write_delivery(was, now, attempt);
+        if written.is_err() {
+            // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).
+            self.inner.set_healthy(false);
+        }
+        written
+    }
+
+    fn write_delivery(
+        &self,
+        was: &Delivery,
+        now: &Delivery,
+        attempt: Option<&Attempt>,
+    ) -> Result<(), StoreError> {
         let t = &self.inner.trees;
         let ulid = ids::parse(DELIVERY, &now.id)
             .ok_or_else(|| StoreError::Corrupt(format!("delivery id {}", now.id)))?;

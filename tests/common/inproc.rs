@@ -80,7 +80,7 @@ impl InProc {
     pub async fn stop(&mut self) {
         if let Some((running, trigger)) = self.running.take() {
             trigger.fire();
-            running.wait().await;
+            let _ = running.wait().await;
         }
     }
 
