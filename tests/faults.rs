@@ -585,6 +585,18 @@ impl Spawned {
         self.child.try_wait().unwrap()
     }
 
+    /// Its exit status once it exits within `limit`; `None` if it is still running then.
+    async fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let end = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < end {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.exited()
+    }
+
     fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -817,24 +829,15 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         .iter()
         .any(|r| matches!(r, Ingested::Transport { .. }))
     {
-        let exit = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                if let Some(status) = limited.exited() {
-                    return status;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        let why = match exit {
-            Ok(status) => {
+        let why = match limited.exit_within(Duration::from_secs(5)).await {
+            Some(status) => {
                 use std::os::unix::process::ExitStatusExt;
                 match status.signal() {
                     Some(25) => format!("herald was killed by SIGXFSZ ({status})"),
                     _ => format!("herald exited: {status}"),
                 }
             }
-            Err(_) => "herald is still running".to_string(),
+            None => "herald is still running".to_string(),
         };
         panic!(
             "a write beyond the file size limit must answer 503, but requests failed at the \
@@ -871,18 +874,9 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
 
     // Storage that stays broken stops herald with an error (sled keeps a write error for good),
     // so its service manager (systemd's Restart=on-failure) starts it afresh.
-    let stopped = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if let Some(status) = limited.exited() {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-    let status = match stopped {
-        Ok(status) => status,
-        Err(_) => panic!(
+    let status = match limited.exit_within(Duration::from_secs(30)).await {
+        Some(status) => status,
+        None => panic!(
             "herald kept running for 30 s on storage that refuses writes; log tail:\n{}",
             limited.log_text()
         ),
