@@ -4,6 +4,11 @@
 //! phase), delivers to an in-process HTTP/1.1 receiver, drives ingest with keep-alive clients,
 //! and prints the figures next to the targets of the issue. Progress goes to stderr, results to
 //! stdout. Everything stays on 127.0.0.1. `--help` lists the options.
+//!
+//! Phases: closed-loop single and batch ingest, end-to-end under paced batch ingest, open-loop
+//! latency, isolation from a dead endpoint ([`phases`]); a backlog of pending deliveries with a
+//! `kill -9` and restart, a store prefilled with millions of attempts (written through herald's
+//! own store code), and disk use under steady traffic with a short retention ([`scale`]).
 
 #[path = "load/drive.rs"]
 mod drive;

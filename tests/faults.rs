@@ -956,6 +956,120 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     .await;
 }
 
+/// The name of the test's own that resolves to a public and a private address.
+const MIXED_NAME: &str = "mixed.herald.test";
+/// A public address (herald refuses the name before connecting anywhere: nothing is sent to it).
+const PUBLIC_ADDR: &str = "93.184.216.34";
+
+/// `unshare -m sh -c 'mount --bind HOSTS /etc/hosts && ...'`: a mount namespace whose
+/// /etc/hosts is `hosts`, so a name of the test's own resolves as the test says, for herald
+/// alone (root only; CI runs as root).
+fn with_hosts(hosts: &Path, then: &str, args: &[String]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c"])
+        .arg(format!("mount --bind \"$1\" /etc/hosts && shift && {then}"))
+        .arg("sh")
+        .arg(hosts)
+        .args(args);
+    cmd
+}
+
+/// True if [`with_hosts`] works here: the name then resolves to both addresses.
+fn private_hosts_work(hosts: &Path) -> bool {
+    let out = with_hosts(hosts, "getent ahosts \"$1\"", &[MIXED_NAME.to_string()]).output();
+    out.is_ok_and(|o| {
+        let text = String::from_utf8_lossy(&o.stdout);
+        o.status.success() && text.contains(PUBLIC_ADDR) && text.contains("127.0.0.1")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_with_one_public_and_one_private_address_is_blocked_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(
+        &hosts,
+        format!("127.0.0.1 localhost\n{PUBLIC_ADDR} {MIXED_NAME}\n127.0.0.1 {MIXED_NAME}\n"),
+    )
+    .unwrap();
+    if !private_hosts_work(&hosts) {
+        eprintln!(
+            "SKIPPED: cannot give herald an /etc/hosts of its own here (needs root and \
+             `unshare -m`); name_resolving_to_a_public_and_a_private_address_is_blocked covers \
+             what this machine allows"
+        );
+        return;
+    }
+    let ca = TestCa::new();
+    let ca_file = ca.write_ca_file(dir.path());
+    let config = dir.path().join("herald.toml");
+    // No allow-list: 127.0.0.1 is refused, the public address alone would pass.
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
+             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n\
+             [endpoints]\nrequire_verification = false\n\
+             [delivery]\nextra_ca_file = {}\n",
+            toml_string(&dir.path().join("data").display().to_string()),
+            toml_string(&ca_file.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let args = [
+        herald_bin().display().to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let mut herald = Spawned::start(with_hosts(&hosts, "exec \"$@\"", &args)).await;
+    // The receiver a connection to 127.0.0.1 would reach.
+    let recv = Receiver::ok_https(&ca);
+    let url = format!("https://{MIXED_NAME}:{}/hook", recv.port());
+    let (status, answer) = herald
+        .call(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            ADMIN_TOKEN,
+            Some(&json!({"url": url, "retry_policy": "none"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "a name is checked at send time: {answer}");
+    let (status, answer) = herald
+        .call(
+            "POST",
+            "/v1/events",
+            INGEST_TOKEN,
+            Some(&json!({"account_id": "acc", "type": "t.ssrf", "payload": {}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{answer}");
+    let delivery = first_delivery(&answer);
+    let path = format!("/v1/deliveries/{delivery}");
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let d = loop {
+        let d = herald.call("GET", &path, ADMIN_TOKEN, None).await.unwrap().1;
+        if d["state"] == "failed" {
+            break d;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the delivery did not end within 10 s: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let a = &d["attempts"][0];
+    assert_eq!(a["status"], "blocked", "{d}");
+    assert!(
+        a["error"].as_str().is_some_and(|e| e.contains("127.0.0.1")),
+        "the error names the refused address: {a}"
+    );
+    assert_eq!(recv.connections(), 0, "herald connected to 127.0.0.1");
+    herald.kill9();
+}
+
 /// herald as systemd runs it (SIGXFSZ at its default, which kills) under `LimitFSIZE=`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_that_fails_writes_answers_503_loses_nothing_acknowledged_and_recovers() {
