@@ -48,7 +48,9 @@ usage: cargo bench --bench load -- [options]
   --drain N            seconds to wait for a backlog to drain (default 30, quick 3)
   --backlog N          pending deliveries of the backlog phase (default 1000000, quick 200000)
   --history N          attempts already in the log in the history phase (default 5000000,
-                       quick 300000)
+                       quick 200000)
+  --history-dir DIR    keep the history phase's store in DIR/data, and reuse it if it is there
+                       (the prefill takes minutes at the default size)
   --retention S        storage.retention in the retention phase, seconds (default 60, the least
                        herald takes); the phase runs 3 times as long
   --retention-rate N   events/s offered in the retention phase (default 2000)
@@ -56,7 +58,8 @@ usage: cargo bench --bench load -- [options]
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,backlog,history,retention
                        (default all; --quick leaves out retention)
-  --no-variants        skip the account-without-endpoint variants
+  --no-variants        skip the variants: account without endpoint, isolation control
+                       (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
   --herald PATH        the herald binary (default: the one cargo built for this bench)
 ";
@@ -90,6 +93,7 @@ pub struct Opts {
     pub retention_s: f64,
     pub retention_rate: f64,
     pub cache_capacity: Option<u64>,
+    pub history_dir: Option<PathBuf>,
     pub herald: PathBuf,
     pub dump_latency: Option<PathBuf>,
 }
@@ -112,12 +116,14 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             .filter(|p| !quick || **p != "retention")
             .map(|p| p.to_string())
             .collect(),
-        variants: true,
+        // The variants (account without endpoint, isolation control) are left out of --quick.
+        variants: !quick,
         backlog: if quick { 200_000 } else { 1_000_000 },
-        history: if quick { 300_000 } else { 5_000_000 },
+        history: if quick { 200_000 } else { 5_000_000 },
         retention_s: 60.0,
         retention_rate: 2000.0,
         cache_capacity: None,
+        history_dir: None,
         herald: PathBuf::new(),
         dump_latency: None,
     };
@@ -143,6 +149,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--retention" => o.retention_s = value()?.parse()?,
             "--retention-rate" => o.retention_rate = value()?.parse()?,
             "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
+            "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--phases" => {
@@ -269,7 +276,7 @@ async fn run(opts: &Opts) -> Result<Results> {
     }
     if want("history") {
         eprintln!(
-            "[history] {} delivered attempts written to the store first, then [ingest] and [e2e] on it",
+            "[history] [ingest] and [e2e] on an empty store, then on one with {} delivered attempts",
             opts.history
         );
         r.history = Some(scale::history(opts).await?);

@@ -1050,7 +1050,11 @@ async fn name_with_one_public_and_one_private_address_is_blocked_whole() {
     let path = format!("/v1/deliveries/{delivery}");
     let end = std::time::Instant::now() + Duration::from_secs(10);
     let d = loop {
-        let d = herald.call("GET", &path, ADMIN_TOKEN, None).await.unwrap().1;
+        let d = herald
+            .call("GET", &path, ADMIN_TOKEN, None)
+            .await
+            .unwrap()
+            .1;
         if d["state"] == "failed" {
             break d;
         }

@@ -49,7 +49,27 @@ pub struct Herald {
     data: PathBuf,
     tail: Arc<Mutex<VecDeque<String>>>,
     client: ApiClient,
-    _dir: tempfile::TempDir,
+    _dir: Dir,
+}
+
+/// Where a herald's config and data live: a temp dir (removed with it), or a kept one.
+pub enum Dir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl Dir {
+    pub fn path(&self) -> &Path {
+        match self {
+            Dir::Temp(t) => t.path(),
+            Dir::Kept(p) => p,
+        }
+    }
+
+    /// The data dir inside it.
+    pub fn data(&self) -> PathBuf {
+        self.path().join("data")
+    }
 }
 
 impl Drop for Herald {
@@ -62,15 +82,12 @@ impl Drop for Herald {
 }
 
 /// A fresh temp dir for one herald: `data/` in it is the data dir.
-pub fn new_dir() -> Result<tempfile::TempDir> {
-    tempfile::Builder::new()
+pub fn new_dir() -> Result<Dir> {
+    let t = tempfile::Builder::new()
         .prefix("herald-bench-")
         .tempdir()
-        .context("creating a temp dir")
-}
-
-pub fn data_dir(dir: &tempfile::TempDir) -> PathBuf {
-    dir.path().join("data")
+        .context("creating a temp dir")?;
+    Ok(Dir::Temp(t))
 }
 
 impl Herald {
@@ -81,8 +98,8 @@ impl Herald {
 
     /// Starts herald on `dir` (whose `data/` may hold a store already); `storage` adds lines to
     /// the config's `[storage]` table.
-    pub async fn start_in(bin: &Path, dir: tempfile::TempDir, storage: &str) -> Result<Herald> {
-        let data = data_dir(&dir);
+    pub async fn start_in(bin: &Path, dir: Dir, storage: &str) -> Result<Herald> {
+        let data = dir.data();
         let config = dir.path().join("herald.toml");
         // `warn` for everything but the one info line that carries the address.
         let toml = format!(

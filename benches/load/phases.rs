@@ -248,7 +248,7 @@ pub async fn ingest_on(
 pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndToEnd> {
     let dead = target == Target::ReceiverAndDead;
     let mut s = setup(opts, name, target).await?;
-    let mut r = end_to_end_on(opts, &s, target == Target::Receiver).await?;
+    let mut r = end_to_end_on(opts, &s, target == Target::Receiver, opts.e2e_rate).await?;
     // A dead endpoint's attempts hold a graceful stop for the whole grace period.
     s.herald.stop(!dead).await?;
     if target == Target::Receiver {
@@ -257,9 +257,9 @@ pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndTo
     Ok(r)
 }
 
-/// Batch ingest at `opts.e2e_rate` on a running herald (left running); with `drain`, then waits
-/// for the backlog to drain.
-pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool) -> Result<EndToEnd> {
+/// Batch ingest at `rate` on a running herald (left running); with `drain`, then waits for the
+/// backlog to drain.
+pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool, rate: f64) -> Result<EndToEnd> {
     let arrivals = s.receiver.arrivals.clone();
     let already = arrivals.unique();
     let counters = Arc::new(Counters::default());
@@ -273,7 +273,7 @@ pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool) -> Result<EndToE
         Some(arrivals.clone()),
     ));
     let base = s.herald.base_url();
-    let (rate, size, dur) = (opts.e2e_rate, opts.e2e_batch, until - start);
+    let (size, dur) = (opts.e2e_batch, until - start);
     drive::paced_batches(&base, ACCOUNT, rate, size, start, dur, counters.clone()).await;
     let usage = cpu.usage(&s.herald).await;
     let samples = sampler.await?;

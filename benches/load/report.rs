@@ -69,8 +69,10 @@ impl Results {
             out.push(("isolation control (2 healthy)", &r.usage));
         }
         if let Some(h) = &self.history {
-            out.push(("history: single ingest", &h.single.usage));
-            out.push(("history: end-to-end", &h.e2e.usage));
+            out.push(("history, empty: single ingest", &h.empty.0.usage));
+            out.push(("history, empty: end-to-end", &h.empty.1.usage));
+            out.push(("history, full: single ingest", &h.full.0.usage));
+            out.push(("history, full: end-to-end", &h.full.1.usage));
         }
         out
     }
@@ -78,13 +80,13 @@ impl Results {
     /// History figures as shares of the empty store's: (single ingest, end-to-end).
     fn history_ratios(&self) -> Option<(f64, f64)> {
         let h = self.history.as_ref()?;
-        let (single, e2e) = (self.single.as_ref()?, self.e2e.as_ref()?);
+        let ((single, e2e), (s, e)) = (&h.empty, &h.full);
         if single.events_per_s <= 0.0 || e2e.deliveries_per_s <= 0.0 {
             return None;
         }
         Some((
-            h.single.events_per_s / single.events_per_s,
-            h.e2e.deliveries_per_s / e2e.deliveries_per_s,
+            s.events_per_s / single.events_per_s,
+            e.deliveries_per_s / e2e.deliveries_per_s,
         ))
     }
 
@@ -417,18 +419,29 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             None,
         );
         let ratios = r.history_ratios();
-        let share = |rate: f64, ratio: Option<f64>| {
+        let vs = |empty: f64, full: f64, ratio: Option<f64>| {
             let pct = ratio.map_or(String::new(), |x| format!(" ({:.0} %)", x * 100.0));
-            format!("{}/s{pct}", thousands(rate))
+            format!("{}/s → {}/s{pct}", thousands(empty), thousands(full))
         };
         row(
-            "  single ingest (share of empty store)".into(),
-            share(h.single.events_per_s, ratios.map(|r| r.0)),
+            format!("  single ingest, {} clients: empty → full", opts.clients),
+            vs(
+                h.empty.0.events_per_s,
+                h.full.0.events_per_s,
+                ratios.map(|r| r.0),
+            ),
             verdict("history_single_ratio"),
         );
         row(
-            "  end-to-end (share of empty store)".into(),
-            share(h.e2e.deliveries_per_s, ratios.map(|r| r.1)),
+            format!(
+                "  end-to-end (offered {}/s): empty → full",
+                thousands(h.e2e_rate)
+            ),
+            vs(
+                h.empty.1.deliveries_per_s,
+                h.full.1.deliveries_per_s,
+                ratios.map(|r| r.1),
+            ),
             verdict("history_e2e_ratio"),
         );
     }
@@ -605,8 +618,9 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "attempts": h.attempts,
             "prefill_s": h.prefill_s,
             "disk_bytes": h.disk_bytes,
-            "single_ingest": ingest_json(&Some(h.single.clone())),
-            "end_to_end": e2e_json(&Some(h.e2e.clone())),
+            "end_to_end_offered_per_s": h.e2e_rate,
+            "empty": {"single_ingest": ingest_json(&Some(h.empty.0.clone())), "end_to_end": e2e_json(&Some(h.empty.1.clone()))},
+            "full": {"single_ingest": ingest_json(&Some(h.full.0.clone())), "end_to_end": e2e_json(&Some(h.full.1.clone()))},
             "ratios": r.history_ratios().map(|(s, e)| json!({"single_ingest": s, "end_to_end": e})),
         })),
         "retention": r.retention.as_ref().map(|x| json!({

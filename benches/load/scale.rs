@@ -20,7 +20,7 @@ use herald::model::{
 use herald::store::{IngestOutcome, NewEvent, Store};
 
 use crate::drive::{self, Counters};
-use crate::herald::{data_dir, new_dir, Herald};
+use crate::herald::{new_dir, Dir, Herald};
 use crate::phases::{self, EndToEnd, Ingest, Setup};
 use crate::receiver::{DeadReceiver, Receiver};
 use crate::Opts;
@@ -93,20 +93,41 @@ pub async fn backlog(opts: &Opts) -> Result<Backlog> {
     })
 }
 
-/// Ingest and end-to-end on a store that already holds many attempts.
+/// Ingest and end-to-end on a store that already holds many attempts, next to the same on an
+/// empty store measured in the same phase.
 pub struct History {
     pub attempts: u64,
     pub prefill_s: f64,
     pub disk_bytes: u64,
-    pub single: Ingest,
-    pub e2e: EndToEnd,
+    /// End-to-end is offered this much, above what herald takes, so it measures capacity.
+    pub e2e_rate: f64,
+    pub empty: (Ingest, EndToEnd),
+    pub full: (Ingest, EndToEnd),
 }
 
+/// End-to-end offered rate in the history phase: above capacity on the machine this was
+/// written on, so both stores are measured at what they can take.
+const HISTORY_E2E_RATE: f64 = 20_000.0;
+
 pub async fn history(opts: &Opts) -> Result<History> {
+    eprintln!("  empty store");
     let receiver = Receiver::start().await?;
-    let dir = new_dir()?;
+    let herald = Herald::start(&opts.herald, &opts.storage()).await?;
+    herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    let empty = ingest_then_e2e(opts, herald, receiver).await?;
+
+    let receiver = Receiver::start().await?;
+    let (dir, reuse) = match &opts.history_dir {
+        Some(p) => (Dir::Kept(p.clone()), p.join("data").exists()),
+        None => (new_dir()?, false),
+    };
     let started = Instant::now();
-    let attempts = prefill(opts, &data_dir(&dir), opts.history, &receiver.url()).await?;
+    let attempts = if reuse {
+        eprintln!("    reusing the store in {}", dir.path().display());
+        opts.history as u64
+    } else {
+        prefill(opts, &dir.data(), opts.history).await?
+    };
     let prefill_s = started.elapsed().as_secs_f64();
     let herald = Herald::start_in(&opts.herald, dir, &opts.storage()).await?;
     let disk_bytes = herald.data_bytes().1;
@@ -115,6 +136,26 @@ pub async fn history(opts: &Opts) -> Result<History> {
         disk_bytes >> 20,
         herald.pid
     );
+    // The prefilled endpoint points nowhere (its receiver is gone): a new one for this run.
+    herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    let full = ingest_then_e2e(opts, herald, receiver).await?;
+    Ok(History {
+        attempts,
+        prefill_s,
+        disk_bytes,
+        e2e_rate: HISTORY_E2E_RATE,
+        empty,
+        full,
+    })
+}
+
+/// Closed-loop single ingest, then (once its deliveries are done) end-to-end at
+/// [`HISTORY_E2E_RATE`]; stops herald.
+async fn ingest_then_e2e(
+    opts: &Opts,
+    herald: Herald,
+    receiver: Receiver,
+) -> Result<(Ingest, EndToEnd)> {
     let mut s = Setup {
         herald,
         receiver,
@@ -123,30 +164,22 @@ pub async fn history(opts: &Opts) -> Result<History> {
     };
     eprintln!("  single ingest, {} clients", opts.clients);
     let single = phases::ingest_on(opts, &s, opts.clients, None).await?;
-    // Let the single phase's deliveries finish before the end-to-end figure is taken.
     let give_up = Instant::now() + Duration::from_secs_f64(opts.drain);
     while pending_of(&s.herald.status().await?) > 0 && Instant::now() < give_up {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     eprintln!(
-        "  end-to-end, {}/s offered in batches of {}",
-        opts.e2e_rate, opts.e2e_batch
+        "  end-to-end, {HISTORY_E2E_RATE}/s offered in batches of {}",
+        opts.e2e_batch
     );
-    let e2e = phases::end_to_end_on(opts, &s, true).await?;
+    let e2e = phases::end_to_end_on(opts, &s, true, HISTORY_E2E_RATE).await?;
     s.herald.stop(true).await?;
-    Ok(History {
-        attempts,
-        prefill_s,
-        disk_bytes,
-        single,
-        e2e,
-    })
+    Ok((single, e2e))
 }
 
 /// Writes `n` delivered events (one attempt each, recorded as herald records them) through
-/// herald's own store code, for an endpoint of [`ACCOUNT`] at `url`. Returns the attempts
-/// written.
-async fn prefill(opts: &Opts, data: &Path, n: usize, url: &str) -> Result<u64> {
+/// herald's own store code, for an endpoint of [`ACCOUNT`]. Returns the attempts written.
+async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
     let store = Store::open(data, cache, Arc::new(Metrics::default()))
         .context("opening the store to prefill")?;
@@ -158,7 +191,7 @@ async fn prefill(opts: &Opts, data: &Path, n: usize, url: &str) -> Result<u64> {
         .put_endpoint(Endpoint {
             id: ids::new_id(ids::ENDPOINT, now),
             account_id: ACCOUNT.into(),
-            url: url.into(),
+            url: "http://127.0.0.1:9/gone".into(),
             description: "bench history".into(),
             event_types: Vec::new(),
             headers: BTreeMap::new(),
