@@ -104,6 +104,7 @@ pub struct Setup {
 }
 
 async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
+    settle_disk().await;
     let herald = Herald::start(&opts.herald, &opts.storage()).await?;
     let receiver = Receiver::start().await?;
     let (mut second, mut dead) = (None, None);
@@ -130,6 +131,12 @@ async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
         _second: second,
         dead,
     })
+}
+
+/// Waits for the kernel to write back what earlier phases left dirty (gigabytes after the batch
+/// phases), so that a phase's fsyncs do not queue behind another phase's writeback.
+pub async fn settle_disk() {
+    let _ = tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await;
 }
 
 /// CPU readings at the start of a load, turned into [`Usage`] at its end.

@@ -46,6 +46,7 @@ fn pending_of(status: &serde_json::Value) -> u64 {
 }
 
 pub async fn backlog(opts: &Opts) -> Result<Backlog> {
+    phases::settle_disk().await;
     let mut herald = Herald::start(&opts.herald, &opts.storage()).await?;
     let dead = DeadReceiver::start().await?;
     herald.create_endpoint(ACCOUNT, &dead.url()).await?;
@@ -110,6 +111,7 @@ pub struct History {
 const HISTORY_E2E_RATE: f64 = 20_000.0;
 
 pub async fn history(opts: &Opts) -> Result<History> {
+    phases::settle_disk().await;
     eprintln!("  empty store");
     let receiver = Receiver::start().await?;
     let herald = Herald::start(&opts.herald, &opts.storage()).await?;
@@ -309,6 +311,7 @@ impl Retention {
 }
 
 pub async fn retention(opts: &Opts) -> Result<Retention> {
+    phases::settle_disk().await;
     let retention_s = opts.retention_s;
     let storage = format!("{}\nretention = \"{retention_s}s\"", opts.storage());
     let mut herald = Herald::start_in(&opts.herald, new_dir()?, &storage).await?;
