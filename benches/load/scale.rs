@@ -106,9 +106,11 @@ pub struct History {
     pub full: (Ingest, EndToEnd),
 }
 
-/// End-to-end offered rate in the history phase: above capacity on the machine this was
-/// written on, so both stores are measured at what they can take.
-const HISTORY_E2E_RATE: f64 = 20_000.0;
+/// End-to-end offered rate in the history phase: under the ~15,000–20,000/s an empty store takes
+/// on the machine this was written on, and more than 80 % of it: a store that kept up with less
+/// than 80 % of the empty one's capacity falls behind here (and past capacity, ingest takes the
+/// CPU from delivery, which makes a saturated figure swing from run to run).
+const HISTORY_E2E_RATE: f64 = 12_000.0;
 
 pub async fn history(opts: &Opts) -> Result<History> {
     phases::settle_disk().await;
