@@ -22,7 +22,8 @@ use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{self, Pending, CHUNK, INLINE_PAYLOAD};
-use super::{delivery_from, Inner, Lane, StoreError};
+use super::deliveries::delivery_from;
+use super::{Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::engine::debounce::{self, Decision, Window};
 use crate::ids::{self, ATTEMPT, DELIVERY, EVENT};

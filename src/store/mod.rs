@@ -41,6 +41,7 @@
 mod accounts;
 pub mod codec;
 mod commit;
+mod deliveries;
 mod due;
 mod retention;
 mod scan;
@@ -55,14 +56,15 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
+pub use deliveries::{DeliveryFilter, DueDelivery};
 pub use due::{Due, DueIndex, Lane, NO_LANE};
 pub use retention::Pruned;
 
 use crate::clock::Millis;
-use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
+use crate::ids::{self, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
-use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
-use codec::{key, AttemptRecord, EventRecord, Pending};
+use crate::model::{DeliveryState, Endpoint, EventMeta};
+use codec::{key, EventRecord};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -218,100 +220,8 @@ impl Inner {
         let inline = inline.map(Bytes::copy_from_slice);
         Ok(Some((rec, inline)))
     }
-
-    fn pending_of(&self, delivery: u128) -> Result<Option<(Pending, Lane)>, StoreError> {
-        match self.trees.log.get(key::pending(delivery))? {
-            Some(v) => Ok(Some(codec::decode_pending(&v)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn last_attempt(&self, delivery: u128) -> Result<Option<AttemptRecord>, StoreError> {
-        let Some(item) = self
-            .trees
-            .log
-            .scan_prefix(key::attempts(delivery))
-            .next_back()
-        else {
-            return Ok(None);
-        };
-        let (k, v) = item?;
-        let number = key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
-        codec::decode_attempt(number, &v).map(Some)
-    }
-
-    /// The delivery to the event's `index`-th target, with its state as stored now.
-    fn assemble(
-        &self,
-        meta: &EventMeta,
-        targets: &[u128],
-        index: usize,
-    ) -> Result<Delivery, StoreError> {
-        let event = ids::parse(EVENT, &meta.id).unwrap_or_default();
-        let ulid = ids::delivery_of(event, index);
-        let pending = self.pending_of(ulid)?;
-        let last = self.last_attempt(ulid)?;
-        let endpoint = targets.get(index).copied().unwrap_or(NO_LANE);
-        Ok(delivery_from(
-            ulid,
-            meta,
-            endpoint,
-            pending.map(|p| p.0),
-            last.as_ref(),
-        ))
-    }
 }
 
-/// A delivery's state from its fixed fields, its pending entry and its last attempt.
-fn delivery_from(
-    ulid: u128,
-    meta: &EventMeta,
-    endpoint: u128,
-    pending: Option<Pending>,
-    last: Option<&AttemptRecord>,
-) -> Delivery {
-    let (state, next) = match (pending, last) {
-        (Some(p), _) => (DeliveryState::Pending, Some(p.due)),
-        (None, Some(a)) => (a.state, None),
-        (None, None) => (DeliveryState::Pending, Some(meta.received_at)),
-    };
-    Delivery {
-        id: ids::format(DELIVERY, ulid),
-        event_id: meta.id.clone(),
-        endpoint_id: (endpoint != NO_LANE).then(|| ids::format(ENDPOINT, endpoint)),
-        account_id: meta.account_id.clone(),
-        event_type: meta.event_type.clone(),
-        state,
-        last_status: last.map(|a| a.attempt.status),
-        attempt_count: last.map_or(0, |a| a.attempt.number),
-        next_attempt_at: next,
-        created_at: meta.received_at,
-        manual: pending.is_some_and(|p| p.manual),
-        queued: pending.is_some(),
-    }
-}
-
-/// A due delivery as the engine attempts it: the delivery, its event and the payload.
-pub struct DueDelivery {
-    pub delivery: Delivery,
-    pub event: EventMeta,
-    pub payload: Bytes,
-}
-
-/// Which deliveries a list asks for.
-#[derive(Debug, Default, Clone)]
-pub struct DeliveryFilter {
-    pub account_id: Option<String>,
-    pub endpoint_id: Option<String>,
-    pub event_type: Option<String>,
-    pub state: Option<DeliveryState>,
-    pub status: Option<Status>,
-    pub since: Option<Millis>,
-    pub until: Option<Millis>,
-}
-
-/// Deliveries a list request looks at most before it answers with a cursor to go on from.
-const LIST_SCAN_BUDGET: usize = 50_000;
 /// How often the fresh watermark and the counts are written to `meta`.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -523,265 +433,6 @@ impl Store {
             }
         };
         Ok(Some((rec, payload)))
-    }
-
-    /// The event's deliveries as stored now, in fan-out order.
-    pub fn event_deliveries(&self, meta: &EventMeta) -> Result<Vec<Delivery>, StoreError> {
-        let Some(ulid) = ids::parse(EVENT, &meta.id) else {
-            return Ok(Vec::new());
-        };
-        let Some((rec, _)) = self.inner.event_record(ulid)? else {
-            return Ok(Vec::new());
-        };
-        (0..rec.targets.len())
-            .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
-            .collect()
-    }
-
-    // --- deliveries ---------------------------------------------------------------------------
-
-    pub fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        match ids::parse(DELIVERY, id) {
-            Some(ulid) => self.delivery_by_ulid(ulid),
-            None => Ok(None),
-        }
-    }
-
-    fn delivery_by_ulid(&self, ulid: u128) -> Result<Option<Delivery>, StoreError> {
-        let Some((event, index)) = ids::event_of(ulid) else {
-            return Ok(None);
-        };
-        let Some((rec, _)) = self.inner.event_record(event)? else {
-            return Ok(None);
-        };
-        if index >= rec.targets.len() {
-            return Ok(None);
-        }
-        self.inner
-            .assemble(&rec.meta, &rec.targets, index)
-            .map(Some)
-    }
-
-    /// A due delivery with its event and payload, read once for its attempt.
-    pub fn due_delivery(&self, ulid: u128) -> Result<Option<DueDelivery>, StoreError> {
-        let Some((event, index)) = ids::event_of(ulid) else {
-            return Ok(None);
-        };
-        let Some((rec, payload)) = self.event_with_payload(event)? else {
-            return Ok(None);
-        };
-        if index >= rec.targets.len() {
-            return Ok(None);
-        }
-        let delivery = self.inner.assemble(&rec.meta, &rec.targets, index)?;
-        Ok(Some(DueDelivery {
-            delivery,
-            event: rec.meta,
-            payload,
-        }))
-    }
-
-    /// Every attempt of a delivery, oldest first.
-    pub fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
-        let Some(ulid) = ids::parse(DELIVERY, delivery_id) else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for item in self.inner.trees.log.scan_prefix(key::attempts(ulid)) {
-            let (k, v) = item?;
-            let number =
-                key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
-            out.push(codec::decode_attempt(number, &v)?.attempt);
-        }
-        Ok(out)
-    }
-
-    /// Writes a delivery's change from `was` to `now` (and the attempt that led to it), and
-    /// keeps the due index and the counts in step. A pending delivery gets a pending entry
-    /// before its attempt is written; an ended one loses it after.
-    pub fn update_delivery(
-        &self,
-        was: &Delivery,
-        now: &Delivery,
-        attempt: Option<&Attempt>,
-    ) -> Result<(), StoreError> {
-        let written = self.write_delivery(was, now, attempt);
-        if written.is_err() {
-            // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).
-            self.inner.set_healthy(false);
-        }
-        written
-    }
-
-    fn write_delivery(
-        &self,
-        was: &Delivery,
-        now: &Delivery,
-        attempt: Option<&Attempt>,
-    ) -> Result<(), StoreError> {
-        let t = &self.inner.trees;
-        let ulid = ids::parse(DELIVERY, &now.id)
-            .ok_or_else(|| StoreError::Corrupt(format!("delivery id {}", now.id)))?;
-        let pending_key = key::pending(ulid);
-        let lane = lane_of(now.endpoint_id.as_deref());
-        let pending = match (now.state, now.next_attempt_at) {
-            (DeliveryState::Pending, Some(due)) => Some(Pending {
-                due,
-                manual: now.manual,
-            }),
-            _ => None,
-        };
-        if let Some(p) = pending {
-            t.log.insert(pending_key, &codec::encode_pending(p, lane))?;
-        }
-        if let Some(a) = attempt {
-            t.log.insert(
-                key::attempt(ulid, a.number),
-                codec::encode_attempt(a, now.state),
-            )?;
-        }
-        if pending.is_none() && was.queued {
-            t.log.remove(pending_key)?;
-        }
-
-        if was.is_fresh() && (attempt.is_some() || pending.is_some()) {
-            self.inner.lock_fresh().remove(ulid);
-        }
-        if let (true, Some(at)) = (was.queued, was.next_attempt_at) {
-            self.inner.due.remove(lane, at, ulid);
-        }
-        if let Some(p) = pending {
-            self.inner.due.insert(lane, p.due, ulid, false);
-        }
-        self.inner.stats.count(Some(was.state), now.state);
-        Ok(())
-    }
-
-    /// Drops a pending entry whose event does not exist (a commit that never finished).
-    pub fn drop_orphan(&self, ulid: u128) -> Result<(), StoreError> {
-        let fresh = self.inner.trees.log.remove(key::pending(ulid))?.is_none();
-        if fresh {
-            self.inner.lock_fresh().remove(ulid);
-        }
-        self.inner.stats.forget(DeliveryState::Pending);
-        Ok(())
-    }
-
-    /// Reads, changes and writes one delivery, serialized with other such changes of it.
-    pub fn change_delivery<T>(
-        &self,
-        id: &str,
-        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)>,
-    ) -> Result<Option<T>, StoreError> {
-        let Some(ulid) = ids::parse(DELIVERY, id) else {
-            return Ok(None);
-        };
-        let _guard = self.delivery_locks[(ulid % 16) as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let Some(was) = self.delivery_by_ulid(ulid)? else {
-            return Ok(None);
-        };
-        match f(&was) {
-            Some((now, out)) => {
-                self.update_delivery(&was, &now, None)?;
-                Ok(Some(out))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Makes every waiting delivery to `endpoint_id` due at `now` (used when the endpoint is
-    /// deleted, so they end at once instead of at their next retry time). Returns how many.
-    pub fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<usize, StoreError> {
-        let lane = lane_of(Some(endpoint_id));
-        let mut n = 0;
-        for (at, ulid) in self.inner.due.later_entries(lane) {
-            if at <= now {
-                continue;
-            }
-            let id = ids::format(DELIVERY, ulid);
-            let changed = self.change_delivery(&id, |d| {
-                (d.state == DeliveryState::Pending && d.queued).then(|| {
-                    let mut d = d.clone();
-                    d.next_attempt_at = Some(now);
-                    (d, ())
-                })
-            })?;
-            n += usize::from(changed.is_some());
-        }
-        Ok(n)
-    }
-
-    /// Deliveries newest first, from after `cursor`, matching `filter`. The cursor is the last id
-    /// looked at; `None` means the end was reached.
-    pub fn list_deliveries(
-        &self,
-        filter: &DeliveryFilter,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
-        let start = cursor
-            .and_then(|c| ids::parse(DELIVERY, c))
-            .and_then(ids::event_of);
-        let tree = &self.inner.trees.log;
-        let iter = match start {
-            Some((event, _)) => tree.range(key::event(0)..=key::event(event)),
-            None => tree.range(key::event(0)..key::end(key::EVENT)),
-        };
-        let endpoint = match &filter.endpoint_id {
-            Some(e) => match ids::parse(ENDPOINT, e) {
-                Some(u) => Some(u),
-                None => return Ok((Vec::new(), None)),
-            },
-            None => None,
-        };
-        let mut out = Vec::new();
-        let mut last_seen = None;
-        let mut scanned = 0;
-        for item in iter.rev() {
-            let (k, v) = item?;
-            let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-            let (rec, _) = codec::decode_event(event, &v)?;
-            let m = &rec.meta;
-            if filter.since.is_some_and(|s| m.received_at < s) {
-                // Ids sort by creation time: everything further is older still.
-                return Ok((out, None));
-            }
-            let top = match start {
-                Some((e, index)) if e == event => index.min(rec.targets.len()),
-                _ => rec.targets.len(),
-            };
-            let fixed = filter
-                .account_id
-                .as_ref()
-                .is_none_or(|a| *a == m.account_id)
-                && filter
-                    .event_type
-                    .as_ref()
-                    .is_none_or(|t| *t == m.event_type)
-                && filter.until.is_none_or(|u| m.received_at < u);
-            for index in (0..top).rev() {
-                if scanned >= LIST_SCAN_BUDGET {
-                    return Ok((out, last_seen));
-                }
-                scanned += 1;
-                last_seen = Some(ids::format(DELIVERY, ids::delivery_of(event, index)));
-                if !fixed || endpoint.is_some_and(|e| rec.targets[index] != e) {
-                    continue;
-                }
-                let d = self.inner.assemble(m, &rec.targets, index)?;
-                if filter.state.is_none_or(|s| s == d.state)
-                    && filter.status.is_none_or(|s| d.last_status == Some(s))
-                {
-                    out.push(d);
-                    if out.len() == limit {
-                        return Ok((out, last_seen));
-                    }
-                }
-            }
-        }
-        Ok((out, None))
     }
 
     // --- endpoints ----------------------------------------------------------------------------
