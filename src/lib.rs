@@ -12,8 +12,8 @@
 //! - [`clock`]: wall time that gets stored (`SystemClock`, `ManualClock` for tests).
 //! - [`ids`]: prefixed, time-sortable ids (`evt_`, `ep_`, `dlv_`, `att_` + ULID).
 //! - [`model`]: the shared vocabulary: `Endpoint`, `Event`, `Delivery`, `Attempt`, `Status`.
-//! - [`store`]: the only module that touches sled: typed trees, the group-commit committer, the
-//!   due queue.
+//! - [`store`]: the only module that touches sled: the event and delivery log (one row per
+//!   event), the group-commit committer, the per-endpoint due index.
 //! - [`api`]: the hyper 1.x HTTP API: routing, auth, JSON errors, one file per resource.
 //! - [`engine`]: the delivery loop, the ordered conditions, retry arithmetic.
 //! - [`outbound`]: the HTTP client (rustls, timeouts, no redirects, body cap), the SSRF guard and
