@@ -163,7 +163,10 @@ pub fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     if !ids::is_valid(EVENT, id) {
         return Err(not_found());
     }
-    let (meta, payload) = state.store.event(id)?.ok_or_else(not_found)?;
+    let (meta, payload, deliveries) = state
+        .store
+        .event_with_deliveries(id)?
+        .ok_or_else(not_found)?;
     let payload = String::from_utf8(payload.to_vec())
         .ok()
         .and_then(|s| RawValue::from_string(s).ok())
@@ -172,12 +175,7 @@ pub fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
                 "payload of {id}"
             )))
         })?;
-    let deliveries: Vec<Value> = state
-        .store
-        .event_deliveries(&meta)?
-        .iter()
-        .map(|d| view(state, d))
-        .collect();
+    let deliveries: Vec<Value> = deliveries.iter().map(|d| view(state, d)).collect();
     let view = EventView {
         id: &meta.id,
         account_id: &meta.account_id,

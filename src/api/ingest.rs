@@ -227,16 +227,11 @@ fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, Ap
             "deliveries": deliveries.iter().map(delivery_ref).collect::<Vec<_>>(),
         })),
         Some(IngestOutcome::Duplicate { event_id }) => {
-            let (meta, _) = state
+            let (meta, _, deliveries) = state
                 .store
-                .event(event_id)?
+                .event_with_deliveries(event_id)?
                 .ok_or_else(ApiError::unavailable)?;
-            let deliveries: Vec<Value> = state
-                .store
-                .event_deliveries(&meta)?
-                .iter()
-                .map(delivery_ref)
-                .collect();
+            let deliveries: Vec<Value> = deliveries.iter().map(delivery_ref).collect();
             Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
         }
         None => Err(ApiError::unavailable()),

@@ -106,17 +106,22 @@ pub struct DeliveryFilter {
 const LIST_SCAN_BUDGET: usize = 50_000;
 
 impl Store {
-    /// The event's deliveries as stored now, in fan-out order.
-    pub fn event_deliveries(&self, meta: &EventMeta) -> Result<Vec<Delivery>, StoreError> {
-        let Some(ulid) = ids::parse(EVENT, &meta.id) else {
-            return Ok(Vec::new());
+    /// The event, its payload bytes exactly as ingested, and its deliveries as stored now (in
+    /// fan-out order), from one read of its row.
+    pub fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError> {
+        let Some(ulid) = ids::parse(EVENT, id) else {
+            return Ok(None);
         };
-        let Some((rec, _)) = self.inner.event_record(ulid)? else {
-            return Ok(Vec::new());
+        let Some((rec, payload)) = self.event_with_payload(ulid)? else {
+            return Ok(None);
         };
-        (0..rec.targets.len())
+        let deliveries = (0..rec.targets.len())
             .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok(Some((rec.meta, payload, deliveries)))
     }
 
     // --- deliveries ---------------------------------------------------------------------------

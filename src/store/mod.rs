@@ -368,11 +368,6 @@ impl Store {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// A blocking flush + fsync, for shutdown.
-    pub fn sync_now(&self) -> Result<(), StoreError> {
-        self.inner.sync()
-    }
-
     /// Saves the counts and the fresh watermark and syncs. For shutdown, once nothing else
     /// writes.
     pub fn close(&self) -> Result<(), StoreError> {
