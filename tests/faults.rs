@@ -739,6 +739,24 @@ async fn produce_until_refused(
     }
 }
 
+/// Writes `dir/herald.toml` for a [`Spawned`] herald: random port, the test tokens, data in
+/// `storage`, text logs, no verification, and `delivery` (a `[delivery]` table). Its path.
+fn write_config(dir: &Path, storage: &Path, delivery: &str) -> PathBuf {
+    let config = dir.join("herald.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
+             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n\
+             [log]\nformat = \"text\"\nlevel = \"info\"\n\
+             [endpoints]\nrequire_verification = false\n{delivery}",
+            toml_string(&storage.display().to_string()),
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// The limit on the store's file size: room for startup and a few dozen events.
 const FSIZE: u64 = 256 * 1024;
 
@@ -750,19 +768,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         .unwrap();
     let ca_file = ca.write_ca_file(dir.path());
     let storage: PathBuf = dir.path().join("data");
-    let config = dir.path().join("herald.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n\
-             [log]\nformat = \"text\"\nlevel = \"info\"\n\
-             [endpoints]\nrequire_verification = false\n{}",
-            toml_string(&storage.display().to_string()),
-            delivery_toml(&ca_file)
-        ),
-    )
-    .unwrap();
+    let config = write_config(dir.path(), &storage, &delivery_toml(&ca_file));
     let recv = Receiver::ok_https(&ca);
 
     let mut limited = Spawned::start(limited_herald(&config, FSIZE, ignore_sigxfsz)).await;
@@ -1002,20 +1008,12 @@ async fn name_with_one_public_and_one_private_address_is_blocked_whole() {
     }
     let ca = TestCa::new();
     let ca_file = ca.write_ca_file(dir.path());
-    let config = dir.path().join("herald.toml");
     // No allow-list: 127.0.0.1 is refused, the public address alone would pass.
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n\
-             [endpoints]\nrequire_verification = false\n\
-             [delivery]\nextra_ca_file = {}\n",
-            toml_string(&dir.path().join("data").display().to_string()),
-            toml_string(&ca_file.display().to_string()),
-        ),
-    )
-    .unwrap();
+    let delivery = format!(
+        "[delivery]\nextra_ca_file = {}\n",
+        toml_string(&ca_file.display().to_string())
+    );
+    let config = write_config(dir.path(), &dir.path().join("data"), &delivery);
     let args = [
         herald_bin().display().to_string(),
         "serve".into(),
