@@ -19,7 +19,7 @@ use crate::ids;
 use crate::metrics::Metrics;
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
-use crate::outbound::ssrf::Guard;
+use crate::policy::ssrf::Guard;
 use crate::shutdown::{self, Shutdown, Trigger, GRACE};
 use crate::store::{Store, StoreError};
 
@@ -119,12 +119,16 @@ pub async fn start(
     let config = Arc::new(config);
     let store_path = &config.storage.path;
     let metrics = Arc::new(Metrics::default());
-    let store = Store::open(store_path, config.storage.cache_capacity, metrics.clone()).map_err(
-        |source| AppError::Store {
-            path: store_path.clone(),
-            source,
-        },
-    )?;
+    let store = Store::open(
+        store_path,
+        config.storage.cache_capacity,
+        clock.clone(),
+        metrics.clone(),
+    )
+    .map_err(|source| AppError::Store {
+        path: store_path.clone(),
+        source,
+    })?;
     sync_operator_endpoint(&store, &config, clock.now_ms())
         .await
         .map_err(|source| AppError::Store {
@@ -159,7 +163,12 @@ pub async fn start(
         guard,
         started,
         shutting_down: shutdown.clone(),
-        endpoint_writes: tokio::sync::Mutex::new(()),
+        limits: api::Limits {
+            max_connections: config.server.max_connections,
+            max_header_bytes: config.server.max_header_bytes,
+            request_timeout: config.server.request_timeout.0,
+        },
+        auth_failures: Default::default(),
         metrics,
     });
 
@@ -316,30 +325,10 @@ async fn sync_operator_endpoint(
 /// Tokens from the config and its files. With no admin token configured, herald makes one in
 /// the data directory (mode 0600) and logs where it is, never the token itself.
 fn load_tokens(config: &Config) -> Result<Tokens, AppError> {
-    let read = |key: &str, path: &Path| -> Result<Vec<String>, AppError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AppError::Config {
-            key: key.into(),
-            message: format!("cannot read {}: {e}", path.display()),
-        })?;
-        Ok(text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
-    };
-    let mut tokens = Tokens {
-        admin: config.server.admin_tokens.clone(),
-        ingest: config.server.ingest_tokens.clone(),
-    };
-    if let Some(p) = &config.server.admin_token_file {
-        tokens.admin.extend(read("server.admin_token_file", p)?);
-    }
-    if let Some(p) = &config.server.ingest_token_file {
-        tokens.ingest.extend(read("server.ingest_token_file", p)?);
-    }
-    tokens.admin.retain(|t| !t.is_empty());
-    tokens.ingest.retain(|t| !t.is_empty());
+    let (admin, ingest) = config
+        .tokens()
+        .map_err(|mut e| AppError::from(e.remove(0)))?;
+    let mut tokens = Tokens { admin, ingest };
     if tokens.admin.is_empty() {
         let path = config.storage.path.join(ADMIN_TOKEN_FILE);
         if !path.exists() {
@@ -348,7 +337,16 @@ fn load_tokens(config: &Config) -> Result<Tokens, AppError> {
         } else {
             tracing::info!(file = %path.display(), "no admin token configured; using the one in this file");
         }
-        tokens.admin = read("storage.path", &path)?;
+        let text = std::fs::read_to_string(&path).map_err(|source| AppError::Io {
+            what: format!("cannot read {}", path.display()),
+            source,
+        })?;
+        tokens.admin = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
     }
     Ok(tokens)
 }

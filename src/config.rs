@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::outbound::ssrf::Cidr;
+pub use crate::model::Plan;
+use crate::policy::ssrf::Cidr;
 
 /// A duration written as `"300ms"`, `"5s"`, `"10h"`, `"5d"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -22,6 +23,12 @@ pub struct Dur(pub Duration);
 /// The longest duration any key takes. Durations become milliseconds added to the clock; a
 /// bound keeps that arithmetic (and the ±10 % jitter on retry delays) far from overflowing.
 pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 86_400);
+
+/// The shortest token accepted (SPEC §9).
+pub const MIN_TOKEN_LEN: usize = 16;
+/// The largest `delivery.response_body_limit`: an attempt's record keeps the excerpt, and every
+/// record must stay below the size at which the store could no longer fsync it.
+pub const MAX_RESPONSE_BODY_LIMIT: usize = 4096;
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -68,6 +75,9 @@ pub struct Server {
     pub admin_token_file: Option<PathBuf>,
     pub ingest_token_file: Option<PathBuf>,
     pub max_body_bytes: usize,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub request_timeout: Dur,
 }
 
 impl Default for Server {
@@ -79,6 +89,9 @@ impl Default for Server {
             admin_token_file: None,
             ingest_token_file: None,
             max_body_bytes: 262_144,
+            max_connections: 1024,
+            max_header_bytes: 16 * 1024,
+            request_timeout: secs(30),
         }
     }
 }
@@ -163,24 +176,6 @@ impl Default for Endpoints {
             require_verification: true,
             max_per_account: 10,
             disable_after: secs(5 * 86_400),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Plan {
-    pub webhooks: bool,
-    pub per_minute: Option<u64>,
-    pub per_day: Option<u64>,
-}
-
-impl Default for Plan {
-    fn default() -> Self {
-        Self {
-            webhooks: true,
-            per_minute: None,
-            per_day: None,
         }
     }
 }
@@ -422,6 +417,79 @@ impl Config {
         }
     }
 
+    /// The admin and ingest tokens: the lists and the lines of the token files. Refused: a
+    /// token shorter than [`MIN_TOKEN_LEN`] characters, one with surrounding whitespace (it
+    /// could never match), and one token in both lists.
+    pub fn tokens(&self) -> Result<(Vec<String>, Vec<String>), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut read = |key: &str, list: &[String], file: &Option<PathBuf>| -> Vec<String> {
+            let mut out: Vec<(String, String)> = list
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{key}s[{i}]"), t.clone()))
+                .collect();
+            if let Some(path) = file {
+                let file_key = format!("{key}_file");
+                match std::fs::read_to_string(path) {
+                    // One token a line; surrounding whitespace of a line is the file's layout.
+                    Ok(text) => out.extend(
+                        text.lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .enumerate()
+                            .map(|(i, t)| (format!("{file_key} (token {})", i + 1), t.to_string())),
+                    ),
+                    Err(e) => errors.push(ConfigError {
+                        key: file_key,
+                        message: format!("cannot read {}: {e}", path.display()),
+                    }),
+                }
+            }
+            for (k, t) in &out {
+                if t.trim() != t {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: "has leading or trailing whitespace, so no request could ever \
+                                  match it"
+                            .into(),
+                    });
+                } else if t.chars().count() < MIN_TOKEN_LEN {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: format!(
+                            "is shorter than {MIN_TOKEN_LEN} characters; use a long random \
+                             token (e.g. openssl rand -hex 32)"
+                        ),
+                    });
+                }
+            }
+            out.into_iter().map(|(_, t)| t).collect()
+        };
+        let admin = read(
+            "server.admin_token",
+            &self.server.admin_tokens,
+            &self.server.admin_token_file,
+        );
+        let ingest = read(
+            "server.ingest_token",
+            &self.server.ingest_tokens,
+            &self.server.ingest_token_file,
+        );
+        if admin.iter().any(|t| ingest.contains(t)) {
+            errors.push(ConfigError {
+                key: "server.ingest_tokens".into(),
+                message: "a token is both an admin token and an ingest token; give each role \
+                          its own"
+                    .into(),
+            });
+        }
+        if errors.is_empty() {
+            Ok((admin, ingest))
+        } else {
+            Err(errors)
+        }
+    }
+
     /// Every problem with its key path; empty means the config can run.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
         let mut errors = Vec::new();
@@ -434,21 +502,44 @@ impl Config {
         if let Err(e) = self.listen_addr() {
             err(&e.key, e.message);
         }
-        for (key, path) in [
-            ("server.admin_token_file", &self.server.admin_token_file),
-            ("server.ingest_token_file", &self.server.ingest_token_file),
-            ("delivery.extra_ca_file", &self.delivery.extra_ca_file),
-        ] {
-            if let Some(p) = path {
-                if let Err(e) = std::fs::metadata(p) {
-                    err(key, format!("cannot read {}: {e}", p.display()));
-                }
+        if let Some(p) = &self.delivery.extra_ca_file {
+            if let Err(e) = std::fs::metadata(p) {
+                err(
+                    "delivery.extra_ca_file",
+                    format!("cannot read {}: {e}", p.display()),
+                );
+            }
+        }
+        if let Err(es) = self.tokens() {
+            for e in es {
+                err(&e.key, e.message);
             }
         }
         if self.server.max_body_bytes < 1024 {
             err(
                 "server.max_body_bytes",
                 "must be at least 1024 bytes".into(),
+            );
+        }
+        if self.server.max_connections == 0 || self.server.max_connections > 1_000_000 {
+            err(
+                "server.max_connections",
+                "must be between 1 and 1000000".into(),
+            );
+        }
+        // hyper's smallest read buffer is 8 KiB; a head larger than a megabyte is an attack.
+        if !(8192..=1024 * 1024).contains(&self.server.max_header_bytes) {
+            err(
+                "server.max_header_bytes",
+                "must be between 8192 and 1048576 bytes".into(),
+            );
+        }
+        if self.server.request_timeout.0 < Duration::from_secs(1)
+            || self.server.request_timeout.0 > Duration::from_secs(3600)
+        {
+            err(
+                "server.request_timeout",
+                "must be between \"1s\" and \"1h\"".into(),
             );
         }
         if self.storage.retention.0 < Duration::from_secs(60) {
@@ -467,6 +558,15 @@ impl Config {
             if d.0.is_zero() || d.0 > Duration::from_secs(300) {
                 err(key, "must be between \"1ms\" and \"300s\"".into());
             }
+        }
+        if self.delivery.response_body_limit > MAX_RESPONSE_BODY_LIMIT {
+            err(
+                "delivery.response_body_limit",
+                format!(
+                    "must be at most {MAX_RESPONSE_BODY_LIMIT} bytes (each attempt's record \
+                     keeps the excerpt and must stay small enough to be fsynced)"
+                ),
+            );
         }
         if self.delivery.max_in_flight == 0 {
             err("delivery.max_in_flight", "must be at least 1".into());
@@ -574,13 +674,13 @@ impl Config {
         match (&self.operator.webhook_url, &self.operator.secret) {
             (Some(url), Some(secret)) => {
                 let guard =
-                    crate::outbound::ssrf::Guard::new(self.private_allowlist().unwrap_or_default());
+                    crate::policy::ssrf::Guard::new(self.private_allowlist().unwrap_or_default());
                 if let Err(p) =
-                    crate::outbound::url::check_endpoint_url(url, self.delivery.allow_http, &guard)
+                    crate::policy::url::check_endpoint_url(url, self.delivery.allow_http, &guard)
                 {
                     err("operator.webhook_url", p.0);
                 }
-                if !crate::outbound::sign::secret_is_valid(secret) {
+                if !crate::signing::secret_is_valid(secret) {
                     err(
                         "operator.secret",
                         "must be whsec_<base64> or a non-empty string".into(),

@@ -33,8 +33,10 @@ pub mod ids;
 pub mod metrics;
 pub mod model;
 pub mod outbound;
+pub mod policy;
 pub mod receive;
 pub mod shutdown;
+pub mod signing;
 pub mod store;
 pub mod telemetry;
 

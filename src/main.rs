@@ -81,6 +81,8 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
+    // Before any file or thread exists: the data directory holds secrets (SPEC §9).
+    herald::store::files::private_umask();
     let mut config = match &path {
         Some(p) => match Config::load(p) {
             Ok(c) => c,
@@ -104,6 +106,7 @@ fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
     if path.is_none() {
         tracing::info!("no --config given: running on built-in defaults");
     }
+    raise_fd_limit(&config);
     let addr = match config.listen_addr() {
         Ok(a) => a,
         Err(e) => return report(&[e]),
@@ -162,4 +165,32 @@ fn receive(listen: &str, secret: String) -> ExitCode {
             }
         }
     })
+}
+
+/// Raises the soft limit on open files to the hard one (often 1024 vs 524288 under systemd):
+/// herald holds up to `server.max_connections` API connections, `delivery.max_in_flight`
+/// outbound ones and its store's files. Warns if even the hard limit leaves too little room.
+fn raise_fd_limit(config: &Config) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    if limit.current != limit.maximum {
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    // API connections, outbound connections (in flight and idle), the store and some margin.
+    let wanted = (config.server.max_connections + 2 * config.delivery.max_in_flight + 256) as u64;
+    if now < wanted {
+        tracing::warn!(
+            open_files = now,
+            wanted,
+            "the open-file limit is lower than server.max_connections and delivery.max_in_flight \
+             need; raise it (LimitNOFILE= under systemd) or lower those settings"
+        );
+    }
 }

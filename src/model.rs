@@ -11,6 +11,26 @@ use serde_json::{json, Value};
 
 use crate::clock::{rfc3339, Millis};
 
+/// A plan (`[plans.NAME]` in the config): whether webhooks are allowed and the account's
+/// delivery quotas; an absent limit is unlimited.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Plan {
+    pub webhooks: bool,
+    pub per_minute: Option<u64>,
+    pub per_day: Option<u64>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Self {
+            webhooks: true,
+            per_minute: None,
+            per_day: None,
+        }
+    }
+}
+
 /// What happened to one attempt (SPEC §6). The strings are part of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,7 +211,7 @@ impl Endpoint {
             v["public_key"] = json!(self
                 .secrets
                 .first()
-                .and_then(|s| crate::outbound::sign::public_key_of(&s.value)));
+                .and_then(|s| crate::signing::public_key_of(&s.value)));
         }
         v
     }

@@ -17,7 +17,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::outbound::sign;
+use crate::signing as sign;
 
 /// Requests older or newer than this are refused, as the Standard Webhooks spec advises.
 const TOLERANCE_SECS: i64 = 5 * 60;

@@ -91,7 +91,7 @@ fn check_config_accepts_a_good_file_and_exits_0() {
     let path = write_config(
         dir.path(),
         &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"t\"]\n{}[delivery]\nmax_in_flight = 16\n[log]\nformat = \"json\"\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"check-config-admin-token\"]\n{}[delivery]\nmax_in_flight = 16\n[log]\nformat = \"json\"\n",
             storage_toml(dir.path())
         ),
     );

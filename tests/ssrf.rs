@@ -54,25 +54,38 @@ const REFUSED: &[&str] = &[
     "https://[2002:c0a8:101::1]/",
     "https://[64:ff9b::7f00:1]/",
     "https://[64:ff9b::a9fe:a9fe]/",
+    "https://[::ffff:7f00:1]/",
+    "https://[::ffff:0:127.0.0.1]/",
+    "https://[::169.254.169.254]/",
+    "https://[2002:a9fe:a9fe::]/",
+    // Ranges refused in their own right.
+    "https://[fec0::1]/",
+    "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+    "https://[64:ff9b:1::a00:1]/",
     // User-info.
     "https://user:pass@example.com/",
     "https://user@example.com/",
 ];
 
+/// Creating an endpoint at `url` is refused with `422` naming the field.
+async fn assert_refused(h: &Herald, url: &str) {
+    let (status, answer) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            Some(json!({ "url": url })),
+        )
+        .await;
+    assert_eq!(status, 422, "{url} was accepted: {answer}");
+    assert_eq!(answer["error"]["code"], "invalid_field", "{url}");
+    assert_eq!(answer["error"]["field"], "url", "{url}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_refused_form_is_rejected_at_creation() {
     let h = Herald::start("").await;
     for url in REFUSED {
-        let (status, answer) = h
-            .admin(
-                "POST",
-                "/v1/accounts/acc/endpoints",
-                Some(json!({ "url": url })),
-            )
-            .await;
-        assert_eq!(status, 422, "{url} was accepted: {answer}");
-        assert_eq!(answer["error"]["code"], "invalid_field", "{url}");
-        assert_eq!(answer["error"]["field"], "url", "{url}");
+        assert_refused(&h, url).await;
     }
     let (_, list) = h.admin("GET", "/v1/accounts/acc/endpoints", None).await;
     assert_eq!(list["items"], json!([]), "a refused endpoint was stored");
@@ -156,4 +169,34 @@ async fn name_resolving_to_loopback_is_blocked_at_send_time_and_nothing_arrives(
         0,
         "herald connected to a blocked address"
     );
+}
+
+/// An allow-list entry for an IPv6 range never lets a refused IPv4 address through, whatever
+/// IPv6 form embeds it (issue 9: `::/0` let `[::ffff:7f00:1]` reach 127.0.0.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv6_allow_list_never_lets_an_embedded_refused_ipv4_through() {
+    let h = Herald::start("[delivery]\nallow_private_networks = [\"::/0\"]\n").await;
+    let recv = Receiver::ok_http();
+    let port = recv.port();
+    for url in [
+        format!("https://[::ffff:7f00:1]:{port}/"),
+        format!("https://[::ffff:0:7f00:1]:{port}/"),
+        format!("https://[::7f00:1]:{port}/"),
+        "https://[::ffff:169.254.169.254]/".to_string(),
+        "https://[::169.254.169.254]/".to_string(),
+        "https://[2002:a9fe:a9fe::]/".to_string(),
+        "https://[64:ff9b::a00:1]/".to_string(),
+    ] {
+        assert_refused(&h, &url).await;
+    }
+    // The allow-list still does what it says for IPv6 itself.
+    let (status, answer) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            Some(json!({ "url": "https://[fd12::1]/" })),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(recv.connections(), 0);
 }

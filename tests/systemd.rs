@@ -18,7 +18,7 @@ fn notifies_systemd_when_ready_and_when_stopping() {
     std::fs::write(
         &config,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"t\"]\n[storage]\npath = {:?}\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"systemd-test-admin-token\"]\n[storage]\npath = {:?}\n",
             dir.path().join("data").display().to_string()
         ),
     )

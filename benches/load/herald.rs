@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use crate::drive::{new_client, ApiClient};
 
-pub const ADMIN_TOKEN: &str = "bench";
-pub const INGEST_TOKEN: &str = "bench-ingest";
+pub const ADMIN_TOKEN: &str = "bench-admin-token-0001";
+pub const INGEST_TOKEN: &str = "bench-ingest-token-001";
 
 /// Log lines kept to explain a failed start.
 const TAIL_LINES: usize = 40;

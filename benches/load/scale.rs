@@ -185,8 +185,13 @@ async fn ingest_then_e2e(
 /// herald's own store code, for an endpoint of [`ACCOUNT`]. Returns the attempts written.
 async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
-    let store = Store::open(data, cache, Arc::new(Metrics::default()))
-        .context("opening the store to prefill")?;
+    let store = Store::open(
+        data,
+        cache,
+        Arc::new(SystemClock),
+        Arc::new(Metrics::default()),
+    )
+    .context("opening the store to prefill")?;
     // Nothing here runs the engine: hand out everything at once so the index stays empty.
     store.due().set_lane_limit(usize::MAX);
     let clock = SystemClock;

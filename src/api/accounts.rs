@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
-use crate::engine::quota;
 use crate::outbound::request;
+use crate::policy::quota;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,6 +8,7 @@ use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
 
 use super::error::ApiError;
+use super::server::RequestDeadline;
 
 /// A refused body is still read and dropped, up to this many bytes within [`DRAIN_TIME`], before
 /// the error is sent: a server that answers and closes while the client is still writing makes
@@ -25,7 +26,7 @@ pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes:
         .to_string();
     let mime = ct.split(';').next().unwrap_or("").trim();
     if !mime.eq_ignore_ascii_case("application/json") {
-        drain(req.into_body()).await;
+        discard_body(req).await;
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -45,28 +46,47 @@ pub async fn read_json_body(req: Request<Incoming>, max: usize) -> Result<bytes:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        drain(req.into_body()).await;
+        discard_body(req).await;
         return Err(too_large());
     }
+    let deadline = deadline(&req);
     let mut body = req.into_body();
-    let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("cannot read the request body: {e}"),
-            )
-        })?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > max {
-                drain(body).await;
-                return Err(too_large());
+    let read = async {
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("cannot read the request body: {e}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > max {
+                    return Err(too_large());
+                }
+                buf.extend_from_slice(&data);
             }
-            buf.extend_from_slice(&data);
         }
+        Ok(buf.freeze())
+    };
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Err(e)) if e.status == StatusCode::PAYLOAD_TOO_LARGE => {
+            drain_until(body, deadline).await;
+            Err(e)
+        }
+        Ok(result) => result,
+        Err(_) => Err(ApiError::request_timeout()),
     }
-    Ok(buf.freeze())
+}
+
+/// When the request must have fully arrived ([`RequestDeadline`]); requests made without the
+/// server (tests) have none and get a minute.
+fn deadline(req: &Request<Incoming>) -> tokio::time::Instant {
+    req.extensions()
+        .get::<RequestDeadline>()
+        .map(|d| d.0)
+        .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(60))
 }
 
 /// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
@@ -90,10 +110,13 @@ pub async fn read_optional_json(
 
 /// A body for routes without one: read and dropped (keeps the connection usable).
 pub async fn discard_body(req: Request<Incoming>) {
-    drain(req.into_body()).await;
+    let deadline = deadline(&req);
+    drain_until(req.into_body(), deadline).await;
 }
 
-async fn drain(mut body: Incoming) {
+/// Reads and drops up to [`DRAIN_BYTES`] for at most [`DRAIN_TIME`], and never past the
+/// request's deadline.
+async fn drain_until(mut body: Incoming, deadline: tokio::time::Instant) {
     let work = async {
         let mut seen = 0usize;
         while let Some(Ok(frame)) = body.frame().await {
@@ -103,7 +126,8 @@ async fn drain(mut body: Incoming) {
             }
         }
     };
-    let _ = tokio::time::timeout(DRAIN_TIME, work).await;
+    let until = deadline.min(tokio::time::Instant::now() + DRAIN_TIME);
+    let _ = tokio::time::timeout_at(until, work).await;
 }
 
 /// Parses a JSON object body. Syntax errors are `400 malformed_json` with line and column; a body

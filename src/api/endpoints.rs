@@ -15,13 +15,18 @@ use super::error::ApiError;
 use super::{json, no_content, validate, AppState, Resp};
 use crate::ids::{self, ENDPOINT};
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
-use crate::outbound::sign;
-use crate::outbound::url::check_endpoint_url;
+use crate::policy::url::check_endpoint_url;
+use crate::signing as sign;
 
 const MAX_DESCRIPTION: usize = 1024;
+/// Secrets that sign at once during rotations (the new one and those in their grace).
+const MAX_SECRETS: usize = 5;
 const MAX_EVENT_TYPES: usize = 100;
 const MAX_HEADERS: usize = 32;
 const MAX_HEADER_VALUE: usize = 4096;
+/// Custom headers' names and values together: every attempt records them, and an attempt's
+/// row has a bounded size (see `store::codec::MAX_ROW`).
+const MAX_HEADERS_TOTAL: usize = 4096;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -80,16 +85,14 @@ pub async fn create(
     };
     apply_common(state, &mut ep, &f)?;
 
-    let _guard = state.endpoint_writes.lock().await;
     let max = state.config.endpoints.max_per_account;
-    if state.store.account_endpoints(account_id).len() >= max {
+    let Some(ep) = state.store.create_endpoint(ep, max).await? else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "too_many_endpoints",
             format!("account {account_id} already has {max} endpoints (endpoints.max_per_account)"),
         ));
-    }
-    let ep = state.store.put_endpoint(ep).await?;
+    };
     tracing::info!(endpoint_id = %ep.id, account_id = %ep.account_id, "endpoint created");
     Ok(json(
         StatusCode::CREATED,
@@ -140,26 +143,31 @@ pub async fn patch(
             "signature is fixed when the endpoint is created",
         ));
     }
-    let _guard = state.endpoint_writes.lock().await;
-    let mut ep = (*find(state, id)?).clone();
-    if let Some(v) = &f.url {
-        let url = url(state, v)?;
-        if url != ep.url {
-            ep.url = url;
-            // A new URL is a new receiver: it has to prove itself again.
-            ep.verified = false;
-        }
-    }
-    apply_common(state, &mut ep, &f)?;
-    ep.updated_at = state.clock.now_ms();
-    let ep = state.store.put_endpoint(ep).await?;
+    let new_url = f.url.as_ref().map(|v| url(state, v)).transpose()?;
+    let now = state.clock.now_ms();
+    let changed = state
+        .store
+        .change_endpoint(id, |ep| {
+            if let Some(url) = &new_url {
+                if *url != ep.url {
+                    ep.url = url.clone();
+                    // A new URL is a new receiver: it has to prove itself again.
+                    ep.verified = false;
+                }
+            }
+            apply_common(state, ep, &f)?;
+            ep.updated_at = now;
+            Ok::<_, ApiError>(true)
+        })
+        .await?;
+    let (ep, _) = changed.ok_or_else(|| ApiError::not_found("endpoint"))?;
     Ok(json(StatusCode::OK, &ep.view()))
 }
 
 pub async fn delete(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
-    let _guard = state.endpoint_writes.lock().await;
-    find(state, id)?;
-    state.store.delete_endpoint(id).await?;
+    if !state.store.delete_endpoint(id).await? {
+        return Err(ApiError::not_found("endpoint"));
+    }
     // Its pending deliveries end now (recorded `no_endpoint`), not at their next retry time.
     let ended = state.store.expedite_endpoint(id, state.clock.now_ms())?;
     tracing::info!(endpoint_id = %id, pending_ended = ended, "endpoint deleted");
@@ -174,15 +182,20 @@ pub async fn set_state(
     action: &str,
 ) -> Result<Resp, ApiError> {
     discard_body(req).await;
-    let _guard = state.endpoint_writes.lock().await;
-    let mut ep = (*find(state, id)?).clone();
-    ep.state = if action == "pause" {
-        EndpointState::Paused
-    } else {
-        EndpointState::Active
-    };
-    ep.updated_at = state.clock.now_ms();
-    let ep = state.store.put_endpoint(ep).await?;
+    let now = state.clock.now_ms();
+    let changed = state
+        .store
+        .change_endpoint(id, |ep| {
+            ep.state = if action == "pause" {
+                EndpointState::Paused
+            } else {
+                EndpointState::Active
+            };
+            ep.updated_at = now;
+            Ok::<_, ApiError>(true)
+        })
+        .await?;
+    let (ep, _) = changed.ok_or_else(|| ApiError::not_found("endpoint"))?;
     tracing::info!(endpoint_id = %id, state = ep.state.as_str(), "endpoint state changed");
     Ok(json(StatusCode::OK, &ep.view()))
 }
@@ -274,6 +287,7 @@ fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
         ));
     }
     let mut out = BTreeMap::new();
+    let mut total = 0;
     for (name, value) in map {
         let field = format!("headers.{name}");
         if HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -297,6 +311,15 @@ fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
                 format!("{field} must be printable text of at most {MAX_HEADER_VALUE} bytes"),
             ));
         }
+        total += name.len() + value.len();
+        if total > MAX_HEADERS_TOTAL {
+            return Err(ApiError::field(
+                "headers",
+                format!(
+                    "headers take at most {MAX_HEADERS_TOTAL} bytes, names and values together"
+                ),
+            ));
+        }
         out.insert(name.to_ascii_lowercase(), value.clone());
     }
     Ok(out)
@@ -312,14 +335,21 @@ pub async fn verify(
     let ep = find(state, id)?;
     let v = state.engine.verify(&ep).await;
     let ep = if v.verified {
-        let _guard = state.endpoint_writes.lock().await;
-        let mut current = (*find(state, id)?).clone();
-        // The URL may have changed while the challenge was out: then this proof is not for it.
-        if current.url == ep.url {
-            current.verified = true;
-            current.updated_at = state.clock.now_ms();
-        }
-        state.store.put_endpoint(current).await?
+        let now = state.clock.now_ms();
+        let changed = state
+            .store
+            .change_endpoint(id, |current| {
+                // The URL may have changed while the challenge was out: then this proof is not
+                // for it.
+                if current.url != ep.url || current.verified {
+                    return Ok::<_, ApiError>(false);
+                }
+                current.verified = true;
+                current.updated_at = now;
+                Ok(true)
+            })
+            .await?;
+        changed.ok_or_else(|| ApiError::not_found("endpoint"))?.0
     } else {
         ep
     };
@@ -366,28 +396,35 @@ pub async fn rotate_secret(
             "rotate takes only an optional secret",
         ));
     }
-    let _guard = state.endpoint_writes.lock().await;
-    let mut ep = (*find(state, id)?).clone();
-    let secret = new_or_imported_secret(ep.signature, &f.secret)?;
+    let signature = find(state, id)?.signature;
+    let secret = new_or_imported_secret(signature, &f.secret)?;
     let now = state.clock.now_ms();
     let grace = state.config.signing.rotation_grace.0.as_millis() as i64;
-    // Secrets already past their grace are dropped; the current one starts its grace now.
-    ep.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
-    for s in &mut ep.secrets {
-        if s.expires_at.is_none() {
-            s.expires_at = Some(now + grace);
-        }
-    }
-    ep.secrets.insert(
-        0,
-        StoredSecret {
-            value: secret.clone(),
-            expires_at: None,
-        },
-    );
-    ep.updated_at = now;
-    let signature = ep.signature;
-    state.store.put_endpoint(ep).await?;
+    let changed = state
+        .store
+        .change_endpoint(id, |ep| {
+            // Secrets already past their grace are dropped; the current one starts its grace
+            // now. At most MAX_SECRETS sign at once (the oldest go first): each adds a
+            // signature to every request.
+            ep.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
+            for s in &mut ep.secrets {
+                if s.expires_at.is_none() {
+                    s.expires_at = Some(now + grace);
+                }
+            }
+            ep.secrets.insert(
+                0,
+                StoredSecret {
+                    value: secret.clone(),
+                    expires_at: None,
+                },
+            );
+            ep.secrets.truncate(MAX_SECRETS);
+            ep.updated_at = now;
+            Ok::<_, ApiError>(true)
+        })
+        .await?;
+    changed.ok_or_else(|| ApiError::not_found("endpoint"))?;
     tracing::info!(endpoint_id = %id, "endpoint secret rotated");
     Ok(json(
         StatusCode::OK,

@@ -52,6 +52,16 @@ impl ApiError {
         )
     }
 
+    /// `408`: the request did not fully arrive within `server.request_timeout`; the connection
+    /// is closed after this answer.
+    pub fn request_timeout() -> Self {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request did not arrive within server.request_timeout; the connection is closed",
+        )
+    }
+
     pub fn unavailable() -> Self {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -70,6 +80,12 @@ impl ApiError {
 
     pub fn into_response(self) -> Response<Full<Bytes>> {
         let mut resp = super::json(self.status, &self.body());
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 hyper::header::WWW_AUTHENTICATE,
@@ -82,6 +98,13 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        if let StoreError::TooLarge { what, size, max } = e {
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "too_large",
+                format!("{what} would take {size} bytes stored; at most {max}: shorten it"),
+            );
+        }
         tracing::error!(error = %e, "storage error in a request");
         ApiError::unavailable()
     }

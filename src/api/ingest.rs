@@ -15,8 +15,8 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::engine::debounce;
 use crate::model::Delivery;
+use crate::policy::debounce;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
 
 /// Events one batch may carry (SPEC §2).

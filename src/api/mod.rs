@@ -12,30 +12,27 @@ mod endpoints;
 pub mod error;
 pub mod ingest;
 mod replay;
+pub mod server;
 mod status;
 pub mod validate;
 
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
+pub use server::{serve, Limits};
+
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use subtle::ConstantTimeEq;
-use tokio::net::TcpListener;
-use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::outbound::ssrf::Guard;
+use crate::policy::ssrf::Guard;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
 use error::ApiError;
@@ -85,78 +82,12 @@ pub struct AppState {
     pub guard: Guard,
     pub started: Instant,
     pub shutting_down: Shutdown,
-    /// Serializes endpoint read-modify-writes (limits, patch, pause) among API requests.
-    pub endpoint_writes: tokio::sync::Mutex<()>,
+    pub limits: Limits,
+    pub auth_failures: server::AuthFailures,
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// Accepts connections until shutdown, then closes each gracefully within `grace`.
-pub async fn serve(
-    listener: TcpListener,
-    state: Arc<AppState>,
-    mut shutdown: Shutdown,
-    grace: Duration,
-) {
-    let open = Arc::new(AtomicUsize::new(0));
-    let closed = Arc::new(Notify::new());
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.wait() => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let mut conn_shutdown = shutdown.clone();
-        let open = open.clone();
-        let closed = closed.clone();
-        open.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(state, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = conn_shutdown.wait() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-            open.fetch_sub(1, Ordering::SeqCst);
-            closed.notify_waiters();
-        });
-    }
-    drop(listener);
-    let deadline = tokio::time::Instant::now() + grace;
-    while open.load(Ordering::SeqCst) > 0 {
-        let wait = closed.notified();
-        if open.load(Ordering::SeqCst) == 0 {
-            break;
-        }
-        if tokio::time::timeout_at(deadline, wait).await.is_err() {
-            tracing::warn!(
-                open = open.load(Ordering::SeqCst),
-                "closing API connections that did not finish in time"
-            );
-            break;
-        }
-    }
-}
-
-async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Resp {
+async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -164,7 +95,12 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Resp {
     let result = dispatch(&state, req, &method, &segments, role).await;
     match result {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            if e.status == StatusCode::UNAUTHORIZED {
+                state.auth_failures.record(peer, &method, &path);
+            }
+            e.into_response()
+        }
     }
 }
 

@@ -111,6 +111,15 @@ pub fn is_reserved_header(name: &str) -> bool {
             | "transfer-encoding"
             | "connection"
             | "user-agent"
+            // Hop-by-hop names (SPEC §7): they would change how the request travels.
+            | "upgrade"
+            | "expect"
+            | "te"
+            | "trailer"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "proxy-authenticate"
     ) || n.starts_with("webhook-")
         || n.starts_with("herald-")
 }
@@ -152,6 +161,14 @@ mod tests {
             "herald-attempt",
             "Connection",
             "User-Agent",
+            "Upgrade",
+            "Expect",
+            "TE",
+            "Trailer",
+            "Keep-Alive",
+            "Proxy-Connection",
+            "Proxy-Authorization",
+            "proxy-authenticate",
         ] {
             assert!(is_reserved_header(h), "{h}");
         }

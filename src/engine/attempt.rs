@@ -8,16 +8,17 @@ use rand::Rng;
 
 use std::sync::atomic::Ordering;
 
-use super::breaker::Gate;
-use super::quota::{self, Limits};
-use super::{conditions, retry, Engine, Handled};
+use super::{Engine, Handled};
 use crate::clock::Millis;
 use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
 use crate::outbound::client::Outcome;
 use crate::outbound::request::{self, Message};
-use crate::store::{Due, DueDelivery};
+use crate::policy::breaker::Gate;
+use crate::policy::quota::{self, Limits};
+use crate::policy::{conditions, retry};
+use crate::store::{Changed, Due, DueDelivery};
 
 /// Why a manual retry was refused.
 #[derive(Debug, thiserror::Error)]
@@ -34,20 +35,20 @@ impl Engine {
     /// A manual retry: one new attempt of the same event now (same `webhook-id`), without an
     /// automatic schedule after it.
     pub fn retry_now(&self, delivery_id: &str) -> Result<Delivery, RetryError> {
-        if self.is_in_flight(delivery_id) {
-            return Err(RetryError::InFlight);
-        }
         let now = self.clock.now_ms();
-        self.store
-            .change_delivery(delivery_id, |d| {
-                let mut d = d.clone();
-                d.state = DeliveryState::Pending;
-                d.next_attempt_at = Some(now);
-                d.manual = true;
-                d.queued = true;
-                Some((d.clone(), d))
-            })?
-            .ok_or(RetryError::NotFound)
+        let changed = self.store.change_delivery(delivery_id, |d| {
+            let mut d = d.clone();
+            d.state = DeliveryState::Pending;
+            d.next_attempt_at = Some(now);
+            d.manual = true;
+            d.queued = true;
+            Some((d.clone(), d))
+        })?;
+        match changed {
+            Changed::Yes(d) => Ok(d),
+            Changed::Busy => Err(RetryError::InFlight),
+            Changed::No | Changed::NotFound => Err(RetryError::NotFound),
+        }
     }
 
     pub(super) async fn attempt(self: &Arc<Self>, due: Due) -> Handled {

@@ -10,10 +10,10 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::{json, Value};
 
-use super::breaker::{Breaker, Change, Gate};
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState};
+use crate::policy::breaker::{Breaker, Change, Gate};
 use crate::store::{lane_of, NewEvent};
 
 /// The account operator events belong to. Account ids starting with `_` are reserved.
@@ -89,7 +89,7 @@ impl Engine {
     /// Until when an open breaker holds the endpoint's deliveries (its next probe), if it does.
     pub fn held_until(&self, endpoint_id: &str) -> Option<Millis> {
         self.with_slot(endpoint_id, |s| match s.breaker.phase {
-            super::breaker::Phase::Closed => None,
+            crate::policy::breaker::Phase::Closed => None,
             _ => s.breaker.next_probe_at,
         })
     }
@@ -145,20 +145,26 @@ impl Engine {
 
     /// Disables an endpoint (after `410 Gone` or the disable window) and reports it.
     pub(super) async fn disable(&self, ep: &Endpoint, now: Millis, why: &str) {
-        let Some(current) = self.store.endpoint(&ep.id) else {
-            return;
-        };
-        if current.state == EndpointState::Disabled {
-            return;
+        let changed = self
+            .store
+            .change_endpoint(&ep.id, |current| {
+                if current.state == EndpointState::Disabled {
+                    return Ok::<_, crate::store::StoreError>(false);
+                }
+                current.state = EndpointState::Disabled;
+                current.updated_at = now;
+                Ok(true)
+            })
+            .await;
+        match changed {
+            Ok(Some((_, true))) => {}
+            Ok(_) => return, // gone, or disabled already
+            Err(e) => {
+                tracing::error!(error = %e, "cannot disable endpoint");
+                return;
+            }
         }
-        let mut updated = (*current).clone();
-        updated.state = EndpointState::Disabled;
-        updated.updated_at = now;
         tracing::warn!(endpoint_id = %ep.id, reason = why, "endpoint disabled");
-        if let Err(e) = self.store.put_endpoint(updated).await {
-            tracing::error!(error = %e, "cannot disable endpoint");
-            return;
-        }
         self.operator_event(ep, "endpoint.disabled", json!({ "reason": why }), now)
             .await;
     }

@@ -10,16 +10,11 @@
 mod attempt;
 mod retention;
 pub use attempt::RetryError;
-pub mod breaker;
-pub mod conditions;
-pub mod debounce;
 pub mod health;
-pub mod quota;
 pub mod recent;
-pub mod retry;
 pub mod verify;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +24,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, Plan};
-use crate::ids;
+
 use crate::metrics::Metrics;
 use crate::outbound::client::Client;
 use crate::shutdown::Shutdown;
@@ -37,6 +32,9 @@ use crate::store::{Due, Store};
 
 /// Due entries taken from the index per scheduler turn at most.
 const POP_BATCH: usize = 1024;
+/// How long a due entry whose delivery was claimed by someone else waits before it is looked
+/// at again.
+const CLAIM_RETRY_MS: Millis = 20;
 
 /// What the engine needs from the config.
 #[derive(Debug, Clone)]
@@ -98,11 +96,13 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     cfg: EngineConfig,
     global: Arc<Semaphore>,
-    /// Deliveries with an attempt running now.
-    in_flight: Mutex<HashSet<u128>>,
     running: AtomicUsize,
     idle: Notify,
     sweeping: std::sync::atomic::AtomicBool,
+    /// Set when the scheduler stops: a retention sweep stops at its next slice.
+    stopping: std::sync::atomic::AtomicBool,
+    /// The running attempts' tasks, aborted if they outlast the shutdown grace period.
+    attempts: Mutex<tokio::task::JoinSet<()>>,
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     breakers: Mutex<HashMap<String, health::Slot>>,
@@ -134,10 +134,11 @@ impl Engine {
             client,
             clock,
             cfg,
-            in_flight: Mutex::new(HashSet::new()),
             running: AtomicUsize::new(0),
             idle: Notify::new(),
             sweeping: std::sync::atomic::AtomicBool::new(false),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            attempts: Mutex::new(tokio::task::JoinSet::new()),
             metrics,
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
@@ -156,8 +157,9 @@ impl Engine {
         self.running.load(Ordering::Relaxed)
     }
 
+    /// Whether an attempt of the delivery is running now (or something else holds its claim).
     pub fn is_in_flight(&self, delivery_id: &str) -> bool {
-        ids::parse(ids::DELIVERY, delivery_id).is_some_and(|d| lock(&self.in_flight).contains(&d))
+        self.store.is_claimed(delivery_id)
     }
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
@@ -170,6 +172,8 @@ impl Engine {
                 break;
             }
             let now = self.clock.now_ms();
+            // Finished attempts' tasks leave the set.
+            while lock(&self.attempts).try_join_next().is_some() {}
             if now >= next_sweep {
                 self.clone().start_sweep(now);
                 next_sweep = now + retention::sweep_every(self.cfg.retention_ms);
@@ -222,13 +226,16 @@ impl Engine {
         self.drain(grace).await;
     }
 
+    /// Waits up to `grace` for running attempts; those still running then are dropped (their
+    /// deliveries stay pending and are attempted after the restart: at least once).
     async fn drain(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::Release);
         let deadline = tokio::time::Instant::now() + grace;
         loop {
             let idle = self.idle.notified();
             let n = self.in_flight();
             if n == 0 {
-                return;
+                break;
             }
             tracing::info!(in_flight = n, "waiting for in-flight attempts");
             if tokio::time::timeout_at(deadline, idle).await.is_err() {
@@ -236,23 +243,28 @@ impl Engine {
                     in_flight = self.in_flight(),
                     "grace period over; unfinished attempts stay pending and run after restart"
                 );
-                return;
+                break;
             }
         }
+        let mut attempts = std::mem::take(&mut *lock(&self.attempts));
+        attempts.shutdown().await;
     }
 
-    /// Runs one due entry's attempt on its own task.
+    /// Runs one due entry's attempt on its own task, holding the delivery's claim throughout
+    /// (so a manual retry, retention or the committer cannot change it meanwhile).
     fn start(self: &Arc<Self>, due: Due, permit: OwnedSemaphorePermit) {
-        if !lock(&self.in_flight).insert(due.delivery) {
-            // Already being attempted (a stale due entry): the running attempt decides.
-            self.store.due().done(due.lane);
+        let Some(claim) = self.store.claim(due.delivery) else {
+            // Someone is changing this delivery now (a manual retry, retention, another attempt
+            // of a stale entry): look again shortly; the entry is found stale if it is.
+            let again = self.clock.now_ms() + CLAIM_RETRY_MS;
+            self.store.due().put_back(due, Some(again));
             return;
-        }
+        };
         self.running.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
-        tokio::spawn(async move {
+        lock(&self.attempts).spawn(async move {
             let handled = engine.attempt(due).await;
-            lock(&engine.in_flight).remove(&due.delivery);
+            drop(claim);
             engine.running.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
             match handled {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::clock::Millis;
+use crate::store::{Store, StoreError};
 
 /// How often a sweep starts: a tenth of the retention, between 1 s and 1 min, so what is older
 /// than the retention is gone within a tenth of it more.
@@ -15,6 +16,27 @@ pub fn sweep_every(retention_ms: Millis) -> Millis {
 }
 /// Events looked at per slice.
 const SLICE: usize = 500;
+/// Idempotency keys and debounce windows removed per slice.
+const KEY_SLICE: usize = 5_000;
+
+/// Runs one slice of store work on a blocking thread.
+async fn slice<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Option<T> {
+    let store = store.clone();
+    match tokio::task::spawn_blocking(move || f(&store)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "retention sweep failed");
+            None
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "retention sweep failed");
+            None
+        }
+    }
+}
 
 impl Engine {
     pub(super) fn start_sweep(self: Arc<Self>, now: Millis) {
@@ -26,39 +48,38 @@ impl Engine {
             let mut from: Option<Vec<u8>> = None;
             let (mut events, mut deliveries, mut attempts) = (0, 0, 0);
             loop {
-                let store = self.store.clone();
+                if self.stopping.load(Ordering::Acquire) {
+                    break;
+                }
                 let start = from.take();
-                let slice = tokio::task::spawn_blocking(move || {
-                    store.prune_events(cutoff, start.as_deref(), SLICE)
+                let Some(p) = slice(&self.store, move |s| {
+                    s.prune_events(cutoff, start.as_deref(), SLICE)
                 })
-                .await;
-                match slice {
-                    Ok(Ok(p)) => {
-                        events += p.events;
-                        deliveries += p.deliveries;
-                        attempts += p.attempts;
-                        match p.next {
-                            Some(next) => from = Some(next),
-                            None => break,
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        tracing::error!(error = %e, "retention sweep failed");
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "retention sweep failed");
-                        break;
-                    }
+                .await
+                else {
+                    break;
+                };
+                events += p.events;
+                deliveries += p.deliveries;
+                attempts += p.attempts;
+                match p.next {
+                    Some(next) => from = Some(next),
+                    None => break,
                 }
                 tokio::task::yield_now().await;
             }
-            let store = self.store.clone();
-            let small = tokio::task::spawn_blocking(move || store.prune_small(now, cutoff)).await;
-            let other = match small {
-                Ok(Ok(n)) => n,
-                _ => 0,
-            };
+            // Expired idempotency keys and closed debounce windows, in slices too.
+            let mut other = 0;
+            while let Some(n) = slice(&self.store, move |s| s.prune_keys(now, KEY_SLICE)).await {
+                other += n;
+                if n < KEY_SLICE || self.stopping.load(Ordering::Acquire) {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            other += slice(&self.store, move |s| s.prune_orphans(cutoff))
+                .await
+                .unwrap_or(0);
             if events + other > 0 {
                 tracing::info!(events, deliveries, attempts, other, "retention: pruned");
             }

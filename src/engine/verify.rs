@@ -10,7 +10,7 @@ use super::Engine;
 use crate::ids;
 use crate::model::{Endpoint, Status};
 use crate::outbound::request::Message;
-use crate::outbound::sign;
+use crate::signing as sign;
 
 pub const CHALLENGE_TYPE: &str = "endpoint.verification";
 

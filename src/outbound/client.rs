@@ -30,9 +30,9 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use url::Url;
 
-use super::ssrf::{Guard, Refused};
-use super::url::literal_ip;
 use crate::model::Status;
+use crate::policy::ssrf::{Guard, Refused};
+use crate::policy::url::literal_ip;
 
 /// Idle connections older than this are not reused: many servers close idle keep-alive
 /// connections after 60 s or more, and reusing one they just closed would look like a failure.
@@ -44,6 +44,8 @@ const MAX_IDLE_PER_HOST: usize = 16;
 pub enum ClientSetupError {
     #[error("cannot read delivery.extra_ca_file {path}: {reason}")]
     CaFile { path: String, reason: String },
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[source] rustls::Error),
 }
 
 #[derive(Clone)]
@@ -118,10 +120,7 @@ impl Client {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| ClientSetupError::CaFile {
-                path: String::new(),
-                reason: e.to_string(),
-            })?
+            .map_err(ClientSetupError::Tls)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(Client {

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
 
 use super::client::Request;
-use super::sign;
 use crate::clock::Millis;
 use crate::model::Endpoint;
+use crate::signing as sign;
 
 /// What is being sent: an event's delivery, or a verification challenge.
 pub struct Message<'a> {

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::{codec, Store, StoreError};
-use crate::engine::breaker::Breaker;
-use crate::engine::quota::{self, Limits, Windows};
+use crate::policy::breaker::Breaker;
+use crate::policy::quota::{self, Limits, Windows};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct AccountRecord {
@@ -92,7 +92,7 @@ impl Store {
         plan: Option<String>,
     ) -> Result<(), StoreError> {
         let rec = serde_json::to_vec(&AccountRecord { plan: plan.clone() })
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            .map_err(|e| StoreError::Encode(e.to_string()))?;
         self.inner
             .trees
             .accounts
@@ -142,7 +142,7 @@ impl Store {
         limits: Limits,
     ) -> Result<bool, StoreError> {
         if self.quota_fault.load(Ordering::Relaxed) {
-            return Err(StoreError::Io("injected quota fault".into()));
+            return Err(std::io::Error::other("injected quota fault").into());
         }
         let tree = &self.inner.trees.quota;
         let key = account_id.as_bytes();
@@ -193,7 +193,7 @@ impl Store {
         if *b == Breaker::default() {
             self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
         } else {
-            let v = serde_json::to_vec(b).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let v = serde_json::to_vec(b).map_err(|e| StoreError::Encode(e.to_string()))?;
             self.inner
                 .trees
                 .breakers

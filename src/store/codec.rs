@@ -5,21 +5,40 @@
 //! [`Writer`] and [`Reader`]: the hot records (event, attempt, pending entry) are encoded and
 //! decoded on every ingest and attempt, and JSON there cost a good share of the CPU and of the
 //! disk. Every value starts with a version byte, so a later layout can be told apart. An event
-//! keeps its payload bytes untouched (never re-serialized, so every retry sends identical bytes);
-//! payloads over [`INLINE_PAYLOAD`] go to chunks small enough that sled never moves them to its
-//! unsynced `blobs/` files.
+//! keeps its payload bytes untouched (never re-serialized, so every retry sends identical bytes).
+//!
+//! # Row size
+//!
+//! sled moves a page whose serialized form exceeds an eighth of its 512 KiB segment (131,052
+//! bytes) to a `blobs/` file that it never fsyncs, and a leaf page holds up to 17 rows before it
+//! splits. So every row herald writes is at most [`MAX_ROW`] bytes (key and value), which keeps
+//! every page in the fsynced log: an event's payload goes to [`CHUNK`]-byte chunk rows once the
+//! event row would outgrow [`MAX_ROW`], its targets to target rows once they are many, an
+//! attempt's response excerpt is shortened if its headers are large, and keys of unbounded
+//! text (idempotency and debounce keys) are stored as digests.
 
 use super::StoreError;
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::{Attempt, DeliveryState, EventMeta, Status};
+use crate::policy::debounce::{Candidate, Window};
 
-/// Payloads up to this size stay inside the event's value; larger ones are chunked.
+/// The largest row (key and value) herald writes: 17 of them fit one sled page below its blob
+/// threshold (131,052 bytes), with room for sled's own framing.
+pub const MAX_ROW: usize = 7 * 1024;
+/// Payloads up to this size stayed inside the event's value in layout 1; larger ones were
+/// chunked. Layout 2 inlines whatever fits [`MAX_ROW`].
 pub const INLINE_PAYLOAD: usize = 6 * 1024;
-/// Chunk size for large payloads (sled keeps values under ~10 KB in its log).
+/// Chunk size for payloads that do not fit the event row.
 pub const CHUNK: usize = 6 * 1024;
+/// An event keeps this many targets in its own row at most; more go to target rows of
+/// [`TARGETS_PER_ROW`] each.
+pub const INLINE_TARGETS: usize = 64;
+pub const TARGETS_PER_ROW: usize = 256;
 
 const V1: u8 = 1;
+/// Event layout 2: a flags byte says whether the payload and the targets are inline.
+const V2: u8 = 2;
 
 // --- keys -------------------------------------------------------------------------------------
 
@@ -27,12 +46,40 @@ const V1: u8 = 1;
 /// creation time) and maybe a number. A delivery's ULID follows its event's, so one event's rows
 /// of each kind sit together, in the order of the events.
 pub mod key {
+    use sha2::{Digest, Sha256};
+
+    use crate::clock::Millis;
+
     pub const EVENT: u8 = b'e';
     pub const CHUNK: u8 = b'c';
+    /// An event's targets beyond [`super::INLINE_TARGETS`]: (event ULID, row number).
+    pub const TARGETS: u8 = b't';
     pub const ATTEMPT: u8 = b'a';
     pub const PENDING: u8 = b'p';
-    pub const IDEMPOTENCY: u8 = b'i';
-    pub const WINDOW: u8 = b'w';
+    /// Idempotency keys: (day, digest of account and key) → event ULID ([`idempotency`]).
+    pub const IDEMPOTENCY: u8 = b'k';
+    /// Debounce windows by the digest of (account, type, key) ([`window`]).
+    pub const WINDOW: u8 = b'd';
+    /// Debounce windows by their end, so closed ones expire in time order ([`window_end`]).
+    pub const WINDOW_END: u8 = b'D';
+    /// Storage format 2's idempotency keys (account, NUL, key → JSON) and debounce windows
+    /// (the (account, type, key) string → JSON), read only by the migration.
+    pub const OLD_IDEMPOTENCY: u8 = b'i';
+    pub const OLD_WINDOW: u8 = b'w';
+
+    /// The first 16 bytes of SHA-256 over the parts, each followed by a NUL: a fixed-size key
+    /// for text of any length.
+    pub fn digest(parts: &[&[u8]]) -> [u8; 16] {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update(p);
+            h.update([0]);
+        }
+        let full = h.finalize();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        out
+    }
 
     pub fn of(kind: u8, ulid: u128) -> [u8; 17] {
         let mut k = [0u8; 17];
@@ -84,20 +131,58 @@ pub mod key {
         Some(u32::from_be_bytes(k.get(17..21)?.try_into().ok()?))
     }
 
-    /// An idempotency key: the account id, a NUL (never in an account id), the key.
-    pub fn idempotency(account_id: &str, key: &str) -> Vec<u8> {
-        [
-            &[IDEMPOTENCY][..],
-            account_id.as_bytes(),
-            b"\0",
-            key.as_bytes(),
-        ]
-        .concat()
+    /// The idempotency window's day of a time: a key claimed within the window is in this
+    /// day's rows or the day before's, and a day's rows expire together.
+    pub fn idempotency_day(at: Millis) -> u32 {
+        at.div_euclid(super::super::IDEMPOTENCY_WINDOW_MS).max(0) as u32
     }
 
-    /// A debounce window, by its (account, type, key) string.
-    pub fn window(key: &str) -> Vec<u8> {
-        [&[WINDOW][..], key.as_bytes()].concat()
+    /// An idempotency key claimed on `day`: the day, then the digest of (account, key). The
+    /// value is the first event's ULID (which also tells when it was claimed).
+    pub fn idempotency(day: u32, account_id: &str, key: &str) -> [u8; 21] {
+        let mut k = [0u8; 21];
+        k[0] = IDEMPOTENCY;
+        k[1..5].copy_from_slice(&day.to_be_bytes());
+        k[5..].copy_from_slice(&digest(&[account_id.as_bytes(), key.as_bytes()]));
+        k
+    }
+
+    /// The first idempotency row of `day` (days sort in time order).
+    pub fn idempotency_day_start(day: u32) -> [u8; 5] {
+        let mut k = [0u8; 5];
+        k[0] = IDEMPOTENCY;
+        k[1..].copy_from_slice(&day.to_be_bytes());
+        k
+    }
+
+    /// A debounce window by its (account, type, key) string's digest.
+    pub fn window(key: &str) -> [u8; 17] {
+        let mut k = [0u8; 17];
+        k[0] = WINDOW;
+        k[1..].copy_from_slice(&digest(&[key.as_bytes()]));
+        k
+    }
+
+    /// A window's entry in the end index: its end, then its key's digest.
+    pub fn window_end(end: Millis, window_key: &[u8; 17]) -> [u8; 25] {
+        let mut k = [0u8; 25];
+        k[0] = WINDOW_END;
+        k[1..9].copy_from_slice(&(end.max(0) as u64).to_be_bytes());
+        k[9..].copy_from_slice(&window_key[1..]);
+        k
+    }
+
+    /// The end-index key of every window ending before `end`.
+    pub fn window_end_before(end: Millis) -> [u8; 9] {
+        let mut k = [0u8; 9];
+        k[0] = WINDOW_END;
+        k[1..].copy_from_slice(&(end.max(0) as u64).to_be_bytes());
+        k
+    }
+
+    /// An event's `index`-th target row.
+    pub fn targets(event: u128, index: u32) -> [u8; 21] {
+        numbered(TARGETS, event, index)
     }
 }
 
@@ -115,8 +200,12 @@ pub struct Writer(Vec<u8>);
 
 impl Writer {
     pub fn with_capacity(n: usize) -> Writer {
+        Writer::versioned(V1, n)
+    }
+
+    fn versioned(version: u8, n: usize) -> Writer {
         let mut w = Writer(Vec::with_capacity(n + 1));
-        w.u8(V1);
+        w.u8(version);
         w
     }
 
@@ -185,11 +274,19 @@ pub struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
     pub fn new(v: &'a [u8], what: &str) -> Result<Reader<'a>, StoreError> {
-        match v.split_first() {
-            Some((&V1, rest)) => Ok(Reader(rest)),
+        match Reader::versioned(v, what)? {
+            (V1, r) => Ok(r),
             _ => Err(StoreError::Corrupt(format!(
                 "{what}: unknown record layout"
             ))),
+        }
+    }
+
+    /// The layout version byte and a reader of the rest.
+    fn versioned(v: &'a [u8], what: &str) -> Result<(u8, Reader<'a>), StoreError> {
+        match v.split_first() {
+            Some((&version, rest)) => Ok((version, Reader(rest))),
+            None => Err(StoreError::Corrupt(format!("{what}: empty record"))),
         }
     }
 
@@ -264,61 +361,120 @@ impl<'a> Reader<'a> {
 // --- events -----------------------------------------------------------------------------------
 
 /// An event as stored: its fixed fields, its targets (the endpoint of each delivery, in
-/// fan-out order; `None` for the one delivery of an event that had no endpoint) and its payload
+/// fan-out order; 0 for the one delivery of an event that had no endpoint) and its payload
 /// (inline, or its length when chunked).
 #[derive(Debug, Clone)]
 pub struct EventRecord {
     pub meta: EventMeta,
-    /// Endpoint ULIDs; 0 for the delivery of an event without endpoint.
+    /// Endpoint ULIDs; 0 for the delivery of an event without endpoint. Empty while
+    /// `targets_in_rows` (the store reads them from their rows).
     pub targets: Vec<u128>,
+    /// How many targets the event has (its deliveries).
+    pub target_count: usize,
+    /// The targets are in target rows ([`key::targets`]), not in the event row.
+    pub targets_in_rows: bool,
     pub payload_len: usize,
+    /// The payload is in the event row; else in chunk rows ([`key::chunk`]).
+    pub payload_inline: bool,
 }
+
+/// An event's rows: the event row, and its target rows if it has many targets. Whether the
+/// payload went inline is in `payload_inline`; if not, the caller writes it in [`CHUNK`]s.
+pub struct EncodedEvent {
+    pub row: Vec<u8>,
+    pub target_rows: Vec<Vec<u8>>,
+    pub payload_inline: bool,
+}
+
+const EVENT_PAYLOAD_INLINE: u8 = 1;
+const EVENT_TARGETS_IN_ROWS: u8 = 2;
 
 pub fn encode_event(
     meta: &EventMeta,
     targets: &[u128],
     payload: &[u8],
-) -> Result<Vec<u8>, StoreError> {
-    let inline = payload.len() <= INLINE_PAYLOAD;
-    let mut w = Writer::with_capacity(
-        64 + meta.account_id.len()
-            + meta.event_type.len()
-            + 16 * targets.len()
-            + if inline { payload.len() } else { 0 },
-    );
+) -> Result<EncodedEvent, StoreError> {
+    let n = u16::try_from(targets.len())
+        .map_err(|_| StoreError::Corrupt("event has too many deliveries".into()))?;
+    let targets_inline = targets.len() <= INLINE_TARGETS;
+    let fixed = 64
+        + meta.account_id.len()
+        + meta.event_type.len()
+        + meta.idempotency_key.as_ref().map_or(0, String::len)
+        + meta.debounce_key.as_ref().map_or(0, String::len)
+        + if targets_inline {
+            16 * targets.len()
+        } else {
+            0
+        };
+    let payload_inline = 17 + fixed + payload.len() <= MAX_ROW;
+    let mut w = Writer::versioned(V2, fixed + if payload_inline { payload.len() } else { 0 });
     w.i64(meta.received_at);
     w.str(&meta.account_id);
     w.str(&meta.event_type);
     w.opt_str(meta.idempotency_key.as_deref());
     w.opt_str(meta.debounce_key.as_deref());
-    let n = u16::try_from(targets.len())
-        .map_err(|_| StoreError::Corrupt("event has too many deliveries".into()))?;
+    let mut flags = 0;
+    if payload_inline {
+        flags |= EVENT_PAYLOAD_INLINE;
+    }
+    if !targets_inline {
+        flags |= EVENT_TARGETS_IN_ROWS;
+    }
+    w.u8(flags);
     w.u16(n);
-    for t in targets {
-        w.u128(*t);
+    let mut target_rows = Vec::new();
+    if targets_inline {
+        for t in targets {
+            w.u128(*t);
+        }
+    } else {
+        for chunk in targets.chunks(TARGETS_PER_ROW) {
+            let mut row = Vec::with_capacity(16 * chunk.len());
+            for t in chunk {
+                row.extend_from_slice(&t.to_be_bytes());
+            }
+            target_rows.push(row);
+        }
     }
     w.u32(payload.len() as u32);
-    if inline {
+    if payload_inline {
         w.tail(payload);
     }
-    Ok(w.finish())
+    Ok(EncodedEvent {
+        row: w.finish(),
+        target_rows,
+        payload_inline,
+    })
 }
 
-/// The event record and, when the payload is inline, its bytes.
+/// The event record and, when the payload is inline, its bytes. When the targets are in target
+/// rows, `targets` is left empty for the store to fill ([`decode_targets`]).
 pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>), StoreError> {
-    let mut r = Reader::new(v, "event")?;
+    let (version, mut r) = Reader::versioned(v, "event")?;
+    if version != V1 && version != V2 {
+        return Err(StoreError::Corrupt("event: unknown record layout".into()));
+    }
     let received_at = r.i64()?;
     let account_id = r.string()?;
     let event_type = r.string()?;
     let idempotency_key = r.opt_string()?;
     let debounce_key = r.opt_string()?;
+    let flags = if version == V2 { r.u8()? } else { 0 };
     let n = r.u16()? as usize;
-    let mut targets = Vec::with_capacity(n);
-    for _ in 0..n {
-        targets.push(r.u128()?);
+    let targets_in_rows = flags & EVENT_TARGETS_IN_ROWS != 0;
+    let mut targets = Vec::with_capacity(if targets_in_rows { 0 } else { n });
+    if !targets_in_rows {
+        for _ in 0..n {
+            targets.push(r.u128()?);
+        }
     }
     let payload_len = r.u32()? as usize;
-    let inline = (payload_len <= INLINE_PAYLOAD).then(|| r.tail());
+    let payload_inline = match version {
+        V1 => payload_len <= INLINE_PAYLOAD,
+        _ => flags & EVENT_PAYLOAD_INLINE != 0,
+    };
+    let inline = payload_inline.then(|| r.tail());
     if inline.is_some_and(|p| p.len() != payload_len) {
         return Err(StoreError::Corrupt(
             "event payload has the wrong length".into(),
@@ -339,10 +495,26 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
         EventRecord {
             meta,
             targets,
+            target_count: n,
+            targets_in_rows,
             payload_len,
+            payload_inline,
         },
         inline,
     ))
+}
+
+/// Appends one target row's targets.
+pub fn decode_targets(v: &[u8], into: &mut Vec<u128>) -> Result<(), StoreError> {
+    if v.len() % 16 != 0 {
+        return Err(StoreError::Corrupt(
+            "target row has a partial target".into(),
+        ));
+    }
+    for t in v.chunks_exact(16) {
+        into.push(u128::from_be_bytes(t.try_into().unwrap_or_default()));
+    }
+    Ok(())
 }
 
 // --- attempts ---------------------------------------------------------------------------------
@@ -363,27 +535,52 @@ fn state_code(s: DeliveryState) -> u8 {
     DeliveryState::ALL.iter().position(|x| *x == s).unwrap_or(0) as u8
 }
 
+/// An attempt's error message is kept up to this many bytes.
+const MAX_ERROR: usize = 1024;
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The attempt's row value, at most [`MAX_ROW`] with its key: the response excerpt is
+/// shortened to what the rest leaves (a large set of custom headers), and the request headers
+/// are cut (last first) only if they alone would not fit.
 pub fn encode_attempt(a: &Attempt, state: DeliveryState) -> Vec<u8> {
-    let headers: usize = a
-        .request_headers
-        .iter()
-        .map(|(k, v)| 8 + k.len() + v.len())
-        .sum();
-    let mut w = Writer::with_capacity(
-        64 + headers + a.response_body.len() + a.error.as_ref().map_or(0, String::len),
-    );
-    w.str(&a.id);
+    // Key (21), version, times, status, code, presence bytes, counts and length prefixes.
+    const FIXED: usize = 21 + 1 + 8 + 8 + 1 + 2 + 1 + 4 + 2 + 4 + 1 + 4;
+    let error = a.error.as_deref().map(|e| clip(e, MAX_ERROR));
+    let mut room = MAX_ROW - FIXED - 4 - a.id.len().min(64) - error.map_or(0, str::len);
+    let mut headers = 0;
+    for (k, v) in a.request_headers.iter().take(u16::MAX as usize) {
+        let len = 8 + k.len() + v.len();
+        if len > room {
+            break;
+        }
+        room -= len;
+        headers += 1;
+    }
+    let body = clip(&a.response_body, room);
+    let mut w = Writer::with_capacity(MAX_ROW - room + body.len());
+    w.str(clip(&a.id, 64));
     w.i64(a.at);
     w.i64(a.duration_ms as i64);
     w.u8(status_code(a.status));
     w.u16(a.http_status.unwrap_or(0));
-    w.opt_str(a.error.as_deref());
-    w.u16(a.request_headers.len().min(u16::MAX as usize) as u16);
-    for (k, v) in a.request_headers.iter().take(u16::MAX as usize) {
+    w.opt_str(error);
+    w.u16(headers as u16);
+    for (k, v) in a.request_headers.iter().take(headers) {
         w.str(k);
         w.str(v);
     }
-    w.str(&a.response_body);
+    w.str(body);
     w.u8(state_code(state));
     w.finish()
 }
@@ -454,6 +651,32 @@ pub fn decode_pending(v: &[u8]) -> Result<(Pending, u128), StoreError> {
     Ok((p, r.u128()?))
 }
 
+// --- debounce windows -------------------------------------------------------------------------
+
+/// A debounce window's value: its end and its trailing candidate (event ULID and delivery count;
+/// zero for none).
+pub fn encode_window(w: &Window) -> [u8; 27] {
+    let mut v = [0u8; 27];
+    v[0] = V1;
+    v[1..9].copy_from_slice(&w.end.to_be_bytes());
+    if let Some(c) = w.candidate {
+        v[9..25].copy_from_slice(&c.event.to_be_bytes());
+        v[25..].copy_from_slice(&(c.deliveries as u16).to_be_bytes());
+    }
+    v
+}
+
+pub fn decode_window(v: &[u8]) -> Result<Window, StoreError> {
+    let mut r = Reader::new(v, "debounce window")?;
+    let end = r.i64()?;
+    let event = r.u128()?;
+    let deliveries = r.u16()? as usize;
+    Ok(Window {
+        end,
+        candidate: (event != 0).then_some(Candidate { event, deliveries }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,7 +698,8 @@ mod tests {
         let ulid = ids::new_event(5);
         let payload = br#"{ "b":1,  "a" : [1.0e3] }"#;
         let v = encode_event(&meta(), &[7, 0], payload).unwrap();
-        let (rec, inline) = decode_event(ulid, &v).unwrap();
+        assert!(v.payload_inline && v.target_rows.is_empty());
+        let (rec, inline) = decode_event(ulid, &v.row).unwrap();
         assert_eq!(rec.meta.id, ids::format(ids::EVENT, ulid));
         assert_eq!(rec.meta.idempotency_key.as_deref(), Some("k"));
         assert_eq!(rec.targets, vec![7, 0]);
@@ -483,10 +707,103 @@ mod tests {
         assert_eq!(rec.payload_len, payload.len());
         assert_eq!(inline, Some(&payload[..]));
 
-        let big = vec![b' '; INLINE_PAYLOAD + 1];
+        let big = vec![b' '; MAX_ROW];
         let v = encode_event(&meta(), &[], &big).unwrap();
-        let (rec, inline) = decode_event(ulid, &v).unwrap();
+        let (rec, inline) = decode_event(ulid, &v.row).unwrap();
         assert_eq!((rec.payload_len, inline), (big.len(), None));
+        assert!(!rec.payload_inline);
+    }
+
+    /// The largest event row: every text field at its API maximum (255 four-byte characters
+    /// for the keys), the most inline targets and the largest payload that stays inline.
+    #[test]
+    fn event_rows_stay_below_the_row_limit_at_the_maximum() {
+        let long = |n: usize| "\u{1F600}".repeat(n);
+        let meta = EventMeta {
+            id: String::new(),
+            account_id: "a".repeat(128),
+            event_type: "t".repeat(128),
+            received_at: 5,
+            idempotency_key: Some(long(255)),
+            debounce_key: Some(long(255)),
+            deliveries: Vec::new(),
+        };
+        for fan_out in [1, INLINE_TARGETS, INLINE_TARGETS + 1, ids::MAX_FAN_OUT] {
+            let targets: Vec<u128> = (1..=fan_out as u128).collect();
+            for len in [0, 1000, 3000, MAX_ROW, 256 * 1024] {
+                let payload = vec![b'x'; len];
+                let v = encode_event(&meta, &targets, &payload).unwrap();
+                assert!(
+                    17 + v.row.len() <= MAX_ROW,
+                    "{fan_out} targets, {len} bytes"
+                );
+                for row in &v.target_rows {
+                    assert!(21 + row.len() <= MAX_ROW);
+                }
+                let ulid = ids::new_event(5);
+                let (mut rec, inline) = decode_event(ulid, &v.row).unwrap();
+                assert_eq!(rec.target_count, fan_out);
+                assert_eq!(rec.targets_in_rows, fan_out > INLINE_TARGETS);
+                for row in &v.target_rows {
+                    decode_targets(row, &mut rec.targets).unwrap();
+                }
+                assert_eq!(rec.targets, targets);
+                assert_eq!(inline.map(<[u8]>::len), v.payload_inline.then_some(len));
+            }
+        }
+    }
+
+    /// Layout 1 (storage format 2) event rows still read.
+    #[test]
+    fn layout_1_event_rows_read() {
+        let mut w = Writer::with_capacity(64);
+        w.i64(5);
+        w.str("1");
+        w.str("t");
+        w.opt_str(Some("k"));
+        w.opt_str(None);
+        w.u16(1);
+        w.u128(7);
+        w.u32(2);
+        w.tail(b"{}");
+        let ulid = ids::new_event(5);
+        let row = w.finish();
+        let (rec, inline) = decode_event(ulid, &row).unwrap();
+        assert_eq!(rec.targets, vec![7]);
+        assert_eq!(inline, Some(&b"{}"[..]));
+        assert!(rec.payload_inline);
+    }
+
+    #[test]
+    fn attempt_rows_stay_below_the_row_limit() {
+        let a = Attempt {
+            id: "att_01".into(),
+            number: 1,
+            at: 1,
+            duration_ms: 1,
+            status: Status::HttpError,
+            http_status: Some(500),
+            error: Some("e".repeat(10_000)),
+            request_headers: (0..32)
+                .map(|i| (format!("x-h{i}"), "v".repeat(4096)))
+                .collect(),
+            response_body: "\u{e9}".repeat(4096),
+        };
+        let v = encode_attempt(&a, DeliveryState::Failed);
+        assert!(21 + v.len() <= MAX_ROW, "{}", v.len());
+        let back = decode_attempt(1, &v).unwrap();
+        assert_eq!(back.state, DeliveryState::Failed);
+        assert!(back.attempt.error.unwrap().len() <= MAX_ERROR);
+        // The usual case keeps everything.
+        let small = Attempt {
+            error: None,
+            request_headers: vec![("x-a".into(), "b".into())],
+            response_body: "ok".repeat(2048),
+            ..a
+        };
+        let back = decode_attempt(1, &encode_attempt(&small, DeliveryState::Failed)).unwrap();
+        assert_eq!(back.attempt.response_body, small.response_body);
+        assert_eq!(back.attempt.request_headers, small.request_headers);
     }
 
     #[test]

@@ -12,7 +12,16 @@
 //! window opened by an earlier event of the cycle counts) and written as one sled batch, which
 //! sled recovers all or nothing. If the write or the fsync fails, the cycle's writes are undone
 //! (each overwritten key keeps the value it replaced) and its requests get an error: a request
-//! answered `503` stores nothing, so a retry of it is not answered as a duplicate.
+//! answered `503` stores nothing, so a retry of it is not answered as a duplicate. The undo is
+//! made durable before the cycle's fresh deliveries leave the fresh watermark's buckets: if the
+//! failed cycle's rows reached the file anyway and the undo did not, the watermark has not
+//! passed them, and the next start finds and delivers those events.
+//!
+//! Debounce windows are decided at the cycle's commit time (the clock read when the cycle
+//! starts), the time the engine's schedule uses too. A trailing candidate that a newer event
+//! debounces is claimed ([`Claim`]) for the rest of the cycle, so the engine cannot attempt it
+//! between the decision and the fsync (or the undo); a candidate the engine is attempting
+//! already is left to its attempt.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,13 +30,13 @@ use bytes::Bytes;
 use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{self, Pending, CHUNK, INLINE_PAYLOAD};
+use super::codec::{self, key, Pending, CHUNK};
 use super::deliveries::delivery_from;
-use super::{Inner, Lane, StoreError};
+use super::{Claim, Inner, Lane, StoreError};
 use crate::clock::Millis;
-use crate::engine::debounce::{self, Decision, Window};
-use crate::ids::{self, ATTEMPT, DELIVERY, EVENT};
+use crate::ids::{self, ATTEMPT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
+use crate::policy::debounce::{self, Candidate, Decision, Window};
 
 /// How long an idempotency key keeps answering with the first event (SPEC §2).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
@@ -123,7 +132,7 @@ impl Job {
 }
 
 /// Runs until every sender is gone (the store was dropped), finishing the jobs it has.
-pub(super) fn run(inner: &Inner, mut rx: mpsc::Receiver<Job>) {
+pub(super) fn run(inner: &Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.blocking_recv() {
         let mut count = first.event_count();
         let mut jobs = vec![first];
@@ -140,8 +149,11 @@ pub(super) fn run(inner: &Inner, mut rx: mpsc::Receiver<Job>) {
     }
 }
 
-fn commit(inner: &Inner, jobs: Vec<Job>) {
-    let mut cycle = Cycle::default();
+fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
+    let mut cycle = Cycle {
+        now: inner.clock.now_ms(),
+        ..Cycle::default()
+    };
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut result = Ok(());
     for job in &jobs {
@@ -184,6 +196,8 @@ fn commit(inner: &Inner, jobs: Vec<Job>) {
     for state in &cycle.states {
         inner.stats.count(None, *state);
     }
+    // The superseded candidates' rows and index entries agree now: the engine may look again.
+    cycle.claims.clear();
     // A cycle of only `Sync` jobs acknowledged no events: not a batch.
     if !outcomes.is_empty() {
         inner
@@ -210,19 +224,23 @@ fn commit(inner: &Inner, jobs: Vec<Job>) {
 /// that failed).
 #[derive(Default)]
 struct Cycle {
+    /// The commit time: debounce windows and idempotency windows are judged at it.
+    now: Millis,
     /// The cycle's writes to the `log` tree (`None`: a removal), applied as one batch; reads in
     /// the cycle see them first.
     writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
     before: Vec<(Vec<u8>, Option<IVec>)>,
-    /// Keys claimed earlier in this cycle.
-    claimed: HashMap<Vec<u8>, String>,
+    /// Idempotency keys claimed earlier in this cycle, and their event's id.
+    claimed: HashMap<[u8; 21], String>,
     /// Due index entries to add once durable.
     due: Vec<(Lane, Millis, u128, bool)>,
     /// The state of each delivery created, for the counts.
     states: Vec<DeliveryState>,
     /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
     superseded: Vec<(Lane, Millis, u128)>,
+    /// The superseded candidates, claimed until the cycle is durable or undone.
+    claims: Vec<Claim>,
     /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
     fresh: Vec<u128>,
     created: u64,
@@ -266,13 +284,12 @@ impl Cycle {
         Ok(())
     }
 
-    /// Puts back what the cycle replaced.
+    /// Puts back what the cycle replaced, durably; only then do its fresh deliveries leave the
+    /// watermark's buckets (if the undo fails they stay, so the watermark never passes events
+    /// that may have reached the file).
     fn undo(&mut self, inner: &Inner) -> Result<(), StoreError> {
-        let mut fresh = inner.lock_fresh();
-        for d in self.fresh.drain(..) {
-            fresh.remove(d);
-        }
-        drop(fresh);
+        #[cfg(test)]
+        inner.faults.check(&inner.faults.undo)?;
         let mut batch = sled::Batch::default();
         for (k, old) in self.before.drain(..) {
             match old {
@@ -281,13 +298,18 @@ impl Cycle {
             }
         }
         inner.trees.log.apply_batch(batch)?;
+        inner.sync()?;
+        let mut fresh = inner.lock_fresh();
+        for d in self.fresh.drain(..) {
+            fresh.remove(d);
+        }
         Ok(())
     }
 }
 
 /// Stores one job's events.
 fn apply(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     cycle: &mut Cycle,
     events: &[NewEvent],
 ) -> Result<Vec<IngestOutcome>, StoreError> {
@@ -302,45 +324,45 @@ fn apply(
     Ok(outcomes)
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct IdempotencyRecord {
-    event_id: String,
-    at: Millis,
-}
-
-/// `Some(first event id)` if the event's idempotency key was used within the window by an event
-/// that exists.
+/// `Some(first event id)` if the event's idempotency key was claimed within the window (by an
+/// event that exists). A key claimed on one day is looked for that day and the next.
 fn claimed_before(
     inner: &Inner,
     cycle: &Cycle,
     ev: &NewEvent,
 ) -> Result<Option<String>, StoreError> {
-    let Some(key) = &ev.idempotency_key else {
+    let Some(idem) = &ev.idempotency_key else {
         return Ok(None);
     };
-    let k = codec::key::idempotency(&ev.account_id, key);
-    if let Some(first) = cycle.claimed.get(&k) {
-        return Ok(Some(first.clone()));
+    let now = cycle.now.max(ev.received_at);
+    let today = key::idempotency_day(now);
+    for day in [today, today.saturating_sub(1)] {
+        let k = key::idempotency(day, &ev.account_id, idem);
+        if let Some(first) = cycle.claimed.get(&k) {
+            return Ok(Some(first.clone()));
+        }
+        let Some(v) = inner.trees.log.get(k)? else {
+            continue;
+        };
+        let first = u128::from_be_bytes(
+            v.as_ref()
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("idempotency record".into()))?,
+        );
+        if now - ids::ulid_ms(first) >= IDEMPOTENCY_WINDOW_MS {
+            continue;
+        }
+        // A key written by a commit that did not finish (herald stopped before the event row)
+        // is no claim.
+        if inner.trees.log.contains_key(key::event(first))? {
+            return Ok(Some(ids::format(EVENT, first)));
+        }
     }
-    let Some(v) = inner.trees.log.get(&k)? else {
-        return Ok(None);
-    };
-    let rec: IdempotencyRecord = serde_json::from_slice(&v)
-        .map_err(|e| StoreError::Corrupt(format!("idempotency record: {e}")))?;
-    if ev.received_at - rec.at >= IDEMPOTENCY_WINDOW_MS {
-        return Ok(None);
-    }
-    // A key written by a commit that did not finish (herald stopped before the event row) is
-    // no claim.
-    let exists = match ids::parse(EVENT, &rec.event_id) {
-        Some(u) => inner.trees.log.contains_key(codec::key::event(u))?,
-        None => false,
-    };
-    Ok(exists.then_some(rec.event_id))
+    Ok(None)
 }
 
 fn store_event(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     cycle: &mut Cycle,
     ev: &NewEvent,
 ) -> Result<IngestOutcome, StoreError> {
@@ -368,7 +390,7 @@ fn store_event(
         .map(|(i, lane)| delivery_from(ids::delivery_of(ulid, i), &meta, *lane, None, None))
         .collect();
     let fresh = match &ev.debounce {
-        Some(rule) => apply_debounce(inner, cycle, rule, now, ulid, &ev.targets, &mut deliveries)?,
+        Some(rule) => apply_debounce(inner, cycle, rule, ulid, &ev.targets, &mut deliveries)?,
         None => true,
     };
     if fresh {
@@ -381,23 +403,25 @@ fn store_event(
             cycle.fresh.push(d);
         }
     }
-    if let Some(key) = &ev.idempotency_key {
-        let k = codec::key::idempotency(&ev.account_id, key);
-        let rec = IdempotencyRecord {
-            event_id: event_id.clone(),
-            at: now,
-        };
-        let v = serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        cycle.put(inner, &k, Some(v))?;
+    if let Some(idem) = &ev.idempotency_key {
+        let k = key::idempotency(
+            key::idempotency_day(ids::ulid_ms(ulid)),
+            &ev.account_id,
+            idem,
+        );
+        cycle.put(inner, &k, Some(ulid.to_be_bytes().to_vec()))?;
         cycle.claimed.insert(k, event_id.clone());
     }
-    if ev.payload.len() > INLINE_PAYLOAD {
+    let encoded = codec::encode_event(&meta, &ev.targets, &ev.payload)?;
+    if !encoded.payload_inline {
         for (i, chunk) in ev.payload.chunks(CHUNK).enumerate() {
-            cycle.put_new(&codec::key::chunk(ulid, i as u32), chunk.to_vec());
+            cycle.put_new(&key::chunk(ulid, i as u32), chunk.to_vec());
         }
     }
-    let value = codec::encode_event(&meta, &ev.targets, &ev.payload)?;
-    cycle.put_new(&codec::key::event(ulid), value);
+    for (i, row) in encoded.target_rows.into_iter().enumerate() {
+        cycle.put_new(&key::targets(ulid, i as u32), row);
+    }
+    cycle.put_new(&key::event(ulid), encoded.row);
 
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {
         cycle.states.push(d.state);
@@ -414,32 +438,26 @@ fn store_event(
     })
 }
 
-/// Applies the debounce decision to the event's deliveries (its rows are written before the
-/// event's own row). Returns true if the deliveries stay fresh (due now, as without debounce).
+/// Applies the debounce decision, at the cycle's commit time, to the event's deliveries (its
+/// rows are written before the event's own row). Returns true if the deliveries stay fresh
+/// (due now, as without debounce).
 fn apply_debounce(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     cycle: &mut Cycle,
     rule: &DebounceRule,
-    now: Millis,
     event: u128,
     targets: &[Lane],
     dels: &mut [Delivery],
 ) -> Result<bool, StoreError> {
-    let key = codec::key::window(&rule.key);
-    let window: Option<Window> = match cycle.get(inner, &key)? {
-        Some(v) => Some(
-            serde_json::from_slice(&v)
-                .map_err(|e| StoreError::Corrupt(format!("debounce window: {e}")))?,
-        ),
+    let now = cycle.now;
+    let key = key::window(&rule.key);
+    let window = match cycle.get(inner, &key)? {
+        Some(v) => Some(codec::decode_window(&v)?),
         None => None,
-    };
-    let put_window = |cycle: &mut Cycle, w: &Window| -> Result<(), StoreError> {
-        let v = serde_json::to_vec(w).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        cycle.put(inner, &key, Some(v))
     };
     match debounce::decide(window.as_ref(), now, rule.window_ms, rule.trailing) {
         Decision::Open(w) => {
-            put_window(cycle, &w)?;
+            put_window(inner, cycle, &key, window.as_ref(), &w)?;
             Ok(true)
         }
         Decision::Debounce => {
@@ -449,45 +467,80 @@ fn apply_debounce(
             Ok(false)
         }
         Decision::Trail { due, supersedes } => {
-            for id in supersedes {
-                supersede(inner, cycle, &id, now)?;
+            if let Some(c) = supersedes {
+                supersede(inner, cycle, c, now)?;
             }
             for (i, (d, lane)) in dels.iter_mut().zip(targets).enumerate() {
                 let p = Pending { due, manual: false };
-                let k = codec::key::pending(ids::delivery_of(event, i));
+                let k = key::pending(ids::delivery_of(event, i));
                 cycle.put_new(&k, codec::encode_pending(p, *lane).to_vec());
                 d.next_attempt_at = Some(due);
                 d.queued = true;
             }
             let w = Window {
                 end: due,
-                candidate: dels.iter().map(|d| d.id.clone()).collect(),
+                candidate: Some(Candidate {
+                    event,
+                    deliveries: dels.len(),
+                }),
             };
-            put_window(cycle, &w)?;
+            put_window(inner, cycle, &key, window.as_ref(), &w)?;
             Ok(false)
         }
     }
 }
 
-/// A trailing candidate debounced by a newer event of its window: it ends `skipped` with a
-/// `debounced` attempt and leaves the due index. (It may be a candidate of this same cycle.)
-fn supersede(inner: &Inner, cycle: &mut Cycle, id: &str, now: Millis) -> Result<(), StoreError> {
-    let Some(ulid) = ids::parse(DELIVERY, id) else {
-        return Ok(());
-    };
-    let k = codec::key::pending(ulid);
-    let Some(v) = cycle.get(inner, &k)? else {
-        return Ok(()); // already attempted or ended
-    };
-    let (pending, lane) = codec::decode_pending(&v)?;
-    // A candidate's attempts (if a manual retry gave it any) are all in the tree.
-    let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
-    cycle.put_new(
-        &codec::key::attempt(ulid, number),
-        debounced_attempt(now, number),
-    );
-    cycle.put(inner, &k, None)?;
-    cycle.superseded.push((lane, pending.due, ulid));
+/// Writes a window and keeps its entry in the end index (the previous window's entry goes
+/// when the end changes).
+fn put_window(
+    inner: &Inner,
+    cycle: &mut Cycle,
+    key: &[u8; 17],
+    was: Option<&Window>,
+    w: &Window,
+) -> Result<(), StoreError> {
+    match was {
+        Some(old) if old.end == w.end => {}
+        Some(old) => {
+            cycle.put(inner, &key::window_end(old.end, key), None)?;
+            cycle.put(inner, &key::window_end(w.end, key), Some(Vec::new()))?;
+        }
+        None => cycle.put(inner, &key::window_end(w.end, key), Some(Vec::new()))?,
+    }
+    cycle.put(inner, key, Some(codec::encode_window(w).to_vec()))
+}
+
+/// The deliveries of a trailing candidate debounced by a newer event of its window: each ends
+/// `skipped` with a `debounced` attempt and leaves the due index. (The candidate may be of this
+/// same cycle.) A delivery the engine is attempting now (a manual retry sent it early) is left
+/// to that attempt: the log never says `debounced` for a request the receiver got.
+fn supersede(
+    inner: &Arc<Inner>,
+    cycle: &mut Cycle,
+    candidate: Candidate,
+    now: Millis,
+) -> Result<(), StoreError> {
+    for i in 0..candidate.deliveries {
+        let ulid = ids::delivery_of(candidate.event, i);
+        let claim = match cycle.claims.iter().any(|c| c.delivery() == ulid) {
+            true => None,
+            false => match inner.claim(ulid) {
+                Some(c) => Some(c),
+                None => continue, // being attempted now
+            },
+        };
+        let k = key::pending(ulid);
+        let Some(v) = cycle.get(inner, &k)? else {
+            continue; // already attempted or ended
+        };
+        let (pending, lane) = codec::decode_pending(&v)?;
+        // A candidate's attempts (if a manual retry gave it any) are all in the tree.
+        let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
+        cycle.put_new(&key::attempt(ulid, number), debounced_attempt(now, number));
+        cycle.put(inner, &k, None)?;
+        cycle.superseded.push((lane, pending.due, ulid));
+        cycle.claims.extend(claim);
+    }
     Ok(())
 }
 
@@ -514,5 +567,5 @@ fn debounced(cycle: &mut Cycle, ulid: u128, d: &mut Delivery, now: Millis) {
     d.attempt_count = 1;
     d.next_attempt_at = None;
     d.queued = false;
-    cycle.put_new(&codec::key::attempt(ulid, 1), debounced_attempt(now, 1));
+    cycle.put_new(&key::attempt(ulid, 1), debounced_attempt(now, 1));
 }

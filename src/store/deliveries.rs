@@ -1,11 +1,11 @@
 //! Deliveries: assembled from their event row, pending entry and last attempt; changed by the
-//! engine (an attempt, a hold, a manual retry) in an order safe to cut anywhere; listed newest
-//! first with filters.
+//! engine (an attempt, a manual retry) in one atomic write, by whoever holds the delivery's
+//! [`Claim`]; listed newest first with filters.
 
 use bytes::Bytes;
 
 use super::codec::{self, key, AttemptRecord, Pending};
-use super::{lane_of, Inner, Lane, Store, StoreError, NO_LANE};
+use super::{lane_of, Claim, Inner, Lane, Store, StoreError, NO_LANE};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
@@ -105,6 +105,18 @@ pub struct DeliveryFilter {
 /// Deliveries a list request looks at most before it answers with a cursor to go on from.
 const LIST_SCAN_BUDGET: usize = 50_000;
 
+/// What [`Store::change_delivery`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Changed<T> {
+    /// Changed and written; what the change returned.
+    Yes(T),
+    /// The change chose to leave the delivery as it is.
+    No,
+    NotFound,
+    /// Someone holds the delivery's claim (an attempt is running): nothing was changed.
+    Busy,
+}
+
 impl Store {
     /// The event, its payload bytes exactly as ingested, and its deliveries as stored now (in
     /// fan-out order), from one read of its row.
@@ -182,9 +194,19 @@ impl Store {
         Ok(out)
     }
 
-    /// Writes a delivery's change from `was` to `now` (and the attempt that led to it), and
-    /// keeps the due index and the counts in step. A pending delivery gets a pending entry
-    /// before its attempt is written; an ended one loses it after.
+    /// The delivery's claim ([`Claim`]), unless someone holds it.
+    pub fn claim(&self, delivery: u128) -> Option<Claim> {
+        self.inner.claim(delivery)
+    }
+
+    /// Whether someone holds the delivery's claim (an attempt of it is running, say).
+    pub fn is_claimed(&self, delivery_id: &str) -> bool {
+        ids::parse(DELIVERY, delivery_id).is_some_and(|d| self.inner.lock_claims().contains(&d))
+    }
+
+    /// Writes a delivery's change from `was` to `now` (and the attempt that led to it) in one
+    /// atomic write (a crash leaves the delivery as it was or as it is now, never between), and
+    /// keeps the due index and the counts in step. The caller holds the delivery's claim.
     pub fn update_delivery(
         &self,
         was: &Delivery,
@@ -217,17 +239,36 @@ impl Store {
             }),
             _ => None,
         };
+        let mut batch = sled::Batch::default();
+        let mut ops = 0;
         if let Some(p) = pending {
-            t.log.insert(pending_key, &codec::encode_pending(p, lane))?;
+            batch.insert(&pending_key[..], &codec::encode_pending(p, lane)[..]);
+            ops += 1;
         }
-        if let Some(a) = attempt {
-            t.log.insert(
+        let attempt_row = attempt.map(|a| {
+            (
                 key::attempt(ulid, a.number),
                 codec::encode_attempt(a, now.state),
-            )?;
+            )
+        });
+        if let Some((k, v)) = &attempt_row {
+            batch.insert(&k[..], &v[..]);
+            ops += 1;
         }
         if pending.is_none() && was.queued {
-            t.log.remove(pending_key)?;
+            batch.remove(&pending_key[..]);
+            ops += 1;
+        }
+        #[cfg(test)]
+        self.inner.faults.check(&self.inner.faults.delivery_write)?;
+        match (ops, attempt_row) {
+            // The common case (a first attempt that ends the delivery) is one row: a plain
+            // insert is atomic too, and leaves sled's batch lock alone.
+            (1, Some((k, v))) => {
+                t.log.insert(k, v)?;
+            }
+            (0, _) => {}
+            _ => t.log.apply_batch(batch)?,
         }
 
         if was.is_fresh() && (attempt.is_some() || pending.is_some()) {
@@ -253,27 +294,28 @@ impl Store {
         Ok(())
     }
 
-    /// Reads, changes and writes one delivery, serialized with other such changes of it.
+    /// Reads, changes and writes one delivery under its claim; [`Changed::Busy`] if someone
+    /// holds it.
     pub fn change_delivery<T>(
         &self,
         id: &str,
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)>,
-    ) -> Result<Option<T>, StoreError> {
+    ) -> Result<Changed<T>, StoreError> {
         let Some(ulid) = ids::parse(DELIVERY, id) else {
-            return Ok(None);
+            return Ok(Changed::NotFound);
         };
-        let _guard = self.delivery_locks[(ulid % 16) as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let Some(_claim) = self.inner.claim(ulid) else {
+            return Ok(Changed::Busy);
+        };
         let Some(was) = self.delivery_by_ulid(ulid)? else {
-            return Ok(None);
+            return Ok(Changed::NotFound);
         };
         match f(&was) {
             Some((now, out)) => {
                 self.update_delivery(&was, &now, None)?;
-                Ok(Some(out))
+                Ok(Changed::Yes(out))
             }
-            None => Ok(None),
+            None => Ok(Changed::No),
         }
     }
 
@@ -294,7 +336,7 @@ impl Store {
                     (d, ())
                 })
             })?;
-            n += usize::from(changed.is_some());
+            n += usize::from(matches!(changed, Changed::Yes(())));
         }
         Ok(n)
     }
@@ -328,7 +370,7 @@ impl Store {
         for item in iter.rev() {
             let (k, v) = item?;
             let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-            let (rec, _) = codec::decode_event(event, &v)?;
+            let (rec, _) = self.inner.decode_event(event, &v)?;
             let m = &rec.meta;
             if filter.since.is_some_and(|s| m.received_at < s) {
                 // Ids sort by creation time: everything further is older still.

@@ -43,10 +43,14 @@ pub mod codec;
 mod commit;
 mod deliveries;
 mod due;
+pub mod files;
+mod migrate;
 mod retention;
 mod scan;
+#[cfg(test)]
+mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -56,11 +60,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
-pub use deliveries::{DeliveryFilter, DueDelivery};
+pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
 pub use due::{Due, DueIndex, Lane, NO_LANE};
 pub use retention::Pruned;
 
-use crate::clock::Millis;
+use crate::clock::{Clock, Millis};
 use crate::ids::{self, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
 use crate::model::{DeliveryState, Endpoint, EventMeta};
@@ -69,31 +73,36 @@ use codec::{key, EventRecord};
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("storage error: {0}")]
-    Sled(String),
+    Sled(#[from] sled::Error),
     #[error("storage I/O error: {0}")]
-    Io(String),
+    Io(#[source] Arc<std::io::Error>),
     #[error("stored record is unreadable: {0}")]
     Corrupt(String),
+    /// A record could not be encoded (a bug, never input: inputs are checked before).
+    #[error("cannot encode a record: {0}")]
+    Encode(String),
+    /// A row would pass [`codec::MAX_ROW`] (the API checks sizes first; this is the backstop).
+    #[error("{what} would take {size} bytes stored; at most {max}")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        max: usize,
+    },
     #[error("storage is closed")]
     Closed,
     #[error("{0}")]
     Format(String),
 }
 
-impl From<sled::Error> for StoreError {
-    fn from(e: sled::Error) -> Self {
-        StoreError::Sled(e.to_string())
-    }
-}
-
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
-        StoreError::Io(e.to_string())
+        StoreError::Io(Arc::new(e))
     }
 }
 
-/// The layout version this herald writes (`meta` key `format`).
-const FORMAT: u8 = 2;
+/// The layout version this herald writes (`meta` key `format`). Format 2 (herald 0.1's first
+/// releases) is migrated at open ([`migrate`]).
+const FORMAT: u8 = 3;
 
 pub(crate) struct Trees {
     /// Events, payload chunks, attempts, pending entries, idempotency keys, debounce windows
@@ -187,11 +196,39 @@ pub(crate) struct Inner {
     fresh: Mutex<Fresh>,
     healthy: AtomicBool,
     metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    /// Deliveries someone is reading, changing and writing now ([`Claim`]).
+    claims: Mutex<HashSet<u128>>,
+    /// Failures injected by the store's own tests.
+    #[cfg(test)]
+    faults: tests::Faults,
+}
+
+/// The one exclusion over a delivery: whoever holds its claim is the only one reading,
+/// changing and writing it (the engine for the whole of an attempt, a manual retry, retention
+/// pruning it, the committer superseding a trailing candidate). Released when dropped.
+pub struct Claim {
+    inner: Arc<Inner>,
+    delivery: u128,
+}
+
+impl Claim {
+    pub fn delivery(&self) -> u128 {
+        self.delivery
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.inner.lock_claims().remove(&self.delivery);
+    }
 }
 
 impl Inner {
     /// sled's flush (a `sync_file_range`), then a real fdatasync of its data file.
     fn sync(&self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.faults.check(&self.faults.sync)?;
         let started = std::time::Instant::now();
         self.db.flush()?;
         self.data_file.sync_data()?;
@@ -209,6 +246,18 @@ impl Inner {
         self.fresh.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_claims(&self) -> std::sync::MutexGuard<'_, HashSet<u128>> {
+        self.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The delivery's claim, unless someone holds it.
+    fn claim(self: &Arc<Self>, delivery: u128) -> Option<Claim> {
+        self.lock_claims().insert(delivery).then(|| Claim {
+            inner: self.clone(),
+            delivery,
+        })
+    }
+
     fn event_record(
         &self,
         event: u128,
@@ -216,9 +265,33 @@ impl Inner {
         let Some(v) = self.trees.log.get(key::event(event))? else {
             return Ok(None);
         };
-        let (rec, inline) = codec::decode_event(event, &v)?;
+        let (rec, inline) = self.decode_event(event, &v)?;
         let inline = inline.map(Bytes::copy_from_slice);
         Ok(Some((rec, inline)))
+    }
+
+    /// An event row decoded, with its targets read from their rows if it keeps them there.
+    fn decode_event<'v>(
+        &self,
+        event: u128,
+        v: &'v [u8],
+    ) -> Result<(EventRecord, Option<&'v [u8]>), StoreError> {
+        let (mut rec, inline) = codec::decode_event(event, v)?;
+        if rec.targets_in_rows {
+            rec.targets.reserve(rec.target_count);
+            for item in self.trees.log.scan_prefix(key::of(key::TARGETS, event)) {
+                codec::decode_targets(&item?.1, &mut rec.targets)?;
+            }
+            if rec.targets.len() != rec.target_count {
+                return Err(StoreError::Corrupt(format!(
+                    "event {} has {} of its {} targets",
+                    rec.meta.id,
+                    rec.targets.len(),
+                    rec.target_count
+                )));
+            }
+        }
+        Ok((rec, inline))
     }
 }
 
@@ -239,10 +312,12 @@ pub struct Store {
     quota_fault: AtomicBool,
     commit_tx: mpsc::Sender<commit::Job>,
     endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
+    /// Serializes endpoint changes (API and engine alike): each reads the current endpoint,
+    /// changes it and writes both sled and the map under it; the fsync that makes a change
+    /// durable happens after it is released, so changes never queue behind one another's fsync.
+    endpoint_writes: Mutex<()>,
     /// Synced plans by account (every attempt asks; few accounts have one).
     plans: RwLock<HashMap<String, String>>,
-    /// Serializes read-modify-write of one delivery outside the engine's own attempts.
-    delivery_locks: [Mutex<()>; 16],
     path: PathBuf,
 }
 
@@ -251,16 +326,17 @@ impl Store {
     pub fn open(
         path: &Path,
         cache_capacity: u64,
+        clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Store>, StoreError> {
-        std::fs::create_dir_all(path)?;
+        files::create_private_dir(path)?;
         remove_partial_snapshots(path)?;
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_capacity)
             .flush_every_ms(Some(500))
             .open()?;
-        check_format(&db)?;
+        let format = check_format(&db)?;
         let tree = |name: &str| db.open_tree(name);
         let trees = Trees {
             log: tree("log")?,
@@ -271,8 +347,13 @@ impl Store {
             account_secrets: tree("account_secrets")?,
             breakers: tree("breakers")?,
         };
-        trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
         let data_file = File::open(path.join("db"))?;
+        if format == Some(2) {
+            migrate::from_format_2(&db, &trees, &data_file, clock.now_ms())?;
+        }
+        trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
+        // Files sled made before this herald set its umask (an older herald's) are private too.
+        files::make_private(path)?;
 
         let mut endpoints = HashMap::new();
         for item in trees.endpoints.iter() {
@@ -292,6 +373,10 @@ impl Store {
             fresh: Mutex::new(Fresh::default()),
             healthy: AtomicBool::new(true),
             metrics,
+            clock,
+            claims: Mutex::new(HashSet::new()),
+            #[cfg(test)]
+            faults: Default::default(),
         });
         scan::rebuild(&inner)?;
 
@@ -308,8 +393,8 @@ impl Store {
             quota_fault: AtomicBool::new(false),
             commit_tx,
             endpoints: RwLock::new(endpoints),
+            endpoint_writes: Mutex::new(()),
             plans: RwLock::new(plans),
-            delivery_locks: Default::default(),
             path: path.to_path_buf(),
         });
         tokio::spawn(checkpoints(Arc::downgrade(&store)));
@@ -411,6 +496,7 @@ impl Store {
         };
         let payload = match inline {
             Some(bytes) => bytes,
+            None if rec.payload_inline => Bytes::new(),
             None => {
                 let mut buf = BytesMut::with_capacity(rec.payload_len);
                 for item in self.inner.trees.log.scan_prefix(key::of(key::CHUNK, ulid)) {
@@ -448,22 +534,97 @@ impl Store {
         eps
     }
 
-    /// Stores an endpoint durably, then makes it visible.
-    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        let value =
-            serde_json::to_vec(&ep).map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
-        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
+    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
+    /// Durable when this returns.
+    pub async fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            if self.account_endpoints(&ep.account_id).len() >= max_per_account {
+                return Ok(None);
+            }
+            self.write_endpoint(ep)?
+        };
         self.sync().await?;
+        Ok(Some(written))
+    }
+
+    /// Changes the endpoint `id` with `f`, which sees the current endpoint and says whether it
+    /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
+    /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
+    /// endpoint. Durable when this returns. Every endpoint change (the API's
+    /// and the engine's) goes through here or [`Store::put_endpoint`], so none is lost to
+    /// another made at the same time, and memory and disk always agree.
+    pub async fn change_endpoint<E: From<StoreError>>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
+    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            let Some(current) = self.endpoint(id) else {
+                return Ok(None);
+            };
+            let mut ep = (*current).clone();
+            if !f(&mut ep)? {
+                return Ok(Some((current, false)));
+            }
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some((written, true)))
+    }
+
+    /// Stores an endpoint as given (created or replaced), durably.
+    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(written)
+    }
+
+    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = {
+            let _w = self.lock_endpoint_writes();
+            let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
+            self.write_endpoints().remove(id);
+            existed
+        };
+        self.sync().await?;
+        Ok(existed)
+    }
+
+    /// The size an endpoint takes stored, which [`codec::MAX_ROW`] bounds.
+    pub fn endpoint_row_size(ep: &Endpoint) -> usize {
+        ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len())
+    }
+
+    /// Writes sled and the map; the caller holds `endpoint_writes`.
+    fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let size = ep.id.len() + value.len();
+        if size > codec::MAX_ROW {
+            return Err(StoreError::TooLarge {
+                what: "the endpoint",
+                size,
+                max: codec::MAX_ROW,
+            });
+        }
+        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         let ep = Arc::new(ep);
         self.write_endpoints().insert(ep.id.clone(), ep.clone());
         Ok(ep)
     }
 
-    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
-        let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
-        self.sync().await?;
-        self.write_endpoints().remove(id);
-        Ok(existed)
+    fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.endpoint_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
@@ -498,22 +659,26 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
     }
 }
 
-/// Refuses a data directory written in another layout (it would read as garbage).
-fn check_format(db: &sled::Db) -> Result<(), StoreError> {
+/// The data directory's storage format: `None` for a new one, `Some(2)` for one the migration
+/// upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as garbage).
+fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
-        Some(v) if v.as_ref() == [FORMAT] => Ok(()),
+        Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
+        Some(v) if v.as_ref() == [2] => Ok(Some(2)),
         Some(v) => Err(StoreError::Format(format!(
-            "the data directory is in storage format {:?}; this herald reads format {FORMAT}",
+            "the data directory is in storage format {:?}; this herald reads formats 2 and \
+             {FORMAT} (a newer herald wrote it: run that one)",
             v.as_ref()
         ))),
         None if db.tree_names().iter().any(|n| n.as_ref() == b"deliveries") => {
             Err(StoreError::Format(format!(
-                "the data directory was written by an earlier herald (storage format 1); this \
-                 herald reads format {FORMAT}: start it on a new data directory"
+                "the data directory was written by an early herald (storage format 1), which \
+                 no release since reads; this herald reads formats 2 and {FORMAT}: start it on \
+                 a new data directory"
             )))
         }
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 

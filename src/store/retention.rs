@@ -5,20 +5,24 @@
 //! first one inside the retention window. An event goes together with its payload and its
 //! deliveries' attempts, and only when none of its deliveries is still pending: pending work is
 //! never pruned. The event row goes last, so a sweep cut short by a crash finishes next time.
-//! Rows a crash left without their event (payload chunks, attempts, pending entries written
-//! before an event row that never was) go once they are older than the window too (a pending
-//! entry without its event is dropped by the engine when it comes due), and so do
-//! idempotency keys older than their 24 h window and closed debounce windows.
+//! Rows a crash left without their event (payload chunks, target rows, attempts, pending
+//! entries written before an event row that never was) go once they are older than the window
+//! too (a pending entry without its event is dropped by the engine when it comes due).
+//!
+//! Idempotency keys and debounce windows expire in time order, with no decoding: keys are
+//! stored under the day they were claimed, so every day older than yesterday goes whole, and
+//! windows have an index by end time, so the closed ones are a key range.
+//!
+//! An event's deliveries are claimed ([`super::Claim`]) while it is pruned: a manual retry or
+//! an attempt of one of them and its pruning exclude each other.
 
 use std::ops::Bound;
 
 use super::codec::{self, key};
 use super::{Store, StoreError};
 use crate::clock::Millis;
-use crate::engine::debounce::Window;
 use crate::ids;
 use crate::model::DeliveryState;
-use crate::store::IDEMPOTENCY_WINDOW_MS;
 
 /// What one slice removed, and where the next slice starts (`None`: the sweep is done).
 #[derive(Debug, Default)]
@@ -26,12 +30,13 @@ pub struct Pruned {
     pub events: usize,
     pub deliveries: usize,
     pub attempts: usize,
+    /// The last event key this slice looked at: the next slice starts after it.
     pub next: Option<Vec<u8>>,
 }
 
 impl Store {
-    /// Prunes up to `max` events received before `cutoff`, starting after `from` (the previous
-    /// slice's `next`).
+    /// Prunes events received before `cutoff`, looking at up to `max` of them, starting after
+    /// `from` (the previous slice's `next`).
     pub fn prune_events(
         &self,
         cutoff: Millis,
@@ -48,15 +53,23 @@ impl Store {
             None => t.log.range(key::event(0)..end),
         };
         for (seen, item) in iter.enumerate() {
-            let (k, value) = item?;
-            if seen >= max {
-                out.next = Some(k.to_vec());
-                return Ok(out);
+            if seen == max {
+                return Ok(out); // `next` is the last event looked at
             }
+            let (k, value) = item?;
             let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-            let (rec, _) = codec::decode_event(event, &value)?;
+            let (rec, _) = self.inner.decode_event(event, &value)?;
             if rec.meta.received_at >= cutoff {
+                out.next = None;
                 return Ok(out); // everything after is newer
+            }
+            out.next = Some(k.to_vec());
+            // Claimed, so no retry or attempt of them starts while they go.
+            let claims: Option<Vec<_>> = (0..rec.targets.len())
+                .map(|i| self.inner.claim(ids::delivery_of(event, i)))
+                .collect();
+            if claims.is_none() {
+                continue; // one is being attempted or retried: pending work, kept
             }
             let deliveries: Vec<_> = (0..rec.targets.len())
                 .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
@@ -73,55 +86,67 @@ impl Store {
                 self.inner.stats.forget(d.state);
                 out.deliveries += 1;
             }
-            if rec.payload_len > codec::INLINE_PAYLOAD {
-                for c in t.log.scan_prefix(key::of(key::CHUNK, event)).keys() {
-                    t.log.remove(c?)?;
+            for kind in [key::CHUNK, key::TARGETS] {
+                for r in t.log.scan_prefix(key::of(kind, event)).keys() {
+                    t.log.remove(r?)?;
                 }
             }
             t.log.remove(&k)?;
             out.events += 1;
         }
+        out.next = None;
         Ok(out)
     }
 
-    /// Drops idempotency keys past their window, closed debounce windows, and rows older than
-    /// `cutoff` whose event is gone (left by a crash mid-commit). Returns how many.
-    pub fn prune_small(&self, now: Millis, cutoff: Millis) -> Result<usize, StoreError> {
+    /// Removes up to `max` expired idempotency keys (every day before yesterday's) and closed
+    /// debounce windows, in time order. Returns how many; fewer than `max` means none is left.
+    pub fn prune_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
         let log = &self.inner.trees.log;
         let mut removed = 0;
-        // Compare-and-swap: the committer may have just claimed the key or reopened the window.
-        let stale = |kind: u8, f: &dyn Fn(&[u8]) -> bool| -> Result<usize, StoreError> {
-            let mut n = 0;
-            for item in log.scan_prefix([kind]) {
-                let (k, v) = item?;
-                if f(&v) && log.compare_and_swap(&k, Some(&v), None::<&[u8]>)?.is_ok() {
-                    n += 1;
+        let keep_from = key::idempotency_day(now).saturating_sub(1);
+        let expired =
+            log.range(key::idempotency_day_start(0)..key::idempotency_day_start(keep_from));
+        for k in expired.keys().take(max) {
+            log.remove(k?)?;
+            removed += 1;
+        }
+        let closed =
+            log.range(key::window_end_before(0)..key::window_end_before(now.saturating_add(1)));
+        for k in closed.keys().take(max - removed) {
+            let k = k?;
+            let end = u64::from_be_bytes(k[1..9].try_into().unwrap_or_default()) as Millis;
+            let mut wk = [0u8; 17];
+            wk[0] = key::WINDOW;
+            wk[1..].copy_from_slice(&k[9..]);
+            // Only the window this entry indexes: the committer may have opened a new one
+            // under the same key (compare-and-swap against the value read).
+            if let Some(v) = log.get(wk)? {
+                if codec::decode_window(&v)?.end == end {
+                    let _ = log.compare_and_swap(wk, Some(v), None::<&[u8]>)?;
                 }
             }
-            Ok(n)
-        };
-        removed += stale(key::IDEMPOTENCY, &|v| {
-            serde_json::from_slice::<serde_json::Value>(v)
-                .ok()
-                .and_then(|r| r["at"].as_i64())
-                .is_some_and(|at| now - at >= IDEMPOTENCY_WINDOW_MS)
-        })?;
-        // A closed window decides nothing any more (a trailing candidate has its own pending
-        // entry).
-        removed += stale(key::WINDOW, &|v| {
-            serde_json::from_slice::<Window>(v).is_ok_and(|w| w.end <= now)
-        })?;
-        // Orphans: keyed by their event's (or delivery's) ULID, so everything below the
-        // cutoff's ULID is older than the window.
+            log.remove(k)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Removes rows older than `cutoff` whose event is gone (left by a crash mid-commit).
+    /// Returns how many.
+    pub fn prune_orphans(&self, cutoff: Millis) -> Result<usize, StoreError> {
+        let log = &self.inner.trees.log;
+        let mut removed = 0;
+        // Keyed by their event's (or delivery's) ULID, so everything below the cutoff's ULID is
+        // older than the window.
         let floor = ids::ulid_floor(cutoff);
-        for kind in [key::CHUNK, key::ATTEMPT] {
+        for kind in [key::CHUNK, key::TARGETS, key::ATTEMPT] {
             let mut known: Option<(u128, bool)> = None;
             for k in log.range(key::of(kind, 0)..key::of(kind, floor)).keys() {
                 let k = k?;
                 let Some(ulid) = key::ulid(&k) else {
                     continue;
                 };
-                // Chunks are keyed by the event, attempts by a delivery.
+                // Chunks and target rows are keyed by the event, attempts by a delivery.
                 let event = ids::event_of(ulid).map_or(ulid, |(e, _)| e);
                 let exists = match known {
                     Some((e, exists)) if e == event => exists,

@@ -63,7 +63,7 @@ pub(super) fn walk(
     for item in kind(key::EVENT) {
         let (k, v) = item?;
         let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-        let (rec, _) = codec::decode_event(event, &v)?;
+        let (rec, _) = inner.decode_event(event, &v)?;
         for (index, target) in rec.targets.iter().enumerate() {
             let delivery = ids::delivery_of(event, index);
             // The state an attempt left is its value's last byte.

@@ -76,11 +76,14 @@ impl Herald {
             .expect("create temp dir");
         let config_path = dir.path().join("herald.toml");
         let storage = dir.path().join("data");
+        // A `[server]` table in `extra_toml` adds its keys to the harness's own.
+        let (server_keys, extra_toml) = super::split_table(extra_toml, "server");
         let config = format!(
             "[server]\n\
              listen = \"127.0.0.1:0\"\n\
              admin_tokens = [\"{ADMIN_TOKEN}\"]\n\
              ingest_tokens = [\"{INGEST_TOKEN}\"]\n\
+             {server_keys}\
              [storage]\n\
              path = {}\n\
              [log]\n\
@@ -88,7 +91,7 @@ impl Herald {
              level = \"info\"\n\
              {}{extra_toml}\n",
             super::toml_string(&storage.display().to_string()),
-            super::endpoints_default(extra_toml),
+            super::endpoints_default(&extra_toml),
         );
         std::fs::write(&config_path, config).expect("write herald.toml");
         let mut herald = Herald {

@@ -77,6 +77,29 @@ pub fn toml_string(s: &str) -> String {
     serde_json::to_string(s).expect("a string always serializes")
 }
 
+/// Takes the table `[name]` out of a TOML snippet: returns its keys (each line ending in a
+/// newline) and the rest, so a harness that writes that table itself can add the keys to it
+/// (TOML allows a table once).
+pub fn split_table(toml: &str, name: &str) -> (String, String) {
+    let header = format!("[{name}]");
+    let mut keys = String::new();
+    let mut rest = String::new();
+    let mut inside = false;
+    for line in toml.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == header;
+            if inside {
+                continue;
+            }
+        }
+        let out = if inside { &mut keys } else { &mut rest };
+        out.push_str(line);
+        out.push('\n');
+    }
+    (keys, rest)
+}
+
 /// Tests deliver to endpoints that never went through the verification handshake, so the
 /// harness turns `endpoints.require_verification` off unless the test writes its own
 /// `[endpoints]` table (TOML allows a table once).

@@ -8,18 +8,22 @@
 //! replaces (debounces) the candidate before it. The decision here is pure; the store keeps the
 //! windows, so a restart neither reopens nor loses one.
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::Millis;
 
 /// An open window, as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     /// When the window closes (exclusive).
     pub end: Millis,
-    /// `leading_trailing`: the deliveries of the event that will be sent at `end`.
-    #[serde(default)]
-    pub candidate: Vec<String>,
+    /// `leading_trailing`: the event whose deliveries will be sent at `end`.
+    pub candidate: Option<Candidate>,
+}
+
+/// A trailing candidate: an event (its ULID) and how many deliveries it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub event: u128,
+    pub deliveries: usize,
 }
 
 /// What to do with an event that falls under a debounce rule.
@@ -33,7 +37,7 @@ pub enum Decision {
     /// candidate's deliveries (`supersedes`) are debounced.
     Trail {
         due: Millis,
-        supersedes: Vec<String>,
+        supersedes: Option<Candidate>,
     },
 }
 
@@ -44,15 +48,15 @@ pub fn decide(window: Option<&Window>, now: Millis, window_ms: Millis, trailing:
             if trailing {
                 Decision::Trail {
                     due: w.end,
-                    supersedes: w.candidate.clone(),
+                    supersedes: w.candidate,
                 }
             } else {
                 Decision::Debounce
             }
         }
         _ => Decision::Open(Window {
-            end: now + window_ms,
-            candidate: Vec::new(),
+            end: now.saturating_add(window_ms),
+            candidate: None,
         }),
     }
 }
@@ -99,22 +103,26 @@ mod tests {
             decide(Some(&w), 61_000, 60_000, false),
             Decision::Open(Window {
                 end: 121_000,
-                candidate: vec![]
+                candidate: None
             })
         );
     }
 
     #[test]
     fn trailing_mode_makes_each_debounced_event_the_candidate() {
+        let c = Candidate {
+            event: 7 << 12,
+            deliveries: 2,
+        };
         let w = Window {
             end: 61_000,
-            candidate: vec!["dlv_a".into()],
+            candidate: Some(c),
         };
         assert_eq!(
             decide(Some(&w), 30_000, 60_000, true),
             Decision::Trail {
                 due: 61_000,
-                supersedes: vec!["dlv_a".into()]
+                supersedes: Some(c)
             }
         );
     }

@@ -130,6 +130,21 @@ const REFUSED_V6: &[(Ipv6Addr, u8, &str)] = &[
         64,
         "100::/64 (discard-only)",
     ),
+    (
+        Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        "fec0::/10 (site-local)",
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0),
+        32,
+        "2001::/32 (Teredo)",
+    ),
+    (
+        Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0),
+        48,
+        "64:ff9b:1::/48 (local-use NAT64)",
+    ),
 ];
 
 /// A CIDR range such as `"127.0.0.0/8"`, `"::1/128"`, `"10.1.2.3"` (a bare address is a /32 or
@@ -148,28 +163,15 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    /// Whether `ip` lies in this range.
-    ///
-    /// Address families are bridged only through the IPv4-mapped form, because that is the form
-    /// a dual-stack socket uses for plain IPv4 peers:
-    /// - an IPv4 range contains `::ffff:a.b.c.d` exactly when it contains `a.b.c.d`;
-    /// - an IPv6 range of length 96 or more (i.e. one lying inside `::ffff:0:0/96` or another
-    ///   single /96) contains `a.b.c.d` exactly when it contains `::ffff:a.b.c.d`. Shorter IPv6
-    ///   ranges never contain IPv4 addresses, so allowing `::/0` does not silently allow all
-    ///   of IPv4 as well.
-    ///
-    /// Other embeddings (compatible, 6to4, NAT64) are not ranges of the IPv4 space; [`Guard`]
-    /// handles them by checking the embedded address separately.
+    /// Whether `ip` lies in this range. Families never mix: an IPv4 address is only in IPv4
+    /// ranges (an IPv6 spelling of IPv4 ranges, `::ffff:a.b.c.d/n`, is read as the IPv4 range
+    /// when parsed), and the guard judges an IPv6 address that embeds an IPv4 address as that
+    /// IPv4 address, so allowing `::/0` never lets a refused IPv4 address through.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => v4_in(net, self.len, ip),
-            (IpAddr::V4(net), IpAddr::V6(ip)) => ip
-                .to_ipv4_mapped()
-                .is_some_and(|ip| v4_in(net, self.len, ip)),
             (IpAddr::V6(net), IpAddr::V6(ip)) => v6_in(net, self.len, ip),
-            (IpAddr::V6(net), IpAddr::V4(ip)) => {
-                self.len >= 96 && v6_in(net, self.len, ip.to_ipv6_mapped())
-            }
+            _ => false,
         }
     }
 }
@@ -252,6 +254,13 @@ impl FromStr for Cidr {
                 }
             }
         };
+        // `::ffff:a.b.c.d/n` (n >= 96) spells an IPv4 range: it is read as that range.
+        let (addr, len) = match addr {
+            IpAddr::V6(a) if len >= 96 && a.to_ipv4_mapped().is_some() => {
+                (IpAddr::V4(Ipv4Addr::from(u128::from(a) as u32)), len - 96)
+            }
+            other => (other, len),
+        };
         let addr = match addr {
             IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) & v4_mask(len))),
             IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) & v6_mask(len))),
@@ -291,12 +300,12 @@ impl Guard {
         Guard { allow }
     }
 
-    /// Ok if the address may be connected to. An address in an allowed CIDR is always Ok.
+    /// Ok if the address may be connected to. An address in an allowed CIDR is Ok.
     ///
-    /// For IPv6 forms that embed IPv4 (mapped, compatible, 6to4, NAT64) the embedded IPv4 is
-    /// checked against the IPv4 table, and the allow-list is consulted for both the IPv6
-    /// address and the embedded IPv4 — allowing `127.0.0.0/8` for local testing should also
-    /// allow reaching it through `::ffff:127.0.0.1`.
+    /// An IPv6 form that embeds an IPv4 address (mapped, translated, compatible, 6to4, NAT64)
+    /// is judged as that IPv4 address alone, against the IPv4 table and the IPv4 entries of the
+    /// allow-list: allowing `127.0.0.0/8` for local testing also allows `::ffff:127.0.0.1`, and
+    /// allowing `::/0` lets no refused IPv4 address through.
     pub fn check(&self, ip: IpAddr) -> Result<(), Refused> {
         let allowed = |ip: IpAddr| self.allow.iter().any(|c| c.contains(ip));
         match classify(ip, &allowed) {
@@ -314,32 +323,27 @@ pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
 /// The one place the policy is decided, shared by [`Guard::check`] and [`refused_range`] so the
 /// two can never disagree.
 fn classify(ip: IpAddr, allowed: &dyn Fn(IpAddr) -> bool) -> Option<&'static str> {
-    if allowed(ip) {
+    let judged = match ip {
+        // An embedding IPv6 address is only as safe as the IPv4 address it carries, since the
+        // OS, a 6to4 relay or a NAT64 gateway may deliver it there: it is that address.
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    };
+    if allowed(judged) {
         return None;
     }
-    match ip {
+    match judged {
         IpAddr::V4(v4) => lookup_v4(v4),
-        IpAddr::V6(v6) => {
-            // The IPv6 table first: `::` and `::1` are also "IPv4-compatible" in form, but they
-            // are refused in their own right and should be named as such.
-            if let Some(range) = lookup_v6(v6) {
-                return Some(range);
-            }
-            // Otherwise an embedding IPv6 address is only as safe as the IPv4 address it
-            // carries, since the OS, a 6to4 relay or a NAT64 gateway may deliver it there.
-            let v4 = embedded_v4(v6)?;
-            if allowed(IpAddr::V4(v4)) {
-                return None;
-            }
-            lookup_v4(v4)
-        }
+        IpAddr::V6(v6) => lookup_v6(v6),
     }
 }
 
 /// The IPv4 address carried by an IPv6 address, for the forms the contract names:
 /// - IPv4-mapped `::ffff:a.b.c.d` (`::ffff:0:0/96`): how a dual-stack socket reaches IPv4;
-/// - IPv4-compatible `::a.b.c.d` (first 96 bits zero): deprecated, but some stacks still
-///   route it to the IPv4 address;
+/// - IPv4-translated `::ffff:0:a.b.c.d` (`::ffff:0:0:0/96`, SIIT);
+/// - IPv4-compatible `::a.b.c.d` (first 96 bits zero, except `::` and `::1`, which are the
+///   IPv6 unspecified and loopback addresses and judged as such): deprecated, but some stacks
+///   still route it to the IPv4 address;
 /// - 6to4 `2002:AABB:CCDD::/48` (`2002::/16`, IPv4 in bits 16..48): relayed to that IPv4 site;
 /// - NAT64 `64:ff9b::a.b.c.d` (`64:ff9b::/96`, IPv4 in the last 32 bits): translated to it.
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
@@ -348,16 +352,12 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(mapped) = ip.to_ipv4_mapped() {
         return Some(mapped);
     }
-    if bits >> 32 == 0 {
-        return Some(low32);
+    match bits >> 32 {
+        0 if bits > 1 => Some(low32),
+        0xffff_0000 | 0x0064_ff9b_0000_0000_0000_0000 => Some(low32),
+        _ if bits >> 112 == 0x2002 => Some(Ipv4Addr::from((bits >> 80) as u32)),
+        _ => None,
     }
-    if bits >> 112 == 0x2002 {
-        return Some(Ipv4Addr::from((bits >> 80) as u32));
-    }
-    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
-        return Some(low32);
-    }
-    None
 }
 
 /// Longest-prefix match in the IPv4 table.
@@ -496,6 +496,21 @@ mod tests {
         ("100::", "100::/64 (discard-only)"),
         ("100::1", "100::/64 (discard-only)"),
         ("100::ffff:ffff:ffff:ffff", "100::/64 (discard-only)"),
+        ("fec0::", "fec0::/10 (site-local)"),
+        ("fec0::1", "fec0::/10 (site-local)"),
+        (
+            "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "fec0::/10 (site-local)",
+        ),
+        ("2001::", "2001::/32 (Teredo)"),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::/32 (Teredo)"),
+        ("2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "2001::/32 (Teredo)"),
+        ("64:ff9b:1::", "64:ff9b:1::/48 (local-use NAT64)"),
+        ("64:ff9b:1::a00:1", "64:ff9b:1::/48 (local-use NAT64)"),
+        (
+            "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+            "64:ff9b:1::/48 (local-use NAT64)",
+        ),
     ];
 
     /// IPv6 forms embedding a refused IPv4 address: refused under the IPv4 range's name.
@@ -508,6 +523,14 @@ mod tests {
         ),
         ("::ffff:0.0.0.0", "0.0.0.0/8 (this network)"),
         ("::ffff:255.255.255.255", "255.255.255.255/32 (broadcast)"),
+        ("::ffff:7f00:1", "127.0.0.0/8 (loopback)"),
+        ("::ffff:0:127.0.0.1", "127.0.0.0/8 (loopback)"),
+        (
+            "::ffff:0:169.254.169.254",
+            "169.254.169.254/32 (cloud metadata)",
+        ),
+        ("::169.254.169.254", "169.254.169.254/32 (cloud metadata)"),
+        ("2002:a9fe:a9fe::", "169.254.169.254/32 (cloud metadata)"),
         ("::127.0.0.1", "127.0.0.0/8 (loopback)"),
         ("::10.0.0.1", "10.0.0.0/8 (private)"),
         ("2002:7f00:1::", "127.0.0.0/8 (loopback)"),
@@ -548,8 +571,10 @@ mod tests {
         "2001:4860:4860::8888",
         "2001:db9::1",
         "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-        "fec0::1",
         "fb00::1",
+        "2001:1::1",
+        "64:ff9b:2::1",
+        "::ffff:0:8.8.8.8",
         "100:0:0:1::",
         "::ffff:8.8.8.8",
         "::8.8.8.8",
@@ -596,7 +621,8 @@ mod tests {
                 let mapped = v4.to_ipv6_mapped();
                 let six_to_four = Ipv6Addr::new(0x2002, hi, lo, 0, 0, 0, 0, 1);
                 let nat64 = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo);
-                for v6 in [mapped, six_to_four, nat64] {
+                let translated = Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, hi, lo);
+                for v6 in [mapped, six_to_four, nat64, translated] {
                     assert_eq!(refused_range(IpAddr::V6(v6)), name, "{v6} ({v4})");
                 }
                 // `::` and `::1` are named by their own IPv6 entries, so only require refusal.
@@ -605,6 +631,15 @@ mod tests {
                     refused_range(IpAddr::V6(compatible)).is_some(),
                     "{compatible}"
                 );
+                // No IPv6 allow-list entry lets the embedded address through (`::` and `::1`
+                // are IPv6's own unspecified and loopback addresses, which ::/0 does allow).
+                let everything_v6 = Guard::new(vec![cidr("::/0")]);
+                for v6 in [mapped, six_to_four, nat64, translated, compatible] {
+                    if u128::from(v6) <= 1 {
+                        continue;
+                    }
+                    assert!(everything_v6.check(IpAddr::V6(v6)).is_err(), "{v6} ({v4})");
+                }
             }
         }
     }
@@ -645,8 +680,9 @@ mod tests {
         (&["127.0.0.0/8"], "127.0.0.1", None),
         (&["127.0.0.0/8"], "::ffff:127.0.0.1", None),
         (&["127.0.0.0/8"], "10.0.0.1", Some("10.0.0.0/8 (private)")),
-        // The embedded IPv4 is looked up in the allow-list too.
+        // The embedded IPv4 is judged as IPv4, with the IPv4 allow-list.
         (&["127.0.0.0/8"], "::127.0.0.1", None),
+        (&["127.0.0.0/8"], "::ffff:0:127.0.0.1", None),
         (&["127.0.0.0/8"], "2002:7f00:1::", None),
         (&["127.0.0.0/8"], "64:ff9b::7f00:1", None),
         (
@@ -664,14 +700,32 @@ mod tests {
         // The allow-list wins over the more specific metadata entries.
         (&["169.254.0.0/16"], "169.254.169.254", None),
         (&["fd00::/8"], "fd00:ec2::254", None),
-        // An IPv6 range inside ::ffff:0:0/96 spells IPv4 addresses.
+        // An IPv6 spelling of an IPv4 range is read as that IPv4 range.
         (&["::ffff:127.0.0.0/104"], "127.0.0.1", None),
         (&["::ffff:127.0.0.0/104"], "::ffff:127.0.0.1", None),
-        // Allowing the 6to4 prefix itself does exempt 6to4 addresses.
-        (&["2002::/16"], "2002:a00:1::", None),
+        // An IPv6 range never lets a refused IPv4 address through, whatever embeds it.
+        (&["2002::/16"], "2002:a00:1::", Some("10.0.0.0/8 (private)")),
         (&["::/0"], "fe80::1", None),
-        // ...but ::/0 is IPv6 only.
+        (&["::/0"], "fec0::1", None),
         (&["::/0"], "10.0.0.1", Some("10.0.0.0/8 (private)")),
+        (
+            &["::/0"],
+            "::ffff:169.254.169.254",
+            Some("169.254.169.254/32 (cloud metadata)"),
+        ),
+        (
+            &["::/0"],
+            "::169.254.169.254",
+            Some("169.254.169.254/32 (cloud metadata)"),
+        ),
+        (
+            &["::/0"],
+            "2002:a9fe:a9fe::",
+            Some("169.254.169.254/32 (cloud metadata)"),
+        ),
+        (&["::/0"], "::ffff:7f00:1", Some("127.0.0.0/8 (loopback)")),
+        (&["::/0"], "64:ff9b::a00:1", Some("10.0.0.0/8 (private)")),
+        (&["::/0"], "::1", None),
         (&["0.0.0.0/0"], "10.0.0.1", None),
         (&["0.0.0.0/0"], "fe80::1", Some("fe80::/10 (link-local)")),
         (&["192.168.0.0/16", "10.0.0.0/8"], "10.9.9.9", None),
@@ -706,7 +760,8 @@ mod tests {
         ("::/0", "::/0"),
         ("fd00:ec2::254/64", "fd00:ec2::/64"),
         ("2001:DB8::/32", "2001:db8::/32"),
-        ("::ffff:127.0.0.0/104", "::ffff:127.0.0.0/104"),
+        ("::ffff:127.0.0.0/104", "127.0.0.0/8"),
+        ("::ffff:10.1.2.3", "10.1.2.3/32"),
         ("fe80::1/10", "fe80::/10"),
     ];
 
@@ -793,15 +848,13 @@ mod tests {
         ("127.0.0.0/8", "127.255.255.255", true),
         ("127.0.0.0/8", "128.0.0.0", false),
         ("127.0.0.0/8", "126.255.255.255", false),
-        // v4 range vs v4-mapped v6 address.
-        ("127.0.0.0/8", "::ffff:127.0.0.1", true),
-        ("127.0.0.0/8", "::ffff:10.0.0.1", false),
-        // Only the mapped form bridges families in `contains`.
+        // Families never mix in `contains` (the guard unwraps embedded IPv4 itself).
+        ("127.0.0.0/8", "::ffff:127.0.0.1", false),
         ("127.0.0.0/8", "::127.0.0.1", false),
         ("127.0.0.0/8", "2002:7f00:1::", false),
         ("127.0.0.0/8", "::1", false),
         ("0.0.0.0/0", "1.2.3.4", true),
-        ("0.0.0.0/0", "::ffff:1.2.3.4", true),
+        ("0.0.0.0/0", "::ffff:1.2.3.4", false),
         ("0.0.0.0/0", "2606:4700:4700::1111", false),
         ("10.1.2.3", "10.1.2.3", true),
         ("10.1.2.3", "10.1.2.4", false),
@@ -810,6 +863,7 @@ mod tests {
         ("::/0", "2606:4700:4700::1111", true),
         ("::/0", "1.2.3.4", false),
         ("::ffff:0:0/96", "1.2.3.4", true),
+        ("::ffff:0:0/96", "::ffff:1.2.3.4", false),
         ("::ffff:127.0.0.0/104", "127.0.0.1", true),
         ("::ffff:127.0.0.0/104", "10.0.0.1", false),
         ("::/96", "1.2.3.4", false),

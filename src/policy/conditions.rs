@@ -10,8 +10,7 @@
 //! 1–4 are pure and decided here; 5 counts in the store, so the engine runs it last and only
 //! when 1–4 pass (a request that is not sent is not counted).
 
-use crate::config::Plan;
-use crate::model::{Endpoint, EndpointState, Status};
+use crate::model::{Endpoint, EndpointState, Plan, Status};
 
 /// The first failing condition of 1–4, or `None` if the attempt may go on to the quota check.
 pub fn first_failing(

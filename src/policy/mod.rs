@@ -1,0 +1,20 @@
+//! Pure policy: decisions as plain functions over values, shared by the layers above (the
+//! config checks URLs and CIDRs with them, the store decides debounce windows and quotas inside
+//! its writes, the engine asks the breaker and the retry schedule). Nothing here does I/O or
+//! keeps state of its own.
+//!
+//! - [`breaker`]: the circuit breaker's state machine.
+//! - [`conditions`]: the ordered delivery conditions of SPEC §5.
+//! - [`debounce`]: debounce windows at ingest.
+//! - [`quota`]: the fixed per-minute and per-day windows.
+//! - [`retry`]: which outcomes are retried and the delay before the next attempt.
+//! - [`ssrf`]: which addresses herald may connect to.
+//! - [`url`]: endpoint URL checks.
+
+pub mod breaker;
+pub mod conditions;
+pub mod debounce;
+pub mod quota;
+pub mod retry;
+pub mod ssrf;
+pub mod url;

@@ -1,0 +1,126 @@
+//! Upgrades a data directory in place from the storage format an older herald wrote.
+//!
+//! Format 2 → 3 (run at open, before anything reads the store):
+//! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
+//!   keyed by the claim's day and a digest of (account, key), holding the event's ULID, so a
+//!   day's keys expire together and no key's length reaches the row size;
+//! - debounce windows were keyed by the (account, type, key) text and held JSON with the
+//!   candidate's delivery ids; now keyed by its digest, with a binary value naming the candidate
+//!   event, and an index by end time so closed windows expire in time order;
+//! - event rows of layout 1 stay as they are (herald reads both layouts).
+//!
+//! Keys past their 24 h and windows already closed are dropped rather than carried over. The
+//! rows are converted in batches, each written as one sled batch (new rows and the removal of
+//! the old ones together), so a migration cut short by a crash goes on where it stopped when
+//! herald starts again; the format is set to 3 by the caller once this returns, after an fsync.
+
+use std::fs::File;
+
+use super::codec::{self, key};
+use super::{StoreError, Trees, IDEMPOTENCY_WINDOW_MS};
+use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::policy::debounce::{Candidate, Window};
+
+/// Rows converted per sled batch.
+const BATCH: usize = 1000;
+
+#[derive(serde::Deserialize)]
+struct OldIdempotency {
+    event_id: String,
+    at: Millis,
+}
+
+#[derive(serde::Deserialize)]
+struct OldWindow {
+    end: Millis,
+    #[serde(default)]
+    candidate: Vec<String>,
+}
+
+pub(super) fn from_format_2(
+    db: &sled::Db,
+    trees: &Trees,
+    data_file: &File,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let (mut keys, mut windows) = (0usize, 0usize);
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut n = 0;
+        for item in trees.log.scan_prefix([key::OLD_IDEMPOTENCY]).take(BATCH) {
+            let (k, v) = item?;
+            batch.remove(k.clone());
+            n += 1;
+            let Some((account, idem)) = split_account_key(&k[1..]) else {
+                continue;
+            };
+            let old: OldIdempotency = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("format 2 idempotency record: {e}")))?;
+            let Some(event) = ids::parse(EVENT, &old.event_id) else {
+                continue;
+            };
+            if now - old.at >= IDEMPOTENCY_WINDOW_MS {
+                continue;
+            }
+            let day = key::idempotency_day(ids::ulid_ms(event));
+            batch.insert(
+                &key::idempotency(day, account, idem)[..],
+                &event.to_be_bytes()[..],
+            );
+            keys += 1;
+        }
+        for item in trees
+            .log
+            .scan_prefix([key::OLD_WINDOW])
+            .take(BATCH.saturating_sub(n))
+        {
+            let (k, v) = item?;
+            batch.remove(k.clone());
+            n += 1;
+            let old: OldWindow = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("format 2 debounce window: {e}")))?;
+            if old.end <= now {
+                continue;
+            }
+            let candidate = old
+                .candidate
+                .first()
+                .and_then(|d| ids::parse(DELIVERY, d))
+                .and_then(ids::event_of)
+                .map(|(event, _)| Candidate {
+                    event,
+                    deliveries: old.candidate.len(),
+                });
+            let rule_key = String::from_utf8_lossy(&k[1..]);
+            let wk = key::window(&rule_key);
+            let w = Window {
+                end: old.end,
+                candidate,
+            };
+            batch.insert(&wk[..], &codec::encode_window(&w)[..]);
+            batch.insert(&key::window_end(w.end, &wk)[..], &[][..]);
+            windows += 1;
+        }
+        if n == 0 {
+            break;
+        }
+        trees.log.apply_batch(batch)?;
+    }
+    db.flush()?;
+    data_file.sync_data()?;
+    tracing::info!(
+        idempotency_keys = keys,
+        debounce_windows = windows,
+        "storage migrated from format 2 to format 3"
+    );
+    Ok(())
+}
+
+/// Format 2's idempotency key: account id, NUL, key.
+fn split_account_key(k: &[u8]) -> Option<(&str, &str)> {
+    let nul = k.iter().position(|b| *b == 0)?;
+    let account = std::str::from_utf8(&k[..nul]).ok()?;
+    let idem = std::str::from_utf8(&k[nul + 1..]).ok()?;
+    Some((account, idem))
+}
