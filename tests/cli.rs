@@ -85,6 +85,55 @@ fn check_config_reports_every_error_with_its_key_path_and_exits_2() {
     );
 }
 
+/// SPEC §9: a token shorter than 16 characters, a token with surrounding whitespace (it could
+/// never match) and one token in both lists are refused, each named by its key; a token file's
+/// lines count like the lists.
+#[test]
+fn check_config_refuses_weak_and_shared_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("admin.tokens");
+    std::fs::write(&file, "shared-token-0123456789\nshort-in-file\n").unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!(
+            "[server]\nadmin_tokens = [\"short\", \"fine-admin-token-0123\"]\n\
+             admin_token_file = {}\n\
+             ingest_tokens = [\" padded-ingest-token \", \"shared-token-0123456789\"]\n{}",
+            common::toml_string(&file.display().to_string()),
+            storage_toml(dir.path())
+        ),
+    );
+    let out = check_config(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{stderr}");
+    let lines = error_lines(&out);
+    for (key, says) in [
+        ("server.admin_tokens[0]", "shorter than 16 characters"),
+        (
+            "server.admin_token_file (token 2)",
+            "shorter than 16 characters",
+        ),
+        ("server.ingest_tokens[0]", "whitespace"),
+        (
+            "server.ingest_tokens",
+            "both an admin token and an ingest token",
+        ),
+    ] {
+        let prefix = format!("config error: {key}: ");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&prefix) && l.contains(says)),
+            "no {prefix:?} line saying {says:?}; stderr:\n{stderr}"
+        );
+    }
+    assert_eq!(lines.len(), 4, "one line per problem; stderr:\n{stderr}");
+    assert!(
+        !stderr.contains("0123456789"),
+        "a token was printed: {stderr}"
+    );
+}
+
 #[test]
 fn check_config_accepts_a_good_file_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::discard_body;
 use super::error::ApiError;
-use super::{json, validate, AppState, Resp};
+use super::{blocking, json, validate, AppState, Resp};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
@@ -21,7 +21,7 @@ use crate::store::DeliveryFilter;
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
 
-pub fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError> {
+pub async fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError> {
     let mut filter = DeliveryFilter::default();
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = None;
@@ -75,9 +75,10 @@ pub fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError
             }
         }
     }
-    let (items, next) = state
-        .store
-        .list_deliveries(&filter, limit, cursor.as_deref())?;
+    let (items, next) = blocking(state, move |s| {
+        s.list_deliveries(&filter, limit, cursor.as_deref())
+    })
+    .await?;
     let items: Vec<Value> = items.iter().map(|d| view(state, d)).collect();
     Ok(json(
         StatusCode::OK,
@@ -111,13 +112,21 @@ fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
     })
 }
 
-pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+pub async fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     let not_found = || ApiError::not_found("delivery");
     if !ids::is_valid(DELIVERY, id) {
         return Err(not_found());
     }
-    let d = state.store.delivery(id)?.ok_or_else(not_found)?;
-    let attempts: Vec<Value> = state.store.attempts(id)?.iter().map(|a| a.view()).collect();
+    let owned = id.to_string();
+    let found = blocking(state, move |s| {
+        let Some(d) = s.delivery(&owned)? else {
+            return Ok(None);
+        };
+        Ok(Some((d, s.attempts(&owned)?)))
+    })
+    .await?;
+    let (d, attempts) = found.ok_or_else(not_found)?;
+    let attempts: Vec<Value> = attempts.iter().map(|a| a.view()).collect();
     let mut v = view(state, &d);
     v["attempts"] = Value::Array(attempts);
     Ok(json(StatusCode::OK, &v))
@@ -158,14 +167,14 @@ struct EventView<'a> {
     deliveries: Vec<Value>,
 }
 
-pub fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+pub async fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     let not_found = || ApiError::not_found("event");
     if !ids::is_valid(EVENT, id) {
         return Err(not_found());
     }
-    let (meta, payload, deliveries) = state
-        .store
-        .event_with_deliveries(id)?
+    let owned = id.to_string();
+    let (meta, payload, deliveries) = blocking(state, move |s| s.event_with_deliveries(&owned))
+        .await?
         .ok_or_else(not_found)?;
     let payload = String::from_utf8(payload.to_vec())
         .ok()

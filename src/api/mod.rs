@@ -34,7 +34,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::policy::ssrf::Guard;
 use crate::shutdown::Shutdown;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use error::ApiError;
 
 pub type Resp = Response<Full<Bytes>>;
@@ -143,7 +143,7 @@ async fn dispatch(
     }
     match (method, seg) {
         (&M::GET, ["v1", "status"]) => Ok(status::status(state)),
-        (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id),
+        (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id).await,
         (&M::POST, ["v1", "events", id, "replay"]) => replay::replay(state, req, id).await,
         (&M::GET, ["v1", "event-types"]) => catalog::event_types(state),
         (&M::POST, ["v1", "endpoints", id, "recover"]) => replay::recover(state, req, id).await,
@@ -167,8 +167,8 @@ async fn dispatch(
         (&M::POST, ["v1", "endpoints", id, action @ ("pause" | "resume")]) => {
             endpoints::set_state(state, req, id, action).await
         }
-        (&M::GET, ["v1", "deliveries"]) => deliveries::list(state, req.uri().query()),
-        (&M::GET, ["v1", "deliveries", id]) => deliveries::get(state, id),
+        (&M::GET, ["v1", "deliveries"]) => deliveries::list(state, req.uri().query()).await,
+        (&M::GET, ["v1", "deliveries", id]) => deliveries::get(state, id).await,
         (&M::POST, ["v1", "deliveries", id, "retry"]) => deliveries::retry(state, req, id).await,
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -176,6 +176,22 @@ async fn dispatch(
             format!("no route for {method} /{}", seg.join("/")),
         )),
     }
+}
+
+/// Runs store work that may read many rows (the log, its filters, an event with many
+/// deliveries) on a blocking thread, so it never holds up the async workers.
+pub async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = state.store.clone();
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "a storage read failed");
+            ApiError::unavailable()
+        })?
+        .map_err(ApiError::from)
 }
 
 /// A JSON answer.

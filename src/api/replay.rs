@@ -13,12 +13,12 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::{json, AppState, Resp};
-use crate::clock::parse_rfc3339;
+use super::{blocking, json, AppState, Resp};
+use crate::clock::{parse_rfc3339, Millis};
 use crate::engine::RetryError;
 use crate::ids::{self, EVENT};
 use crate::model::DeliveryState;
-use crate::store::{DeliveryFilter, IngestOutcome, NewEvent};
+use crate::store::{DeliveryFilter, IngestOutcome, NewEvent, Store, StoreError};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -43,9 +43,9 @@ pub async fn replay(
     if !ids::is_valid(EVENT, id) {
         return Err(ApiError::not_found("event"));
     }
-    let (meta, payload) = state
-        .store
-        .event(id)?
+    let owned = id.to_string();
+    let (meta, payload) = blocking(state, move |s| s.event(&owned))
+        .await?
         .ok_or_else(|| ApiError::not_found("event"))?;
     let endpoints = state.store.account_endpoints(&meta.account_id);
     let targets: Vec<_> = match &b.endpoint_id {
@@ -131,43 +131,132 @@ pub async fn recover(
     if state.store.endpoint(id).is_none() {
         return Err(ApiError::not_found("endpoint"));
     }
+    let endpoint = id.to_string();
+    let (found, more) = blocking(state, move |s| {
+        recoverable(s, &endpoint, since, MAX_RECOVER)
+    })
+    .await?;
+    if b.dry_run {
+        return Ok(json(
+            StatusCode::OK,
+            &json!({"dry_run": true, "deliveries": found.len(), "more": more}),
+        ));
+    }
+    // Up to MAX_RECOVER writes: on a blocking thread too.
+    let engine = state.engine.clone();
+    let recovered = tokio::task::spawn_blocking(move || {
+        let mut recovered = 0;
+        for d in &found {
+            match engine.retry_now(d) {
+                Ok(_) => recovered += 1,
+                Err(RetryError::InFlight | RetryError::NotFound) => {}
+                Err(RetryError::Store(e)) => return Err(e),
+            }
+        }
+        Ok(recovered)
+    })
+    .await
+    .map_err(|_| ApiError::unavailable())??;
+    tracing::info!(endpoint_id = %id, recovered, more, "endpoint recovered");
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &json!({ "recovered": recovered, "more": more }),
+    ))
+}
+
+/// Deliveries one recover call retries at most; `"more": true` in the answer says another call
+/// will find the rest (those retried are no longer `failed` or `skipped`).
+pub const MAX_RECOVER: usize = 10_000;
+
+/// The endpoint's `failed` and `skipped` deliveries created since `since`, newest first, at most
+/// `max`; and whether there are more.
+fn recoverable(
+    store: &Store,
+    endpoint: &str,
+    since: Millis,
+    max: usize,
+) -> Result<(Vec<String>, bool), StoreError> {
     let mut found = Vec::new();
     for st in [DeliveryState::Failed, DeliveryState::Skipped] {
         let filter = DeliveryFilter {
-            endpoint_id: Some(id.to_string()),
+            endpoint_id: Some(endpoint.to_string()),
             state: Some(st),
             since: Some(since),
             ..DeliveryFilter::default()
         };
         let mut cursor: Option<String> = None;
         loop {
-            let (items, next) = state
-                .store
-                .list_deliveries(&filter, 500, cursor.as_deref())?;
+            let room = max + 1 - found.len();
+            let (items, next) = store.list_deliveries(&filter, room.min(500), cursor.as_deref())?;
             found.extend(items.into_iter().map(|d| d.id));
+            if found.len() > max {
+                found.truncate(max);
+                return Ok((found, true));
+            }
             match next {
                 Some(c) => cursor = Some(c),
                 None => break,
             }
         }
     }
-    if b.dry_run {
-        return Ok(json(
-            StatusCode::OK,
-            &json!({"dry_run": true, "deliveries": found.len()}),
-        ));
-    }
-    let mut recovered = 0;
-    for d in &found {
-        match state.engine.retry_now(d) {
-            Ok(_) => recovered += 1,
-            Err(RetryError::InFlight | RetryError::NotFound) => {}
-            Err(RetryError::Store(e)) => return Err(e.into()),
+    Ok((found, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::metrics::Metrics;
+    use crate::model::{Attempt, Status};
+
+    /// Recover is bounded: past `max` deliveries it stops and says there are more.
+    #[tokio::test]
+    async fn recover_is_bounded_and_says_there_is_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = 1_796_277_600_000;
+        let clock = Arc::new(ManualClock::new(t0));
+        let store = Store::open(dir.path(), 8 << 20, clock, Arc::new(Metrics::default())).unwrap();
+        let endpoint = ids::new_id(ids::ENDPOINT, t0);
+        let lane = ids::parse(ids::ENDPOINT, &endpoint).unwrap();
+        for i in 0..5 {
+            let ev = NewEvent {
+                account_id: "a".into(),
+                event_type: "t.x".into(),
+                received_at: t0 + i,
+                payload: bytes::Bytes::from_static(b"{}"),
+                targets: vec![lane],
+                idempotency_key: None,
+                debounce_key: None,
+                debounce: None,
+            };
+            let out = store.ingest(vec![ev]).await.unwrap();
+            let IngestOutcome::Created { deliveries, .. } = &out[0] else {
+                panic!("created");
+            };
+            let d = deliveries[0].clone();
+            let mut failed = d.clone();
+            failed.state = DeliveryState::Failed;
+            failed.next_attempt_at = None;
+            let a = Attempt {
+                id: ids::new_id(ids::ATTEMPT, t0),
+                number: 1,
+                at: t0,
+                duration_ms: 0,
+                status: Status::Blocked,
+                http_status: None,
+                error: None,
+                request_headers: Vec::new(),
+                response_body: String::new(),
+            };
+            store.update_delivery(&d, &failed, Some(&a)).unwrap();
         }
+        let (found, more) = recoverable(&store, &endpoint, t0, 3).unwrap();
+        assert_eq!((found.len(), more), (3, true));
+        let (found, more) = recoverable(&store, &endpoint, t0, 5).unwrap();
+        assert_eq!((found.len(), more), (5, false));
+        let (found, more) = recoverable(&store, &endpoint, t0 + 3, 5).unwrap();
+        assert_eq!((found.len(), more), (2, false));
     }
-    tracing::info!(endpoint_id = %id, recovered, "endpoint recovered");
-    Ok(json(
-        StatusCode::ACCEPTED,
-        &json!({ "recovered": recovered }),
-    ))
 }
