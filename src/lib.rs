@@ -4,20 +4,27 @@
 //!
 //! Data flows one way: `api` -> `store` (durable) -> `engine` (decide) -> `outbound` (send) ->
 //! `store` (record). `api` never sends HTTP, `outbound` never touches sled, `engine` decides and
-//! `store` remembers.
+//! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`), the
+//! pure decisions (`policy`) and `signing`; nothing there imports a module above it.
 //!
 //! - [`app`]: `run(config, listener, clock, shutdown)`: opens the store, starts the API and the
 //!   engine, tears them down in order.
 //! - [`config`]: the TOML file: structs, compiled-in defaults, validation with key paths.
 //! - [`clock`]: wall time that gets stored (`SystemClock`, `ManualClock` for tests).
 //! - [`ids`]: prefixed, time-sortable ids (`evt_`, `ep_`, `dlv_`, `att_` + ULID).
-//! - [`model`]: the shared vocabulary: `Endpoint`, `Event`, `Delivery`, `Attempt`, `Status`.
+//! - [`model`]: the shared vocabulary: `Plan`, `Endpoint`, `Event`, `Delivery`, `Attempt`,
+//!   `Status`.
+//! - [`policy`]: pure decisions: breaker, conditions, debounce windows, quota windows, retry
+//!   schedule, the SSRF guard and its CIDRs, endpoint URL checks.
+//! - [`signing`]: Standard Webhooks signatures and secret formats.
 //! - [`store`]: the only module that touches sled: the event and delivery log (one row per
-//!   event), the group-commit committer, the per-endpoint due index.
-//! - [`api`]: the hyper 1.x HTTP API: routing, auth, JSON errors, one file per resource.
-//! - [`engine`]: the delivery loop, the ordered conditions, retry arithmetic.
-//! - [`outbound`]: the HTTP client (rustls, timeouts, no redirects, body cap), the SSRF guard and
-//!   signing.
+//!   event), the group-commit committer, the per-endpoint due index, per-delivery claims, the
+//!   storage-format migration, the data directory's privacy.
+//! - [`api`]: the hyper 1.x HTTP API: connection limits, routing, auth, JSON errors, one file
+//!   per resource.
+//! - [`engine`]: the delivery loop, attempts, endpoint health, verification, retention sweeps.
+//! - [`outbound`]: the HTTP client (rustls, timeouts, no redirects, body cap), checked
+//!   connections and the signed request.
 //! - [`receive`]: the `herald receive` tool for trying herald out.
 //! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
 //! - [`metrics`]: Prometheus counters and histograms, rendered at `GET /metrics`.

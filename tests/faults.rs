@@ -5,18 +5,14 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::herald::{
-    herald_bin, http_call, new_client, parse_listen_addr, strip_ansi, ApiClient, ADMIN_TOKEN,
-    INGEST_TOKEN,
-};
+use common::herald::{http_call, new_client, ApiClient, Launch, Wrap, INGEST_TOKEN};
 use common::{delivery_toml, first_delivery, toml_string, Herald, Receiver, TestCa, World};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -470,150 +466,6 @@ async fn name_resolving_to_a_public_and_a_private_address_is_blocked() {
 
 // --- storage that stops accepting writes ------------------------------------------------------
 
-/// A herald process spawned by the test itself, so it can run under a resource limit and with a
-/// chosen signal disposition (the harness's `Herald` always spawns the binary directly).
-struct Spawned {
-    child: Child,
-    logs: Arc<Mutex<Vec<String>>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
-    addr: SocketAddr,
-    client: ApiClient,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Spawned {
-    /// Spawns `cmd` and waits (up to 20 s) for its `herald listening addr=...` line.
-    async fn start(mut cmd: Command) -> Spawned {
-        let mut child = cmd
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let mut readers = Vec::new();
-        let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
-        let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
-        for stream in [out, err] {
-            let logs = logs.clone();
-            readers.push(std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let line = strip_ansi(&line);
-                    eprintln!("[spawned herald] {line}");
-                    logs.lock().unwrap().push(line);
-                }
-            }));
-        }
-        let mut s = Spawned {
-            child,
-            logs,
-            readers,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            client: new_client(),
-        };
-        let end = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let line = s
-                .logs
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains("herald listening"))
-                .cloned();
-            if let Some(addr) = line.as_deref().and_then(parse_listen_addr) {
-                s.addr = addr;
-                return s;
-            }
-            if let Some(status) = s.child.try_wait().unwrap() {
-                s.join_readers();
-                panic!(
-                    "herald exited ({status}) before listening; log:\n{}",
-                    s.log_text()
-                );
-            }
-            if tokio::time::Instant::now() >= end {
-                panic!("herald did not start within 20 s; log:\n{}", s.log_text());
-            }
-            // Polling interval while waiting for the process to start.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn base(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: &str,
-        body: Option<&Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let (headers, bytes): (&[(&str, &str)], Vec<u8>) = match body {
-            Some(v) => (
-                &[("content-type", "application/json")],
-                v.to_string().into_bytes(),
-            ),
-            None => (&[], Vec::new()),
-        };
-        let (status, _, answer) = http_call(
-            &self.client,
-            &self.base(),
-            method,
-            path,
-            Some(token),
-            headers,
-            bytes,
-        )
-        .await?;
-        Ok((
-            status,
-            serde_json::from_slice(&answer).unwrap_or(Value::Null),
-        ))
-    }
-
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// Its exit status once it exits within `limit`; `None` if it is still running then.
-    async fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let end = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < end {
-            if let Some(status) = self.exited() {
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        self.exited()
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.join_readers();
-    }
-
-    fn join_readers(&mut self) {
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-    }
-
-    fn log_text(&self) -> String {
-        self.logs.lock().unwrap().join("\n")
-    }
-}
-
 fn prlimit_available() -> bool {
     Command::new("prlimit")
         .arg("--version")
@@ -639,40 +491,31 @@ fn ulimit_f_unit() -> u64 {
     soft / 8
 }
 
-/// `herald serve --config CONFIG` with RLIMIT_FSIZE = `fsize` bytes: `prlimit` if present, else
-/// `sh`'s `ulimit -f`. With `ignore_sigxfsz` the process starts with SIGXFSZ ignored (an ignored
-/// disposition survives exec), so a write beyond the limit fails with EFBIG instead of killing it.
-fn limited_herald(config: &Path, fsize: u64, ignore_sigxfsz: bool) -> Command {
-    let herald = herald_bin().display().to_string();
-    let mut argv: Vec<String> = Vec::new();
-    let mut script = String::new();
-    if ignore_sigxfsz {
-        script.push_str("trap '' XFSZ; ");
-    }
-    if prlimit_available() {
-        argv.extend(["prlimit".to_string(), format!("--fsize={fsize}")]);
-    } else {
-        script.push_str(&format!(
-            "ulimit -f {} || exit 97; ",
-            fsize / ulimit_f_unit()
-        ));
-    }
-    script.push_str("exec \"$@\"");
-    argv.extend([
-        herald,
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ]);
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(script).arg("sh").args(argv);
-    cmd
-}
-
-fn unlimited_herald(config: &Path) -> Command {
-    let mut cmd = Command::new(herald_bin());
-    cmd.arg("serve").arg("--config").arg(config);
-    cmd
+/// herald with RLIMIT_FSIZE = `fsize` bytes: `prlimit` if present, else `sh`'s `ulimit -f`.
+/// With `ignore_sigxfsz` the process starts with SIGXFSZ ignored (an ignored disposition
+/// survives exec), so a write beyond the limit fails with EFBIG instead of killing it.
+fn limited(fsize: u64, ignore_sigxfsz: bool) -> Wrap {
+    let prlimit = prlimit_available();
+    Arc::new(move |herald: &[String]| {
+        let mut argv: Vec<String> = Vec::new();
+        let mut script = String::new();
+        if ignore_sigxfsz {
+            script.push_str("trap '' XFSZ; ");
+        }
+        if prlimit {
+            argv.extend(["prlimit".to_string(), format!("--fsize={fsize}")]);
+        } else {
+            script.push_str(&format!(
+                "ulimit -f {} || exit 97; ",
+                fsize / ulimit_f_unit()
+            ));
+        }
+        script.push_str("exec \"$@\"");
+        argv.extend(herald.iter().cloned());
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(script).arg("sh").args(argv);
+        cmd
+    })
 }
 
 /// What one ingest request came to.
@@ -739,24 +582,6 @@ async fn produce_until_refused(
     }
 }
 
-/// Writes `dir/herald.toml` for a [`Spawned`] herald: random port, the test tokens, data in
-/// `storage`, text logs, no verification, and `delivery` (a `[delivery]` table). Its path.
-fn write_config(dir: &Path, storage: &Path, delivery: &str) -> PathBuf {
-    let config = dir.join("herald.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n\
-             [log]\nformat = \"text\"\nlevel = \"info\"\n\
-             [endpoints]\nrequire_verification = false\n{delivery}",
-            toml_string(&storage.display().to_string()),
-        ),
-    )
-    .unwrap();
-    config
-}
-
 /// The limit on the store's file size: room for startup and a few dozen events.
 const FSIZE: u64 = 256 * 1024;
 
@@ -767,20 +592,23 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         .tempdir()
         .unwrap();
     let ca_file = ca.write_ca_file(dir.path());
-    let storage: PathBuf = dir.path().join("data");
-    let config = write_config(dir.path(), &storage, &delivery_toml(&ca_file));
     let recv = Receiver::ok_https(&ca);
 
-    let mut limited = Spawned::start(limited_herald(&config, FSIZE, ignore_sigxfsz)).await;
-    let (status, answer) = limited
-        .call(
+    let mut herald = Herald::start_with(
+        &delivery_toml(&ca_file),
+        Launch {
+            wrap: Some(limited(FSIZE, ignore_sigxfsz)),
+            ..Launch::default()
+        },
+    )
+    .await;
+    let (status, answer) = herald
+        .admin(
             "POST",
             "/v1/accounts/acc/endpoints",
-            ADMIN_TOKEN,
-            Some(&json!({"url": recv.url("/hook")})),
+            Some(json!({"url": recv.url("/hook")})),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(status, 201, "create endpoint: {answer}");
 
     // Four producers post until each gets an answer other than 202.
@@ -788,8 +616,8 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     let producers: Vec<_> = (0..4)
         .map(|p| {
             tokio::spawn(produce_until_refused(
-                limited.client.clone(),
-                limited.base(),
+                new_client(),
+                herald.base_url(),
                 p,
                 results.clone(),
             ))
@@ -835,7 +663,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         .iter()
         .any(|r| matches!(r, Ingested::Transport { .. }))
     {
-        let why = match limited.exit_within(Duration::from_secs(5)).await {
+        let why = match herald.exit_within(Duration::from_secs(5)).await {
             Some(status) => {
                 use std::os::unix::process::ExitStatusExt;
                 match status.signal() {
@@ -849,7 +677,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
             "a write beyond the file size limit must answer 503, but requests failed at the \
              transport level ({why}): {not_acked:?}\nlog tail:\n{}",
             {
-                let log = limited.log_text();
+                let log = herald.log_text();
                 let lines: Vec<&str> = log.lines().collect();
                 lines[lines.len().saturating_sub(15)..].join("\n")
             }
@@ -866,13 +694,10 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         );
     }
     assert!(
-        limited.exited().is_none(),
+        herald.exited().is_none(),
         "herald exited after answering 503"
     );
-    let (health, body) = limited
-        .call("GET", "/healthz", ADMIN_TOKEN, None)
-        .await
-        .unwrap();
+    let (health, body) = herald.call("GET", "/healthz", None, None).await;
     assert_ne!(
         health, 200,
         "/healthz says storage is usable while writes fail: {body}"
@@ -880,11 +705,11 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
 
     // Storage that stays broken stops herald with an error (sled keeps a write error for good),
     // so its service manager (systemd's Restart=on-failure) starts it afresh.
-    let status = match limited.exit_within(Duration::from_secs(30)).await {
+    let status = match herald.exit_within(Duration::from_secs(30)).await {
         Some(status) => status,
         None => panic!(
             "herald kept running for 30 s on storage that refuses writes; log tail:\n{}",
-            limited.log_text()
+            herald.log_text()
         ),
     };
     assert_eq!(
@@ -893,19 +718,16 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         "herald stops with exit code 1 when storage stays broken: {status}"
     );
     assert!(
-        limited.log_text().contains("storage refused writes"),
+        herald.log_text().contains("storage refused writes"),
         "the log says why herald stopped"
     );
-    limited.kill9();
 
     // The disk takes writes again (the limit is lifted) and herald starts afresh on the same
     // data: everything acknowledged is there.
-    let herald = Spawned::start(unlimited_herald(&config)).await;
+    herald.set_wrap(None);
+    herald.restart().await;
     for (id, _, n) in &acked {
-        let (status, event) = herald
-            .call("GET", &format!("/v1/events/{id}"), ADMIN_TOKEN, None)
-            .await
-            .unwrap();
+        let (status, event) = herald.admin("GET", &format!("/v1/events/{id}"), None).await;
         assert_eq!(status, 200, "acknowledged event {id} was lost: {event}");
         assert_eq!(event["payload"]["n"], *n, "{event}");
     }
@@ -917,10 +739,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
         };
         let body = json!({"account_id": "acc", "type": "t.disk", "idempotency_key": key,
                           "payload": {"again": true}});
-        let (status, answer) = herald
-            .call("POST", "/v1/events", INGEST_TOKEN, Some(&body))
-            .await
-            .unwrap();
+        let (status, answer) = herald.ingest(body).await;
         assert_eq!(status, 202, "{answer}");
         assert_eq!(
             answer["duplicate"], false,
@@ -931,14 +750,8 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     // And it accepts new events, and delivers them and every acknowledged one.
     for i in 0..5 {
         let (status, answer) = herald
-            .call(
-                "POST",
-                "/v1/events",
-                INGEST_TOKEN,
-                Some(&json!({"account_id": "acc", "type": "t.disk", "payload": {"after": i}})),
-            )
-            .await
-            .unwrap();
+            .ingest(json!({"account_id": "acc", "type": "t.disk", "payload": {"after": i}}))
+            .await;
         assert_eq!(status, 202, "{answer}");
         new_ids.push(answer["event_id"].as_str().unwrap().to_string());
     }
@@ -998,14 +811,11 @@ async fn name_with_one_public_and_one_private_address_is_blocked_whole() {
         format!("127.0.0.1 localhost\n{PUBLIC_ADDR} {MIXED_NAME}\n127.0.0.1 {MIXED_NAME}\n"),
     )
     .unwrap();
-    if !private_hosts_work(&hosts) {
-        eprintln!(
-            "SKIPPED: cannot give herald an /etc/hosts of its own here (needs root and \
-             `unshare -m`); name_resolving_to_a_public_and_a_private_address_is_blocked covers \
-             what this machine allows"
-        );
-        return;
-    }
+    assert!(
+        private_hosts_work(&hosts),
+        "cannot give herald an /etc/hosts of its own here: this test needs root and \
+         `unshare -m` (util-linux), as CI has"
+    );
     let ca = TestCa::new();
     let ca_file = ca.write_ca_file(dir.path());
     // No allow-list: 127.0.0.1 is refused, the public address alone would pass.
@@ -1013,55 +823,37 @@ async fn name_with_one_public_and_one_private_address_is_blocked_whole() {
         "[delivery]\nextra_ca_file = {}\n",
         toml_string(&ca_file.display().to_string())
     );
-    let config = write_config(dir.path(), &dir.path().join("data"), &delivery);
-    let args = [
-        herald_bin().display().to_string(),
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    let mut herald = Spawned::start(with_hosts(&hosts, "exec \"$@\"", &args)).await;
+    let wrap: Wrap = Arc::new(move |argv: &[String]| with_hosts(&hosts, "exec \"$@\"", argv));
+    let mut herald = Herald::start_with(
+        &delivery,
+        Launch {
+            wrap: Some(wrap),
+            ..Launch::default()
+        },
+    )
+    .await;
     // The receiver a connection to 127.0.0.1 would reach.
     let recv = Receiver::ok_https(&ca);
     let url = format!("https://{MIXED_NAME}:{}/hook", recv.port());
     let (status, answer) = herald
-        .call(
+        .admin(
             "POST",
             "/v1/accounts/acc/endpoints",
-            ADMIN_TOKEN,
-            Some(&json!({"url": url, "retry_policy": "none"})),
+            Some(json!({"url": url, "retry_policy": "none"})),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(status, 201, "a name is checked at send time: {answer}");
     let (status, answer) = herald
-        .call(
-            "POST",
-            "/v1/events",
-            INGEST_TOKEN,
-            Some(&json!({"account_id": "acc", "type": "t.ssrf", "payload": {}})),
-        )
-        .await
-        .unwrap();
+        .ingest(json!({"account_id": "acc", "type": "t.ssrf", "payload": {}}))
+        .await;
     assert_eq!(status, 202, "{answer}");
     let delivery = first_delivery(&answer);
     let path = format!("/v1/deliveries/{delivery}");
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    let d = loop {
-        let d = herald
-            .call("GET", &path, ADMIN_TOKEN, None)
-            .await
-            .unwrap()
-            .1;
-        if d["state"] == "failed" {
-            break d;
-        }
-        assert!(
-            std::time::Instant::now() < end,
-            "the delivery did not end within 10 s: {d}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    common::wait_until(Duration::from_secs(10), "the delivery fails", || async {
+        herald.admin("GET", &path, None).await.1["state"] == "failed"
+    })
+    .await;
+    let d = herald.admin("GET", &path, None).await.1;
     let a = &d["attempts"][0];
     assert_eq!(a["status"], "blocked", "{d}");
     assert!(

@@ -170,18 +170,16 @@ async fn secrets_appear_in_no_answer_and_no_log_line() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn imported_whsec_secret_signs_with_its_decoded_key() {
+/// Imports `secret` on a new endpoint, delivers one event with it and returns the request as
+/// received (its signature already checked with `secret`): the parts a test of an imported
+/// secret shares.
+async fn delivered_with_imported(secret: &str) -> (Recorded, Value) {
     let world = World::start("", "").await;
     let recv = Receiver::ok_https(&world.ca);
     let (_, shown) = world
-        .endpoint(
-            "acme",
-            &recv.url("/hook"),
-            json!({"secret": IMPORTED_WHSEC}),
-        )
+        .endpoint("acme", &recv.url("/hook"), json!({ "secret": secret }))
         .await;
-    assert_eq!(shown, IMPORTED_WHSEC);
+    assert_eq!(shown, secret);
     let answer = world
         .ingest("acme", "interaction.review", json!({"stars": 5}))
         .await;
@@ -190,50 +188,38 @@ async fn imported_whsec_secret_signs_with_its_decoded_key() {
         .await;
     let r = recv.wait_for(1, SETTLE).await.remove(0);
     assert_eq!(r.header("webhook-id"), answer["event_id"].as_str());
-    assert_signed_with(&r, IMPORTED_WHSEC);
+    assert_signed_with(&r, secret);
+    (r, answer)
+}
+
+/// Whether `key` verifies the request's signature.
+fn verifies(r: &Recorded, key: &str) -> bool {
+    let header = |n: &str| r.header(n).unwrap_or_default();
+    sig::verify(
+        key,
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        &r.body,
+        header("webhook-signature"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_whsec_secret_signs_with_its_decoded_key() {
+    let (r, _) = delivered_with_imported(IMPORTED_WHSEC).await;
     // The key is the decoded base64, not the text of the secret.
-    let id = r.header("webhook-id").unwrap();
-    let ts = r.header("webhook-timestamp").unwrap();
-    let signature = r.header("webhook-signature").unwrap();
     assert!(
-        !sig::verify(
-            "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
-            id,
-            ts,
-            &r.body,
-            signature
-        ),
+        !verifies(&r, "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="),
         "another key must not verify"
     );
-    let as_text = IMPORTED_WHSEC.replace("whsec_", "plain-");
-    assert!(!sig::verify(&as_text, id, ts, &r.body, signature));
+    assert!(!verifies(&r, &IMPORTED_WHSEC.replace("whsec_", "plain-")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_plain_secret_signs_with_its_utf8_bytes() {
-    let world = World::start("", "").await;
-    let recv = Receiver::ok_https(&world.ca);
-    let (_, shown) = world
-        .endpoint(
-            "acme",
-            &recv.url("/hook"),
-            json!({"secret": IMPORTED_PLAIN}),
-        )
-        .await;
-    assert_eq!(shown, IMPORTED_PLAIN);
-    let answer = world
-        .ingest("acme", "interaction.review", json!({"stars": 5}))
-        .await;
-    world
-        .wait_state(&first_delivery(&answer), "delivered", SETTLE)
-        .await;
-    let r = recv.wait_for(1, SETTLE).await.remove(0);
-    assert_signed_with(&r, IMPORTED_PLAIN);
-    let id = r.header("webhook-id").unwrap();
-    let ts = r.header("webhook-timestamp").unwrap();
-    let signature = r.header("webhook-signature").unwrap();
+    let (r, _) = delivered_with_imported(IMPORTED_PLAIN).await;
     assert!(
-        !sig::verify("my-plain-secret-124", id, ts, &r.body, signature),
+        !verifies(&r, "my-plain-secret-124"),
         "another key must not verify"
     );
 }

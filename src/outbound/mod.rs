@@ -5,4 +5,5 @@
 //! which addresses may be reached is [`crate::policy::ssrf`]'s.
 
 pub mod client;
+pub mod connect;
 pub mod request;

@@ -4,6 +4,7 @@
 //! keeps state of its own.
 //!
 //! - [`breaker`]: the circuit breaker's state machine.
+//! - [`cidr`]: CIDR ranges for the SSRF guard's allow-list.
 //! - [`conditions`]: the ordered delivery conditions of SPEC §5.
 //! - [`debounce`]: debounce windows at ingest.
 //! - [`quota`]: the fixed per-minute and per-day windows.
@@ -12,6 +13,7 @@
 //! - [`url`]: endpoint URL checks.
 
 pub mod breaker;
+pub mod cidr;
 pub mod conditions;
 pub mod debounce;
 pub mod quota;

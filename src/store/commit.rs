@@ -30,13 +30,14 @@ use bytes::Bytes;
 use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{self, key, Pending, CHUNK};
+use super::codec::{self, CHUNK};
+use super::debounce::apply_debounce;
 use super::deliveries::delivery_from;
+use super::key;
 use super::{Claim, Inner, Lane, StoreError};
 use crate::clock::Millis;
-use crate::ids::{self, ATTEMPT, EVENT};
-use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
-use crate::policy::debounce::{self, Candidate, Decision, Window};
+use crate::ids::{self, EVENT};
+use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta};
 
 /// How long an idempotency key keeps answering with the first event (SPEC §2).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
@@ -223,32 +224,32 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
 /// What one cycle did, to write it as one batch and finish it after the fsync (or undo it if
 /// that failed).
 #[derive(Default)]
-struct Cycle {
+pub(super) struct Cycle {
     /// The commit time: debounce windows and idempotency windows are judged at it.
-    now: Millis,
+    pub(super) now: Millis,
     /// The cycle's writes to the `log` tree (`None`: a removal), applied as one batch; reads in
     /// the cycle see them first.
-    writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    pub(super) writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
-    before: Vec<(Vec<u8>, Option<IVec>)>,
+    pub(super) before: Vec<(Vec<u8>, Option<IVec>)>,
     /// Idempotency keys claimed earlier in this cycle, and their event's id.
-    claimed: HashMap<[u8; 21], String>,
+    pub(super) claimed: HashMap<[u8; 21], String>,
     /// Due index entries to add once durable.
-    due: Vec<(Lane, Millis, u128, bool)>,
+    pub(super) due: Vec<(Lane, Millis, u128, bool)>,
     /// The state of each delivery created, for the counts.
-    states: Vec<DeliveryState>,
+    pub(super) states: Vec<DeliveryState>,
     /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
-    superseded: Vec<(Lane, Millis, u128)>,
+    pub(super) superseded: Vec<(Lane, Millis, u128)>,
     /// The superseded candidates, claimed until the cycle is durable or undone.
-    claims: Vec<Claim>,
+    pub(super) claims: Vec<Claim>,
     /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
-    fresh: Vec<u128>,
-    created: u64,
+    pub(super) fresh: Vec<u128>,
+    pub(super) created: u64,
 }
 
 impl Cycle {
     /// The key's value as the cycle sees it: its own write, else the tree's.
-    fn get(&self, inner: &Inner, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(super) fn get(&self, inner: &Inner, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         match self.writes.get(key) {
             Some(w) => Ok(w.clone()),
             None => Ok(inner.trees.log.get(key)?.map(|v| v.to_vec())),
@@ -256,7 +257,12 @@ impl Cycle {
     }
 
     /// Writes a key that may hold a value (kept for the undo).
-    fn put(&mut self, inner: &Inner, key: &[u8], value: Option<Vec<u8>>) -> Result<(), StoreError> {
+    pub(super) fn put(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<(), StoreError> {
         if !self.writes.contains_key(key) {
             self.before.push((key.to_vec(), inner.trees.log.get(key)?));
         }
@@ -265,7 +271,7 @@ impl Cycle {
     }
 
     /// Writes a key no row has yet (an event's, its chunks', a new attempt number's).
-    fn put_new(&mut self, key: &[u8], value: Vec<u8>) {
+    pub(super) fn put_new(&mut self, key: &[u8], value: Vec<u8>) {
         if self.writes.insert(key.to_vec(), Some(value)).is_none() {
             self.before.push((key.to_vec(), None));
         }
@@ -436,136 +442,4 @@ fn store_event(
         event_id,
         deliveries,
     })
-}
-
-/// Applies the debounce decision, at the cycle's commit time, to the event's deliveries (its
-/// rows are written before the event's own row). Returns true if the deliveries stay fresh
-/// (due now, as without debounce).
-fn apply_debounce(
-    inner: &Arc<Inner>,
-    cycle: &mut Cycle,
-    rule: &DebounceRule,
-    event: u128,
-    targets: &[Lane],
-    dels: &mut [Delivery],
-) -> Result<bool, StoreError> {
-    let now = cycle.now;
-    let key = key::window(&rule.key);
-    let window = match cycle.get(inner, &key)? {
-        Some(v) => Some(codec::decode_window(&v)?),
-        None => None,
-    };
-    match debounce::decide(window.as_ref(), now, rule.window_ms, rule.trailing) {
-        Decision::Open(w) => {
-            put_window(inner, cycle, &key, window.as_ref(), &w)?;
-            Ok(true)
-        }
-        Decision::Debounce => {
-            for (i, d) in dels.iter_mut().enumerate() {
-                debounced(cycle, ids::delivery_of(event, i), d, now);
-            }
-            Ok(false)
-        }
-        Decision::Trail { due, supersedes } => {
-            if let Some(c) = supersedes {
-                supersede(inner, cycle, c, now)?;
-            }
-            for (i, (d, lane)) in dels.iter_mut().zip(targets).enumerate() {
-                let p = Pending { due, manual: false };
-                let k = key::pending(ids::delivery_of(event, i));
-                cycle.put_new(&k, codec::encode_pending(p, *lane).to_vec());
-                d.next_attempt_at = Some(due);
-                d.queued = true;
-            }
-            let w = Window {
-                end: due,
-                candidate: Some(Candidate {
-                    event,
-                    deliveries: dels.len(),
-                }),
-            };
-            put_window(inner, cycle, &key, window.as_ref(), &w)?;
-            Ok(false)
-        }
-    }
-}
-
-/// Writes a window and keeps its entry in the end index (the previous window's entry goes
-/// when the end changes).
-fn put_window(
-    inner: &Inner,
-    cycle: &mut Cycle,
-    key: &[u8; 17],
-    was: Option<&Window>,
-    w: &Window,
-) -> Result<(), StoreError> {
-    match was {
-        Some(old) if old.end == w.end => {}
-        Some(old) => {
-            cycle.put(inner, &key::window_end(old.end, key), None)?;
-            cycle.put(inner, &key::window_end(w.end, key), Some(Vec::new()))?;
-        }
-        None => cycle.put(inner, &key::window_end(w.end, key), Some(Vec::new()))?,
-    }
-    cycle.put(inner, key, Some(codec::encode_window(w).to_vec()))
-}
-
-/// The deliveries of a trailing candidate debounced by a newer event of its window: each ends
-/// `skipped` with a `debounced` attempt and leaves the due index. (The candidate may be of this
-/// same cycle.) A delivery the engine is attempting now (a manual retry sent it early) is left
-/// to that attempt: the log never says `debounced` for a request the receiver got.
-fn supersede(
-    inner: &Arc<Inner>,
-    cycle: &mut Cycle,
-    candidate: Candidate,
-    now: Millis,
-) -> Result<(), StoreError> {
-    for i in 0..candidate.deliveries {
-        let ulid = ids::delivery_of(candidate.event, i);
-        let claim = match cycle.claims.iter().any(|c| c.delivery() == ulid) {
-            true => None,
-            false => match inner.claim(ulid) {
-                Some(c) => Some(c),
-                None => continue, // being attempted now
-            },
-        };
-        let k = key::pending(ulid);
-        let Some(v) = cycle.get(inner, &k)? else {
-            continue; // already attempted or ended
-        };
-        let (pending, lane) = codec::decode_pending(&v)?;
-        // A candidate's attempts (if a manual retry gave it any) are all in the tree.
-        let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
-        cycle.put_new(&key::attempt(ulid, number), debounced_attempt(now, number));
-        cycle.put(inner, &k, None)?;
-        cycle.superseded.push((lane, pending.due, ulid));
-        cycle.claims.extend(claim);
-    }
-    Ok(())
-}
-
-/// A `debounced` attempt record, numbered `number`, that ends its delivery `skipped`.
-fn debounced_attempt(now: Millis, number: u32) -> Vec<u8> {
-    let attempt = Attempt {
-        id: ids::new_id(ATTEMPT, now),
-        number,
-        at: now,
-        duration_ms: 0,
-        status: Status::Debounced,
-        http_status: None,
-        error: None,
-        request_headers: Vec::new(),
-        response_body: String::new(),
-    };
-    codec::encode_attempt(&attempt, DeliveryState::Skipped)
-}
-
-/// Ends a new delivery as `skipped` with a `debounced` attempt record.
-fn debounced(cycle: &mut Cycle, ulid: u128, d: &mut Delivery, now: Millis) {
-    d.state = DeliveryState::Skipped;
-    d.last_status = Some(Status::Debounced);
-    d.attempt_count = 1;
-    d.next_attempt_at = None;
-    d.queued = false;
-    cycle.put_new(&key::attempt(ulid, 1), debounced_attempt(now, 1));
 }

@@ -4,7 +4,8 @@
 
 use bytes::Bytes;
 
-use super::codec::{self, key, AttemptRecord, Pending};
+use super::codec::{self, AttemptRecord, Pending};
+use super::key;
 use super::{lane_of, Claim, Inner, Lane, Store, StoreError, NO_LANE};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};

@@ -16,7 +16,8 @@
 
 use std::fs::File;
 
-use super::codec::{self, key};
+use super::codec;
+use super::key;
 use super::{StoreError, Trees, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};

@@ -41,34 +41,40 @@
 mod accounts;
 pub mod codec;
 mod commit;
+mod counts;
+mod debounce;
 mod deliveries;
 mod due;
+mod endpoints;
 pub mod files;
+pub mod key;
 mod migrate;
 mod retention;
 mod scan;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
+use counts::Fresh;
+pub use counts::Stats;
 pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
 pub use due::{Due, DueIndex, Lane, NO_LANE};
 pub use retention::Pruned;
 
-use crate::clock::{Clock, Millis};
+use crate::clock::Clock;
 use crate::ids::{self, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
-use crate::model::{DeliveryState, Endpoint, EventMeta};
-use codec::{key, EventRecord};
+use crate::model::{Endpoint, EventMeta};
+use codec::EventRecord;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -114,76 +120,6 @@ pub(crate) struct Trees {
     quota: sled::Tree,
     account_secrets: sled::Tree,
     breakers: sled::Tree,
-}
-
-/// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
-#[derive(Debug, Default)]
-pub struct Stats {
-    by_state: [AtomicI64; 4],
-}
-
-impl Stats {
-    fn count(&self, from: Option<DeliveryState>, to: DeliveryState) {
-        if from == Some(to) {
-            return;
-        }
-        if let Some(from) = from {
-            self.by_state[from as usize].fetch_sub(1, Ordering::Relaxed);
-        }
-        self.by_state[to as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn forget(&self, state: DeliveryState) {
-        self.by_state[state as usize].fetch_sub(1, Ordering::Relaxed);
-    }
-
-    pub fn get(&self, state: DeliveryState) -> i64 {
-        self.by_state[state as usize].load(Ordering::Relaxed)
-    }
-
-    fn snapshot(&self) -> [i64; 4] {
-        DeliveryState::ALL.map(|s| self.get(s))
-    }
-
-    fn set(&self, state: DeliveryState, n: i64) {
-        self.by_state[state as usize].store(n, Ordering::Relaxed);
-    }
-}
-
-/// Fresh deliveries not yet attempted, counted per second of their ULID's time, so the fresh
-/// watermark is known without a scan.
-#[derive(Debug, Default)]
-pub(crate) struct Fresh {
-    buckets: BTreeMap<Millis, u32>,
-    /// The newest event ULID made: every later event's is greater.
-    last_event: u128,
-}
-
-impl Fresh {
-    fn add(&mut self, delivery: u128) {
-        *self
-            .buckets
-            .entry(ids::ulid_ms(delivery).div_euclid(1000))
-            .or_default() += 1;
-    }
-
-    fn remove(&mut self, delivery: u128) {
-        let second = ids::ulid_ms(delivery).div_euclid(1000);
-        if let Some(n) = self.buckets.get_mut(&second) {
-            *n -= 1;
-            if *n == 0 {
-                self.buckets.remove(&second);
-            }
-        }
-    }
-
-    /// A ULID below which no event has a fresh delivery.
-    fn watermark(&self) -> u128 {
-        match self.buckets.first_key_value() {
-            Some((second, _)) => ids::ulid_floor(second * 1000),
-            None => self.last_event,
-        }
-    }
 }
 
 /// What the committer shares with the store.
@@ -514,125 +450,6 @@ impl Store {
             }
         };
         Ok(Some((rec, payload)))
-    }
-
-    // --- endpoints ----------------------------------------------------------------------------
-
-    pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        self.read_endpoints().get(id).cloned()
-    }
-
-    /// The account's endpoints, oldest first.
-    pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        let mut eps: Vec<_> = self
-            .read_endpoints()
-            .values()
-            .filter(|e| e.account_id == account_id)
-            .cloned()
-            .collect();
-        eps.sort_by(|a, b| a.id.cmp(&b.id));
-        eps
-    }
-
-    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
-    /// Durable when this returns.
-    pub async fn create_endpoint(
-        &self,
-        ep: Endpoint,
-        max_per_account: usize,
-    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            if self.account_endpoints(&ep.account_id).len() >= max_per_account {
-                return Ok(None);
-            }
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(Some(written))
-    }
-
-    /// Changes the endpoint `id` with `f`, which sees the current endpoint and says whether it
-    /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
-    /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
-    /// endpoint. Durable when this returns. Every endpoint change (the API's
-    /// and the engine's) goes through here or [`Store::put_endpoint`], so none is lost to
-    /// another made at the same time, and memory and disk always agree.
-    pub async fn change_endpoint<E: From<StoreError>>(
-        &self,
-        id: &str,
-        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
-    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            let Some(current) = self.endpoint(id) else {
-                return Ok(None);
-            };
-            let mut ep = (*current).clone();
-            if !f(&mut ep)? {
-                return Ok(Some((current, false)));
-            }
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(Some((written, true)))
-    }
-
-    /// Stores an endpoint as given (created or replaced), durably.
-    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(written)
-    }
-
-    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
-        let existed = {
-            let _w = self.lock_endpoint_writes();
-            let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
-            self.write_endpoints().remove(id);
-            existed
-        };
-        self.sync().await?;
-        Ok(existed)
-    }
-
-    /// The size an endpoint takes stored, which [`codec::MAX_ROW`] bounds.
-    pub fn endpoint_row_size(ep: &Endpoint) -> usize {
-        ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len())
-    }
-
-    /// Writes sled and the map; the caller holds `endpoint_writes`.
-    fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let size = ep.id.len() + value.len();
-        if size > codec::MAX_ROW {
-            return Err(StoreError::TooLarge {
-                what: "the endpoint",
-                size,
-                max: codec::MAX_ROW,
-            });
-        }
-        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
-        let ep = Arc::new(ep);
-        self.write_endpoints().insert(ep.id.clone(), ep.clone());
-        Ok(ep)
-    }
-
-    fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.endpoint_writes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 

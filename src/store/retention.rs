@@ -18,7 +18,8 @@
 
 use std::ops::Bound;
 
-use super::codec::{self, key};
+use super::codec;
+use super::key;
 use super::{Store, StoreError};
 use crate::clock::Millis;
 use crate::ids;

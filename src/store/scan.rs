@@ -8,7 +8,8 @@
 
 use std::iter::Peekable;
 
-use super::codec::{self, key, EventRecord};
+use super::codec::{self, EventRecord};
+use super::key;
 use super::{meta_keys, Inner, StoreError};
 use crate::ids;
 use crate::model::DeliveryState;

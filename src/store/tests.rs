@@ -7,10 +7,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::codec::{key, MAX_ROW};
+use super::codec::MAX_ROW;
+use super::key;
 use super::*;
-use crate::clock::ManualClock;
-use crate::model::{Attempt, Delivery, Endpoint, EndpointState, SignatureKind, Status};
+use crate::clock::{ManualClock, Millis};
+use crate::model::{
+    Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
+};
 
 /// Failures a test can inject; each fires once per arming.
 #[derive(Default)]

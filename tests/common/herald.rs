@@ -42,10 +42,25 @@ pub fn herald_bin() -> PathBuf {
 
 pub type ApiClient = Client<HttpConnector, Full<Bytes>>;
 
+/// Wraps herald's command line (`[herald, "serve", "--config", PATH]`) in another command: a
+/// resource limit, a mount namespace.
+pub type Wrap = Arc<dyn Fn(&[String]) -> Command + Send + Sync>;
+
+/// How a test wants herald launched, beyond the defaults.
+#[derive(Default, Clone)]
+pub struct Launch {
+    /// Where the data lives (default: `data/` in the herald's temp dir).
+    pub storage: Option<PathBuf>,
+    /// How the process is started (default: the binary itself).
+    pub wrap: Option<Wrap>,
+}
+
 /// A running (or stopped) herald process. Killed when dropped.
 pub struct Herald {
     dir: tempfile::TempDir,
     config_path: PathBuf,
+    storage: PathBuf,
+    wrap: Option<Wrap>,
     child: Option<Child>,
     readers: Vec<JoinHandle<()>>,
     addr: SocketAddr,
@@ -70,12 +85,17 @@ impl Herald {
     /// inside a Tokio runtime. Panics (printing the log) if herald exits or
     /// does not log `herald listening` within 20 s.
     pub async fn start(extra_toml: &str) -> Herald {
+        Herald::start_with(extra_toml, Launch::default()).await
+    }
+
+    /// [`Herald::start`], launched as `launch` says.
+    pub async fn start_with(extra_toml: &str, launch: Launch) -> Herald {
         let dir = tempfile::Builder::new()
             .prefix("herald-test-")
             .tempdir()
             .expect("create temp dir");
         let config_path = dir.path().join("herald.toml");
-        let storage = dir.path().join("data");
+        let storage = launch.storage.unwrap_or_else(|| dir.path().join("data"));
         // A `[server]` table in `extra_toml` adds its keys to the harness's own.
         let (server_keys, extra_toml) = super::split_table(extra_toml, "server");
         let config = format!(
@@ -97,6 +117,8 @@ impl Herald {
         let mut herald = Herald {
             dir,
             config_path,
+            storage,
+            wrap: launch.wrap,
             child: None,
             readers: Vec::new(),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -157,9 +179,38 @@ impl Herald {
         self.dir.path().to_path_buf()
     }
 
-    /// The storage dir (`storage.path` in the config): `data_dir()/data`.
+    /// The storage dir (`storage.path` in the config): `data_dir()/data` unless the test chose
+    /// another.
     pub fn storage_path(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.storage.clone()
+    }
+
+    /// Launches the next start ([`Herald::restart`]) this way (`None`: the binary itself).
+    pub fn set_wrap(&mut self, wrap: Option<Wrap>) {
+        self.wrap = wrap;
+    }
+
+    /// Its exit status if it has exited (readers joined, so the log is complete).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().expect("try_wait herald")?;
+        self.child = None;
+        self.join_readers();
+        Some(status)
+    }
+
+    /// Its exit status once it exits within `limit`; `None` if it is still running then.
+    pub async fn exit_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            // Polling interval while waiting for the process to end.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -233,16 +284,27 @@ impl Herald {
             logs.push(format!("=== harness: herald start #{} ===", self.runs));
             logs.len()
         };
-        let mut child = Command::new(herald_bin())
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config_path)
+        let argv = [
+            herald_bin().display().to_string(),
+            "serve".into(),
+            "--config".into(),
+            self.config_path.display().to_string(),
+        ];
+        let mut cmd = match &self.wrap {
+            Some(wrap) => wrap(&argv),
+            None => {
+                let mut cmd = Command::new(&argv[0]);
+                cmd.args(&argv[1..]);
+                cmd
+            }
+        };
+        let mut child = cmd
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawning {}: {e}", herald_bin().display()));
+            .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
         self.readers = vec![

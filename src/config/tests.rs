@@ -1,0 +1,97 @@
+//! The config file: defaults, parsing, and every problem reported with its key.
+
+use super::*;
+
+#[test]
+fn empty_file_gives_the_documented_defaults() {
+    let c = Config::from_toml("").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:8080");
+    assert_eq!(c.storage.path, PathBuf::from("./herald-data"));
+    assert_eq!(c.delivery.timeout, secs(5));
+    assert_eq!(c.delivery.max_in_flight_per_endpoint, 8);
+    assert_eq!(c.retry_policies["standard"].len(), 7);
+    assert_eq!(c.retry_policies["short"], vec![secs(4), secs(16)]);
+    assert!(c.retry_policies["none"].is_empty());
+    assert!(c.endpoints.require_verification);
+}
+
+#[test]
+fn example_file_documents_the_defaults() {
+    let example = Config::from_toml(include_str!("../../config.example.toml")).unwrap();
+    example.validate().unwrap();
+    let defaults = Config::from_toml("").unwrap();
+    assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+}
+
+#[test]
+fn named_policies_take_millisecond_durations() {
+    let c = Config::from_toml("[retry_policies]\nfast = [\"300ms\", \"600ms\"]\n").unwrap();
+    assert_eq!(
+        c.retry_policies["fast"],
+        vec![
+            Dur(Duration::from_millis(300)),
+            Dur(Duration::from_millis(600))
+        ]
+    );
+    assert!(c.retry_policies.contains_key("standard"));
+}
+
+#[test]
+fn unknown_keys_and_bad_durations_are_errors_naming_the_key() {
+    let e = Config::from_toml("[delivery]\ntimeout = \"soon\"\n").unwrap_err();
+    assert!(e[0].message.contains("invalid duration"), "{e:?}");
+    assert_eq!(e[0].key, "delivery.timeout", "{e:?}");
+    let e = Config::from_toml("[server]\nlisten_on = \"x\"\n").unwrap_err();
+    assert_eq!(e[0].key, "server.listen_on", "{e:?}");
+    let e = Config::from_toml("[catalog.events.\"a.b\"]\ndescriptin = \"x\"\n").unwrap_err();
+    assert_eq!(e[0].key, "catalog.events.a.b.descriptin", "{e:?}");
+    let e = Config::from_toml("[servr]\n").unwrap_err();
+    assert_eq!(e[0].key, "servr", "{e:?}");
+}
+
+#[test]
+fn one_tables_parse_error_does_not_hide_the_others() {
+    let (c, errors) = Config::parse(
+        "[server]\nlisten = \"nowhere\"\nlisten_adress = \"x\"\n\
+         [delivery]\nmax_in_flight = \"many\"\ntimeout = \"soon\"\n\
+         [log]\nformat = \"xml\"\n",
+    );
+    let mut keys: Vec<String> = errors.into_iter().map(|e| e.key).collect();
+    keys.extend(c.validate().unwrap_err().into_iter().map(|e| e.key));
+    assert_eq!(
+        keys,
+        [
+            "server.listen_adress",
+            "delivery.max_in_flight",
+            "delivery.timeout",
+            "server.listen",
+            "log.format"
+        ]
+    );
+}
+
+#[test]
+fn validate_reports_every_problem_with_its_key() {
+    let c = Config::from_toml(
+        "[server]\nlisten = \"nowhere\"\n[delivery]\nmax_in_flight = 0\n\
+         default_retry_policy = \"nope\"\nallow_private_networks = [\"10.0.0.0/99\"]\n\
+         [log]\nformat = \"xml\"\n",
+    )
+    .unwrap();
+    let keys: Vec<String> = c
+        .validate()
+        .unwrap_err()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    for k in [
+        "server.listen",
+        "delivery.max_in_flight",
+        "delivery.default_retry_policy",
+        "delivery.allow_private_networks[0]",
+        "log.format",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
+    }
+}

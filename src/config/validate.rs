@@ -1,0 +1,318 @@
+//! [`Config::validate`]: every rule a config must meet beyond its types, reported with key
+//! paths; and [`Config::tokens`], shared with start-up.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Config, ConfigError, MAX_RESPONSE_BODY_LIMIT, MIN_TOKEN_LEN};
+
+impl Config {
+    /// The admin and ingest tokens: the lists and the lines of the token files. Refused: a
+    /// token shorter than [`MIN_TOKEN_LEN`] characters, one with surrounding whitespace (it
+    /// could never match), and one token in both lists.
+    pub fn tokens(&self) -> Result<(Vec<String>, Vec<String>), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut read = |key: &str, list: &[String], file: &Option<PathBuf>| -> Vec<String> {
+            let mut out: Vec<(String, String)> = list
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{key}s[{i}]"), t.clone()))
+                .collect();
+            if let Some(path) = file {
+                let file_key = format!("{key}_file");
+                match std::fs::read_to_string(path) {
+                    // One token a line; surrounding whitespace of a line is the file's layout.
+                    Ok(text) => out.extend(
+                        text.lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .enumerate()
+                            .map(|(i, t)| (format!("{file_key} (token {})", i + 1), t.to_string())),
+                    ),
+                    Err(e) => errors.push(ConfigError {
+                        key: file_key,
+                        message: format!("cannot read {}: {e}", path.display()),
+                    }),
+                }
+            }
+            for (k, t) in &out {
+                if t.trim() != t {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: "has leading or trailing whitespace, so no request could ever \
+                                  match it"
+                            .into(),
+                    });
+                } else if t.chars().count() < MIN_TOKEN_LEN {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: format!(
+                            "is shorter than {MIN_TOKEN_LEN} characters; use a long random \
+                             token (e.g. openssl rand -hex 32)"
+                        ),
+                    });
+                }
+            }
+            out.into_iter().map(|(_, t)| t).collect()
+        };
+        let admin = read(
+            "server.admin_token",
+            &self.server.admin_tokens,
+            &self.server.admin_token_file,
+        );
+        let ingest = read(
+            "server.ingest_token",
+            &self.server.ingest_tokens,
+            &self.server.ingest_token_file,
+        );
+        if admin.iter().any(|t| ingest.contains(t)) {
+            errors.push(ConfigError {
+                key: "server.ingest_tokens".into(),
+                message: "a token is both an admin token and an ingest token; give each role \
+                          its own"
+                    .into(),
+            });
+        }
+        if errors.is_empty() {
+            Ok((admin, ingest))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Every problem with its key path; empty means the config can run.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, message: String| {
+            errors.push(ConfigError {
+                key: key.to_string(),
+                message,
+            })
+        };
+        if let Err(e) = self.listen_addr() {
+            err(&e.key, e.message);
+        }
+        if let Some(p) = &self.delivery.extra_ca_file {
+            if let Err(e) = std::fs::metadata(p) {
+                err(
+                    "delivery.extra_ca_file",
+                    format!("cannot read {}: {e}", p.display()),
+                );
+            }
+        }
+        if let Err(es) = self.tokens() {
+            for e in es {
+                err(&e.key, e.message);
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            err(
+                "server.max_body_bytes",
+                "must be at least 1024 bytes".into(),
+            );
+        }
+        if self.server.max_connections == 0 || self.server.max_connections > 1_000_000 {
+            err(
+                "server.max_connections",
+                "must be between 1 and 1000000".into(),
+            );
+        }
+        // hyper's smallest read buffer is 8 KiB; a head larger than a megabyte is an attack.
+        if !(8192..=1024 * 1024).contains(&self.server.max_header_bytes) {
+            err(
+                "server.max_header_bytes",
+                "must be between 8192 and 1048576 bytes".into(),
+            );
+        }
+        if self.server.request_timeout.0 < Duration::from_secs(1)
+            || self.server.request_timeout.0 > Duration::from_secs(3600)
+        {
+            err(
+                "server.request_timeout",
+                "must be between \"1s\" and \"1h\"".into(),
+            );
+        }
+        if self.storage.retention.0 < Duration::from_secs(60) {
+            err("storage.retention", "must be at least \"1m\"".into());
+        }
+        if self.storage.cache_capacity < 1024 * 1024 {
+            err(
+                "storage.cache_capacity",
+                "must be at least 1048576 bytes (1 MiB)".into(),
+            );
+        }
+        for (key, d) in [
+            ("delivery.connect_timeout", self.delivery.connect_timeout),
+            ("delivery.timeout", self.delivery.timeout),
+        ] {
+            if d.0.is_zero() || d.0 > Duration::from_secs(300) {
+                err(key, "must be between \"1ms\" and \"300s\"".into());
+            }
+        }
+        if self.delivery.response_body_limit > MAX_RESPONSE_BODY_LIMIT {
+            err(
+                "delivery.response_body_limit",
+                format!(
+                    "must be at most {MAX_RESPONSE_BODY_LIMIT} bytes (each attempt's record \
+                     keeps the excerpt and must stay small enough to be fsynced)"
+                ),
+            );
+        }
+        if self.delivery.max_in_flight == 0 {
+            err("delivery.max_in_flight", "must be at least 1".into());
+        }
+        if self.delivery.max_in_flight_per_endpoint == 0 {
+            err(
+                "delivery.max_in_flight_per_endpoint",
+                "must be at least 1".into(),
+            );
+        }
+        if !self
+            .retry_policies
+            .contains_key(&self.delivery.default_retry_policy)
+        {
+            err(
+                "delivery.default_retry_policy",
+                format!(
+                    "no retry policy named {:?}; known: {}",
+                    self.delivery.default_retry_policy,
+                    self.retry_policies
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        if let Err(es) = self.private_allowlist() {
+            for e in es {
+                err(&e.key, e.message);
+            }
+        }
+        for (name, delays) in &self.retry_policies {
+            if delays.len() > 50 {
+                err(
+                    &format!("retry_policies.{name}"),
+                    "at most 50 retries".into(),
+                );
+            }
+        }
+        for (i, scheme) in self.signing.schemes.iter().enumerate() {
+            if scheme != "standard" && scheme != "sha256-hex" {
+                err(
+                    &format!("signing.schemes[{i}]"),
+                    format!("unknown scheme {scheme:?}; use \"standard\" or \"sha256-hex\""),
+                );
+            }
+        }
+        if self.signing.hex_header.is_empty() || http_header_name_invalid(&self.signing.hex_header)
+        {
+            err(
+                "signing.hex_header",
+                "must be a valid HTTP header name".into(),
+            );
+        }
+        if self.endpoints.max_per_account == 0 {
+            err("endpoints.max_per_account", "must be at least 1".into());
+        }
+        if self.endpoints.max_per_account > crate::ids::MAX_FAN_OUT {
+            // An event's deliveries are numbered inside its id (see `ids`).
+            err(
+                "endpoints.max_per_account",
+                format!("must be at most {}", crate::ids::MAX_FAN_OUT),
+            );
+        }
+        for (ty, ev) in &self.catalog.events {
+            if let Some(d) = &ev.debounce {
+                if d.mode != "leading" && d.mode != "leading_trailing" {
+                    err(
+                        &format!("catalog.events.\"{ty}\".debounce.mode"),
+                        format!(
+                            "unknown mode {:?}; use \"leading\" or \"leading_trailing\"",
+                            d.mode
+                        ),
+                    );
+                }
+                if d.window.0.is_zero() {
+                    err(
+                        &format!("catalog.events.\"{ty}\".debounce.window"),
+                        "must be longer than zero".into(),
+                    );
+                }
+            }
+            if let Some(path) = &ev.sample_file {
+                let parsed = std::fs::read_to_string(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| {
+                        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&t)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = parsed {
+                    err(
+                        &format!("catalog.events.\"{ty}\".sample_file"),
+                        format!("{} is not a readable JSON object: {e}", path.display()),
+                    );
+                }
+            }
+            if ev.sample.is_some() && ev.sample_file.is_some() {
+                err(
+                    &format!("catalog.events.\"{ty}\""),
+                    "give sample or sample_file, not both".into(),
+                );
+            }
+        }
+        match (&self.operator.webhook_url, &self.operator.secret) {
+            (Some(url), Some(secret)) => {
+                let guard =
+                    crate::policy::ssrf::Guard::new(self.private_allowlist().unwrap_or_default());
+                if let Err(p) =
+                    crate::policy::url::check_endpoint_url(url, self.delivery.allow_http, &guard)
+                {
+                    err("operator.webhook_url", p.0);
+                }
+                if !crate::signing::secret_is_valid(secret) {
+                    err(
+                        "operator.secret",
+                        "must be whsec_<base64> or a non-empty string".into(),
+                    );
+                }
+            }
+            (Some(_), None) => err(
+                "operator.secret",
+                "is required with operator.webhook_url (operator events are signed with it)".into(),
+            ),
+            (None, Some(_)) => err(
+                "operator.webhook_url",
+                "is required with operator.secret".into(),
+            ),
+            (None, None) => {}
+        }
+        if self.log.format != "text" && self.log.format != "json" {
+            err(
+                "log.format",
+                format!(
+                    "unknown format {:?}; use \"text\" or \"json\"",
+                    self.log.format
+                ),
+            );
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            err(
+                "log.level",
+                format!(
+                    "{:?} is not a level such as \"info\" or \"debug\"",
+                    self.log.level
+                ),
+            );
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+fn http_header_name_invalid(name: &str) -> bool {
+    hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+}

@@ -1,0 +1,131 @@
+//! Endpoints: kept in memory (every ingest fans out over them) and in the `endpoints` tree.
+//!
+//! Every change, the API's and the engine's, goes through one path under one lock: read the
+//! current endpoint, change it, write sled and the map. The fsync that makes the change
+//! durable happens after the lock is released, so changes never queue behind one another's
+//! fsync, and none is lost to another made at the same time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{codec, Store, StoreError};
+use crate::model::Endpoint;
+
+impl Store {
+    pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+        self.read_endpoints().get(id).cloned()
+    }
+
+    /// The account's endpoints, oldest first.
+    pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
+        let mut eps: Vec<_> = self
+            .read_endpoints()
+            .values()
+            .filter(|e| e.account_id == account_id)
+            .cloned()
+            .collect();
+        eps.sort_by(|a, b| a.id.cmp(&b.id));
+        eps
+    }
+
+    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
+    /// Durable when this returns.
+    pub async fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            if self.account_endpoints(&ep.account_id).len() >= max_per_account {
+                return Ok(None);
+            }
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some(written))
+    }
+
+    /// Changes the endpoint `id` with `f`, which sees the current endpoint and says whether it
+    /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
+    /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
+    /// endpoint. Durable when this returns. Every endpoint change (the API's
+    /// and the engine's) goes through here or [`Store::put_endpoint`], so none is lost to
+    /// another made at the same time, and memory and disk always agree.
+    pub async fn change_endpoint<E: From<StoreError>>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
+    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            let Some(current) = self.endpoint(id) else {
+                return Ok(None);
+            };
+            let mut ep = (*current).clone();
+            if !f(&mut ep)? {
+                return Ok(Some((current, false)));
+            }
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some((written, true)))
+    }
+
+    /// Stores an endpoint as given (created or replaced), durably.
+    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(written)
+    }
+
+    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = {
+            let _w = self.lock_endpoint_writes();
+            let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
+            self.write_endpoints().remove(id);
+            existed
+        };
+        self.sync().await?;
+        Ok(existed)
+    }
+
+    /// The size an endpoint takes stored, which [`codec::MAX_ROW`] bounds.
+    pub fn endpoint_row_size(ep: &Endpoint) -> usize {
+        ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len())
+    }
+
+    /// Writes sled and the map; the caller holds `endpoint_writes`.
+    fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let size = ep.id.len() + value.len();
+        if size > codec::MAX_ROW {
+            return Err(StoreError::TooLarge {
+                what: "the endpoint",
+                size,
+                max: codec::MAX_ROW,
+            });
+        }
+        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
+        let ep = Arc::new(ep);
+        self.write_endpoints().insert(ep.id.clone(), ep.clone());
+        Ok(ep)
+    }
+
+    fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.endpoint_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
+        self.endpoints.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
+        self.endpoints.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
