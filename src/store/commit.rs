@@ -427,6 +427,7 @@ fn store_event(
     for (i, row) in encoded.target_rows.into_iter().enumerate() {
         cycle.put_new(&key::targets(ulid, i as u32), row);
     }
+    cycle.put_new(&key::account_event(&ev.account_id, ulid), Vec::new());
     cycle.put_new(&key::event(ulid), encoded.row);
 
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {

@@ -343,7 +343,8 @@ impl Store {
     }
 
     /// Deliveries newest first, from after `cursor`, matching `filter`. The cursor is the last id
-    /// looked at; `None` means the end was reached.
+    /// looked at; `None` means the end was reached. With an account in the filter only that
+    /// account's events are read (its index); `since` and `until` bound the key range.
     pub fn list_deliveries(
         &self,
         filter: &DeliveryFilter,
@@ -353,11 +354,6 @@ impl Store {
         let start = cursor
             .and_then(|c| ids::parse(DELIVERY, c))
             .and_then(ids::event_of);
-        let tree = &self.inner.trees.log;
-        let iter = match start {
-            Some((event, _)) => tree.range(key::event(0)..=key::event(event)),
-            None => tree.range(key::event(0)..key::end(key::EVENT)),
-        };
         let endpoint = match &filter.endpoint_id {
             Some(e) => match ids::parse(ENDPOINT, e) {
                 Some(u) => Some(u),
@@ -365,18 +361,55 @@ impl Store {
             },
             None => None,
         };
+        // Event ULIDs carry their time: the time bounds are a key range.
+        let lower = filter.since.map_or(0, ids::ulid_floor);
+        let mut upper = filter
+            .until
+            .map_or(u128::MAX, |u| ids::ulid_floor(u).saturating_sub(1));
+        if let Some((event, _)) = start {
+            upper = upper.min(event);
+        }
+        if upper < lower {
+            return Ok((Vec::new(), None));
+        }
+        let log = &self.inner.trees.log;
+        let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec), StoreError>>> =
+            match &filter.account_id {
+                Some(account) => Box::new(
+                    log.range(
+                        key::account_event(account, lower)..=key::account_event(account, upper),
+                    )
+                    .keys()
+                    .rev()
+                    .filter_map(move |k| {
+                        let event = match k.map(|k| key::ulid(&k[16..])) {
+                            Ok(Some(e)) => e,
+                            Ok(None) => return Some(Err(StoreError::Corrupt("index key".into()))),
+                            Err(e) => return Some(Err(e.into())),
+                        };
+                        // An entry whose event is gone (pruned a moment ago) is skipped.
+                        log.get(key::event(event))
+                            .map_err(StoreError::from)
+                            .transpose()
+                            .map(|row| row.map(|row| (event, row)))
+                    }),
+                ),
+                None => Box::new(log.range(key::event(lower)..=key::event(upper)).rev().map(
+                    |item| {
+                        let (k, v) = item?;
+                        let event =
+                            key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
+                        Ok((event, v))
+                    },
+                )),
+            };
         let mut out = Vec::new();
         let mut last_seen = None;
         let mut scanned = 0;
-        for item in iter.rev() {
-            let (k, v) = item?;
-            let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
+        for item in events {
+            let (event, v) = item?;
             let (rec, _) = self.inner.decode_event(event, &v)?;
             let m = &rec.meta;
-            if filter.since.is_some_and(|s| m.received_at < s) {
-                // Ids sort by creation time: everything further is older still.
-                return Ok((out, None));
-            }
             let top = match start {
                 Some((e, index)) if e == event => index.min(rec.targets.len()),
                 _ => rec.targets.len(),
@@ -388,8 +421,7 @@ impl Store {
                 && filter
                     .event_type
                     .as_ref()
-                    .is_none_or(|t| *t == m.event_type)
-                && filter.until.is_none_or(|u| m.received_at < u);
+                    .is_none_or(|t| *t == m.event_type);
             for index in (0..top).rev() {
                 if scanned >= LIST_SCAN_BUDGET {
                     return Ok((out, last_seen));

@@ -18,6 +18,9 @@ pub const IDEMPOTENCY: u8 = b'k';
 pub const WINDOW: u8 = b'd';
 /// Debounce windows by their end, so closed ones expire in time order ([`window_end`]).
 pub const WINDOW_END: u8 = b'D';
+/// Events by account, newest last: (digest of the account, event ULID) → nothing
+/// ([`account_event`]), so an account's log is a key range.
+pub const ACCOUNT_EVENT: u8 = b'x';
 /// Storage format 2's idempotency keys (account, NUL, key → JSON) and debounce windows
 /// (the (account, type, key) string → JSON), read only by the migration.
 pub const OLD_IDEMPOTENCY: u8 = b'i';
@@ -133,6 +136,22 @@ pub fn window_end_before(end: Millis) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = WINDOW_END;
     k[1..].copy_from_slice(&(end.max(0) as u64).to_be_bytes());
+    k
+}
+
+/// An event's entry in its account's index.
+pub fn account_event(account_id: &str, event: u128) -> [u8; 33] {
+    let mut k = [0u8; 33];
+    k[..17].copy_from_slice(&account_events(account_id));
+    k[17..].copy_from_slice(&event.to_be_bytes());
+    k
+}
+
+/// The prefix of an account's index entries.
+pub fn account_events(account_id: &str) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = ACCOUNT_EVENT;
+    k[1..].copy_from_slice(&digest(&[account_id.as_bytes()]));
     k
 }
 

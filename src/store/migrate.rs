@@ -7,7 +7,8 @@
 //! - debounce windows were keyed by the (account, type, key) text and held JSON with the
 //!   candidate's delivery ids; now keyed by its digest, with a binary value naming the candidate
 //!   event, and an index by end time so closed windows expire in time order;
-//! - event rows of layout 1 stay as they are (herald reads both layouts).
+//! - event rows of layout 1 stay as they are (herald reads both layouts);
+//! - every event gets an entry in its account's index, so an account's log is a key range.
 //!
 //! Keys past their 24 h and windows already closed are dropped rather than carried over. The
 //! rows are converted in batches, each written as one sled batch (new rows and the removal of
@@ -108,14 +109,49 @@ pub(super) fn from_format_2(
         }
         trees.log.apply_batch(batch)?;
     }
+    let indexed = index_accounts(trees)?;
     db.flush()?;
     data_file.sync_data()?;
     tracing::info!(
         idempotency_keys = keys,
         debounce_windows = windows,
+        events_indexed = indexed,
         "storage migrated from format 2 to format 3"
     );
     Ok(())
+}
+
+/// Adds every event to its account's index (format 3 lists an account's log from it). Safe to
+/// run again: an entry written twice is the same entry.
+fn index_accounts(trees: &Trees) -> Result<usize, StoreError> {
+    let mut n = 0;
+    let mut batch = sled::Batch::default();
+    let mut pending = 0;
+    for item in trees.log.range(key::event(0)..key::end(key::EVENT)) {
+        let (k, v) = item?;
+        let Some(event) = key::ulid(&k) else {
+            continue;
+        };
+        let (rec, _) = codec::decode_event(event, &v)?;
+        batch.insert(
+            &key::account_event(&rec.meta.account_id, event)[..],
+            &[][..],
+        );
+        n += 1;
+        pending += 1;
+        if pending == BATCH {
+            trees.log.apply_batch(std::mem::take(&mut batch))?;
+            pending = 0;
+        }
+        if n % 1_000_000 == 0 {
+            tracing::info!(
+                events_indexed = n,
+                "migrating storage: indexing events by account"
+            );
+        }
+    }
+    trees.log.apply_batch(batch)?;
+    Ok(n)
 }
 
 /// Format 2's idempotency key: account id, NUL, key.

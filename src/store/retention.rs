@@ -92,6 +92,8 @@ impl Store {
                     t.log.remove(r?)?;
                 }
             }
+            t.log
+                .remove(key::account_event(&rec.meta.account_id, event))?;
             t.log.remove(&k)?;
             out.events += 1;
         }

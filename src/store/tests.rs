@@ -615,6 +615,23 @@ async fn a_format_2_store_is_migrated_in_place() {
         .unwrap()
         .unwrap();
     assert!(payload.len() > 20_000 && payload.starts_with(b"{\"data\": \"xxx"));
+    // Every event is in its account's index.
+    let by_account = |a: &str| {
+        let filter = DeliveryFilter {
+            account_id: Some(a.into()),
+            ..DeliveryFilter::default()
+        };
+        store.list_deliveries(&filter, 100, None).unwrap().0.len()
+    };
+    assert_eq!(
+        [
+            by_account("acct-1"),
+            by_account("acct-2"),
+            by_account("acct-3"),
+            by_account("acct-4")
+        ],
+        [7, 1, 1, 2]
+    );
     // The retry, the trailing candidate and the never-attempted delivery are due.
     assert_eq!(store.due().len(), 3);
     assert_eq!(store.endpoints.read().unwrap().len(), 4);
