@@ -14,6 +14,7 @@ use herald::api::{body, ingest, validate};
 use herald::clock::Millis;
 use herald::config::Config;
 use herald::engine::EngineConfig;
+use herald::policy::schema::Catalog;
 use herald::policy::ssrf::{refused_range, Guard};
 use herald::policy::url::{check_endpoint_url, literal_ip};
 use herald::policy::{debounce, retry};
@@ -33,9 +34,11 @@ static STRICT: LazyLock<Config> = LazyLock::new(|| {
         r#"
         [catalog]
         strict = true
+        validate = true
         [catalog.events."review.created"]
         description = "fuzz"
         debounce = { window = "60s", key = "location_id", mode = "leading_trailing" }
+        schema = { type = "object", properties = { stars = { type = "integer", minimum = 1, maximum = 5 } } }
         "#,
     )
     .unwrap();
@@ -46,15 +49,24 @@ static STRICT: LazyLock<Config> = LazyLock::new(|| {
 /// Any bytes may arrive from the network: parsing ends in `Ok` or an `ApiError` (never a panic,
 /// hang or huge allocation), and what it accepts meets the rules the rest of herald relies on
 /// without checking again.
+/// The catalogs' compiled schemas.
+static OPEN_SCHEMAS: LazyLock<Catalog> = LazyLock::new(|| OPEN.compile_schemas().unwrap());
+static STRICT_SCHEMAS: LazyLock<Catalog> = LazyLock::new(|| STRICT.compile_schemas().unwrap());
+
 pub fn ingest_body(data: &[u8]) {
-    for config in [&*OPEN, &*STRICT] {
-        match ingest::parse_event(config, data) {
+    for (config, schemas) in [(&*OPEN, &*OPEN_SCHEMAS), (&*STRICT, &*STRICT_SCHEMAS)] {
+        match ingest::parse_event(config, schemas, data) {
             Ok(ev) => {
                 // Accepted ids are what the store keys and the routes match on.
                 validate::account_id_str("account_id", &ev.account_id).unwrap();
                 validate::event_type("type", &ev.event_type).unwrap();
                 if config.catalog.strict {
                     assert!(config.catalog.events.contains_key(&ev.event_type));
+                }
+                // With validation on, an accepted payload satisfies its type's schema.
+                if config.catalog.validate {
+                    let payload: Value = serde_json::from_slice(&ev.payload).unwrap();
+                    assert_eq!(schemas.validate(&ev.event_type, &payload), Ok(()));
                 }
                 // The payload is stored and sent as is, and shown again by GET /v1/events/{id}
                 // as a RawValue: it must be exactly one JSON object.

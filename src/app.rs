@@ -169,6 +169,13 @@ pub async fn start(
             request_timeout: config.server.request_timeout.0,
         },
         auth_failures: Default::default(),
+        schemas: config.compile_schemas().map_err(|mut e| {
+            let (ty, why) = e.remove(0);
+            AppError::Config {
+                key: format!("catalog.events.\"{ty}\".schema"),
+                message: why,
+            }
+        })?,
         metrics,
     });
 

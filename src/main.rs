@@ -41,6 +41,12 @@ enum Command {
     },
     /// Validate a config file and print every problem with its key path.
     CheckConfig { path: PathBuf },
+    /// Print the OpenAPI 3.1 document of the API and of the catalog's webhooks.
+    Openapi {
+        /// The TOML config file (its catalog fills the webhooks; built-in defaults without).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// A receiver for trying herald out: verifies signatures and prints what arrives.
     Receive {
         /// Address to listen on, such as 127.0.0.1:9000.
@@ -64,6 +70,28 @@ fn main() -> ExitCode {
             Err(errors) => report(&errors),
         },
         Command::Receive { listen, secret } => receive(&listen, secret),
+        Command::Openapi { config } => {
+            let loaded = match &config {
+                Some(p) => Config::load(p),
+                None => Config::from_toml(""),
+            };
+            match loaded {
+                Ok(c) => {
+                    let doc = herald::api::openapi::document(&c);
+                    match serde_json::to_string_pretty(&doc) {
+                        Ok(text) => {
+                            println!("{text}");
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => {
+                            eprintln!("herald openapi: {e}");
+                            ExitCode::FAILURE
+                        }
+                    }
+                }
+                Err(errors) => report(&errors),
+            }
+        }
     }
 }
 

@@ -251,6 +251,9 @@ pub struct Delivery {
     pub event_type: String,
     pub state: DeliveryState,
     pub last_status: Option<Status>,
+    /// The HTTP status of the last attempt, if it got one.
+    #[serde(default)]
+    pub last_http_status: Option<u16>,
     pub attempt_count: u32,
     pub next_attempt_at: Option<Millis>,
     pub created_at: Millis,
@@ -280,6 +283,7 @@ impl Delivery {
             "event_type": self.event_type,
             "state": self.state,
             "last_status": self.last_status,
+            "last_http_status": self.last_http_status,
             "attempt_count": self.attempt_count,
             "next_attempt_at": self.next_attempt_at.map(rfc3339),
             "created_at": rfc3339(self.created_at),
@@ -360,5 +364,28 @@ mod tests {
         assert!(type_matches("interaction.*", "interaction.review"));
         assert!(!type_matches("interaction.*", "profile.updated"));
         assert!(type_matches("*", "anything"));
+    }
+}
+
+/// A portal session (SPEC §13): one account's routes for a customer, until it expires or is
+/// revoked. Its token is stored only as a hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortalSession {
+    pub id: String,
+    pub account_id: String,
+    pub read_only: bool,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+}
+
+impl PortalSession {
+    pub fn view(&self) -> Value {
+        json!({
+            "id": self.id,
+            "account_id": self.account_id,
+            "read_only": self.read_only,
+            "created_at": rfc3339(self.created_at),
+            "expires_at": rfc3339(self.expires_at),
+        })
     }
 }

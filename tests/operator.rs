@@ -200,6 +200,7 @@ async fn event_types_list_the_catalog_with_descriptions_and_samples() {
     assert_eq!(
         list["items"],
         json!([{"type": "interaction.review", "description": "A customer left a review",
-                "sample": {"review_id": "r_1", "rating": 5}, "debounce": Value::Null}])
+                "sample": {"review_id": "r_1", "rating": 5}, "debounce": Value::Null,
+                "schema": Value::Null, "deprecated": false}])
     );
 }

@@ -58,28 +58,46 @@ pub async fn put(
 
 pub fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
-    view(state, account_id)
+    Ok(json(StatusCode::OK, &account(state, account_id)?))
+}
+
+/// `GET /v1/accounts`: every account herald knows (with a plan synced or an endpoint), with its
+/// plan, limits, usage and endpoint count, sorted by id. Accounts are few (one per customer of
+/// the platform): no paging.
+pub async fn list(state: &Arc<AppState>) -> Result<Resp, ApiError> {
+    let mut items = Vec::new();
+    for id in state.store.account_ids() {
+        let mut v = account(state, &id)?;
+        v["endpoints"] = json!(state.store.account_endpoints(&id).len());
+        items.push(v);
+    }
+    Ok(json(
+        StatusCode::OK,
+        &json!({"items": items, "next_cursor": null}),
+    ))
 }
 
 fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
+    Ok(json(StatusCode::OK, &account(state, account_id)?))
+}
+
+/// The account object (SPEC §10).
+fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> {
     let plan = state.store.account_plan(account_id);
     let limits = plan.as_ref().and_then(|p| state.config.plans.get(p));
     let (minute, day) = state
         .store
         .quota_usage(account_id, quota::windows(state.clock.now_ms()))?;
-    Ok(json(
-        StatusCode::OK,
-        &json!({
-            "account_id": account_id,
-            "plan": plan,
-            "limits": {
-                "webhooks": limits.is_none_or(|l| l.webhooks),
-                "per_minute": limits.and_then(|l| l.per_minute),
-                "per_day": limits.and_then(|l| l.per_day),
-            },
-            "usage": {"minute": minute, "day": day},
-        }),
-    ))
+    Ok(json!({
+        "account_id": account_id,
+        "plan": plan,
+        "limits": {
+            "webhooks": limits.is_none_or(|l| l.webhooks),
+            "per_minute": limits.and_then(|l| l.per_minute),
+            "per_day": limits.and_then(|l| l.per_day),
+        },
+        "usage": {"minute": minute, "day": day},
+    }))
 }
 
 #[derive(Deserialize)]

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::{json, validate, AppState, Resp};
+use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::rfc3339;
 use crate::config::CatalogEvent;
 use crate::store::{IngestOutcome, NewEvent};
@@ -21,11 +21,7 @@ pub const TEST_TYPE: &str = "webhook.test";
 
 /// A catalog type's sample payload as JSON: the inline `sample`, else `sample_file`, else none.
 fn sample(ev: &CatalogEvent) -> Option<Value> {
-    if let Some(t) = &ev.sample {
-        return serde_json::to_value(t).ok();
-    }
-    let text = std::fs::read_to_string(ev.sample_file.as_ref()?).ok()?;
-    serde_json::from_str(&text).ok()
+    ev.sample_json()
 }
 
 pub fn event_types(state: &Arc<AppState>) -> Result<Resp, ApiError> {
@@ -39,6 +35,8 @@ pub fn event_types(state: &Arc<AppState>) -> Result<Resp, ApiError> {
                 "type": ty,
                 "description": ev.description,
                 "sample": sample(ev),
+                "schema": ev.schema_json(),
+                "deprecated": ev.deprecated,
                 "debounce": ev.debounce.as_ref().map(|d| json!({
                     "window": humantime::format_duration(d.window.0).to_string(),
                     "key": d.key,
@@ -64,6 +62,7 @@ struct TestBody {
 /// answers with its first attempt. It is a real event in the log, with its own id.
 pub async fn send_test(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
@@ -73,10 +72,7 @@ pub async fn send_test(
     } else {
         body::parse(&bytes)?
     };
-    let ep = state
-        .store
-        .endpoint(id)
-        .ok_or_else(|| ApiError::not_found("endpoint"))?;
+    let ep = super::endpoints::find(state, scope, id)?;
     let now = state.clock.now_ms();
     let (event_type, payload) = match b.event_type {
         Some(ty) => {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::discard_body;
 use super::error::ApiError;
-use super::{blocking, json, validate, AppState, Resp};
+use super::{blocking, json, validate, AppState, Resp, Scope};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
@@ -21,7 +21,11 @@ use crate::store::DeliveryFilter;
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
 
-pub async fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, ApiError> {
+pub async fn list(
+    state: &Arc<AppState>,
+    scope: &Scope,
+    query: Option<&str>,
+) -> Result<Resp, ApiError> {
     let mut filter = DeliveryFilter::default();
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = None;
@@ -75,6 +79,13 @@ pub async fn list(state: &Arc<AppState>, query: Option<&str>) -> Result<Resp, Ap
             }
         }
     }
+    // A portal session sees its own account's log only.
+    if let Some(account) = scope.account() {
+        match &filter.account_id {
+            Some(a) if a != account => return Err(ApiError::not_found("account")),
+            _ => filter.account_id = Some(account.to_string()),
+        }
+    }
     let (items, next) = blocking(state, move |s| {
         s.list_deliveries(&filter, limit, cursor.as_deref())
     })
@@ -112,7 +123,7 @@ fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
     })
 }
 
-pub async fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
     let not_found = || ApiError::not_found("delivery");
     if !ids::is_valid(DELIVERY, id) {
         return Err(not_found());
@@ -126,6 +137,7 @@ pub async fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
     })
     .await?;
     let (d, attempts) = found.ok_or_else(not_found)?;
+    scope.check(&d.account_id, "delivery")?;
     let attempts: Vec<Value> = attempts.iter().map(|a| a.view()).collect();
     let mut v = view(state, &d);
     v["attempts"] = Value::Array(attempts);
@@ -134,12 +146,20 @@ pub async fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
 
 pub async fn retry(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
     discard_body(req).await;
     if !ids::is_valid(DELIVERY, id) {
         return Err(ApiError::not_found("delivery"));
+    }
+    if scope.account().is_some() {
+        let owned = id.to_string();
+        let d = blocking(state, move |s| s.delivery(&owned))
+            .await?
+            .ok_or_else(|| ApiError::not_found("delivery"))?;
+        scope.check(&d.account_id, "delivery")?;
     }
     match state.engine.retry_now(id) {
         Ok(d) => Ok(json(StatusCode::ACCEPTED, &view(state, &d))),
@@ -167,7 +187,7 @@ struct EventView<'a> {
     deliveries: Vec<Value>,
 }
 
-pub async fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+pub async fn get_event(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
     let not_found = || ApiError::not_found("event");
     if !ids::is_valid(EVENT, id) {
         return Err(not_found());
@@ -176,6 +196,7 @@ pub async fn get_event(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError
     let (meta, payload, deliveries) = blocking(state, move |s| s.event_with_deliveries(&owned))
         .await?
         .ok_or_else(not_found)?;
+    scope.check(&meta.account_id, "event")?;
     let payload = String::from_utf8(payload.to_vec())
         .ok()
         .and_then(|s| RawValue::from_string(s).ok())

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::body::{self, discard_body, read_json_body};
 use super::error::ApiError;
-use super::{json, no_content, validate, AppState, Resp};
+use super::{json, no_content, validate, AppState, Resp, Scope};
 use crate::ids::{self, ENDPOINT};
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::policy::url::check_endpoint_url;
@@ -116,8 +116,8 @@ pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
 }
 
 /// The endpoint with its health: the circuit breaker and the last hour's success rate.
-pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
-    let mut v = find(state, id)?.view();
+pub fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
+    let mut v = find(state, scope, id)?.view();
     if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(id)) {
         v.extend(h);
     }
@@ -126,9 +126,11 @@ pub fn get(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
 
 pub async fn patch(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
+    find(state, scope, id)?;
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let f: Fields = body::parse(&bytes)?;
     if f.secret.is_some() {
@@ -164,7 +166,8 @@ pub async fn patch(
     Ok(json(StatusCode::OK, &ep.view()))
 }
 
-pub async fn delete(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
+pub async fn delete(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
+    find(state, scope, id)?;
     if !state.store.delete_endpoint(id).await? {
         return Err(ApiError::not_found("endpoint"));
     }
@@ -177,11 +180,13 @@ pub async fn delete(state: &Arc<AppState>, id: &str) -> Result<Resp, ApiError> {
 /// `pause` and `resume` (which also re-enables a disabled endpoint).
 pub async fn set_state(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
     action: &str,
 ) -> Result<Resp, ApiError> {
     discard_body(req).await;
+    find(state, scope, id)?;
     let now = state.clock.now_ms();
     let changed = state
         .store
@@ -200,11 +205,14 @@ pub async fn set_state(
     Ok(json(StatusCode::OK, &ep.view()))
 }
 
-fn find(state: &AppState, id: &str) -> Result<Arc<Endpoint>, ApiError> {
-    state
+/// The endpoint, if the scope reaches it (another account's is `404` to a portal session).
+pub fn find(state: &AppState, scope: &Scope, id: &str) -> Result<Arc<Endpoint>, ApiError> {
+    let ep = state
         .store
         .endpoint(id)
-        .ok_or_else(|| ApiError::not_found("endpoint"))
+        .ok_or_else(|| ApiError::not_found("endpoint"))?;
+    scope.check(&ep.account_id, "endpoint")?;
+    Ok(ep)
 }
 
 fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
@@ -328,11 +336,12 @@ fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
 /// `POST /v1/endpoints/{id}/verify`: runs the handshake now; success sets `verified`.
 pub async fn verify(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
     discard_body(req).await;
-    let ep = find(state, id)?;
+    let ep = find(state, scope, id)?;
     let v = state.engine.verify(&ep).await;
     let ep = if v.verified {
         let now = state.clock.now_ms();
@@ -375,6 +384,7 @@ pub async fn verify(
 /// `signing.rotation_grace`, so receivers can switch without losing a request.
 pub async fn rotate_secret(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
@@ -396,7 +406,7 @@ pub async fn rotate_secret(
             "rotate takes only an optional secret",
         ));
     }
-    let signature = find(state, id)?.signature;
+    let signature = find(state, scope, id)?.signature;
     let secret = new_or_imported_secret(signature, &f.secret)?;
     let now = state.clock.now_ms();
     let grace = state.config.signing.rotation_grace.0.as_millis() as i64;

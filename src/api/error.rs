@@ -52,6 +52,15 @@ impl ApiError {
         )
     }
 
+    /// `403 read_only`: a read-only portal session asked to change something.
+    pub fn read_only() -> Self {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            "this portal session is read-only: it can look but not change anything",
+        )
+    }
+
     /// `408`: the request did not fully arrive within `server.request_timeout`; the connection
     /// is closed after this answer.
     pub fn request_timeout() -> Self {

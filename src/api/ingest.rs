@@ -17,6 +17,7 @@ use crate::clock::Millis;
 use crate::config::Config;
 use crate::model::Delivery;
 use crate::policy::debounce;
+use crate::policy::schema;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
 
 /// Events one batch may carry (SPEC §2).
@@ -101,9 +102,11 @@ fn refuse_when_stopping(state: &AppState) -> Result<(), ApiError> {
     }
 }
 
-/// Names the batch item in a field path: `events[3].type`.
+/// Names the batch item in a field path: `events[3].type`, or `/events/3/payload/...` for a
+/// JSON pointer (a schema violation).
 fn at_index(mut e: ApiError, i: usize) -> ApiError {
     e.field = Some(match e.field.take() {
+        Some(f) if f.starts_with('/') => format!("/events/{i}{f}"),
         Some(f) if f != "body" => format!("events[{i}].{f}"),
         _ => format!("events[{i}]"),
     });
@@ -121,11 +124,15 @@ pub struct Checked {
 
 /// Parses and checks one ingest item's bytes: what `POST /v1/events` does before anything is
 /// stored (also the fuzzing entry point for the ingest parser).
-pub fn parse_event(config: &Config, bytes: &[u8]) -> Result<Checked, ApiError> {
-    check(config, body::parse(bytes)?)
+pub fn parse_event(
+    config: &Config,
+    schemas: &schema::Catalog,
+    bytes: &[u8],
+) -> Result<Checked, ApiError> {
+    check(config, schemas, body::parse(bytes)?)
 }
 
-fn check(config: &Config, item: Item<'_>) -> Result<Checked, ApiError> {
+fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<Checked, ApiError> {
     let account_id = match &item.account_id {
         Some(v) => validate::account_id("account_id", v)?,
         None => return Err(ApiError::field("account_id", "account_id is required")),
@@ -145,10 +152,34 @@ fn check(config: &Config, item: Item<'_>) -> Result<Checked, ApiError> {
         ));
     }
     let payload = match item.payload {
-        Some(raw) if validate::is_object(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
+        Some(raw) if validate::is_object(raw) => raw,
         Some(_) => return Err(ApiError::field("payload", "payload must be a JSON object")),
         None => return Err(ApiError::field("payload", "payload is required")),
     };
+    if config.catalog.validate && schemas.has(&event_type) {
+        // Only validated payloads pay for a parse into values.
+        let value: Value = serde_json::from_str(payload.get())
+            .map_err(|e| ApiError::field("payload", format!("payload: {e}")))?;
+        if let Err(v) = schemas.validate(&event_type, &value) {
+            return Err(ApiError {
+                field: Some(format!("/payload{}", v.pointer)),
+                ..ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "schema_violation",
+                    format!(
+                        "the payload does not satisfy the schema of {event_type:?} at {:?}: {}",
+                        if v.pointer.is_empty() {
+                            "/"
+                        } else {
+                            &v.pointer
+                        },
+                        v.message
+                    ),
+                )
+            });
+        }
+    }
+    let payload = Bytes::copy_from_slice(payload.get().as_bytes());
     let idempotency_key = match &item.idempotency_key {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() && s.len() <= 255 => Some(s.clone()),
@@ -187,7 +218,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         payload,
         idempotency_key,
         debounce_key,
-    } = check(&state.config, item)?;
+    } = check(&state.config, &state.schemas, item)?;
 
     let debounce = state
         .config

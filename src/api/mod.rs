@@ -10,13 +10,21 @@ mod catalog;
 mod deliveries;
 mod endpoints;
 pub mod error;
+mod health;
 pub mod ingest;
+pub mod openapi;
+mod pages;
 mod replay;
+pub mod routes;
 pub mod server;
+mod sessions;
 mod status;
 pub mod validate;
 
+use routes::{Access, Id};
+pub use routes::{Role, Scope};
 pub use server::{serve, Limits};
+pub use sessions::PORTAL_TOKEN_PREFIX;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,12 +52,6 @@ pub type Resp = Response<Full<Bytes>>;
 pub struct Tokens {
     pub admin: Vec<String>,
     pub ingest: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Admin,
-    Ingest,
 }
 
 impl Tokens {
@@ -85,14 +87,14 @@ pub struct AppState {
     pub limits: Limits,
     pub auth_failures: server::AuthFailures,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The catalog's payload schemas, compiled.
+    pub schemas: crate::policy::schema::Catalog,
 }
 
 async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let role = bearer(&req).and_then(|t| state.tokens.role(t.as_bytes()));
-    let result = dispatch(&state, req, &method, &segments, role).await;
+    let result = dispatch(&state, req, &method, &path).await;
     match result {
         Ok(r) => r,
         Err(e) => {
@@ -112,69 +114,99 @@ fn bearer(req: &Request<Incoming>) -> Option<String> {
         .then(|| token.trim().to_string())
 }
 
+/// The caller's role: a configured token, or a live portal session's.
+fn role_of(state: &AppState, token: &str) -> Result<Option<Role>, ApiError> {
+    if let Some(role) = state.tokens.role(token.as_bytes()) {
+        return Ok(Some(role));
+    }
+    if !token.starts_with(PORTAL_TOKEN_PREFIX) {
+        return Ok(None);
+    }
+    let session = state.store.portal_session(token, state.clock.now_ms())?;
+    Ok(session.map(Role::Portal))
+}
+
 async fn dispatch(
     state: &Arc<AppState>,
     req: Request<Incoming>,
     method: &Method,
-    seg: &[&str],
-    role: Option<Role>,
+    path: &str,
 ) -> Result<Resp, ApiError> {
-    use Method as M;
-    // Routes without a token.
-    match (method, seg) {
-        (&M::GET, ["healthz"]) => return Ok(status::healthz(state)),
-        (&M::GET, ["metrics"]) => return Ok(status::metrics(state)),
-        (&M::POST, ["v1", "events"]) | (&M::POST, ["v1", "events", "batch"]) => {
-            if role.is_none() {
-                body::discard_body(req).await;
-                return Err(ApiError::unauthorized());
-            }
-            return if seg.len() == 2 {
-                ingest::single(state, req).await
+    let (route, params) = match routes::find(method, path) {
+        Ok(found) => found,
+        Err(exists) => {
+            body::discard_body(req).await;
+            return Err(if exists {
+                ApiError::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    format!("{method} is not a method of {path}"),
+                )
             } else {
-                ingest::batch(state, req).await
-            };
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no route for {method} {path}"),
+                )
+            });
         }
-        _ => {}
-    }
-    if role != Some(Role::Admin) {
-        body::discard_body(req).await;
-        return Err(ApiError::unauthorized());
-    }
-    match (method, seg) {
-        (&M::GET, ["v1", "status"]) => Ok(status::status(state)),
-        (&M::GET, ["v1", "events", id]) => deliveries::get_event(state, id).await,
-        (&M::POST, ["v1", "events", id, "replay"]) => replay::replay(state, req, id).await,
-        (&M::GET, ["v1", "event-types"]) => catalog::event_types(state),
-        (&M::POST, ["v1", "endpoints", id, "recover"]) => replay::recover(state, req, id).await,
-        (&M::POST, ["v1", "endpoints", id, "test"]) => catalog::send_test(state, req, id).await,
-        (&M::PUT, ["v1", "accounts", account]) => accounts::put(state, req, account).await,
-        (&M::GET, ["v1", "accounts", account]) => accounts::get(state, account),
-        (&M::PUT, ["v1", "accounts", account, "secrets", name]) => {
-            accounts::put_secret(state, req, account, name).await
+    };
+    let role = match bearer(&req) {
+        Some(token) if route.access != Access::Public => role_of(state, &token)?,
+        _ => None,
+    };
+    let scope = match routes::authorize(route, &params, role.as_ref()) {
+        Ok(scope) => scope,
+        Err(e) => {
+            body::discard_body(req).await;
+            return Err(e);
         }
-        (&M::POST, ["v1", "accounts", account, "endpoints"]) => {
-            endpoints::create(state, req, account).await
-        }
-        (&M::GET, ["v1", "accounts", account, "endpoints"]) => endpoints::list(state, account),
-        (&M::GET, ["v1", "endpoints", id]) => endpoints::get(state, id),
-        (&M::PATCH, ["v1", "endpoints", id]) => endpoints::patch(state, req, id).await,
-        (&M::DELETE, ["v1", "endpoints", id]) => endpoints::delete(state, id).await,
-        (&M::POST, ["v1", "endpoints", id, "verify"]) => endpoints::verify(state, req, id).await,
-        (&M::POST, ["v1", "endpoints", id, "secret", "rotate"]) => {
-            endpoints::rotate_secret(state, req, id).await
-        }
-        (&M::POST, ["v1", "endpoints", id, action @ ("pause" | "resume")]) => {
-            endpoints::set_state(state, req, id, action).await
-        }
-        (&M::GET, ["v1", "deliveries"]) => deliveries::list(state, req.uri().query()).await,
-        (&M::GET, ["v1", "deliveries", id]) => deliveries::get(state, id).await,
-        (&M::POST, ["v1", "deliveries", id, "retry"]) => deliveries::retry(state, req, id).await,
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no route for {method} /{}", seg.join("/")),
-        )),
+    };
+    let p = |name: &str| {
+        params
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_default()
+    };
+    let s = &scope;
+    match route.id {
+        Id::Root => Ok(pages::root()),
+        Id::Healthz => Ok(status::healthz(state)),
+        Id::Metrics => Ok(status::metrics(state)),
+        Id::OpenApi => Ok(openapi::serve(state, &req)),
+        Id::Portal => Ok(pages::page(state, &req, pages::Page::Portal)),
+        Id::Console => Ok(pages::page(state, &req, pages::Page::Console)),
+        Id::Asset => Ok(pages::asset(state, &req, p("file"))),
+        Id::Ingest => ingest::single(state, req).await,
+        Id::IngestBatch => ingest::batch(state, req).await,
+        Id::Session => Ok(sessions::whoami(role.as_ref())),
+        Id::Status => Ok(status::status(state)),
+        Id::Accounts => accounts::list(state).await,
+        Id::AccountPut => accounts::put(state, req, p("account_id")).await,
+        Id::AccountGet => accounts::get(state, p("account_id")),
+        Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,
+        Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
+        Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
+        Id::EventTypes => catalog::event_types(state),
+        Id::EndpointCreate => endpoints::create(state, req, p("account_id")).await,
+        Id::EndpointList => endpoints::list(state, p("account_id")),
+        Id::EndpointGet => endpoints::get(state, s, p("id")),
+        Id::EndpointPatch => endpoints::patch(state, s, req, p("id")).await,
+        Id::EndpointDelete => endpoints::delete(state, s, p("id")).await,
+        Id::EndpointVerify => endpoints::verify(state, s, req, p("id")).await,
+        Id::EndpointRotate => endpoints::rotate_secret(state, s, req, p("id")).await,
+        Id::EndpointPause => endpoints::set_state(state, s, req, p("id"), "pause").await,
+        Id::EndpointResume => endpoints::set_state(state, s, req, p("id"), "resume").await,
+        Id::EndpointTest => catalog::send_test(state, s, req, p("id")).await,
+        Id::EndpointRecover => replay::recover(state, s, req, p("id")).await,
+        Id::EndpointStats => health::endpoint_stats(state, s, p("id")),
+        Id::Deliveries => deliveries::list(state, s, req.uri().query()).await,
+        Id::DeliveryGet => deliveries::get(state, s, p("id")).await,
+        Id::DeliveryRetry => deliveries::retry(state, s, req, p("id")).await,
+        Id::EventGet => deliveries::get_event(state, s, p("id")).await,
+        Id::EventReplay => replay::replay(state, s, req, p("id")).await,
+        Id::Incidents => health::incidents(state, s, req.uri().query()).await,
     }
 }
 

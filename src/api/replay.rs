@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::{blocking, json, AppState, Resp};
+use super::{blocking, json, AppState, Resp, Scope};
 use crate::clock::{parse_rfc3339, Millis};
 use crate::engine::RetryError;
 use crate::ids::{self, EVENT};
@@ -31,6 +31,7 @@ struct ReplayBody {
 /// `POST /v1/events/{id}/replay` `{"endpoint_id"?, "dry_run"?}`.
 pub async fn replay(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
@@ -47,6 +48,7 @@ pub async fn replay(
     let (meta, payload) = blocking(state, move |s| s.event(&owned))
         .await?
         .ok_or_else(|| ApiError::not_found("event"))?;
+    scope.check(&meta.account_id, "event")?;
     let endpoints = state.store.account_endpoints(&meta.account_id);
     let targets: Vec<_> = match &b.endpoint_id {
         Some(ep) => {
@@ -109,6 +111,7 @@ struct RecoverBody {
 /// every `failed` or `skipped` delivery of the endpoint created since then.
 pub async fn recover(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
@@ -128,9 +131,7 @@ pub async fn recover(
             ))
         }
     };
-    if state.store.endpoint(id).is_none() {
-        return Err(ApiError::not_found("endpoint"));
-    }
+    super::endpoints::find(state, scope, id)?;
     let endpoint = id.to_string();
     let (found, more) = blocking(state, move |s| {
         recoverable(s, &endpoint, since, MAX_RECOVER)

@@ -11,6 +11,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
 
 use super::{json, AppState, Resp};
+use crate::clock::rfc3339;
 use crate::metrics::Gauges;
 use crate::model::DeliveryState;
 
@@ -57,6 +58,17 @@ pub fn status(state: &Arc<AppState>) -> Resp {
                 "endpoint_id": id,
                 "attempts": all,
                 "success_rate": f64::from(good) / f64::from(all),
+            })).collect::<Vec<_>>(),
+            "oldest_pending_at": state.store.due().oldest().map(rfc3339),
+            "open_breakers": state.engine.open_breakers().into_iter().map(|(id, b)| json!({
+                "endpoint_id": id,
+                "state": b.phase,
+                "consecutive_failures": b.consecutive_failures,
+                "next_probe_at": b.next_probe_at.map(rfc3339),
+            })).collect::<Vec<_>>(),
+            "attempts_by_minute": state.engine.recent.by_minute(now, 60).into_iter().map(|(at, counts)| json!({
+                "at": rfc3339(at),
+                "attempts": counts.into_iter().map(|(s, n)| (s.as_str().to_string(), json!(n))).collect::<Map<String, Value>>(),
             })).collect::<Vec<_>>(),
         }),
     )

@@ -62,6 +62,7 @@ pub struct Config {
     pub endpoints: Endpoints,
     pub plans: BTreeMap<String, Plan>,
     pub catalog: Catalog,
+    pub portal: Portal,
     pub operator: Operator,
     pub log: Log,
 }
@@ -78,6 +79,8 @@ pub struct Server {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub request_timeout: Dur,
+    /// The address people reach herald at, for portal links (default `http://` + `listen`).
+    pub public_url: Option<String>,
 }
 
 impl Default for Server {
@@ -92,6 +95,7 @@ impl Default for Server {
             max_connections: 1024,
             max_header_bytes: 16 * 1024,
             request_timeout: secs(30),
+            public_url: None,
         }
     }
 }
@@ -184,6 +188,8 @@ impl Default for Endpoints {
 #[serde(deny_unknown_fields, default)]
 pub struct Catalog {
     pub strict: bool,
+    /// Check payloads against their type's schema at ingest.
+    pub validate: bool,
     pub events: BTreeMap<String, CatalogEvent>,
 }
 
@@ -193,7 +199,33 @@ pub struct CatalogEvent {
     pub description: String,
     pub sample: Option<toml::Table>,
     pub sample_file: Option<PathBuf>,
+    /// JSON Schema 2020-12 of the payload, inline or in a JSON file.
+    pub schema: Option<toml::Table>,
+    pub schema_file: Option<PathBuf>,
+    pub deprecated: bool,
     pub debounce: Option<Debounce>,
+}
+
+impl CatalogEvent {
+    /// The sample payload as JSON: the inline `sample`, else `sample_file`'s; `None` without.
+    pub fn sample_json(&self) -> Option<serde_json::Value> {
+        json_of(self.sample.as_ref(), self.sample_file.as_deref())
+    }
+
+    /// The payload schema as JSON: the inline `schema`, else `schema_file`'s.
+    pub fn schema_json(&self) -> Option<serde_json::Value> {
+        json_of(self.schema.as_ref(), self.schema_file.as_deref())
+    }
+}
+
+/// An inline table as JSON, else a JSON file's contents (`None` if unreadable: `validate`
+/// reports it).
+fn json_of(inline: Option<&toml::Table>, file: Option<&Path>) -> Option<serde_json::Value> {
+    if let Some(t) = inline {
+        return serde_json::to_value(t).ok();
+    }
+    let text = std::fs::read_to_string(file?).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -207,6 +239,25 @@ pub struct Debounce {
 
 fn default_debounce_mode() -> String {
     "leading".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Portal {
+    pub session_ttl: Dur,
+    pub max_session_ttl: Dur,
+    /// Origins allowed to frame the portal (CSP `frame-ancestors`); none: no framing.
+    pub frame_ancestors: Vec<String>,
+}
+
+impl Default for Portal {
+    fn default() -> Self {
+        Self {
+            session_ttl: secs(3600),
+            max_session_ttl: secs(7 * 86_400),
+            frame_ancestors: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -337,13 +388,14 @@ impl Config {
         section(&mut table, "endpoints", &mut config.endpoints, &mut errors);
         section(&mut table, "plans", &mut config.plans, &mut errors);
         section(&mut table, "catalog", &mut config.catalog, &mut errors);
+        section(&mut table, "portal", &mut config.portal, &mut errors);
         section(&mut table, "operator", &mut config.operator, &mut errors);
         section(&mut table, "log", &mut config.log, &mut errors);
         for key in table.keys() {
             errors.push(ConfigError {
                 key: key.clone(),
                 message: "unknown key; the tables are server, storage, delivery, retry_policies, \
-                          signing, endpoints, plans, catalog, operator, log"
+                          signing, endpoints, plans, catalog, portal, operator, log"
                     .into(),
             });
         }
@@ -386,6 +438,15 @@ impl Config {
             }
         }
         self.endpoints.require_verification = false;
+    }
+
+    /// Where people reach herald: `server.public_url`, else `http://` + `server.listen`; no
+    /// trailing slash.
+    pub fn public_url(&self) -> String {
+        match &self.server.public_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.server.listen),
+        }
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {

@@ -80,6 +80,70 @@ impl Config {
         }
     }
 
+    /// The catalog's schemas compiled (each type with a schema).
+    pub fn compile_schemas(&self) -> Result<crate::policy::schema::Catalog, Vec<(String, String)>> {
+        crate::policy::schema::Catalog::compile(
+            self.catalog
+                .events
+                .iter()
+                .filter_map(|(ty, ev)| Some((ty.as_str(), ev.schema_json()?))),
+        )
+    }
+
+    /// Schemas that are not valid schemas, and samples that do not satisfy their schema, each
+    /// with its key.
+    fn schema_problems(&self) -> Vec<(String, String)> {
+        let key = |ty: &str, ev: &super::CatalogEvent, what: &str| {
+            let which = match what {
+                "schema" if ev.schema.is_some() => "schema",
+                "schema" => "schema_file",
+                _ if ev.sample.is_some() => "sample",
+                _ => "sample_file",
+            };
+            format!("catalog.events.\"{ty}\".{which}")
+        };
+        let catalog = match self.compile_schemas() {
+            Ok(c) => c,
+            Err(errors) => {
+                return errors
+                    .into_iter()
+                    .map(|(ty, why)| {
+                        let k = self
+                            .catalog
+                            .events
+                            .get(&ty)
+                            .map_or_else(|| ty.clone(), |ev| key(&ty, ev, "schema"));
+                        (
+                            k,
+                            format!("is not a valid JSON Schema (draft 2020-12): {why}"),
+                        )
+                    })
+                    .collect()
+            }
+        };
+        let mut out = Vec::new();
+        for (ty, ev) in &self.catalog.events {
+            let Some(sample) = ev.sample_json() else {
+                continue;
+            };
+            if let Err(v) = catalog.validate(ty, &sample) {
+                out.push((
+                    key(ty, ev, "sample"),
+                    format!(
+                        "does not satisfy its schema at {:?}: {}",
+                        if v.pointer.is_empty() {
+                            "/"
+                        } else {
+                            &v.pointer
+                        },
+                        v.message
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
     /// Every problem with its key path; empty means the config can run.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
         let mut errors = Vec::new();
@@ -147,6 +211,37 @@ impl Config {
         ] {
             if d.0.is_zero() || d.0 > Duration::from_secs(300) {
                 err(key, "must be between \"1ms\" and \"300s\"".into());
+            }
+        }
+        if let Some(u) = &self.server.public_url {
+            let ok = url::Url::parse(u)
+                .is_ok_and(|p| matches!(p.scheme(), "http" | "https") && p.host().is_some());
+            if !ok {
+                err(
+                    "server.public_url",
+                    format!("{u:?} is not an http(s) URL such as \"https://hooks.example.com\""),
+                );
+            }
+        }
+        if self.portal.session_ttl.0 < Duration::from_secs(1)
+            || self.portal.session_ttl > self.portal.max_session_ttl
+        {
+            err(
+                "portal.session_ttl",
+                "must be at least \"1s\" and at most portal.max_session_ttl".into(),
+            );
+        }
+        for (i, origin) in self.portal.frame_ancestors.iter().enumerate() {
+            // One CSP source expression: no spaces, separators or quotes an origin never has.
+            let bad = origin.is_empty()
+                || origin
+                    .chars()
+                    .any(|c| c.is_whitespace() || matches!(c, ';' | ',' | '\'' | '"'));
+            if bad {
+                err(
+                    &format!("portal.frame_ancestors[{i}]"),
+                    format!("{origin:?} is not an origin such as \"https://app.example.com\""),
+                );
             }
         }
         if self.delivery.response_body_limit > MAX_RESPONSE_BODY_LIMIT {
@@ -240,7 +335,15 @@ impl Config {
                     );
                 }
             }
-            if let Some(path) = &ev.sample_file {
+            for (key, path, want) in [
+                ("sample_file", &ev.sample_file, "a readable JSON object"),
+                (
+                    "schema_file",
+                    &ev.schema_file,
+                    "a readable JSON object (a JSON Schema)",
+                ),
+            ] {
+                let Some(path) = path else { continue };
                 let parsed = std::fs::read_to_string(path)
                     .map_err(|e| e.to_string())
                     .and_then(|t| {
@@ -249,17 +352,38 @@ impl Config {
                     });
                 if let Err(e) = parsed {
                     err(
-                        &format!("catalog.events.\"{ty}\".sample_file"),
-                        format!("{} is not a readable JSON object: {e}", path.display()),
+                        &format!("catalog.events.\"{ty}\".{key}"),
+                        format!("{} is not {want}: {e}", path.display()),
                     );
                 }
             }
-            if ev.sample.is_some() && ev.sample_file.is_some() {
-                err(
-                    &format!("catalog.events.\"{ty}\""),
-                    "give sample or sample_file, not both".into(),
-                );
+            for (a, b) in [("sample", "sample_file"), ("schema", "schema_file")] {
+                let both = match a {
+                    "sample" => ev.sample.is_some() && ev.sample_file.is_some(),
+                    _ => ev.schema.is_some() && ev.schema_file.is_some(),
+                };
+                if both {
+                    err(
+                        &format!("catalog.events.\"{ty}\""),
+                        format!("give {a} or {b}, not both"),
+                    );
+                }
             }
+        }
+        for (key, why) in self.schema_problems() {
+            err(&key, why);
+        }
+        if self.catalog.validate
+            && !self
+                .catalog
+                .events
+                .values()
+                .any(|e| e.schema_json().is_some())
+        {
+            err(
+                "catalog.validate",
+                "is on, but no catalog type has a schema to validate against".into(),
+            );
         }
         match (&self.operator.webhook_url, &self.operator.secret) {
             (Some(url), Some(secret)) => {

@@ -271,6 +271,7 @@ impl Engine {
         let sent = outcome.is_some();
         d.attempt_count = attempt.number;
         d.last_status = Some(status);
+        d.last_http_status = attempt.http_status;
         d.next_attempt_at = None;
         d.queued = false;
         d.state = match status {
@@ -325,7 +326,7 @@ impl Engine {
             let _ = self.attempted.send(d.id.clone());
         }
         if let (true, Some(ep)) = (sent, &endpoint) {
-            self.after_sent(ep, status == Status::Delivered, now).await;
+            self.after_sent(ep, status, attempt.duration_ms, now).await;
             if attempt.http_status == Some(410) {
                 self.disable(ep, now, "the endpoint answered 410 Gone")
                     .await;

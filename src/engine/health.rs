@@ -6,13 +6,11 @@
 //! any delivery. Nothing that happens to the operator's own endpoint raises an operator event
 //! (it would report on itself in a loop).
 
-use std::collections::{HashMap, VecDeque};
-
 use serde_json::{json, Value};
 
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
-use crate::model::{Delivery, Endpoint, EndpointState};
+use crate::model::{Delivery, Endpoint, EndpointState, Status};
 use crate::policy::breaker::{Breaker, Change, Gate};
 use crate::store::{lane_of, NewEvent};
 
@@ -24,38 +22,6 @@ pub const OPERATOR_ACCOUNT: &str = "_operator";
 pub(super) struct Slot {
     breaker: Breaker,
     probe_running: bool,
-}
-
-/// Sent attempts per endpoint per minute, for the last hour's success rate.
-#[derive(Default)]
-pub(super) struct Rates(HashMap<String, VecDeque<(i64, u32, u32)>>);
-
-impl Rates {
-    fn record(&mut self, endpoint_id: &str, now: Millis, ok: bool) {
-        let minute = now.div_euclid(60_000);
-        let q = self.0.entry(endpoint_id.to_string()).or_default();
-        if q.back().is_none_or(|(m, _, _)| *m != minute) {
-            q.push_back((minute, 0, 0));
-        }
-        while q.front().is_some_and(|(m, _, _)| *m <= minute - 60) {
-            q.pop_front();
-        }
-        if let Some((_, good, all)) = q.back_mut() {
-            *good += u32::from(ok);
-            *all += 1;
-        }
-    }
-
-    fn rate(&self, endpoint_id: &str, now: Millis) -> Option<(u32, u32)> {
-        let from = now.div_euclid(60_000) - 59;
-        let (good, all) = self
-            .0
-            .get(endpoint_id)?
-            .iter()
-            .filter(|(m, _, _)| *m >= from)
-            .fold((0, 0), |(g, a), (_, good, all)| (g + good, a + all));
-        (all > 0).then_some((good, all))
-    }
 }
 
 impl Engine {
@@ -102,8 +68,15 @@ impl Engine {
     /// Records a sent attempt's result in the breaker and the success rate, and acts on what
     /// changed: openings are counted and reported, a recovery is reported, and an endpoint that
     /// has failed every attempt for `endpoints.disable_after` is disabled.
-    pub(super) async fn after_sent(&self, ep: &Endpoint, ok: bool, now: Millis) {
-        lock(&self.rates).record(&ep.id, now, ok);
+    pub(super) async fn after_sent(
+        &self,
+        ep: &Endpoint,
+        status: Status,
+        duration_ms: u64,
+        now: Millis,
+    ) {
+        let ok = status == Status::Delivered;
+        lock(&self.rates).record(&ep.id, now, status, duration_ms);
         let (change, was_probe) = self.with_slot(&ep.id, |s| {
             let was_probe = std::mem::take(&mut s.probe_running);
             let before = s.breaker.clone();
@@ -220,11 +193,27 @@ impl Engine {
         let now = self.clock.now_ms();
         let rates = lock(&self.rates);
         let mut out: Vec<_> = rates
-            .0
-            .keys()
+            .endpoints()
             .filter_map(|id| rates.rate(id, now).map(|(g, a)| (id.clone(), g, a)))
             .collect();
         out.sort();
+        out
+    }
+
+    /// The endpoint's last hour, minute by minute.
+    pub fn minutes(&self, endpoint_id: &str) -> Vec<super::rates::Minute> {
+        lock(&self.rates).minutes(endpoint_id, self.clock.now_ms())
+    }
+
+    /// Endpoints whose circuit breaker is not closed: (id, breaker).
+    pub fn open_breakers(&self) -> Vec<(String, Breaker)> {
+        let slots = lock(&self.breakers);
+        let mut out: Vec<_> = slots
+            .iter()
+            .filter(|(_, s)| s.breaker.phase != crate::policy::breaker::Phase::Closed)
+            .map(|(id, s)| (id.clone(), s.breaker.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 
@@ -241,6 +230,8 @@ impl Engine {
             },
             "success_rate_1h": rate.map(|(good, all)| f64::from(good) / f64::from(all)),
             "attempts_1h": rate.map_or(0, |(_, all)| all),
+            "last_success_at": lock(&self.rates).last_success(endpoint_id).map(rfc3339),
+            "pending": self.store.due().lane_len(lane_of(Some(endpoint_id))),
         })
     }
 }

@@ -11,6 +11,7 @@ mod attempt;
 mod retention;
 pub use attempt::RetryError;
 pub mod health;
+pub mod rates;
 pub mod recent;
 pub mod verify;
 
@@ -106,7 +107,7 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     breakers: Mutex<HashMap<String, health::Slot>>,
-    rates: Mutex<health::Rates>,
+    rates: Mutex<rates::Rates>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
 }
@@ -143,7 +144,7 @@ impl Engine {
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
             breakers: Mutex::new(HashMap::new()),
-            rates: Mutex::new(health::Rates::default()),
+            rates: Mutex::new(rates::Rates::default()),
         })
     }
 

@@ -48,6 +48,24 @@ impl Recent {
             .filter(|(_, n)| *n > 0)
             .collect()
     }
+
+    /// The last `minutes` minutes that had attempts, oldest first: (minute start, counts by
+    /// status).
+    pub fn by_minute(&self, now: Millis, minutes: i64) -> Vec<(Millis, Vec<(Status, u64)>)> {
+        let from = now.div_euclid(MINUTE) - minutes + 1;
+        let b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        b.iter()
+            .filter(|(m, _)| *m >= from)
+            .map(|(m, counts)| {
+                let nonzero = Status::ALL
+                    .into_iter()
+                    .zip(*counts)
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
+                (m * MINUTE, nonzero)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -70,5 +88,8 @@ mod tests {
             r.totals(now, 24 * 60),
             vec![(Status::Delivered, 2), (Status::Timeout, 1)]
         );
+        let minutes = r.by_minute(now, 60);
+        assert_eq!(minutes.len(), 1);
+        assert_eq!(minutes[0].0, (t0 + 2 * 3600 * 1000) / MINUTE * MINUTE);
     }
 }

@@ -80,6 +80,9 @@ impl Engine {
             other += slice(&self.store, move |s| s.prune_orphans(cutoff))
                 .await
                 .unwrap_or(0);
+            other += slice(&self.store, move |s| s.prune_portal_sessions(now))
+                .await
+                .unwrap_or(0);
             if events + other > 0 {
                 tracing::info!(events, deliveries, attempts, other, "retention: pruned");
             }

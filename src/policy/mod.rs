@@ -9,6 +9,7 @@
 //! - [`debounce`]: debounce windows at ingest.
 //! - [`quota`]: the fixed per-minute and per-day windows.
 //! - [`retry`]: which outcomes are retried and the delay before the next attempt.
+//! - [`schema`]: catalog payload schemas (JSON Schema 2020-12).
 //! - [`ssrf`]: which addresses herald may connect to.
 //! - [`url`]: endpoint URL checks.
 
@@ -18,5 +19,6 @@ pub mod conditions;
 pub mod debounce;
 pub mod quota;
 pub mod retry;
+pub mod schema;
 pub mod ssrf;
 pub mod url;

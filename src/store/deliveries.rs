@@ -76,6 +76,7 @@ pub(super) fn delivery_from(
         event_type: meta.event_type.clone(),
         state,
         last_status: last.map(|a| a.attempt.status),
+        last_http_status: last.and_then(|a| a.attempt.http_status),
         attempt_count: last.map_or(0, |a| a.attempt.number),
         next_attempt_at: next,
         created_at: meta.received_at,

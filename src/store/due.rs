@@ -252,6 +252,24 @@ impl DueIndex {
             .unwrap_or_default()
     }
 
+    /// Entries of one lane waiting or running (an endpoint's pending deliveries herald knows
+    /// are due at some time).
+    pub fn lane_len(&self, lane: Lane) -> usize {
+        self.lock()
+            .lanes
+            .get(&lane)
+            .map_or(0, |q| q.fresh.len() + q.later.len() + q.running)
+    }
+
+    /// The earliest due time of any entry, held lanes included (the oldest pending delivery's).
+    pub fn oldest(&self) -> Option<Millis> {
+        self.lock()
+            .lanes
+            .values()
+            .filter_map(LaneQueue::earliest)
+            .min()
+    }
+
     /// When the earliest entry that [`Self::take`] could hand out is due.
     pub fn next_due(&self) -> Option<Millis> {
         self.lock().ready.first().map(|(at, _)| *at)

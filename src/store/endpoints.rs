@@ -12,6 +12,19 @@ use super::{codec, Store, StoreError};
 use crate::model::Endpoint;
 
 impl Store {
+    /// Every account with a synced plan or an endpoint, sorted.
+    pub fn account_ids(&self) -> Vec<String> {
+        let mut ids: std::collections::BTreeSet<String> = self
+            .plans
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.extend(self.read_endpoints().values().map(|e| e.account_id.clone()));
+        ids.into_iter().collect()
+    }
+
     pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
         self.read_endpoints().get(id).cloned()
     }

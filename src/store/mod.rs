@@ -20,6 +20,7 @@
 //!
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
+//! - `portal_sessions`: see [`sessions`].
 //!
 //! # Consistency
 //!
@@ -51,6 +52,7 @@ pub mod key;
 mod migrate;
 mod retention;
 mod scan;
+pub mod sessions;
 #[cfg(test)]
 mod tests;
 
@@ -120,6 +122,7 @@ pub(crate) struct Trees {
     quota: sled::Tree,
     account_secrets: sled::Tree,
     breakers: sled::Tree,
+    portal_sessions: sled::Tree,
 }
 
 /// What the committer shares with the store.
@@ -282,6 +285,7 @@ impl Store {
             quota: tree("quota")?,
             account_secrets: tree("account_secrets")?,
             breakers: tree("breakers")?,
+            portal_sessions: tree("portal_sessions")?,
         };
         let data_file = File::open(path.join("db"))?;
         if format == Some(2) {

@@ -1,0 +1,225 @@
+//! How endpoints are doing, for the portal and the console: an endpoint's last hour minute by
+//! minute (`GET /v1/endpoints/{id}/stats`) and failures grouped as incidents
+//! (`GET /v1/incidents`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::{blocking, json, validate, AppState, Resp, Scope};
+use crate::clock::{parse_rfc3339, rfc3339, Millis};
+use crate::model::{Delivery, Status};
+use crate::store::DeliveryFilter;
+
+/// `GET /v1/endpoints/{id}/stats`: the endpoint's health (breaker, success rate, last success,
+/// pending) and its last hour, one entry per minute with attempts: counts by status, mean and
+/// max latency of the attempts that were sent.
+pub fn endpoint_stats(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
+    let ep = super::endpoints::find(state, scope, id)?;
+    let minutes: Vec<Value> = state
+        .engine
+        .minutes(&ep.id)
+        .iter()
+        .map(|m| {
+            let counts: BTreeMap<&str, u32> = Status::ALL
+                .iter()
+                .zip(m.counts)
+                .filter(|(_, n)| *n > 0)
+                .map(|(s, n)| (s.as_str(), n))
+                .collect();
+            let n = u64::from(m.attempts().max(1));
+            json!({
+                "at": rfc3339(m.at),
+                "attempts": counts,
+                "latency_ms": {"mean": m.latency_sum_ms / n, "max": m.latency_max_ms},
+            })
+        })
+        .collect();
+    let mut v = state.engine.health_view(&ep.id);
+    v["endpoint_id"] = json!(ep.id);
+    v["minutes"] = json!(minutes);
+    Ok(json(StatusCode::OK, &v))
+}
+
+/// Deliveries one incidents request looks at most (newest first).
+const INCIDENT_SCAN: usize = 5_000;
+/// Example deliveries shown per incident.
+const EXAMPLES: usize = 5;
+
+/// Statuses that are failures of a sent attempt (or a refused address), as incidents show them.
+fn is_failure(s: Status) -> bool {
+    matches!(
+        s,
+        Status::HttpError
+            | Status::Timeout
+            | Status::ConnectionError
+            | Status::TlsError
+            | Status::Blocked
+    )
+}
+
+/// `GET /v1/incidents?account_id=&since=`: deliveries whose last attempt failed, grouped by
+/// endpoint and by status and HTTP code, largest first: how many, since when, until when, how
+/// many are still pending (retrying) and a few example deliveries. `since` defaults to 24 h
+/// ago; at most the newest 5,000 deliveries are looked at (`"complete": false` then).
+pub async fn incidents(
+    state: &Arc<AppState>,
+    scope: &Scope,
+    query: Option<&str>,
+) -> Result<Resp, ApiError> {
+    let mut filter = DeliveryFilter::default();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let v = v.into_owned();
+        if v.is_empty() {
+            continue;
+        }
+        match k.as_ref() {
+            "account_id" => {
+                validate::account_id_str("account_id", &v)?;
+                filter.account_id = Some(v);
+            }
+            "since" => {
+                filter.since =
+                    Some(parse_rfc3339(&v).ok_or_else(|| {
+                        ApiError::field("since", "since must be an RFC 3339 time")
+                    })?)
+            }
+            other => {
+                return Err(ApiError::field(
+                    other,
+                    format!("unknown query parameter {other:?}"),
+                ))
+            }
+        }
+    }
+    if let Some(account) = scope.account() {
+        match &filter.account_id {
+            Some(a) if a != account => return Err(ApiError::not_found("account")),
+            _ => filter.account_id = Some(account.to_string()),
+        }
+    }
+    let now = state.clock.now_ms();
+    let since = *filter.since.get_or_insert(now - 24 * 3600 * 1000);
+    let (seen, complete) = blocking(state, move |s| {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let room = INCIDENT_SCAN - seen.len();
+            let (items, next) = s.list_deliveries(&filter, room.min(500), cursor.as_deref())?;
+            seen.extend(items);
+            match next {
+                Some(c) if seen.len() < INCIDENT_SCAN => cursor = Some(c),
+                Some(_) => return Ok((seen, false)),
+                None => return Ok((seen, true)),
+            }
+        }
+    })
+    .await?;
+    let items = group(&seen);
+    Ok(json(
+        StatusCode::OK,
+        &json!({"items": items, "since": rfc3339(since), "complete": complete, "next_cursor": null}),
+    ))
+}
+
+/// One incident: failures of one endpoint with one status and code.
+struct Incident<'a> {
+    count: usize,
+    pending: usize,
+    first: Millis,
+    last: Millis,
+    examples: Vec<&'a str>,
+}
+
+/// Groups failed deliveries (newest first) into incidents, largest first.
+fn group(deliveries: &[Delivery]) -> Vec<Value> {
+    let mut groups: BTreeMap<(Option<&str>, &str, Option<u16>), Incident<'_>> = BTreeMap::new();
+    for d in deliveries {
+        let Some(status) = d.last_status.filter(|s| is_failure(*s)) else {
+            continue;
+        };
+        let key = (
+            d.endpoint_id.as_deref(),
+            status.as_str(),
+            d.last_http_status,
+        );
+        let g = groups.entry(key).or_insert(Incident {
+            count: 0,
+            pending: 0,
+            first: d.created_at,
+            last: d.created_at,
+            examples: Vec::new(),
+        });
+        g.count += 1;
+        g.pending += usize::from(d.state == crate::model::DeliveryState::Pending);
+        g.first = g.first.min(d.created_at);
+        g.last = g.last.max(d.created_at);
+        if g.examples.len() < EXAMPLES {
+            g.examples.push(&d.id);
+        }
+    }
+    let mut out: Vec<_> = groups.into_iter().collect();
+    out.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(b.1.last.cmp(&a.1.last)));
+    out.into_iter()
+        .map(|((endpoint, status, code), g)| {
+            json!({
+                "endpoint_id": endpoint,
+                "status": status,
+                "http_status": code,
+                "deliveries": g.count,
+                "pending": g.pending,
+                "first_at": rfc3339(g.first),
+                "last_at": rfc3339(g.last),
+                "examples": g.examples,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DeliveryState;
+
+    fn d(id: &str, ep: &str, status: Status, code: Option<u16>, at: Millis) -> Delivery {
+        Delivery {
+            id: id.into(),
+            event_id: "evt".into(),
+            endpoint_id: Some(ep.into()),
+            account_id: "a".into(),
+            event_type: "t".into(),
+            state: DeliveryState::Failed,
+            last_status: Some(status),
+            last_http_status: code,
+            attempt_count: 1,
+            next_attempt_at: None,
+            created_at: at,
+            manual: false,
+            queued: false,
+        }
+    }
+
+    #[test]
+    fn failures_group_by_endpoint_status_and_code() {
+        let all = [
+            d("d1", "ep_a", Status::HttpError, Some(500), 3),
+            d("d2", "ep_a", Status::HttpError, Some(500), 2),
+            d("d3", "ep_a", Status::HttpError, Some(404), 1),
+            d("d4", "ep_b", Status::Timeout, None, 4),
+            d("d5", "ep_b", Status::Delivered, Some(200), 5),
+        ];
+        let g = group(&all);
+        assert_eq!(g.len(), 3, "{g:?}");
+        assert_eq!(g[0]["endpoint_id"], "ep_a");
+        assert_eq!(
+            (g[0]["http_status"].clone(), g[0]["deliveries"].clone()),
+            (json!(500), json!(2))
+        );
+        assert_eq!(g[0]["examples"], json!(["d1", "d2"]));
+        assert_eq!(g[0]["first_at"], rfc3339(2));
+        assert!(g.iter().all(|i| i["status"] != "delivered"));
+    }
+}

@@ -1,0 +1,697 @@
+//! `GET /openapi.json` and `herald openapi` (SPEC §14): an OpenAPI 3.1 document of the whole
+//! API — every route of [`super::routes::ROUTES`] with its parameters, bodies and answers
+//! (errors included), the three bearer roles of §12 — and a top-level `webhooks` map with one
+//! entry per catalog type: the request herald sends (§3 headers, the type's schema as the body,
+//! its sample as the example).
+//!
+//! A test walks the route table and fails on a route the document lacks, so the two cannot
+//! drift apart.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::routes::{Access, Id, Route, ROUTES};
+use super::{AppState, Resp};
+use crate::config::Config;
+use crate::model::{DeliveryState, Status};
+
+/// `GET /openapi.json`.
+pub fn serve(state: &Arc<AppState>, _req: &Request<Incoming>) -> Resp {
+    super::json(StatusCode::OK, &document(&state.config))
+}
+
+/// The whole document for this config (its catalog fills `webhooks`).
+pub fn document(config: &Config) -> Value {
+    let mut paths = Map::new();
+    for r in ROUTES {
+        let Some(op) = operation(r) else {
+            continue;
+        };
+        let path = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
+        path[r.method.as_str().to_ascii_lowercase()] = op;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "herald",
+            "version": crate::VERSION,
+            "description": "A self-hosted webhook delivery appliance: ingest events, manage \
+                endpoints, read the delivery log, retry, replay and recover. Every error has \
+                one shape (`Error`). Three bearer credentials: admin tokens reach every route, \
+                ingest tokens post events, portal session tokens reach one account's routes.",
+        },
+        "servers": [{"url": config.public_url()}],
+        "paths": paths,
+        "webhooks": webhooks(config),
+        "components": {
+            "securitySchemes": {
+                "admin": {"type": "http", "scheme": "bearer", "description": "An admin token (server.admin_tokens): every route."},
+                "ingest": {"type": "http", "scheme": "bearer", "description": "An ingest token (server.ingest_tokens): POST /v1/events and /v1/events/batch."},
+                "portal": {"type": "http", "scheme": "bearer", "description": "A portal session token (hps_...): one account's routes; a read-only session only GETs."},
+            },
+            "schemas": schemas(),
+            "responses": {
+                "Error": {
+                    "description": "An error; nothing was changed.",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                },
+            },
+        },
+    })
+}
+
+fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+fn body(schema: Value, required: bool) -> Value {
+    json!({"required": required, "content": {"application/json": {"schema": schema}}})
+}
+
+fn path_param(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "path", "required": true, "description": description,
+           "schema": {"type": "string", "minLength": 1}})
+}
+
+fn query(name: &str, description: &str, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema})
+}
+
+fn time() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+fn nullable(schema: Value) -> Value {
+    json!({"oneOf": [schema, {"type": "null"}]})
+}
+
+/// A route's summary, parameters, request body and answers by status.
+type Spec<'a> = (&'a str, Vec<Value>, Option<Value>, Vec<(String, Value)>);
+
+/// The operation object of a route; `None` for routes the document leaves out (none today:
+/// the test checks every route is in).
+fn operation(route: &Route) -> Option<Value> {
+    let security = match route.access {
+        Access::Public => json!([]),
+        Access::Ingest => json!([{"admin": []}, {"ingest": []}]),
+        Access::Admin => json!([{"admin": []}]),
+        Access::Account => json!([{"admin": []}, {"portal": []}]),
+        Access::Session => json!([{"admin": []}, {"ingest": []}, {"portal": []}]),
+    };
+    let id_param = |what: &str| path_param("id", &format!("The {what}'s id."));
+    let account = || path_param("account_id", "The account's id.");
+    let e = |code: u16, what: &str| {
+        (
+            code.to_string(),
+            json!({"description": what, "content": {"application/json": {"schema": r("Error")}}}),
+        )
+    };
+    let (summary, params, req, mut responses): Spec =
+        match route.id {
+            Id::Root => (
+                "Redirects to the console.",
+                vec![],
+                None,
+                vec![("302".into(), json!({"description": "To /console."}))],
+            ),
+            Id::Healthz => (
+                "200 while storage is usable.",
+                vec![],
+                None,
+                vec![
+                    ("200".into(), ok("Storage is usable.", r("Health"))),
+                    ("503".into(), ok("Storage is not usable.", r("Health"))),
+                ],
+            ),
+            Id::Metrics => (
+                "Prometheus metrics (text format).",
+                vec![],
+                None,
+                vec![("200".into(), json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}}))],
+            ),
+            Id::OpenApi => (
+                "This document.",
+                vec![],
+                None,
+                vec![("200".into(), ok("The OpenAPI 3.1 document.", json!({"type": "object"})))],
+            ),
+            Id::Portal | Id::Console => (
+                if route.id == Id::Portal {
+                    "The customer's portal page (it reads its token from the URL fragment)."
+                } else {
+                    "The operator's console page."
+                },
+                vec![],
+                None,
+                vec![
+                    ("200".into(), json!({"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}})),
+                    ("304".into(), json!({"description": "Not modified (ETag)."})),
+                ],
+            ),
+            Id::Asset => (
+                "A script or stylesheet of the pages.",
+                vec![path_param("file", "The asset's file name.")],
+                None,
+                vec![
+                    ("200".into(), json!({"description": "The asset.", "content": {
+                        "text/javascript": {"schema": {"type": "string"}},
+                        "text/css": {"schema": {"type": "string"}}}})),
+                    ("304".into(), json!({"description": "Not modified (ETag)."})),
+                    e(404, "No such asset."),
+                ],
+            ),
+            Id::Ingest => (
+                "Ingests one event; 202 once it and its deliveries are on disk.",
+                vec![],
+                Some(body(r("IngestRequest"), true)),
+                vec![
+                    ("202".into(), ok("Stored durably (or a duplicate of an earlier key).", r("IngestAccepted"))),
+                    e(400, "Malformed JSON."),
+                    e(413, "Body over server.max_body_bytes."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid field (named in `field`), or a payload that violates its type's schema."),
+                    e(503, "Storage unavailable or shutting down; nothing stored."),
+                ],
+            ),
+            Id::IngestBatch => (
+                "Ingests up to 1,000 events with one flush; one bad item fails only itself.",
+                vec![],
+                Some(body(r("BatchRequest"), true)),
+                vec![
+                    ("202".into(), ok("Results in order.", r("BatchResult"))),
+                    e(400, "Malformed JSON."),
+                    e(413, "Body over server.max_body_bytes."),
+                    e(415, "Not JSON."),
+                    e(422, "The body is not a batch."),
+                    e(503, "Storage unavailable or shutting down; nothing stored."),
+                ],
+            ),
+            Id::Session => (
+                "What the caller's credential is.",
+                vec![],
+                None,
+                vec![("200".into(), ok("The caller.", r("Session")))],
+            ),
+            Id::Status => (
+                "Version, uptime, queue by state, attempts by status, storage.",
+                vec![],
+                None,
+                vec![("200".into(), ok("Status.", r("Status")))],
+            ),
+            Id::Accounts => (
+                "Every account with a plan or an endpoint.",
+                vec![],
+                None,
+                vec![("200".into(), ok("Accounts.", list_of("AccountSummary")))],
+            ),
+            Id::AccountPut => (
+                "Syncs the account's plan (null removes it).",
+                vec![account()],
+                Some(body(r("PlanRequest"), true)),
+                vec![
+                    ("200".into(), ok("The account.", r("Account"))),
+                    e(400, "Malformed JSON."),
+                    e(415, "Not JSON."),
+                    e(422, "No such plan, or an invalid account id."),
+                ],
+            ),
+            Id::AccountGet => (
+                "The account, its plan, limits and usage.",
+                vec![account()],
+                None,
+                vec![("200".into(), ok("The account.", r("Account"))), e(422, "An invalid account id.")],
+            ),
+            Id::AccountSecret => (
+                "Sets an account secret for header macros (write-only).",
+                vec![account(), path_param("name", "The secret's name (letters, digits, _).")],
+                Some(body(r("SecretRequest"), true)),
+                vec![
+                    ("204".into(), json!({"description": "Set."})),
+                    e(400, "Malformed JSON."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid name or value."),
+                ],
+            ),
+            Id::PortalSessionCreate => (
+                "Mints a portal session (a link) for the account's customer.",
+                vec![account()],
+                Some(body(r("PortalSessionRequest"), false)),
+                vec![
+                    ("201".into(), ok("The session; its token and url are shown only here.", r("PortalSessionCreated"))),
+                    e(400, "Malformed JSON."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid ttl or read_only."),
+                ],
+            ),
+            Id::PortalSessionDelete => (
+                "Revokes a portal session at once.",
+                vec![id_param("portal session")],
+                None,
+                vec![("204".into(), json!({"description": "Revoked."})), e(404, "No such session.")],
+            ),
+            Id::EventTypes => (
+                "The event catalog: descriptions, schemas and samples.",
+                vec![],
+                None,
+                vec![("200".into(), ok("The catalog.", list_of("EventType")))],
+            ),
+            Id::EndpointCreate => (
+                "Creates an endpoint; its secret is shown only in this answer.",
+                vec![account()],
+                Some(body(r("EndpointRequest"), true)),
+                vec![
+                    ("201".into(), ok("Created.", r("EndpointCreated"))),
+                    e(400, "Malformed JSON."),
+                    e(409, "The account has endpoints.max_per_account endpoints."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid field (named in `field`)."),
+                ],
+            ),
+            Id::EndpointList => (
+                "The account's endpoints, newest first.",
+                vec![account()],
+                None,
+                vec![("200".into(), ok("Endpoints.", list_of("Endpoint"))), e(422, "An invalid account id.")],
+            ),
+            Id::EndpointGet => (
+                "An endpoint with its health.",
+                vec![id_param("endpoint")],
+                None,
+                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+            ),
+            Id::EndpointPatch => (
+                "Changes an endpoint (a new URL clears `verified`).",
+                vec![id_param("endpoint")],
+                Some(body(r("EndpointRequest"), true)),
+                vec![
+                    ("200".into(), ok("The endpoint.", r("Endpoint"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such endpoint."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid field (named in `field`)."),
+                ],
+            ),
+            Id::EndpointDelete => (
+                "Deletes an endpoint; its pending deliveries end.",
+                vec![id_param("endpoint")],
+                None,
+                vec![("204".into(), json!({"description": "Deleted."})), e(404, "No such endpoint.")],
+            ),
+            Id::EndpointVerify => (
+                "Runs the verification handshake now.",
+                vec![id_param("endpoint")],
+                None,
+                vec![("200".into(), ok("The handshake's outcome.", r("VerifyResult"))), e(404, "No such endpoint.")],
+            ),
+            Id::EndpointRotate => (
+                "Rotates the signing secret; the previous one signs beside it for signing.rotation_grace.",
+                vec![id_param("endpoint")],
+                Some(body(r("RotateRequest"), false)),
+                vec![
+                    ("200".into(), ok("The new secret (or public key), shown only here.", r("RotateResult"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such endpoint."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid secret."),
+                ],
+            ),
+            Id::EndpointPause | Id::EndpointResume => (
+                if route.id == Id::EndpointPause {
+                    "Pauses an endpoint: due deliveries end `skipped` / `paused`."
+                } else {
+                    "Resumes (or re-enables) an endpoint."
+                },
+                vec![id_param("endpoint")],
+                None,
+                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+            ),
+            Id::EndpointTest => (
+                "Sends a test event (a catalog sample, or a generic `webhook.test`) now.",
+                vec![id_param("endpoint")],
+                Some(body(r("TestRequest"), false)),
+                vec![
+                    ("200".into(), ok("Sent; its first attempt.", r("TestResult"))),
+                    ("202".into(), ok("Stored; its attempt had not ended in time.", r("TestResult"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such endpoint."),
+                    e(415, "Not JSON."),
+                    e(422, "An unknown type or one without a sample."),
+                ],
+            ),
+            Id::EndpointRecover => (
+                "Retries every failed or skipped delivery of the endpoint since a time (at most 10,000 a call).",
+                vec![id_param("endpoint")],
+                Some(body(r("RecoverRequest"), true)),
+                vec![
+                    ("200".into(), ok("A dry run: how many.", r("RecoverResult"))),
+                    ("202".into(), ok("Retried.", r("RecoverResult"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such endpoint."),
+                    e(415, "Not JSON."),
+                    e(422, "An invalid since."),
+                ],
+            ),
+            Id::EndpointStats => (
+                "The endpoint's last hour, minute by minute, and its health.",
+                vec![id_param("endpoint")],
+                None,
+                vec![("200".into(), ok("Stats.", r("EndpointStats"))), e(404, "No such endpoint.")],
+            ),
+            Id::Deliveries => (
+                "Deliveries newest first, with filters and a cursor.",
+                vec![
+                    query("account_id", "Only this account's.", json!({"type": "string"})),
+                    query("endpoint_id", "Only this endpoint's.", json!({"type": "string"})),
+                    query("event_type", "Only this type.", json!({"type": "string"})),
+                    query("state", "Only this state.", json!({"enum": DeliveryState::ALL.map(|s| s.as_str())})),
+                    query("status", "Only this last attempt status.", json!({"enum": Status::ALL.map(|s| s.as_str())})),
+                    query("since", "Created at or after.", time()),
+                    query("until", "Created before.", time()),
+                    query("limit", "Items per page, 1 to 500 (default 50).", json!({"type": "integer", "minimum": 1, "maximum": 500})),
+                    query("cursor", "The previous page's next_cursor.", json!({"type": "string"})),
+                ],
+                None,
+                vec![
+                    ("200".into(), ok("A page.", r("DeliveryList"))),
+                    e(404, "Another account (portal sessions)."),
+                    e(422, "An invalid parameter (named in `field`)."),
+                ],
+            ),
+            Id::DeliveryGet => (
+                "A delivery with every attempt.",
+                vec![id_param("delivery")],
+                None,
+                vec![("200".into(), ok("The delivery.", r("DeliveryDetail"))), e(404, "No such delivery.")],
+            ),
+            Id::DeliveryRetry => (
+                "One new attempt now, same webhook-id.",
+                vec![id_param("delivery")],
+                None,
+                vec![
+                    ("202".into(), ok("Due now.", r("Delivery"))),
+                    e(404, "No such delivery."),
+                    e(409, "An attempt of it is running now."),
+                ],
+            ),
+            Id::EventGet => (
+                "An event, its payload and its deliveries.",
+                vec![id_param("event")],
+                None,
+                vec![("200".into(), ok("The event.", r("Event"))), e(404, "No such event.")],
+            ),
+            Id::EventReplay => (
+                "Ingests the event again as a new event (new id), for all or one endpoint.",
+                vec![id_param("event")],
+                Some(body(r("ReplayRequest"), false)),
+                vec![
+                    ("200".into(), ok("A dry run: how many.", r("DryRun"))),
+                    ("202".into(), ok("Replayed.", r("ReplayResult"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such event."),
+                    e(415, "Not JSON."),
+                    e(422, "An endpoint that is not the account's."),
+                ],
+            ),
+            Id::Incidents => (
+                "Failures grouped by endpoint and status / HTTP code.",
+                vec![
+                    query("account_id", "Only this account's.", json!({"type": "string"})),
+                    query("since", "From (default 24 h ago).", time()),
+                ],
+                None,
+                vec![
+                    ("200".into(), ok("Incidents, largest first.", r("Incidents"))),
+                    e(404, "Another account (portal sessions)."),
+                    e(422, "An invalid parameter."),
+                ],
+            ),
+        };
+    // What any route may answer besides its own.
+    match route.access {
+        Access::Public => {}
+        _ => responses.push(e(401, "Missing or wrong credential.")),
+    }
+    if route.access == Access::Account && route.method != Method::GET {
+        responses.push(e(403, "A read-only portal session (code `read_only`)."));
+    }
+    if req.is_some() {
+        responses.push(e(
+            408,
+            "The request did not arrive within server.request_timeout.",
+        ));
+    }
+    if !responses.iter().any(|(c, _)| c == "503") && route.access != Access::Public {
+        responses.push(e(503, "Storage unavailable or shutting down."));
+    }
+    let mut op = json!({
+        "operationId": format!("{:?}", route.id),
+        "summary": summary,
+        "security": security,
+        "parameters": params,
+        "responses": responses.into_iter().collect::<Map<String, Value>>(),
+    });
+    if let Some(req) = req {
+        op["requestBody"] = req;
+    }
+    Some(op)
+}
+
+fn list_of(item: &str) -> Value {
+    json!({"type": "object", "required": ["items", "next_cursor"], "properties": {
+        "items": {"type": "array", "items": r(item)},
+        "next_cursor": {"type": ["string", "null"]},
+    }})
+}
+
+fn schemas() -> Value {
+    let states = DeliveryState::ALL.map(|s| s.as_str());
+    let statuses = Status::ALL.map(|s| s.as_str());
+    let mut m = Map::new();
+    m.insert("Error".into(), json!({"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}}));
+    m.insert("Health".into(), json!({"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}, "reason": {"type": "string"}}}));
+    m.insert(
+        "IngestRequest".into(),
+        json!({"type": "object", "required": ["account_id", "type", "payload"], "properties": {
+            "account_id": {"type": ["string", "integer"]},
+            "type": {"type": "string"},
+            "payload": {"type": "object"},
+            "idempotency_key": {"type": "string"},
+            "debounce_key": {"type": ["string", "integer"]}}}),
+    );
+    m.insert("IngestAccepted".into(), json!({"type": "object", "required": ["event_id", "duplicate", "deliveries"], "properties": {
+            "event_id": {"type": "string"},
+            "duplicate": {"type": "boolean"},
+            "deliveries": {"type": "array", "items": {"type": "object", "properties": {
+                "delivery_id": {"type": "string"}, "endpoint_id": {"type": ["string", "null"]}, "state": {"enum": states}}}}}}));
+    m.insert(
+        "BatchRequest".into(),
+        json!({"type": "object", "required": ["events"], "properties": {
+            "events": {"type": "array", "maxItems": 1000, "items": r("IngestRequest")}}}),
+    );
+    m.insert("BatchResult".into(), json!({"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {
+            "oneOf": [r("IngestAccepted"), r("Error")]}}}}));
+    m.insert("Session".into(), json!({"type": "object", "required": ["role"], "properties": {
+            "role": {"enum": ["admin", "ingest", "portal", null]},
+            "id": {"type": "string"}, "account_id": {"type": "string"}, "read_only": {"type": "boolean"},
+            "created_at": time(), "expires_at": time()}}));
+    m.insert("Status".into(), json!({"type": "object", "required": ["version", "uptime_seconds", "queue", "in_flight"], "properties": {
+            "version": {"type": "string"}, "uptime_seconds": {"type": "integer"},
+            "queue": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "due": {"type": "integer"}, "in_flight": {"type": "integer"},
+            "dead_letters": {"type": "integer"}, "storage_bytes": {"type": "integer"},
+            "oldest_pending_at": {"type": ["string", "null"]},
+            "attempts": {"type": "object"}, "attempts_by_minute": {"type": "array"},
+            "open_breakers": {"type": "array"}, "endpoints_last_hour": {"type": "array"}}}));
+    m.insert("PlanRequest".into(), json!({"type": "object", "required": ["plan"], "properties": {"plan": {"type": ["string", "null"]}}}));
+    m.insert("SecretRequest".into(), json!({"type": "object", "required": ["value"], "properties": {"value": {"type": "string"}}}));
+    m.insert("Account".into(), json!({"type": "object", "required": ["account_id", "plan", "limits", "usage"], "properties": {
+            "account_id": {"type": "string"}, "plan": {"type": ["string", "null"]},
+            "limits": {"type": "object", "properties": {"webhooks": {"type": "boolean"},
+                "per_minute": {"type": ["integer", "null"]}, "per_day": {"type": ["integer", "null"]}}},
+            "usage": {"type": "object", "properties": {"minute": {"type": "integer"}, "day": {"type": "integer"}}}}}));
+    m.insert("AccountSummary".into(), json!({"allOf": [r("Account"), {"type": "object", "properties": {"endpoints": {"type": "integer"}}}]}));
+    m.insert("PortalSessionRequest".into(), json!({"type": "object", "properties": {"ttl": {"type": "string"}, "read_only": {"type": "boolean"}}}));
+    m.insert("PortalSessionCreated".into(), json!({"type": "object", "required": ["id", "token", "url", "account_id", "read_only", "expires_at"], "properties": {
+            "id": {"type": "string"}, "token": {"type": "string"}, "url": {"type": "string"},
+            "account_id": {"type": "string"}, "read_only": {"type": "boolean"},
+            "created_at": time(), "expires_at": time()}}));
+    m.insert(
+        "EventType".into(),
+        json!({"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string"}, "description": {"type": "string"},
+            "sample": {"type": ["object", "null"]}, "schema": {"type": ["object", "null"]},
+            "deprecated": {"type": "boolean"}, "debounce": {"type": ["object", "null"]}}}),
+    );
+    m.insert(
+        "EndpointRequest".into(),
+        json!({"type": "object", "properties": {
+            "url": {"type": "string"}, "description": {"type": "string"},
+            "event_types": {"type": "array", "items": {"type": "string"}},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "retry_policy": {"type": "string"}, "secret": {"type": "string"},
+            "signature": {"enum": ["hmac", "ed25519"]}}}),
+    );
+    m.insert("Endpoint".into(), json!({"type": "object", "required": ["id", "account_id", "url", "state", "verified"], "properties": {
+            "id": {"type": "string"}, "account_id": {"type": "string"}, "url": {"type": "string"},
+            "description": {"type": "string"}, "event_types": {"type": "array", "items": {"type": "string"}},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "retry_policy": {"type": "string"}, "signature": {"enum": ["hmac", "ed25519"]},
+            "state": {"enum": ["active", "paused", "disabled"]}, "verified": {"type": "boolean"},
+            "public_key": {"type": ["string", "null"]},
+            "created_at": time(), "updated_at": time(),
+            "breaker": {"type": "object"}, "success_rate_1h": {"type": ["number", "null"]},
+            "attempts_1h": {"type": "integer"}, "last_success_at": {"type": ["string", "null"]},
+            "pending": {"type": "integer"}}}));
+    m.insert("EndpointCreated".into(), json!({"type": "object", "required": ["endpoint"], "properties": {
+            "endpoint": r("Endpoint"), "secret": {"type": "string"}, "public_key": {"type": ["string", "null"]}}}));
+    m.insert(
+        "VerifyResult".into(),
+        json!({"type": "object", "required": ["verified"], "properties": {
+            "verified": {"type": "boolean"}, "reason": {"type": ["string", "null"]},
+            "attempt": {"type": "object"}, "endpoint": r("Endpoint")}}),
+    );
+    m.insert(
+        "RotateRequest".into(),
+        json!({"type": "object", "properties": {"secret": {"type": "string"}}}),
+    );
+    m.insert("RotateResult".into(), json!({"type": "object", "properties": {"secret": {"type": "string"}, "public_key": {"type": ["string", "null"]}}}));
+    m.insert(
+        "TestRequest".into(),
+        json!({"type": "object", "properties": {"type": {"type": "string"}}}),
+    );
+    m.insert("TestResult".into(), json!({"type": "object", "required": ["event_id", "delivery_id"], "properties": {
+            "event_id": {"type": "string"}, "delivery_id": {"type": "string"}, "attempt": nullable(r("Attempt"))}}));
+    m.insert("RecoverRequest".into(), json!({"type": "object", "required": ["since"], "properties": {"since": time(), "dry_run": {"type": "boolean"}}}));
+    m.insert(
+        "RecoverResult".into(),
+        json!({"type": "object", "properties": {
+            "recovered": {"type": "integer"}, "deliveries": {"type": "integer"},
+            "dry_run": {"type": "boolean"}, "more": {"type": "boolean"}}}),
+    );
+    m.insert("ReplayRequest".into(), json!({"type": "object", "properties": {"endpoint_id": {"type": "string"}, "dry_run": {"type": "boolean"}}}));
+    m.insert("ReplayResult".into(), json!({"type": "object", "required": ["event_id", "replay_of", "deliveries"], "properties": {
+            "event_id": {"type": "string"}, "replay_of": {"type": "string"}, "deliveries": {"type": "array"}}}));
+    m.insert("DryRun".into(), json!({"type": "object", "required": ["dry_run", "deliveries"], "properties": {"dry_run": {"type": "boolean"}, "deliveries": {"type": "integer"}}}));
+    m.insert(
+        "Attempt".into(),
+        json!({"type": "object", "required": ["id", "number", "at", "status"], "properties": {
+            "id": {"type": "string"}, "number": {"type": "integer"}, "at": time(),
+            "duration_ms": {"type": "integer"}, "status": {"enum": statuses},
+            "http_status": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
+            "request_headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "response_body": {"type": "string"}}}),
+    );
+    m.insert("Delivery".into(), json!({"type": "object", "required": ["id", "event_id", "endpoint_id", "account_id", "event_type", "state", "last_status", "attempt_count", "next_attempt_at", "created_at"], "properties": {
+            "id": {"type": "string"}, "event_id": {"type": "string"}, "endpoint_id": {"type": ["string", "null"]},
+            "account_id": {"type": "string"}, "event_type": {"type": "string"}, "state": {"enum": states},
+            "last_status": {"enum": statuses.iter().map(|s| json!(s)).chain([Value::Null]).collect::<Vec<_>>()},
+            "last_http_status": {"type": ["integer", "null"]},
+            "attempt_count": {"type": "integer"}, "next_attempt_at": {"type": ["string", "null"]},
+            "created_at": time()}}));
+    m.insert(
+        "DeliveryDetail".into(),
+        json!({"allOf": [r("Delivery"), {"type": "object", "required": ["attempts"], "properties": {
+            "attempts": {"type": "array", "items": r("Attempt")}}}]}),
+    );
+    m.insert("DeliveryList".into(), json!(list_of("Delivery")));
+    m.insert("Event".into(), json!({"type": "object", "required": ["id", "account_id", "type", "received_at", "payload", "deliveries"], "properties": {
+            "id": {"type": "string"}, "account_id": {"type": "string"}, "type": {"type": "string"},
+            "received_at": time(), "idempotency_key": {"type": "string"}, "payload": {"type": "object"},
+            "deliveries": {"type": "array", "items": r("Delivery")}}}));
+    m.insert("EndpointStats".into(), json!({"type": "object", "required": ["endpoint_id", "minutes"], "properties": {
+            "endpoint_id": {"type": "string"}, "breaker": {"type": "object"},
+            "success_rate_1h": {"type": ["number", "null"]}, "attempts_1h": {"type": "integer"},
+            "last_success_at": {"type": ["string", "null"]}, "pending": {"type": "integer"},
+            "minutes": {"type": "array", "items": {"type": "object", "properties": {
+                "at": time(), "attempts": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "latency_ms": {"type": "object", "properties": {"mean": {"type": "integer"}, "max": {"type": "integer"}}}}}}}}));
+    m.insert(
+        "Incidents".into(),
+        json!({"type": "object", "required": ["items", "since", "complete"], "properties": {
+            "since": time(), "complete": {"type": "boolean"}, "next_cursor": {"type": "null"},
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "endpoint_id": {"type": ["string", "null"]}, "status": {"enum": statuses},
+                "http_status": {"type": ["integer", "null"]}, "deliveries": {"type": "integer"},
+                "pending": {"type": "integer"}, "first_at": time(), "last_at": time(),
+                "examples": {"type": "array", "items": {"type": "string"}}}}}}}),
+    );
+    Value::Object(m)
+}
+
+/// One entry per catalog type: the signed POST herald sends for it.
+fn webhooks(config: &Config) -> Value {
+    let header = |name: &str, description: &str| json!({"name": name, "in": "header", "required": true, "description": description, "schema": {"type": "string"}});
+    let mut out = Map::new();
+    for (ty, ev) in &config.catalog.events {
+        let schema = ev
+            .schema_json()
+            .unwrap_or_else(|| json!({"type": "object"}));
+        let mut media = json!({"schema": schema});
+        if let Some(sample) = ev.sample_json() {
+            media["example"] = sample;
+        }
+        out.insert(
+            ty.clone(),
+            json!({"post": {
+                "operationId": format!("webhook:{ty}"),
+                "summary": if ev.description.is_empty() { ty.clone() } else { ev.description.clone() },
+                "deprecated": ev.deprecated,
+                "parameters": [
+                    header("webhook-id", "The event id: the same on every retry (dedupe on it)."),
+                    header("webhook-timestamp", "This attempt's Unix time in seconds."),
+                    header("webhook-signature", "v1,<base64 HMAC-SHA256> (or v1a, for ed25519 endpoints), one per valid secret, space-separated."),
+                    header("herald-event-type", "The event type."),
+                    header("herald-attempt", "The 1-based attempt number."),
+                    header("herald-delivery-id", "The delivery's id."),
+                    header("herald-endpoint-id", "The endpoint's id."),
+                    header("user-agent", "herald/<version>."),
+                ],
+                "requestBody": {"required": true, "content": {"application/json": media}},
+                "responses": {"2XX": {"description": "Any 2xx acknowledges the delivery; anything else is retried by the endpoint's policy (3xx and most 4xx are not)."}},
+            }}),
+        );
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route of the router is in the document, with its method (the table and the
+    /// document cannot drift apart).
+    #[test]
+    fn every_route_is_documented() {
+        let doc = document(&Config::default());
+        for r in ROUTES {
+            let op = &doc["paths"][r.path][r.method.as_str().to_ascii_lowercase()];
+            assert!(
+                op.is_object(),
+                "{} {} is missing from the document",
+                r.method,
+                r.path
+            );
+            assert!(op["responses"].as_object().is_some_and(|m| !m.is_empty()));
+        }
+        let documented: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_object().unwrap().len())
+            .sum();
+        assert_eq!(
+            documented,
+            ROUTES.len(),
+            "the document has routes the router does not"
+        );
+    }
+}
