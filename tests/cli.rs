@@ -177,6 +177,23 @@ fn check_config_reports_an_unknown_key_together_with_the_other_errors() {
     );
 }
 
+/// SPEC §14: a catalog schema that is not a valid JSON Schema, and a sample that does not satisfy
+/// its type's schema, are errors with their key paths.
+#[test]
+fn check_config_refuses_a_bad_schema_and_a_sample_that_fails_its_schema() {
+    assert_refused(
+        "[catalog.events.\"order.created\"]\n\
+         schema = { type = \"objekt\" }\n\
+         [catalog.events.\"order.paid\"]\n\
+         schema = { type = \"object\", required = [\"order_id\"], properties = { order_id = { type = \"string\" } } }\n\
+         sample = { order_id = 42 }\n",
+        &[
+            ("catalog.events.\"order.created\".schema", "not a valid JSON Schema"),
+            ("catalog.events.\"order.paid\".sample", "/order_id"),
+        ],
+    );
+}
+
 /// The server's limits are checked like every key (hyper's smallest head buffer is 8 KiB).
 #[test]
 fn check_config_refuses_server_limits_out_of_range() {

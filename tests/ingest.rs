@@ -552,6 +552,70 @@ async fn strict_catalog_rejects_an_undeclared_type_with_422() {
     assert_eq!(status, 202, "a declared type is accepted: {answer}");
 }
 
+/// SPEC §14: with `catalog.validate = true` a payload that violates its type's schema is
+/// `422 schema_violation`, the rule in the message and the JSON pointer of the offending value
+/// in `field`; nothing is stored. In a batch only that item fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_violating_its_schema_is_422_schema_violation_and_stores_nothing() {
+    let herald = Herald::start(
+        "[catalog]\nvalidate = true\n\
+         [catalog.events.\"order.paid\"]\n\
+         schema = { type = \"object\", required = [\"order_id\"], properties = { \
+            order_id = { type = \"string\" }, \
+            items = { type = \"array\", items = { type = \"object\", properties = { price = { type = \"number\", minimum = 0 } } } } } }\n",
+    )
+    .await;
+    for (payload, field, rule) in [
+        (json!({"order_id": 7}), "/payload/order_id", "type"),
+        (json!({"items": []}), "/payload", "required"),
+        (
+            json!({"order_id": "o", "items": [{"price": 1}, {"price": -2}]}),
+            "/payload/items/1/price",
+            "minimum",
+        ),
+    ] {
+        let got = herald
+            .ingest(json!({"account_id": "acme", "type": "order.paid", "payload": payload}))
+            .await;
+        assert_error(
+            &got,
+            422,
+            "schema_violation",
+            Some(field),
+            &payload.to_string(),
+        );
+        let message = got.1["error"]["message"].as_str().unwrap();
+        assert!(message.contains(rule), "{message}");
+    }
+    assert_nothing_stored(&herald).await;
+
+    let (status, answer) = herald
+        .call(
+            "POST",
+            "/v1/events/batch",
+            Some(INGEST_TOKEN),
+            Some(json!({"events": [
+                {"account_id": "acme", "type": "order.paid", "payload": {"order_id": "o-1"}},
+                {"account_id": "acme", "type": "order.paid", "payload": {"order_id": false}},
+                {"account_id": "acme", "type": "other.type", "payload": {"anything": true}},
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let r = &answer["results"];
+    assert_eq!(r[0]["status"], 202, "{answer}");
+    assert_eq!(r[1]["status"], 422, "{answer}");
+    assert_eq!(r[1]["error"]["code"], "schema_violation", "{answer}");
+    assert_eq!(
+        r[1]["error"]["field"], "/events/1/payload/order_id",
+        "{answer}"
+    );
+    assert_eq!(
+        r[2]["status"], 202,
+        "a type without a schema takes anything: {answer}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn numeric_account_id_is_normalized_to_its_decimal_string() {
     let world = World::start("", "").await;

@@ -162,6 +162,17 @@ async fn dispatch(
             return Err(e);
         }
     };
+    // A portal session's object of another account does not exist for it (before anything of
+    // the request is looked at).
+    if let (Some(account), Some((_, id))) =
+        (scope.account(), params.iter().find(|(n, _)| *n == "id"))
+    {
+        let owner = owner_of(state, route.id, id).await?;
+        if owner.is_some_and(|o| o != account) {
+            body::discard_body(req).await;
+            return Err(ApiError::not_found(object_name(route.id)));
+        }
+    }
     let p = |name: &str| {
         params
             .iter()
@@ -207,6 +218,29 @@ async fn dispatch(
         Id::EventGet => deliveries::get_event(state, s, p("id")).await,
         Id::EventReplay => replay::replay(state, s, req, p("id")).await,
         Id::Incidents => health::incidents(state, s, req.uri().query()).await,
+    }
+}
+
+/// The account an object named in a route's path belongs to, if it exists.
+async fn owner_of(state: &Arc<AppState>, route: Id, id: &str) -> Result<Option<String>, ApiError> {
+    let id = id.to_string();
+    match route {
+        Id::DeliveryGet | Id::DeliveryRetry => {
+            blocking(state, move |s| Ok(s.delivery(&id)?.map(|d| d.account_id))).await
+        }
+        Id::EventGet | Id::EventReplay => {
+            blocking(state, move |s| Ok(s.event(&id)?.map(|(m, _)| m.account_id))).await
+        }
+        Id::PortalSessionDelete => Ok(None),
+        _ => Ok(state.store.endpoint(&id).map(|e| e.account_id.clone())),
+    }
+}
+
+fn object_name(route: Id) -> &'static str {
+    match route {
+        Id::DeliveryGet | Id::DeliveryRetry => "delivery",
+        Id::EventGet | Id::EventReplay => "event",
+        _ => "endpoint",
     }
 }
 

@@ -102,26 +102,26 @@ impl Config {
             };
             format!("catalog.events.\"{ty}\".{which}")
         };
-        let catalog = match self.compile_schemas() {
-            Ok(c) => c,
-            Err(errors) => {
-                return errors
-                    .into_iter()
-                    .map(|(ty, why)| {
-                        let k = self
-                            .catalog
-                            .events
-                            .get(&ty)
-                            .map_or_else(|| ty.clone(), |ev| key(&ty, ev, "schema"));
-                        (
-                            k,
-                            format!("is not a valid JSON Schema (draft 2020-12): {why}"),
-                        )
-                    })
-                    .collect()
-            }
-        };
-        let mut out = Vec::new();
+        let (catalog, errors) = crate::policy::schema::Catalog::compile_what_can(
+            self.catalog
+                .events
+                .iter()
+                .filter_map(|(ty, ev)| Some((ty.as_str(), ev.schema_json()?))),
+        );
+        let mut out: Vec<(String, String)> = errors
+            .into_iter()
+            .map(|(ty, why)| {
+                let k = self
+                    .catalog
+                    .events
+                    .get(&ty)
+                    .map_or_else(|| ty.clone(), |ev| key(&ty, ev, "schema"));
+                (
+                    k,
+                    format!("is not a valid JSON Schema (draft 2020-12): {why}"),
+                )
+            })
+            .collect();
         for (ty, ev) in &self.catalog.events {
             let Some(sample) = ev.sample_json() else {
                 continue;

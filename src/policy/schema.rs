@@ -59,6 +59,18 @@ impl Catalog {
     pub fn compile<'a>(
         types: impl IntoIterator<Item = (&'a str, Value)>,
     ) -> Result<Catalog, Vec<(String, String)>> {
+        let (catalog, errors) = Catalog::compile_what_can(types);
+        if errors.is_empty() {
+            Ok(catalog)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Compiles what it can: the catalog of the good schemas, and every failure.
+    pub fn compile_what_can<'a>(
+        types: impl IntoIterator<Item = (&'a str, Value)>,
+    ) -> (Catalog, Vec<(String, String)>) {
         let mut compiler = boon::Compiler::new();
         compiler.set_default_draft(boon::Draft::V2020_12);
         let mut catalog = Catalog::default();
@@ -71,11 +83,7 @@ impl Catalog {
                 Err(why) => errors.push((ty.to_string(), why)),
             }
         }
-        if errors.is_empty() {
-            Ok(catalog)
-        } else {
-            Err(errors)
-        }
+        (catalog, errors)
     }
 
     /// Whether the type has a schema.
