@@ -450,6 +450,48 @@ fn operation(route: &Route) -> Option<Value> {
     if !responses.iter().any(|(c, _)| c == "503") && route.access != Access::Public {
         responses.push(e(503, "Storage unavailable or shutting down."));
     }
+    // Links: the ids an answer gives lead to the operations that take them (clients and
+    // stateful testers follow them).
+    let link = |targets: &[Id], param: &str, pointer: &str| -> Value {
+        let mut links = Map::new();
+        for t in targets {
+            links.insert(
+                format!("{t:?}"),
+                json!({"operationId": format!("{t:?}"), "parameters": {param: format!("$response.body#{pointer}")}}),
+            );
+        }
+        Value::Object(links)
+    };
+    let endpoint_ops = [
+        Id::EndpointGet,
+        Id::EndpointPatch,
+        Id::EndpointDelete,
+        Id::EndpointVerify,
+        Id::EndpointRotate,
+        Id::EndpointPause,
+        Id::EndpointResume,
+        Id::EndpointTest,
+        Id::EndpointRecover,
+        Id::EndpointStats,
+    ];
+    for (code, resp) in responses.iter_mut() {
+        let links = match (route.id, code.as_str()) {
+            (Id::EndpointCreate, "201") => link(&endpoint_ops, "id", "/endpoint/id"),
+            (Id::Ingest, "202") => {
+                let mut l = link(&[Id::EventGet, Id::EventReplay], "id", "/event_id");
+                if let (Value::Object(l), Value::Object(more)) = (
+                    &mut l,
+                    link(&[Id::DeliveryGet, Id::DeliveryRetry], "id", "/deliveries/0/delivery_id"),
+                ) {
+                    l.extend(more);
+                }
+                l
+            }
+            (Id::PortalSessionCreate, "201") => link(&[Id::PortalSessionDelete], "id", "/id"),
+            _ => continue,
+        };
+        resp["links"] = links;
+    }
     let mut op = json!({
         "operationId": format!("{:?}", route.id),
         "summary": summary,
@@ -624,6 +666,29 @@ fn schemas() -> Value {
                 "pending": {"type": "integer"}, "first_at": time(), "last_at": time(),
                 "examples": {"type": "array", "items": {"type": "string"}}}}}}}),
     );
+    // Examples of the request bodies: what a well-formed request looks like (testers start
+    // from them).
+    for (name, example) in [
+        (
+            "IngestRequest",
+            json!({"account_id": "11073", "type": "order.paid", "payload": {"order_id": "o-1"},
+                   "idempotency_key": "order-o-1-paid"}),
+        ),
+        (
+            "EndpointRequest",
+            json!({"url": "https://hooks.example.com/herald", "description": "orders",
+                   "event_types": ["order.*"], "retry_policy": "standard"}),
+        ),
+        ("RecoverRequest", json!({"since": "2026-01-31T12:00:00Z", "dry_run": true})),
+        ("PlanRequest", json!({"plan": null})),
+        ("SecretRequest", json!({"value": "s3cr3t"})),
+        ("PortalSessionRequest", json!({"ttl": "1h", "read_only": false})),
+        ("ReplayRequest", json!({"dry_run": true})),
+    ] {
+        if let Some(schema) = m.get_mut(name) {
+            schema["example"] = example;
+        }
+    }
     Value::Object(m)
 }
 
