@@ -18,6 +18,8 @@ pub const BACKLOG_TARGET_SIZE: u64 = 1_000_000;
 pub const HEALTHZ_TARGET_S: f64 = 5.0;
 /// With a full log, ingest and end-to-end keep at least this share of the empty-store figures.
 pub const HISTORY_TARGET: f64 = 0.80;
+/// An account's first page of the delivery log (the portal's log view), at its p95 (issue 10).
+pub const ACCOUNT_LOG_TARGET_MS: f64 = 50.0;
 pub const HISTORY_TARGET_SIZE: u64 = 5_000_000;
 /// Once retention applies, the data dir grows by at most this share over the rest of the phase
 /// (sled reuses freed space segment by segment, so the size steps up and down a little; without
@@ -178,6 +180,14 @@ impl Results {
             let single_ok = judged(single >= HISTORY_TARGET);
             v.push(("history_single_ratio", t.clone(), single, single_ok));
             v.push(("history_e2e_ratio", t, e2e, judged(e2e >= HISTORY_TARGET)));
+            if let Some(log) = &h.account_log {
+                let t = format!(
+                    "≤ {ACCOUNT_LOG_TARGET_MS:.0} ms at {} deliveries",
+                    thousands(HISTORY_TARGET_SIZE as f64)
+                );
+                let ok = judged(log.p95_ms <= ACCOUNT_LOG_TARGET_MS);
+                v.push(("account_log_p95_ms", t, log.p95_ms, ok));
+            }
         }
         if let Some((_, _, growth)) = self.retention_growth() {
             let t = format!("≤ +{:.0} %", RETENTION_FLAT * 100.0);
@@ -453,6 +463,19 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             ),
             verdict("history_e2e_ratio"),
         );
+        if let Some(log) = &h.account_log {
+            row(
+                format!(
+                    "  an account's log ({} of them), first page: p50 / p95",
+                    log.deliveries
+                ),
+                format!(
+                    "{:.1} / {:.1} ms (max {:.1})",
+                    log.p50_ms, log.p95_ms, log.max_ms
+                ),
+                verdict("account_log_p95_ms"),
+            );
+        }
     }
     if let Some(ret) = &r.retention {
         if let Some((from, to, growth)) = r.retention_growth() {
@@ -631,6 +654,9 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "empty": {"single_ingest": ingest_json(&Some(h.empty.0.clone())), "end_to_end": e2e_json(&Some(h.empty.1.clone()))},
             "full": {"single_ingest": ingest_json(&Some(h.full.0.clone())), "end_to_end": e2e_json(&Some(h.full.1.clone()))},
             "ratios": r.history_ratios().map(|(s, e)| json!({"single_ingest": s, "end_to_end": e})),
+            "account_log": h.account_log.as_ref().map(|l| json!({
+                "deliveries": l.deliveries, "p50_ms": l.p50_ms, "p95_ms": l.p95_ms, "max_ms": l.max_ms,
+            })),
         })),
         "retention": r.retention.as_ref().map(|x| json!({
             "retention_s": x.retention_s,

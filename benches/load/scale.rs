@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use bytes::Bytes;
+use serde_json::Value;
 
 use herald::clock::{Clock, SystemClock};
 use herald::ids;
@@ -104,7 +105,24 @@ pub struct History {
     pub e2e_rate: f64,
     pub empty: (Ingest, EndToEnd),
     pub full: (Ingest, EndToEnd),
+    /// The delivery log of one account with [`PORTAL_DELIVERIES`] deliveries among all the
+    /// others: latency of its first page, `None` if the reused store lacks that account.
+    pub account_log: Option<AccountLog>,
 }
+
+/// An account's first page of the delivery log, as the portal asks for it.
+#[derive(Debug, Clone)]
+pub struct AccountLog {
+    pub deliveries: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The account the portal figure reads, and how many deliveries it has in the prefilled log
+/// (spread evenly through it).
+pub const PORTAL_ACCOUNT: &str = "bench-portal";
+pub const PORTAL_DELIVERIES: usize = 200;
 
 /// End-to-end offered rate in the history phase: under the ~15,000–20,000/s an empty store takes
 /// on the machine this was written on, and more than 80 % of it: a store that kept up with less
@@ -140,6 +158,7 @@ pub async fn history(opts: &Opts) -> Result<History> {
         disk_bytes >> 20,
         herald.pid
     );
+    let account_log = account_log(&herald).await?;
     // The prefilled endpoint points nowhere (its receiver is gone): a new one for this run.
     herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
     let full = ingest_then_e2e(opts, herald, receiver).await?;
@@ -150,7 +169,60 @@ pub async fn history(opts: &Opts) -> Result<History> {
         e2e_rate: HISTORY_E2E_RATE,
         empty,
         full,
+        account_log,
     })
+}
+
+/// Reads [`PORTAL_ACCOUNT`]'s log: every page once (to count it), then its first page (50 newest,
+/// as the portal opens it) 200 times, one after another.
+async fn account_log(herald: &Herald) -> Result<Option<AccountLog>> {
+    let page = format!("/v1/deliveries?account_id={PORTAL_ACCOUNT}&limit=50");
+    let mut found = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("{page}&cursor={c}"),
+            None => page.clone(),
+        };
+        let (status, answer) = herald.admin("GET", &path, Value::Null).await?;
+        if status != 200 {
+            bail!("listing {PORTAL_ACCOUNT}'s deliveries: {status} {answer}");
+        }
+        found += answer["items"].as_array().map_or(0, Vec::len);
+        match answer["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    if found < PORTAL_DELIVERIES {
+        eprintln!(
+            "    the store has {found} deliveries of {PORTAL_ACCOUNT}, not {PORTAL_DELIVERIES} \
+             (prefilled by an older bench?): account log not measured"
+        );
+        return Ok(None);
+    }
+    let mut times = Vec::with_capacity(200);
+    for _ in 0..200 {
+        let t = Instant::now();
+        let (status, _) = herald.admin("GET", &page, Value::Null).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        if status != 200 {
+            bail!("listing {PORTAL_ACCOUNT}'s deliveries: {status}");
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    let log = AccountLog {
+        deliveries: found,
+        p50_ms: at(0.50),
+        p95_ms: at(0.95),
+        max_ms: times[times.len() - 1],
+    };
+    eprintln!(
+        "    {PORTAL_ACCOUNT}'s log ({found} deliveries): first page p50 {:.1} ms, p95 {:.1} ms",
+        log.p50_ms, log.p95_ms
+    );
+    Ok(Some(log))
 }
 
 /// Closed-loop single ingest, then (once its deliveries are done) end-to-end at
@@ -196,41 +268,48 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     store.due().set_lane_limit(usize::MAX);
     let clock = SystemClock;
     let now = clock.now_ms();
-    let ep = store
-        .put_endpoint(Endpoint {
-            id: ids::new_id(ids::ENDPOINT, now),
-            account_id: ACCOUNT.into(),
-            url: "http://127.0.0.1:9/gone".into(),
-            description: "bench history".into(),
-            event_types: Vec::new(),
-            headers: BTreeMap::new(),
-            retry_policy: "none".into(),
-            signature: SignatureKind::Hmac,
-            state: EndpointState::Active,
-            verified: true,
-            created_at: now,
-            updated_at: now,
-            secrets: vec![StoredSecret {
-                value: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-                expires_at: None,
-            }],
-        })
-        .await?;
+    let endpoint = |account: &str| Endpoint {
+        id: ids::new_id(ids::ENDPOINT, now),
+        account_id: account.into(),
+        url: "http://127.0.0.1:9/gone".into(),
+        description: "bench history".into(),
+        event_types: Vec::new(),
+        headers: BTreeMap::new(),
+        retry_policy: "none".into(),
+        signature: SignatureKind::Hmac,
+        state: EndpointState::Active,
+        verified: true,
+        created_at: now,
+        updated_at: now,
+        secrets: vec![StoredSecret {
+            value: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            expires_at: None,
+        }],
+    };
+    let ep = store.put_endpoint(endpoint(ACCOUNT)).await?;
+    // The portal figure's account: one delivery every n / PORTAL_DELIVERIES of the others'.
+    let portal_ep = store.put_endpoint(endpoint(PORTAL_ACCOUNT)).await?;
+    let every = (n / PORTAL_DELIVERIES).max(1);
     let mut written = 0u64;
     let mut next_report = Instant::now() + Duration::from_secs(5);
     while (written as usize) < n {
         let now = clock.now_ms();
         let batch = (n - written as usize).min(1000);
         let events: Vec<NewEvent> = (0..batch)
-            .map(|_| {
-                let body = drive::event_json(ACCOUNT);
+            .map(|i| {
+                let portal = (written as usize + i) % every == every - 1;
+                let (account, target) = match portal {
+                    true => (PORTAL_ACCOUNT, &portal_ep),
+                    false => (ACCOUNT, &ep),
+                };
+                let body = drive::event_json(account);
                 let payload =
                     body[body.find("\"payload\":").unwrap_or(0) + 10..body.len() - 1].to_string();
                 NewEvent::fan_out(
-                    ACCOUNT.into(),
+                    account.into(),
                     "bench.event".into(),
                     Bytes::from(payload),
-                    [&ep].into_iter(),
+                    [target].into_iter(),
                     now,
                 )
             })
