@@ -154,6 +154,10 @@ pub async fn start(
         EngineConfig::from_config(&config),
         metrics.clone(),
     );
+    let addr = listener.local_addr().map_err(|source| AppError::Io {
+        what: "listener".into(),
+        source,
+    })?;
     let state = Arc::new(AppState {
         config: config.clone(),
         store: store.clone(),
@@ -169,6 +173,12 @@ pub async fn start(
             request_timeout: config.server.request_timeout.0,
         },
         auth_failures: Default::default(),
+        public_url: config
+            .server
+            .public_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .unwrap_or_else(|| format!("http://{addr}")),
         schemas: config.compile_schemas().map_err(|mut e| {
             let (ty, why) = e.remove(0);
             AppError::Config {
@@ -179,10 +189,6 @@ pub async fn start(
         metrics,
     });
 
-    let addr = listener.local_addr().map_err(|source| AppError::Io {
-        what: "listener".into(),
-        source,
-    })?;
     tracing::info!(
         addr = %addr,
         data = %store_path.display(),

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
             };
             match loaded {
                 Ok(c) => {
-                    let doc = herald::api::openapi::document(&c);
+                    let doc = herald::api::openapi::document(&c, &c.public_url());
                     match serde_json::to_string_pretty(&doc) {
                         Ok(text) => {
                             println!("{text}");

@@ -69,5 +69,8 @@ fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
         text.contains("the document is valid OpenAPI 3.1.0"),
         "{text}"
     );
-    assert!(text.contains("every documented operation answered as documented"), "{text}");
+    assert!(
+        text.contains("every documented operation answered as documented"),
+        "{text}"
+    );
 }

@@ -51,6 +51,31 @@ pub fn event_types(state: &Arc<AppState>) -> Result<Resp, ApiError> {
     ))
 }
 
+/// `GET /v1/retry-policies`: the policies an endpoint may name, with their delays.
+pub fn retry_policies(state: &Arc<AppState>) -> Resp {
+    let items: Vec<Value> = state
+        .config
+        .retry_policies
+        .iter()
+        .map(|(name, delays)| {
+            let delays: Vec<String> = delays
+                .iter()
+                .map(|d| humantime::format_duration(d.0).to_string())
+                .collect();
+            json!({
+                "name": name,
+                "attempts": delays.len() + 1,
+                "delays": delays,
+                "default": *name == state.config.delivery.default_retry_policy,
+            })
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        &json!({"items": items, "next_cursor": null}),
+    )
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct TestBody {

@@ -107,7 +107,7 @@ pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
         .account_endpoints(account_id)
         .iter()
         .rev()
-        .map(|e| e.view())
+        .map(|e| with_health(state, e))
         .collect();
     Ok(json(
         StatusCode::OK,
@@ -115,13 +115,19 @@ pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
     ))
 }
 
-/// The endpoint with its health: the circuit breaker and the last hour's success rate.
+/// The endpoint with its health: the circuit breaker, the last hour's success rate, the last
+/// success and what is pending (all in memory).
 pub fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
-    let mut v = find(state, scope, id)?.view();
-    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(id)) {
+    let ep = find(state, scope, id)?;
+    Ok(json(StatusCode::OK, &with_health(state, &ep)))
+}
+
+fn with_health(state: &AppState, ep: &Endpoint) -> Value {
+    let mut v = ep.view();
+    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(&ep.id)) {
         v.extend(h);
     }
-    Ok(json(StatusCode::OK, &v))
+    v
 }
 
 pub async fn patch(

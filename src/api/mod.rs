@@ -89,6 +89,9 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The catalog's payload schemas, compiled.
     pub schemas: crate::policy::schema::Catalog,
+    /// Where people reach herald (portal links, the OpenAPI server): `server.public_url`, else
+    /// `http://` + the address the listener is bound to.
+    pub public_url: String,
 }
 
 async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
@@ -200,6 +203,7 @@ async fn dispatch(
         Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
         Id::EventTypes => catalog::event_types(state),
+        Id::RetryPolicies => Ok(catalog::retry_policies(state)),
         Id::EndpointCreate => endpoints::create(state, req, p("account_id")).await,
         Id::EndpointList => endpoints::list(state, p("account_id")),
         Id::EndpointGet => endpoints::get(state, s, p("id")),

@@ -20,11 +20,11 @@ use crate::model::{DeliveryState, Status};
 
 /// `GET /openapi.json`.
 pub fn serve(state: &Arc<AppState>, _req: &Request<Incoming>) -> Resp {
-    super::json(StatusCode::OK, &document(&state.config))
+    super::json(StatusCode::OK, &document(&state.config, &state.public_url))
 }
 
-/// The whole document for this config (its catalog fills `webhooks`).
-pub fn document(config: &Config) -> Value {
+/// The whole document for this config (its catalog fills `webhooks`), served at `public_url`.
+pub fn document(config: &Config, public_url: &str) -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
         let Some(op) = operation(r) else {
@@ -43,7 +43,7 @@ pub fn document(config: &Config) -> Value {
                 one shape (`Error`). Three bearer credentials: admin tokens reach every route, \
                 ingest tokens post events, portal session tokens reach one account's routes.",
         },
-        "servers": [{"url": config.public_url()}],
+        "servers": [{"url": public_url}],
         "paths": paths,
         "webhooks": webhooks(config),
         "components": {
@@ -261,6 +261,12 @@ fn operation(route: &Route) -> Option<Value> {
                 vec![],
                 None,
                 vec![("200".into(), ok("The catalog.", list_of("EventType")))],
+            ),
+            Id::RetryPolicies => (
+                "The retry policies an endpoint may name, with their delays.",
+                vec![],
+                None,
+                vec![("200".into(), ok("The policies.", list_of("RetryPolicy")))],
             ),
             Id::EndpointCreate => (
                 "Creates an endpoint; its secret is shown only in this answer.",
@@ -481,7 +487,11 @@ fn operation(route: &Route) -> Option<Value> {
                 let mut l = link(&[Id::EventGet, Id::EventReplay], "id", "/event_id");
                 if let (Value::Object(l), Value::Object(more)) = (
                     &mut l,
-                    link(&[Id::DeliveryGet, Id::DeliveryRetry], "id", "/deliveries/0/delivery_id"),
+                    link(
+                        &[Id::DeliveryGet, Id::DeliveryRetry],
+                        "id",
+                        "/deliveries/0/delivery_id",
+                    ),
                 ) {
                     l.extend(more);
                 }
@@ -516,6 +526,12 @@ fn schemas() -> Value {
     let states = DeliveryState::ALL.map(|s| s.as_str());
     let statuses = Status::ALL.map(|s| s.as_str());
     let mut m = Map::new();
+    m.insert(
+        "RetryPolicy".into(),
+        json!({"type": "object", "required": ["name", "delays", "attempts", "default"], "properties": {
+            "name": {"type": "string"}, "delays": {"type": "array", "items": {"type": "string"}},
+            "attempts": {"type": "integer"}, "default": {"type": "boolean"}}}),
+    );
     m.insert("Error".into(), json!({"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"], "properties": {
                 "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}}));
@@ -679,10 +695,16 @@ fn schemas() -> Value {
             json!({"url": "https://hooks.example.com/herald", "description": "orders",
                    "event_types": ["order.*"], "retry_policy": "standard"}),
         ),
-        ("RecoverRequest", json!({"since": "2026-01-31T12:00:00Z", "dry_run": true})),
+        (
+            "RecoverRequest",
+            json!({"since": "2026-01-31T12:00:00Z", "dry_run": true}),
+        ),
         ("PlanRequest", json!({"plan": null})),
         ("SecretRequest", json!({"value": "s3cr3t"})),
-        ("PortalSessionRequest", json!({"ttl": "1h", "read_only": false})),
+        (
+            "PortalSessionRequest",
+            json!({"ttl": "1h", "read_only": false}),
+        ),
         ("ReplayRequest", json!({"dry_run": true})),
     ] {
         if let Some(schema) = m.get_mut(name) {
@@ -736,7 +758,7 @@ mod tests {
     /// document cannot drift apart).
     #[test]
     fn every_route_is_documented() {
-        let doc = document(&Config::default());
+        let doc = document(&Config::default(), "http://127.0.0.1:8080");
         for r in ROUTES {
             let op = &doc["paths"][r.path][r.method.as_str().to_ascii_lowercase()];
             assert!(

@@ -45,6 +45,7 @@ pub enum Id {
     PortalSessionCreate,
     PortalSessionDelete,
     EventTypes,
+    RetryPolicies,
     EndpointCreate,
     EndpointList,
     EndpointGet,
@@ -136,6 +137,12 @@ pub static ROUTES: &[Route] = &[
         "/v1/event-types",
         Access::Account,
         Id::EventTypes,
+    ),
+    route(
+        Method::GET,
+        "/v1/retry-policies",
+        Access::Account,
+        Id::RetryPolicies,
     ),
     route(
         Method::POST,

@@ -99,10 +99,7 @@ pub async fn create(
     tracing::info!(session_id = %session.id, account_id, read_only, "portal session minted");
     let mut v = session.view();
     v["token"] = json!(token);
-    v["url"] = json!(format!(
-        "{}/portal#token={token}",
-        state.config.public_url()
-    ));
+    v["url"] = json!(format!("{}/portal#token={token}", state.public_url));
     Ok(json(StatusCode::CREATED, &v))
 }
 

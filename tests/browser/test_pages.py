@@ -1,0 +1,636 @@
+#!/usr/bin/env python3
+"""herald's portal and console, driven in a real browser (Debian's Chromium through Playwright).
+
+Run by tests/pages.rs, which starts herald with a receiver and prepares the fixtures; it can also
+be run by hand against any herald prepared the same way. Inputs (environment variables):
+
+  HERALD_URL          herald's base URL, e.g. http://127.0.0.1:8080
+  HERALD_ADMIN_TOKEN  an admin token
+  SCREENSHOT_DIR      where the full-page screenshots go
+  ACCOUNT             the customer's account (has a working and a failing endpoint)
+  OTHER_ACCOUNT       another account
+  OTHER_DELIVERY      a delivery of OTHER_ACCOUNT (the customer must not see it)
+  OTHER_ENDPOINT      an endpoint of OTHER_ACCOUNT
+  FAILED_DELIVERY     a failed delivery of ACCOUNT whose payload and response body hold HTML
+  FAILING_ENDPOINT    the endpoint of FAILED_DELIVERY (answers 500, retry policy "none")
+  RECEIVER_URL        a URL that answers 200, for the endpoint the customer creates
+  CHROMIUM            the browser (default /usr/bin/chromium)
+
+Each scenario is a function named after the behaviour it checks. The script stops at the first
+failed check with a message saying what was expected, and exits 1; it exits 0 when all pass.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+try:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:
+    sys.exit("playwright is not installed: python3 -m pip install -r tests/browser/requirements.txt")
+
+XSS_IMG = "<img src=x onerror=alert(1)>"
+XSS_SCRIPT = "</script><script>alert(2)</script>"
+# The buttons (and button-looking links) that change something (SPEC §13).
+CHANGING = ["Retry", "Replay", "Recover", "Send test event", "Pause", "Resume", "Verify",
+            "Rotate secret", "Create endpoint", "Save", "Delete", "Edit"]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TIMEOUT_MS = 15_000
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise CheckFailed(message)
+
+
+def env(name, default=None):
+    v = os.environ.get(name, default)
+    if v is None:
+        sys.exit(f"test_pages.py: set {name} (see the docstring)")
+    return v
+
+
+URL = env("HERALD_URL").rstrip("/")
+ADMIN = env("HERALD_ADMIN_TOKEN")
+SHOTS = Path(env("SCREENSHOT_DIR"))
+ACCOUNT = env("ACCOUNT")
+OTHER_ACCOUNT = env("OTHER_ACCOUNT")
+OTHER_DELIVERY = env("OTHER_DELIVERY")
+OTHER_ENDPOINT = env("OTHER_ENDPOINT")
+FAILED_DELIVERY = env("FAILED_DELIVERY")
+FAILING_ENDPOINT = env("FAILING_ENDPOINT")
+RECEIVER_URL = env("RECEIVER_URL")
+CHROMIUM = env("CHROMIUM", "/usr/bin/chromium")
+
+
+def api(method, path, token=ADMIN, body=None):
+    """A direct API call: (status, parsed JSON or None, headers)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            text = r.read()
+            return r.status, (json.loads(text) if text else None), r.headers
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
+        return e.code, parsed, e.headers
+
+
+class Browser:
+    """One Chromium; every page opened through it is watched for dialogs, script errors and CSP
+    violations (none may happen)."""
+
+    def __init__(self, pw):
+        self.browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        self.dialogs = []
+        self.problems = []
+
+    def context(self, **kw):
+        ctx = self.browser.new_context(**kw)
+        ctx.set_default_timeout(TIMEOUT_MS)
+        ctx.on("page", self._watch)
+        return ctx
+
+    def page(self, ctx):
+        p = ctx.new_page()
+        return p
+
+    def _watch(self, page):
+        def on_dialog(d):
+            self.dialogs.append(f"{d.type}: {d.message} on {page.url}")
+            d.dismiss()
+
+        def on_console(m):
+            if "Content Security Policy" in m.text or "Refused to" in m.text:
+                self.problems.append(f"CSP violation on {page.url}: {m.text}")
+
+        page.on("dialog", on_dialog)
+        page.on("console", on_console)
+        page.on("pageerror", lambda e: self.problems.append(f"script error on {page.url}: {e}"))
+
+    def assert_clean(self, where):
+        check(not self.dialogs, f"{where}: a dialog opened (injected script ran?): {self.dialogs}")
+        check(not self.problems, f"{where}: {self.problems}")
+
+    def close(self):
+        self.browser.close()
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def settle(page):
+    """Waits until the view has loaded (no loading indicator left)."""
+    expect(page.locator("main .loading")).to_have_count(0, timeout=TIMEOUT_MS)
+
+
+def goto(page, hash_path):
+    base = page.url.split("#")[0]
+    page.goto(f"{base}#{hash_path}")
+    settle(page)
+
+
+def button(page, name):
+    return page.get_by_role("button", name=name, exact=True)
+
+
+def attempts(page):
+    return page.locator("tr.attempt")
+
+
+# ----------------------------------------------------------------------------------------------
+# Scenarios.
+
+
+def operator_signs_in_sees_overview_and_mints_portal_link(b):
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(f"{URL}/console")
+    token = page.get_by_label("Admin token")
+    expect(token).to_be_visible()
+    check(token.get_attribute("type") == "password", "the admin token field must be a password field")
+    token.fill("not-the-token-at-all")
+    button(page, "Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("401")
+    token.fill(ADMIN)
+    button(page, "Sign in").click()
+    expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+    settle(page)
+    check(page.evaluate("sessionStorage.getItem('herald.console.token')") == ADMIN,
+          "the console keeps the admin token in sessionStorage")
+    for label in ["Pending", "In flight", "Oldest pending", "Dead letters", "Storage", "herald"]:
+        expect(page.locator(".stat-label", has_text=label).first).to_be_visible()
+    chart = page.locator("svg.chart")
+    expect(chart).to_have_count(1)
+    check(page.locator("svg.chart rect").count() > 0, "the overview chart draws the last hour's attempts as bars")
+    expect(page.locator(".legend")).to_contain_text("http_error")
+    expect(page.get_by_role("heading", name="Open circuit breakers")).to_be_visible()
+    # A reload keeps the session (sessionStorage) and the view (its URL).
+    page.reload()
+    expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+    settle(page)
+    shot(page, "console-overview")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "console-overview-dark")
+    page.emulate_media(color_scheme="light")
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Accounts").click()
+    expect(page.get_by_role("heading", name="Accounts", exact=True)).to_be_visible()
+    settle(page)
+    row = page.locator("tr", has=page.get_by_role("link", name=ACCOUNT, exact=True))
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("growth")
+    row.get_by_role("button", name="Mint portal link").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    dialog.get_by_role("button", name="Mint link").click()
+    link = page.locator(".portal-url")
+    expect(link).to_contain_text("/portal#token=hps_")
+    expect(page.get_by_role("button", name="Copy link")).to_be_visible()
+    shot(page, "console-accounts")
+
+    text = link.inner_text().strip()
+    check(text.startswith("http") and "/portal#token=hps_" in text, f"a portal link ends in /portal#token=hps_...: {text!r}")
+
+    # Everything of the portal for any account: the console opens another account's endpoints
+    # and a delivery.
+    goto(page, f"/endpoints?account_id={OTHER_ACCOUNT}")
+    expect(page.get_by_role("table")).to_contain_text("/ok/")
+    goto(page, f"/deliveries/{FAILED_DELIVERY}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of")
+    shot(page, "console-delivery")
+    ctx.close()
+    # herald builds the link from server.public_url; the test's herald listens on a port the OS
+    # picked (its public_url says port 0), so open the same fragment where herald really is.
+    return URL + "/portal#" + text.split("#", 1)[1]
+
+
+def customer_opens_link_and_sees_only_their_account(b, link):
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=URL)
+    page = b.page(ctx)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    settle(page)
+    check("hps_" not in page.url, f"the token must leave the address bar: {page.url}")
+    check(page.evaluate("sessionStorage.getItem('herald.portal.token')").startswith("hps_"),
+          "the portal keeps its token in sessionStorage")
+    expect(page.locator("header")).to_contain_text(ACCOUNT)
+    table = page.get_by_role("table")
+    expect(table.locator(f"a[href='#/endpoints/{FAILING_ENDPOINT}']")).to_have_count(1)
+    check(table.locator("tbody tr").count() >= 2, "the account's two endpoints are listed")
+    for h in ["URL", "State", "Verified", "Event types", "Success (1 h)", "Last success", "Breaker", "Pending"]:
+        expect(table.get_by_role("columnheader", name=h, exact=True)).to_be_visible()
+    body = page.locator("body").inner_text()
+    check(OTHER_ENDPOINT not in body and OTHER_ACCOUNT not in body, "the portal shows another account's data")
+    shot(page, "portal-endpoints")
+
+    # Reload: the session survives (sessionStorage), the view keeps its URL.
+    page.reload()
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+
+    # Another account's delivery, typed in the address: not found.
+    goto(page, f"/deliveries/{OTHER_DELIVERY}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("not found")
+    expect(page.get_by_role("alert")).to_contain_text("Not found")
+    shot(page, "portal-other-account-not-found")
+    goto(page, f"/endpoints/{OTHER_ENDPOINT}")
+    expect(page.get_by_role("alert")).to_contain_text("not found")
+    goto(page, "/deliveries")
+    log = page.locator("main").inner_text()
+    check(OTHER_DELIVERY not in log, "the portal's log lists another account's delivery")
+    return ctx, page
+
+
+def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
+    goto(page, "/endpoints")
+    page.get_by_role("link", name="Create endpoint").first.click()
+    expect(page.get_by_role("heading", name="Create endpoint", exact=True)).to_be_visible()
+    settle(page)
+    # A bad URL: the API's message and field are shown.
+    page.get_by_label("URL", exact=True).fill("ftp://nowhere")
+    button(page, "Create endpoint").click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("url")
+    check(page.get_by_label("URL", exact=True).get_attribute("aria-invalid") == "true", "the field in error is marked")
+    page.get_by_label("URL", exact=True).fill(RECEIVER_URL)
+    page.get_by_label("Description").fill("Created in the browser test")
+    page.get_by_label("order.created").check()
+    button(page, "Add header").click()
+    page.get_by_label("Header 1 name").fill("x-team")
+    page.get_by_label("Header 1 value").fill("payments")
+    shot(page, "portal-endpoint-form")
+    button(page, "Create endpoint").click()
+    secret = page.locator(".secret-value")
+    expect(secret).to_contain_text("whsec_")
+    secret_text = secret.inner_text().strip()
+    expect(page.locator(".secret")).to_contain_text("will not be shown again")
+    page.locator(".secret").get_by_role("button", name="Copy").click()
+    expect(page.locator(".secret").get_by_role("button", name="Copied")).to_be_visible()
+    check(page.evaluate("navigator.clipboard.readText()") == secret_text, "Copy puts the secret on the clipboard")
+    shot(page, "portal-endpoint-created")
+
+    page.get_by_role("link", name="Open endpoint").click()
+    expect(page.locator(".url-line").first).to_contain_text(RECEIVER_URL)
+    settle(page)
+    check(secret_text not in page.locator("body").inner_text(), "the secret is shown once only")
+    page.get_by_label("Event type", exact=True).select_option("order.created")
+    expect(page.locator("section", has=page.get_by_role("heading", name="Send a test event")).locator("pre")).to_contain_text("ord_1001")
+    button(page, "Send test event").click()
+    result = page.locator("section", has=page.get_by_role("heading", name="Send a test event")).get_by_role("status")
+    expect(result).to_contain_text("delivered", timeout=20_000)
+    expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
+    shot(page, "portal-endpoint-page")
+    endpoint_id = page.url.rsplit("/", 1)[1]
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Deliveries").click()
+    expect(page.get_by_role("heading", name="Deliveries", exact=True)).to_be_visible()
+    settle(page)
+    for label in ["Endpoint", "Event type", "State", "Status", "Time range"]:
+        expect(page.get_by_label(label, exact=True)).to_be_visible()
+    page.get_by_label("Endpoint", exact=True).select_option(endpoint_id)
+    rows = page.locator(".results tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("order.created")
+    expect(rows.first).to_contain_text("delivered")
+    check(f"endpoint_id={endpoint_id}" in page.url, "the filters live in the URL")
+    page.get_by_label("Status", exact=True).select_option("http_error")
+    expect(page.locator(".results")).to_contain_text("No deliveries match")
+    page.get_by_label("Status", exact=True).select_option("")
+    page.get_by_label("Time range", exact=True).select_option("1h")
+    expect(rows).to_have_count(1)
+    page.reload()
+    settle(page)
+    expect(page.locator(".results tbody tr")).to_have_count(1)
+    shot(page, "portal-deliveries-filtered")
+
+    # Cursor paging: pages of 3 (the log's page is 50; ?limit= changes it), then "Load more".
+    goto(page, "/deliveries?limit=3")
+    rows = page.locator(".results tbody tr")
+    expect(rows).to_have_count(3)
+    first_ids = rows.locator("a[href^='#/deliveries/']").all_inner_texts()
+    button(page, "Load more").click()
+    expect(rows).to_have_count(6)
+    ids = rows.locator("a[href^='#/deliveries/']").all_inner_texts()
+    check(ids[:3] == first_ids and len(set(ids)) == 6, f"Load more appends the next page: {ids}")
+    check(ids == sorted(ids, reverse=True), f"the log is newest first: {ids}")
+    goto(page, "/deliveries")
+    expect(page.locator(".results tbody tr").first).to_be_visible()
+    shot(page, "portal-deliveries")
+
+
+def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
+    goto(page, "/endpoints")
+    page.get_by_role("link", name=RECEIVER_URL, exact=True).click()
+    expect(page.locator(".obj-head")).to_contain_text("active")
+    settle(page)
+    button(page, "Pause").click()
+    expect(page.locator(".obj-head")).to_contain_text("paused")
+    button(page, "Resume").click()
+    expect(page.locator(".obj-head")).to_contain_text("active")
+    expect(button(page, "Pause")).to_be_visible()
+
+    page.get_by_role("link", name="Edit", exact=True).click()
+    expect(page.get_by_role("heading", name="Edit endpoint", exact=True)).to_be_visible()
+    settle(page)
+    check(page.get_by_label("order.created").is_checked(), "the edit form shows the endpoint's event types")
+    page.get_by_label("Description").fill("Edited in the browser test")
+    button(page, "Save").click()
+    expect(page.locator("main")).to_contain_text("Saved.")
+    expect(page.locator(".obj-head")).to_contain_text("Edited in the browser test")
+
+    button(page, "Rotate secret").click()
+    page.get_by_role("dialog").get_by_role("button", name="Rotate secret").click()
+    expect(page.locator(".secret-value")).to_contain_text("whsec_")
+    expect(page.locator(".secret")).to_contain_text("will not be shown again")
+
+    # The receiver answers "ok", not the challenge's HMAC: herald says why it is not verified.
+    button(page, "Verify").click()
+    expect(page.get_by_role("alert")).to_contain_text("Not verified", timeout=20_000)
+    shot(page, "portal-endpoint-actions")
+
+    endpoint_page = page.url
+    page.get_by_role("link", name="All deliveries of this endpoint").click()
+    expect(page.locator(".results tbody tr").first).to_be_visible()
+    page.locator(".results tbody tr a[href^='#/deliveries/']").first.click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of")
+    settle(page)
+    button(page, "Replay").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("new event")
+    dialog.get_by_role("button", name="Replay").click()
+    expect(page.locator("main")).to_contain_text("Replayed as a new event")
+    page.get_by_role("link", name="open its delivery").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of")
+
+    page.goto(endpoint_page)
+    settle(page)
+    button(page, "Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("cannot be undone")
+    dialog.get_by_role("button", name="Delete").click()
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    expect(page.locator("main")).to_contain_text("Endpoint deleted")
+    settle(page)
+    expect(page.get_by_role("link", name=RECEIVER_URL, exact=True)).to_have_count(0)
+
+
+def customer_opens_failed_delivery_and_retries(page):
+    goto(page, "/deliveries?state=failed")
+    page.get_by_role("link", name=FAILED_DELIVERY, exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of")
+    settle(page)
+    where = page.locator("section", has=page.get_by_role("heading", name="Where it stands"))
+    expect(where).to_contain_text("failed")
+    before = attempts(page).count()
+    check(before >= 1, "a failed delivery shows its attempts")
+    button(page, "Retry").click()
+    expect(attempts(page)).to_have_count(before + 1, timeout=25_000)
+    expect(page.locator("main")).to_contain_text(f"Attempt {before + 1}: http_error HTTP 500")
+    shot(page, "portal-delivery")
+
+
+def payload_and_response_body_render_as_text(page, b):
+    goto(page, f"/deliveries/{FAILED_DELIVERY}")
+    payload = page.locator("section", has=page.get_by_role("heading", name="Payload")).locator("pre")
+    expect(payload).to_contain_text(XSS_IMG)
+    expect(payload).to_contain_text(XSS_SCRIPT)
+    # The newest attempt is open: its response excerpt is the receiver's HTML, as text.
+    detail = page.locator("tr.detail:not([hidden])").first
+    expect(detail).to_contain_text("Response excerpt")
+    expect(detail.locator("pre")).to_contain_text(XSS_IMG)
+    expect(detail.locator("pre")).to_contain_text(XSS_SCRIPT)
+    expect(detail).to_contain_text("webhook-signature")
+    expect(detail).to_contain_text("500")
+    # An older attempt opens on demand.
+    toggles = page.locator("button.disclose")
+    if toggles.count() > 1:
+        toggles.nth(1).click()
+        expect(toggles.nth(1)).to_have_attribute("aria-expanded", "true")
+    check(page.locator("img").count() == 0, "an <img> element was injected into the page")
+    check(page.evaluate("document.scripts.length") == 1, "a <script> element was injected into the page")
+    page.get_by_role("link", name=page.locator("a[href^='#/events/']").first.inner_text()).first.click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Event")
+    settle(page)
+    expect(page.locator("pre").first).to_contain_text(XSS_IMG)
+    check(page.locator("img").count() == 0, "an <img> element was injected into the event page")
+    shot(page, "portal-event")
+    b.assert_clean("after showing HTML payloads and response bodies")
+
+
+def endpoint_attempts(endpoint_id):
+    """All attempts of an endpoint's deliveries (the fixture's are few)."""
+    status, page, _ = api("GET", f"/v1/deliveries?endpoint_id={endpoint_id}&limit=500")
+    check(status == 200, f"list deliveries: {status} {page}")
+    return sum(d["attempt_count"] for d in page["items"])
+
+
+def recover_shows_count_before_confirming(page):
+    since = (datetime.now(timezone.utc) - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    goto(page, f"/endpoints/{FAILING_ENDPOINT}")
+    status, dry, _ = api("POST", f"/v1/endpoints/{FAILING_ENDPOINT}/recover", body={"since": since, "dry_run": True})
+    check(status == 200 and dry["deliveries"] >= 1, f"the fixture has failed deliveries to recover: {status} {dry}")
+    n = dry["deliveries"]
+    attempts_before = endpoint_attempts(FAILING_ENDPOINT)
+    button(page, "Recover").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_role("heading")).to_contain_text(f"Recover {n} deliveries since")
+    shot(page, "portal-recover-confirm")
+    check(endpoint_attempts(FAILING_ENDPOINT) == attempts_before,
+          "nothing may be retried before the count is confirmed")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.locator("main")).to_contain_text("Nothing was recovered")
+    button(page, "Recover").click()
+    page.get_by_role("dialog").get_by_role("button", name="Recover").click()
+    expect(page.locator("main")).to_contain_text(f"Recovering {n} deliveries")
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if endpoint_attempts(FAILING_ENDPOINT) > attempts_before:
+            break
+        time.sleep(0.2)
+    else:
+        raise CheckFailed("Recover made no new attempt of the endpoint's failed deliveries")
+
+
+def read_only_session_shows_no_changing_controls(b):
+    status, s, _ = api("POST", f"/v1/accounts/{ACCOUNT}/portal-sessions", body={"read_only": True, "ttl": "10m"})
+    check(status == 201 and s["read_only"] is True, f"mint a read-only session: {status} {s}")
+    token = s["token"]
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(f"{URL}/portal#token={token}")
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    settle(page)
+    expect(page.locator("header")).to_contain_text("read-only")
+    views = ["/endpoints", f"/endpoints/{FAILING_ENDPOINT}", "/deliveries", f"/deliveries/{FAILED_DELIVERY}",
+             "/incidents", "/event-types", "/endpoints/new"]
+    for v in views:
+        goto(page, v)
+        for name in CHANGING:
+            n = page.get_by_role("button", name=name, exact=True).count() + page.get_by_role("link", name=name, exact=True).count()
+            check(n == 0, f"read-only session: {v} shows a {name!r} control")
+    goto(page, f"/deliveries/{FAILED_DELIVERY}")
+    expect(attempts(page).first).to_be_visible()
+    shot(page, "portal-read-only-delivery")
+    ctx.close()
+    status, answer, _ = api("POST", f"/v1/deliveries/{FAILED_DELIVERY}/retry", token=token)
+    check(status == 403 and answer["error"]["code"] == "read_only",
+          f"a read-only token's retry must answer 403 read_only, got {status} {answer}")
+
+
+def pages_carry_csp_and_frame_ancestors():
+    for path in ["/portal", "/console", "/assets/app.js", "/assets/app.css"]:
+        req = urllib.request.Request(URL + path)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            status, headers = r.status, r.headers
+        check(status == 200, f"GET {path} answers {status}")
+        csp = headers.get("content-security-policy") or ""
+        check("default-src 'self'" in csp, f"{path}: CSP default-src 'self' missing: {csp!r}")
+        check("unsafe-inline" not in csp and "unsafe-eval" not in csp, f"{path}: CSP allows inline code: {csp!r}")
+        check("frame-ancestors 'none'" in csp, f"{path}: frame-ancestors 'none' missing: {csp!r}")
+        check(headers.get("x-content-type-options") == "nosniff", f"{path}: nosniff missing")
+        check(headers.get("referrer-policy") == "no-referrer", f"{path}: no-referrer missing")
+        check(headers.get("etag"), f"{path}: ETag missing")
+
+
+def pages_fit_360px_without_horizontal_scroll(b, link):
+    ctx = b.context(viewport={"width": 360, "height": 780})
+    page = b.page(ctx)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    settle(page)
+    for view, name in [("/deliveries", "portal-deliveries-360"), (f"/deliveries/{FAILED_DELIVERY}", "portal-delivery-360"),
+                       ("/endpoints", None), (f"/endpoints/{FAILING_ENDPOINT}", "portal-endpoint-360"),
+                       ("/incidents", None), ("/event-types", None), ("/endpoints/new", None)]:
+        goto(page, view)
+        if view == "/deliveries":
+            expect(page.locator(".results tbody tr").first).to_be_visible()
+        sw, cw = page.evaluate("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        check(sw <= cw, f"at 360 px, {view} scrolls sideways: scrollWidth {sw} > clientWidth {cw}")
+        if name:
+            shot(page, name)
+    ctx.close()
+    ctx = b.context(viewport={"width": 360, "height": 780})
+    page = b.page(ctx)
+    page.goto(f"{URL}/console")
+    page.get_by_label("Admin token").fill(ADMIN)
+    button(page, "Sign in").click()
+    expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+    settle(page)
+    for view in ["/overview", "/accounts"]:
+        goto(page, view)
+        sw, cw = page.evaluate("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        check(sw <= cw, f"at 360 px, the console's {view} scrolls sideways: {sw} > {cw}")
+    ctx.close()
+
+
+def keyboard_alone_reaches_and_presses_retry(page):
+    goto(page, f"/deliveries/{FAILED_DELIVERY}")
+    expect(attempts(page).first).to_be_visible()
+    before = attempts(page).count()
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(80):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("[document.activeElement.tagName, (document.activeElement.textContent || '').trim()]")
+        if focused == ["BUTTON", "Retry"]:
+            break
+    else:
+        raise CheckFailed("Tab never reached the Retry button")
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    check(outline not in ("none", ""), f"the focused Retry button shows no focus outline ({outline!r})")
+    page.keyboard.press("Enter")
+    expect(attempts(page)).to_have_count(before + 1, timeout=25_000)
+
+
+def console_sees_incidents_and_event_types(page):
+    goto(page, "/incidents")
+    expect(page.get_by_role("heading", name="Incidents", exact=True)).to_be_visible()
+    row = page.locator("tbody tr", has_text="http_error").first
+    expect(row).to_contain_text("500")
+    shot(page, "portal-incidents")
+    goto(page, "/event-types")
+    expect(page.get_by_role("heading", name="order.created")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("deprecated")
+    shot(page, "portal-event-types")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main():
+    results = []
+
+    def run(name, fn, *args):
+        t = time.time()
+        try:
+            out = fn(*args)
+        except (CheckFailed, AssertionError, PlaywrightError, PlaywrightTimeout) as e:
+            print(f"FAIL {name} ({time.time() - t:.1f}s): {e}", flush=True)
+            if not isinstance(e, CheckFailed):
+                traceback.print_exc()
+            for page_ctx in browser.browser.contexts:
+                for p in page_ctx.pages:
+                    try:
+                        shot(p, f"FAILED-{name}")
+                        print(f"  page {p.url}; screenshot {SHOTS / ('FAILED-' + name + '.png')}")
+                        print("  text:", p.locator("body").inner_text()[:1500].replace("\n", " | "))
+                    except PlaywrightError:
+                        pass
+            print(f"{len(results)} passed, 1 failed", flush=True)
+            sys.exit(1)
+        results.append(name)
+        print(f"ok   {name} ({time.time() - t:.1f}s)", flush=True)
+        return out
+
+    started = time.time()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("FAILED-*.png"):
+        old.unlink()  # from an earlier run: the screenshots left are this run's
+    with sync_playwright() as pw:
+        global browser
+        browser = Browser(pw)
+        run("pages_carry_csp_and_frame_ancestors", pages_carry_csp_and_frame_ancestors)
+        link = run("operator_signs_in_sees_overview_and_mints_portal_link", operator_signs_in_sees_overview_and_mints_portal_link, browser)
+        ctx, page = run("customer_opens_link_and_sees_only_their_account", customer_opens_link_and_sees_only_their_account, browser, link)
+        run("customer_creates_endpoint_sends_test_event_and_finds_it_in_log", customer_creates_endpoint_sends_test_event_and_finds_it_in_log, page)
+        run("customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint",
+            customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint, page)
+        run("customer_opens_failed_delivery_and_retries", customer_opens_failed_delivery_and_retries, page)
+        run("payload_and_response_body_render_as_text", payload_and_response_body_render_as_text, page, browser)
+        run("keyboard_alone_reaches_and_presses_retry", keyboard_alone_reaches_and_presses_retry, page)
+        run("recover_shows_count_before_confirming", recover_shows_count_before_confirming, page)
+        run("customer_sees_incidents_and_event_types", console_sees_incidents_and_event_types, page)
+        run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
+        run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
+        run("no_dialog_script_error_or_csp_violation_anywhere", browser.assert_clean, "the whole run")
+        ctx.close()
+        browser.close()
+    print(f"{len(results)} passed, 0 failed in {time.time() - started:.1f}s; screenshots in {SHOTS}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+//! The portal and the console in a real browser (SPEC §13): herald runs with a receiver that
+//! fails some requests with an HTML body, events with HTML in their payloads are delivered, and
+//! `tests/browser/test_pages.py` drives Debian's Chromium through Playwright over the pages:
+//! sign-in, overview, minting a portal link, one account's view, creating an endpoint (secret
+//! shown once), a test event, the log and its filters, a failed delivery and Retry, Recover's
+//! count before confirming, read-only sessions, HTML shown as text, the safety headers, 360 px
+//! and keyboard-only use. Screenshots of every view go to `target/screenshots/`.
+//!
+//! Needs python3, Playwright for Python (`tests/browser/requirements.txt`) and
+//! `/usr/bin/chromium`; without them the test fails and says how to install them.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::herald::ADMIN_TOKEN;
+use common::{behaviour, first_delivery, Receiver, Reply, World};
+
+const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
+const XSS_SCRIPT: &str = "</script><script>alert(2)</script>";
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// The browser run takes about 15 s; this bounds a wedged one.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(180);
+
+const TABLES: &str = r#"
+[plans.growth]
+per_minute = 600
+per_day = 100000
+
+[catalog.events."order.created"]
+description = "A customer placed an order"
+sample = { order_id = "ord_1001", total = 4200, currency = "EUR", note = "<b>gift wrap</b>" }
+schema = { type = "object", required = ["order_id"], properties = { order_id = { type = "string" }, total = { type = "integer" } } }
+
+[catalog.events."invoice.paid"]
+description = "An invoice was paid in full"
+sample = { invoice_id = "inv_77", amount = 1999 }
+
+[catalog.events."profile.updated"]
+description = "A location's profile changed"
+deprecated = true
+sample = { location_id = "loc_9" }
+debounce = { window = "60s", key = "location_id", mode = "leading" }
+"#;
+
+/// Fails (never skips) when the browser stack is missing, saying how to install it.
+fn require_browser_stack(root: &Path) {
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.metadata as m, playwright.sync_api; print(m.version('playwright'))",
+        ])
+        .current_dir(root)
+        .output();
+    match probe {
+        Err(e) => panic!(
+            "tests/pages.rs needs python3 ({e}); install it: apt-get install -y python3 python3-pip"
+        ),
+        Ok(o) if !o.status.success() => panic!(
+            "tests/pages.rs needs Playwright for Python; install it: \
+             python3 -m pip install -r tests/browser/requirements.txt\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Ok(_) => {}
+    }
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "tests/pages.rs needs Debian's Chromium at {CHROMIUM}; install it: apt-get install -y chromium \
+         (Playwright drives the system browser; `playwright install` is not used)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_and_console_work_in_a_real_browser() {
+    let started = Instant::now();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    require_browser_stack(&root);
+
+    let w = World::start("", TABLES).await;
+    // "/fail..." answers 500 with an HTML body (it must show as text); anything else 200.
+    let rx = Receiver::https(
+        &w.ca,
+        behaviour(|r, _| {
+            if r.path.starts_with("/fail") {
+                Reply::status(500)
+                    .with_header("content-type", "text/html")
+                    .with_body(format!("{XSS_IMG} {XSS_SCRIPT}"))
+            } else {
+                Reply::status(200).with_body("ok")
+            }
+        }),
+    );
+
+    let (status, answer) = w
+        .herald
+        .admin("PUT", "/v1/accounts/acme", Some(json!({"plan": "growth"})))
+        .await;
+    assert_eq!(status, 200, "sync the plan: {answer}");
+    let (ok_endpoint, _) = w
+        .endpoint(
+            "acme",
+            &rx.url("/ok/acme"),
+            json!({"description": "Order service"}),
+        )
+        .await;
+    let (failing_endpoint, _) = w
+        .endpoint(
+            "acme",
+            &rx.url("/fail/acme"),
+            json!({"description": "Billing sync (answers 500)", "retry_policy": "none",
+                   "headers": {"x-team": "billing"}}),
+        )
+        .await;
+    let (other_endpoint, _) = w.endpoint("globex", &rx.url("/ok/globex"), json!({})).await;
+
+    let mut failing = Vec::new();
+    let mut delivered = Vec::new();
+    for i in 0..6 {
+        let kind = ["order.created", "invoice.paid"][i % 2];
+        let answer = w
+            .ingest(
+                "acme",
+                kind,
+                json!({"order_id": format!("ord_{i}"), "note": XSS_IMG, "html": XSS_SCRIPT,
+                       "total": 4200 + i}),
+            )
+            .await;
+        for d in answer["deliveries"].as_array().expect("deliveries") {
+            let id = d["delivery_id"].as_str().expect("delivery id").to_string();
+            if d["endpoint_id"] == failing_endpoint.as_str() {
+                failing.push(id);
+            } else {
+                assert_eq!(d["endpoint_id"], Value::from(ok_endpoint.as_str()));
+                delivered.push(id);
+            }
+        }
+    }
+    let other_delivery = first_delivery(
+        &w.ingest("globex", "order.created", json!({"order_id": "ord_globex"}))
+            .await,
+    );
+    // Every fixture delivery settles before the browser looks.
+    for id in &failing {
+        w.wait_state(id, "failed", Duration::from_secs(20)).await;
+    }
+    for id in delivered.iter().chain([&other_delivery]) {
+        w.wait_state(id, "delivered", Duration::from_secs(20)).await;
+    }
+    let failed_delivery = failing[0].clone();
+    let setup = started.elapsed();
+
+    let shots = root.join("target").join("screenshots");
+    std::fs::create_dir_all(&shots).expect("create target/screenshots");
+    let mut child = Command::new("python3")
+        .arg("tests/browser/test_pages.py")
+        .current_dir(&root)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("HERALD_URL", w.herald.base_url())
+        .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("SCREENSHOT_DIR", &shots)
+        .env("ACCOUNT", "acme")
+        .env("OTHER_ACCOUNT", "globex")
+        .env("OTHER_DELIVERY", &other_delivery)
+        .env("OTHER_ENDPOINT", &other_endpoint)
+        .env("FAILED_DELIVERY", &failed_delivery)
+        .env("FAILING_ENDPOINT", &failing_endpoint)
+        .env("RECEIVER_URL", rx.url("/ok/new"))
+        .env("CHROMIUM", CHROMIUM)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3 tests/browser/test_pages.py");
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    // Waited with Tokio timers: herald's receiver runs on this runtime and must keep answering.
+    let end = Instant::now() + BROWSER_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the browser test") {
+            break Some(status);
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = stdout.join().unwrap_or_default();
+    let err = stderr.join().unwrap_or_default();
+    match status {
+        Some(s) if s.success() => {
+            println!("{out}");
+            println!(
+                "setup {:.1}s, browser {:.1}s; screenshots in {}",
+                setup.as_secs_f64(),
+                (started.elapsed() - setup).as_secs_f64(),
+                shots.display()
+            );
+        }
+        Some(s) => panic!(
+            "the browser test failed ({s}):\n{out}\n{err}\nscreenshots in {}\nherald's log:\n{}",
+            shots.display(),
+            w.herald.log_text()
+        ),
+        None => {
+            panic!("the browser test did not finish within {BROWSER_DEADLINE:?}:\n{out}\n{err}")
+        }
+    }
+}
