@@ -252,13 +252,21 @@ pub static ROUTES: &[Route] = &[
 /// The segments a route captured, in order.
 pub type Params<'a> = Vec<(&'static str, &'a str)>;
 
+/// Each route's path split into segments once (matching runs on every request).
+static SEGMENTS: std::sync::LazyLock<Vec<Vec<&'static str>>> = std::sync::LazyLock::new(|| {
+    ROUTES
+        .iter()
+        .map(|r| r.path.trim_matches('/').split('/').collect())
+        .collect()
+});
+
 /// The route a request is for and what it captured; `Err(true)` if the path exists with
 /// another method (405), `Err(false)` if it does not (404).
 pub fn find<'p>(method: &Method, path: &'p str) -> Result<(&'static Route, Params<'p>), bool> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let trimmed = path.trim_matches('/');
     let mut path_exists = false;
-    for r in ROUTES {
-        let Some(params) = matches(r.path, &segs) else {
+    for (r, pat) in ROUTES.iter().zip(SEGMENTS.iter()) {
+        let Some(params) = matches(pat, trimmed) else {
             continue;
         };
         if r.method == *method {
@@ -269,21 +277,19 @@ pub fn find<'p>(method: &Method, path: &'p str) -> Result<(&'static Route, Param
     Err(path_exists)
 }
 
-fn matches<'p>(pattern: &'static str, segs: &[&'p str]) -> Option<Params<'p>> {
-    let pat: Vec<&'static str> = pattern.trim_matches('/').split('/').collect();
-    if pat.len() != segs.len() {
-        return None;
-    }
+fn matches<'p>(pattern: &[&'static str], path: &'p str) -> Option<Params<'p>> {
+    let mut segs = path.split('/');
     let mut params = Vec::new();
-    for (p, s) in pat.iter().zip(segs) {
+    for p in pattern {
+        let s = segs.next()?;
         match p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-            Some(name) if !s.is_empty() => params.push((name, *s)),
+            Some(name) if !s.is_empty() => params.push((name, s)),
             Some(_) => return None,
-            None if p == s => {}
+            None if *p == s => {}
             None => return None,
         }
     }
-    Some(params)
+    segs.next().is_none().then_some(params)
 }
 
 /// The caller, from its bearer token.

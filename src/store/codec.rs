@@ -31,6 +31,8 @@ pub const MAX_ROW: usize = 7 * 1024;
 pub const INLINE_PAYLOAD: usize = 6 * 1024;
 /// Chunk size for payloads that do not fit the event row.
 pub const CHUNK: usize = 6 * 1024;
+/// Event ULIDs per account index row (16 bytes each, within [`MAX_ROW`]).
+pub const INDEX_PER_ROW: usize = 256;
 /// An event keeps this many targets in its own row at most; more go to target rows of
 /// [`TARGETS_PER_ROW`] each.
 pub const INLINE_TARGETS: usize = 64;
@@ -360,7 +362,12 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
     ))
 }
 
-/// Appends one target row's targets.
+/// An account index row's value: its events' ULIDs in order.
+pub fn encode_ulids(ulids: &[u128]) -> Vec<u8> {
+    ulids.iter().flat_map(|u| u.to_be_bytes()).collect()
+}
+
+/// Appends one target row's targets (or an account index row's events).
 pub fn decode_targets(v: &[u8], into: &mut Vec<u128>) -> Result<(), StoreError> {
     if v.len() % 16 != 0 {
         return Err(StoreError::Corrupt(

@@ -244,6 +244,9 @@ pub(super) struct Cycle {
     pub(super) claims: Vec<Claim>,
     /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
     pub(super) fresh: Vec<u128>,
+    /// The events of the cycle by account, in order, for the account index (one row per
+    /// account and cycle).
+    pub(super) account_events: HashMap<String, Vec<u128>>,
     pub(super) created: u64,
 }
 
@@ -279,6 +282,14 @@ impl Cycle {
 
     /// The cycle's writes as one batch (sled recovers a batch all or nothing).
     fn write(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        for (account, events) in std::mem::take(&mut self.account_events) {
+            for chunk in events.chunks(codec::INDEX_PER_ROW) {
+                self.put_new(
+                    &key::account_event(&account, chunk[0]),
+                    codec::encode_ulids(chunk),
+                );
+            }
+        }
         let mut batch = sled::Batch::default();
         for (k, v) in self.writes.drain() {
             match v {
@@ -427,7 +438,11 @@ fn store_event(
     for (i, row) in encoded.target_rows.into_iter().enumerate() {
         cycle.put_new(&key::targets(ulid, i as u32), row);
     }
-    cycle.put_new(&key::account_event(&ev.account_id, ulid), Vec::new());
+    cycle
+        .account_events
+        .entry(ev.account_id.clone())
+        .or_default()
+        .push(ulid);
     cycle.put_new(&key::event(ulid), encoded.row);
 
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {

@@ -377,23 +377,40 @@ impl Store {
         let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec), StoreError>>> =
             match &filter.account_id {
                 Some(account) => Box::new(
-                    log.range(
-                        key::account_event(account, lower)..=key::account_event(account, upper),
-                    )
-                    .keys()
-                    .rev()
-                    .filter_map(move |k| {
-                        let event = match k.map(|k| key::ulid(&k[16..])) {
-                            Ok(Some(e)) => e,
-                            Ok(None) => return Some(Err(StoreError::Corrupt("index key".into()))),
-                            Err(e) => return Some(Err(e.into())),
-                        };
-                        // An entry whose event is gone (pruned a moment ago) is skipped.
-                        log.get(key::event(event))
-                            .map_err(StoreError::from)
-                            .transpose()
-                            .map(|row| row.map(|row| (event, row)))
-                    }),
+                    log.range(key::account_event(account, 0)..=key::account_event(account, upper))
+                        .rev()
+                        .map(move |item| -> Result<Vec<u128>, StoreError> {
+                            let (_, v) = item?;
+                            let mut events = Vec::new();
+                            codec::decode_targets(&v, &mut events)?;
+                            Ok(events)
+                        })
+                        .flat_map(
+                            move |row| -> Box<dyn Iterator<Item = Result<u128, StoreError>>> {
+                                match row {
+                                    Ok(events) => Box::new(
+                                        events
+                                            .into_iter()
+                                            .rev()
+                                            .filter(move |e| *e <= upper)
+                                            .map(Ok),
+                                    ),
+                                    Err(e) => Box::new(std::iter::once(Err(e))),
+                                }
+                            },
+                        )
+                        .take_while(move |e| e.as_ref().map_or(true, |e| *e >= lower))
+                        .filter_map(move |e| {
+                            let event = match e {
+                                Ok(e) => e,
+                                Err(e) => return Some(Err(e)),
+                            };
+                            // An entry whose event is gone (pruned a moment ago) is skipped.
+                            log.get(key::event(event))
+                                .map_err(StoreError::from)
+                                .transpose()
+                                .map(|row| row.map(|row| (event, row)))
+                        }),
                 ),
                 None => Box::new(log.range(key::event(lower)..=key::event(upper)).rev().map(
                     |item| {

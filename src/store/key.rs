@@ -18,8 +18,11 @@ pub const IDEMPOTENCY: u8 = b'k';
 pub const WINDOW: u8 = b'd';
 /// Debounce windows by their end, so closed ones expire in time order ([`window_end`]).
 pub const WINDOW_END: u8 = b'D';
-/// Events by account, newest last: (digest of the account, event ULID) → nothing
-/// ([`account_event`]), so an account's log is a key range.
+/// Events by account: (digest of the account, first event ULID of the row) → the ULIDs of up
+/// to [`super::codec::INDEX_PER_ROW`] of the account's events, in order ([`account_event`]).
+/// The committer writes one row per account per commit cycle, so the index costs a row per
+/// account and cycle rather than per event; rows of an account never overlap (event ids grow
+/// in commit order), so an account's log is a key range.
 pub const ACCOUNT_EVENT: u8 = b'x';
 /// Storage format 2's idempotency keys (account, NUL, key → JSON) and debounce windows
 /// (the (account, type, key) string → JSON), read only by the migration.
@@ -139,7 +142,7 @@ pub fn window_end_before(end: Millis) -> [u8; 9] {
     k
 }
 
-/// An event's entry in its account's index.
+/// The account index row that starts with `event`.
 pub fn account_event(account_id: &str, event: u128) -> [u8; 33] {
     let mut k = [0u8; 33];
     k[..17].copy_from_slice(&account_events(account_id));

@@ -15,6 +15,7 @@
 //! the old ones together), so a migration cut short by a crash goes on where it stopped when
 //! herald starts again; the format is set to 3 by the caller once this returns, after an fsync.
 
+use std::collections::HashMap;
 use std::fs::File;
 
 use super::codec;
@@ -121,27 +122,37 @@ pub(super) fn from_format_2(
     Ok(())
 }
 
-/// Adds every event to its account's index (format 3 lists an account's log from it). Safe to
-/// run again: an entry written twice is the same entry.
+/// Adds every event to its account's index (format 3 lists an account's log from it), in rows
+/// of up to [`codec::INDEX_PER_ROW`] events per account. Safe to run again after a crash: a
+/// row written twice is the same row.
 fn index_accounts(trees: &Trees) -> Result<usize, StoreError> {
+    let row = |batch: &mut sled::Batch, account: &str, events: &[u128]| {
+        batch.insert(
+            &key::account_event(account, events[0])[..],
+            codec::encode_ulids(events),
+        );
+    };
     let mut n = 0;
+    let mut open: HashMap<String, Vec<u128>> = HashMap::new();
     let mut batch = sled::Batch::default();
-    let mut pending = 0;
+    let mut rows = 0;
     for item in trees.log.range(key::event(0)..key::end(key::EVENT)) {
         let (k, v) = item?;
         let Some(event) = key::ulid(&k) else {
             continue;
         };
-        let (rec, _) = codec::decode_event(event, &v)?;
-        batch.insert(
-            &key::account_event(&rec.meta.account_id, event)[..],
-            &[][..],
-        );
+        let account = codec::decode_event(event, &v)?.0.meta.account_id;
+        let events = open.entry(account.clone()).or_default();
+        events.push(event);
         n += 1;
-        pending += 1;
-        if pending == BATCH {
-            trees.log.apply_batch(std::mem::take(&mut batch))?;
-            pending = 0;
+        if events.len() == codec::INDEX_PER_ROW {
+            row(&mut batch, &account, events);
+            open.remove(&account);
+            rows += 1;
+            if rows == BATCH / 10 {
+                trees.log.apply_batch(std::mem::take(&mut batch))?;
+                rows = 0;
+            }
         }
         if n % 1_000_000 == 0 {
             tracing::info!(
@@ -149,6 +160,9 @@ fn index_accounts(trees: &Trees) -> Result<usize, StoreError> {
                 "migrating storage: indexing events by account"
             );
         }
+    }
+    for (account, events) in &open {
+        row(&mut batch, account, events);
     }
     trees.log.apply_batch(batch)?;
     Ok(n)

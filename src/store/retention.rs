@@ -92,8 +92,6 @@ impl Store {
                     t.log.remove(r?)?;
                 }
             }
-            t.log
-                .remove(key::account_event(&rec.meta.account_id, event))?;
             t.log.remove(&k)?;
             out.events += 1;
         }
@@ -142,6 +140,52 @@ impl Store {
         // Keyed by their event's (or delivery's) ULID, so everything below the cutoff's ULID is
         // older than the window.
         let floor = ids::ulid_floor(cutoff);
+        // Account index rows that start before the cutoff: drop the events that are gone
+        // (the committer only ever writes rows of new events, so retention alone edits old ones).
+        let mut from = vec![key::ACCOUNT_EVENT];
+        let end = [key::ACCOUNT_EVENT + 1];
+        loop {
+            let Some(item) = log
+                .range::<&[u8], _>((Bound::Excluded(&from[..]), Bound::Excluded(&end[..])))
+                .next()
+            else {
+                break;
+            };
+            let (k, v) = item?;
+            from = k.to_vec();
+            let Some(first) = key::ulid(&k[16..]) else {
+                continue;
+            };
+            if first >= floor {
+                // This account's later rows are newer still: on to the next account.
+                let mut next = k[..17].to_vec();
+                next.extend_from_slice(&[0xff; 16]);
+                from = next;
+                continue;
+            }
+            let mut events = Vec::new();
+            codec::decode_targets(&v, &mut events)?;
+            let mut kept = Vec::with_capacity(events.len());
+            for e in &events {
+                if log.contains_key(key::event(*e))? {
+                    kept.push(*e);
+                }
+            }
+            if kept.len() == events.len() {
+                continue;
+            }
+            removed += events.len() - kept.len();
+            // The row's key is its first event's: rewritten under its new first event, in one
+            // batch (a crash leaves the old row or the new one).
+            let mut batch = sled::Batch::default();
+            batch.remove(k.clone());
+            if let Some(first) = kept.first() {
+                let mut nk = k[..17].to_vec();
+                nk.extend_from_slice(&first.to_be_bytes());
+                batch.insert(nk, codec::encode_ulids(&kept));
+            }
+            log.apply_batch(batch)?;
+        }
         for kind in [key::CHUNK, key::TARGETS, key::ATTEMPT] {
             let mut known: Option<(u128, bool)> = None;
             for k in log.range(key::of(kind, 0)..key::of(kind, floor)).keys() {

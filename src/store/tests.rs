@@ -668,3 +668,100 @@ async fn a_format_2_store_is_migrated_in_place() {
     assert_eq!(mode(dir.path()), 0o700);
     assert_eq!(mode(&dir.path().join("db")), 0o600);
 }
+
+/// The account index: one row per account and commit cycle, listed newest first across rows
+/// and pages, bounded by since/until; retention takes pruned events out of its rows and keeps
+/// those still pending.
+#[tokio::test]
+async fn the_account_index_lists_pages_and_follows_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let mut acme = Vec::new();
+    // Three cycles; each has events of both accounts (one cycle holds several of acme's).
+    for cycle in 0..3i64 {
+        let at = T0 + cycle * 1000;
+        let mut evs = vec![
+            event("acme", &[NO_LANE], at),
+            event("other", &[NO_LANE], at),
+        ];
+        if cycle == 1 {
+            evs.push(event("acme", &[LANE], at)); // stays pending (never attempted)
+            evs.push(event("acme", &[NO_LANE], at));
+        }
+        for out in store.ingest(evs).await.unwrap() {
+            let (_, dels) = created(&out);
+            if dels[0].account_id == "acme" {
+                acme.push(dels[0].clone());
+            }
+        }
+    }
+    let rows = store
+        .inner
+        .trees
+        .log
+        .scan_prefix(key::account_events("acme"))
+        .count();
+    assert_eq!(rows, 3, "one index row per cycle");
+    let filter = |since: Option<Millis>, until: Option<Millis>| DeliveryFilter {
+        account_id: Some("acme".into()),
+        since,
+        until,
+        ..DeliveryFilter::default()
+    };
+    let ids = |list: Vec<Delivery>| list.into_iter().map(|d| d.id).collect::<Vec<_>>();
+    let newest_first: Vec<String> = acme.iter().rev().map(|d| d.id.clone()).collect();
+    let (all, next) = store
+        .list_deliveries(&filter(None, None), 100, None)
+        .unwrap();
+    assert_eq!((ids(all), next), (newest_first.clone(), None));
+    // Pages of two follow each other.
+    let (page, cursor) = store.list_deliveries(&filter(None, None), 2, None).unwrap();
+    assert_eq!(ids(page), newest_first[..2]);
+    let (page, _) = store
+        .list_deliveries(&filter(None, None), 2, cursor.as_deref())
+        .unwrap();
+    assert_eq!(ids(page), newest_first[2..4]);
+    // Time bounds: only the middle cycle's.
+    let (mid, _) = store
+        .list_deliveries(&filter(Some(T0 + 1000), Some(T0 + 2000)), 100, None)
+        .unwrap();
+    assert_eq!(ids(mid), newest_first[1..4]);
+
+    // End the ones without endpoint, then prune everything older than the last cycle.
+    for d in acme.iter().filter(|d| d.endpoint_id.is_none()) {
+        let ulid = ids::parse(ids::DELIVERY, &d.id).unwrap();
+        let _c = store.claim(ulid).unwrap();
+        let mut ended = d.clone();
+        ended.state = DeliveryState::Skipped;
+        ended.next_attempt_at = None;
+        store
+            .update_delivery(
+                d,
+                &ended,
+                Some(&attempt(1, Status::NoEndpoint, d.created_at)),
+            )
+            .unwrap();
+    }
+    let p = store.prune_events(T0 + 2000, None, 100).unwrap();
+    assert_eq!(
+        p.events, 3,
+        "acme's ended events of the two old cycles (pending ones stay)"
+    );
+    store.prune_orphans(T0 + 2000).unwrap();
+    let (left, _) = store
+        .list_deliveries(&filter(None, None), 100, None)
+        .unwrap();
+    assert_eq!(ids(left), vec![newest_first[0].clone(), acme[2].id.clone()]);
+    let rows = store
+        .inner
+        .trees
+        .log
+        .scan_prefix(key::account_events("acme"))
+        .count();
+    assert_eq!(
+        rows, 2,
+        "the first cycle's row is gone, the second's keeps its pending event"
+    );
+    close(store);
+}
