@@ -33,13 +33,11 @@ const RANDOM_MASK: u128 = (1 << 80) - 1;
 /// The last ULID made: (milliseconds, random part), to keep ids monotonic.
 static LAST: Mutex<(u64, u128)> = Mutex::new((0, 0));
 
-/// A new ULID stamped with `now`, greater than every one made before; with `slots`, its low
-/// [`SLOT_BITS`] are zero (an event's, leaving room for its deliveries).
-fn next_ulid(now: Millis, slots: bool) -> u128 {
+/// A new ULID stamped with `now`, greater than every one made before in this process.
+fn next_ulid(now: Millis) -> u128 {
     let ms = (now.max(0) as u64) & ((1 << 48) - 1);
     let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
-    let step = if slots { SLOT_MASK + 1 } else { 1 };
-    if ms <= last.0 && last.1 < RANDOM_MASK - 2 * step {
+    if ms <= last.0 && last.1 < RANDOM_MASK - 2 {
         // Same (or an earlier) millisecond: keep the order by counting up.
         last.1 += 1;
     } else {
@@ -49,14 +47,6 @@ fn next_ulid(now: Millis, slots: bool) -> u128 {
             ms.max(last.0),
             u128::from_be_bytes(bytes) & (RANDOM_MASK >> 1),
         );
-    }
-    if slots {
-        // Round up to the next multiple of the slot count.
-        last.1 = (last.1 + SLOT_MASK) & !SLOT_MASK;
-        // The slots belong to this event: the next id counts up from past them.
-        let ulid = (u128::from(last.0) << 80) | last.1;
-        last.1 += SLOT_MASK;
-        return ulid;
     }
     (u128::from(last.0) << 80) | last.1
 }
@@ -73,12 +63,27 @@ pub fn observe(ulid: u128) {
 
 /// A new id with `prefix`, stamped with `now`.
 pub fn new_id(prefix: &str, now: Millis) -> String {
-    format(prefix, next_ulid(now, false))
+    format(prefix, next_ulid(now))
 }
 
-/// A new event's ULID (its low [`SLOT_BITS`] free for its deliveries).
-pub fn new_event(now: Millis) -> u128 {
-    next_ulid(now, true)
+/// A new event's ULID after `last` (the store's newest), stamped with `now` or, if the clock is
+/// behind `last`, with `last`'s time; its low [`SLOT_BITS`] are free for its deliveries. The
+/// store keeps `last`, so each store's event ids are ordered on their own (whatever other stores
+/// in the process, such as tests', have made).
+pub fn event_after(last: u128, now: Millis) -> u128 {
+    let ms = (now.max(0) as u64) & ((1 << 48) - 1);
+    let (last_ms, last_random) = ((last >> 80) as u64, last & RANDOM_MASK);
+    let step = SLOT_MASK + 1;
+    if ms <= last_ms && last_random < RANDOM_MASK - 2 * step {
+        // The same (or an earlier) millisecond: the next slot block after `last`'s.
+        return (u128::from(last_ms) << 80) | ((last_random | SLOT_MASK) + 1);
+    }
+    // A later millisecond (or the random part ran out: the next millisecond).
+    let ms = if ms <= last_ms { last_ms + 1 } else { ms };
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    let random = u128::from_be_bytes(bytes) & (RANDOM_MASK >> 1) & !SLOT_MASK;
+    (u128::from(ms) << 80) | random
 }
 
 /// The ULID of the delivery to an event's `index`-th target (`index` < [`MAX_FAN_OUT`]).
@@ -148,6 +153,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn event_ids_follow_the_last_one_and_leave_room_for_deliveries() {
+        let a = event_after(0, 1_700_000_000_000);
+        assert_eq!(ulid_ms(a), 1_700_000_000_000);
+        assert_eq!(a & SLOT_MASK, 0);
+        // The same millisecond, and a clock gone back: later ids, past a's deliveries.
+        let b = event_after(a, 1_700_000_000_000);
+        let c = event_after(b, 1_699_000_000_000);
+        assert!(delivery_of(a, MAX_FAN_OUT - 1) < b && b < c, "{a} {b} {c}");
+        assert_eq!((ulid_ms(c), c & SLOT_MASK), (1_700_000_000_000, 0));
+        // A later millisecond is stamped with it; the random part running out moves on a ms.
+        assert_eq!(
+            ulid_ms(event_after(c, 1_700_000_000_005)),
+            1_700_000_000_005
+        );
+        let full = (1_700_000_000_000u128 << 80) | (RANDOM_MASK & !SLOT_MASK);
+        let d = event_after(full, 1_700_000_000_000);
+        assert!(d > full && ulid_ms(d) == 1_700_000_000_001, "{d}");
+    }
+
+    #[test]
     fn ids_are_prefixed_valid_and_increasing() {
         let a = new_id(EVENT, 1_700_000_000_000);
         let b = new_id(EVENT, 1_700_000_000_000);
@@ -174,11 +199,9 @@ mod tests {
     #[test]
     fn deliveries_derive_from_their_event_and_back() {
         let now = 1_700_000_000_000;
-        let e1 = new_event(now);
-        let other = parse(ATTEMPT, &new_id(ATTEMPT, now)).unwrap();
-        let e2 = new_event(now);
+        let e1 = event_after(0, now);
+        let e2 = event_after(e1, now);
         assert_eq!(e1 & SLOT_MASK, 0);
-        assert!(e1 < other && other < e2, "ids stay increasing");
         for i in [0, 1, MAX_FAN_OUT - 1] {
             let d = delivery_of(e1, i);
             assert!(d < e2, "an event's deliveries sort before the next event");

@@ -16,7 +16,7 @@ fn meta() -> EventMeta {
 
 #[test]
 fn event_values_keep_payload_bytes_exactly() {
-    let ulid = ids::new_event(5);
+    let ulid = ids::event_after(0, 5);
     let payload = br#"{ "b":1,  "a" : [1.0e3] }"#;
     let v = encode_event(&meta(), &[7, 0], payload).unwrap();
     assert!(v.payload_inline && v.target_rows.is_empty());
@@ -61,7 +61,7 @@ fn event_rows_stay_below_the_row_limit_at_the_maximum() {
             for row in &v.target_rows {
                 assert!(21 + row.len() <= MAX_ROW);
             }
-            let ulid = ids::new_event(5);
+            let ulid = ids::event_after(0, 5);
             let (mut rec, inline) = decode_event(ulid, &v.row).unwrap();
             assert_eq!(rec.target_count, fan_out);
             assert_eq!(rec.targets_in_rows, fan_out > INLINE_TARGETS);
@@ -87,7 +87,7 @@ fn layout_1_event_rows_read() {
     w.u128(7);
     w.u32(2);
     w.tail(b"{}");
-    let ulid = ids::new_event(5);
+    let ulid = ids::event_after(0, 5);
     let row = w.finish();
     let (rec, inline) = decode_event(ulid, &row).unwrap();
     assert_eq!(rec.targets, vec![7]);

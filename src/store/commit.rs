@@ -386,7 +386,7 @@ fn store_event(
     let now = ev.received_at;
     let ulid = {
         let mut fresh = inner.lock_fresh();
-        let ulid = ids::new_event(now);
+        let ulid = ids::event_after(fresh.last_event, now);
         fresh.last_event = ulid;
         ulid
     };
