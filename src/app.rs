@@ -316,6 +316,9 @@ async fn sync_operator_endpoint(
             created_at: now,
             updated_at: now,
             secrets: Vec::new(),
+            ordering: None,
+            rate_limit: None,
+            client_certificate: None,
         },
     };
     let unchanged = ep.url == url && ep.secrets.len() == 1 && ep.secrets[0].value == *secret;

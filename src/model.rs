@@ -173,6 +173,44 @@ pub struct Endpoint {
     pub updated_at: Millis,
     /// Newest first. Never shown by any view.
     pub secrets: Vec<StoredSecret>,
+    /// Ordered delivery per key (SPEC §15); `None`: best effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<Ordering>,
+    /// At most this many attempts per second to the endpoint (SPEC §15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// The client certificate herald presents (mutual TLS): what the endpoint object shows of
+    /// it. The certificate and its key are kept apart, in the store's `client_certs` tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<ClientCertificate>,
+}
+
+/// An endpoint's ordering: deliveries with the same key go one at a time, in commit order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ordering {
+    /// The top-level payload field whose value is the key; `None`: the whole endpoint is one
+    /// sequence.
+    pub key: Option<String>,
+}
+
+/// An endpoint's rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// Attempts per second (fractions allowed); bursts up to `max(1, ceil(per_second))`.
+    pub per_second: f64,
+}
+
+impl RateLimit {
+    pub fn burst(&self) -> f64 {
+        self.per_second.ceil().max(1.0)
+    }
+}
+
+/// What the endpoint object shows of its client certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCertificate {
+    pub subject: String,
+    pub not_after: Millis,
 }
 
 impl Endpoint {
@@ -204,6 +242,12 @@ impl Endpoint {
             "signature": self.signature,
             "state": self.state,
             "verified": self.verified,
+            "ordering": self.ordering,
+            "rate_limit": self.rate_limit,
+            "client_certificate": self.client_certificate.as_ref().map(|c| json!({
+                "subject": c.subject,
+                "not_after": rfc3339(c.not_after),
+            })),
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         });

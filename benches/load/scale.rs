@@ -285,6 +285,9 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
             value: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
             expires_at: None,
         }],
+        ordering: None,
+        rate_limit: None,
+        client_certificate: None,
     };
     let ep = store.put_endpoint(endpoint(ACCOUNT)).await?;
     // The portal figure's account: one delivery every n / PORTAL_DELIVERIES of the others'.

@@ -14,7 +14,7 @@ use super::body::{self, discard_body, read_json_body};
 use super::error::ApiError;
 use super::{json, no_content, validate, AppState, Resp, Scope};
 use crate::ids::{self, ENDPOINT};
-use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
+use crate::model::{Endpoint, EndpointState, Ordering, RateLimit, SignatureKind, StoredSecret};
 use crate::policy::url::check_endpoint_url;
 use crate::signing as sign;
 
@@ -38,7 +38,19 @@ struct Fields {
     retry_policy: Option<Value>,
     secret: Option<Value>,
     signature: Option<Value>,
+    /// Absent and `null` differ for these two: `null` removes the setting.
+    #[serde(default, deserialize_with = "present")]
+    ordering: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    rate_limit: Option<Value>,
 }
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// The most attempts per second a rate limit may allow (past it, no limit is wanted).
+const MAX_RATE: f64 = 100_000.0;
 
 pub async fn create(
     state: &Arc<AppState>,
@@ -82,6 +94,9 @@ pub async fn create(
             value: secret.clone(),
             expires_at: None,
         }],
+        ordering: None,
+        rate_limit: None,
+        client_certificate: None,
     };
     apply_common(state, &mut ep, &f)?;
 
@@ -268,6 +283,12 @@ fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), A
     if let Some(v) = &f.headers {
         ep.headers = headers(v)?;
     }
+    if let Some(v) = &f.ordering {
+        ep.ordering = ordering(v)?;
+    }
+    if let Some(v) = &f.rate_limit {
+        ep.rate_limit = rate_limit(v)?;
+    }
     if let Some(v) = &f.retry_policy {
         let Value::String(name) = v else {
             return Err(ApiError::field(
@@ -285,6 +306,55 @@ fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), A
         ep.retry_policy = name.clone();
     }
     Ok(())
+}
+
+/// `null`, or `{"key": "<top-level payload field>"}`, or `{"key": null}` (one sequence).
+fn ordering(v: &Value) -> Result<Option<Ordering>, ApiError> {
+    let bad = || {
+        ApiError::field(
+            "ordering",
+            "ordering must be null, {\"key\": \"<top-level payload field>\"} or {\"key\": null}",
+        )
+    };
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(m) if m.len() == 1 => match m.get("key") {
+            Some(Value::Null) => Ok(Some(Ordering { key: None })),
+            Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= 128 => {
+                Ok(Some(Ordering {
+                    key: Some(k.clone()),
+                }))
+            }
+            Some(Value::String(_)) => Err(ApiError::field(
+                "ordering.key",
+                "ordering.key must be a field name of 1 to 128 characters, or null",
+            )),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
+}
+
+/// `null`, or `{"per_second": N}` with 0 < N (fractions allowed).
+fn rate_limit(v: &Value) -> Result<Option<RateLimit>, ApiError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(m) if m.len() == 1 && m.contains_key("per_second") => {
+            match m["per_second"].as_f64() {
+                Some(n) if n > 0.0 && n <= MAX_RATE => Ok(Some(RateLimit { per_second: n })),
+                _ => Err(ApiError::field(
+                    "rate_limit.per_second",
+                    format!(
+                        "rate_limit.per_second must be a number above 0 and at most {MAX_RATE}"
+                    ),
+                )),
+            }
+        }
+        _ => Err(ApiError::field(
+            "rate_limit",
+            "rate_limit must be null or {\"per_second\": N}",
+        )),
+    }
 }
 
 fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
@@ -406,6 +476,8 @@ pub async fn rotate_secret(
         || f.headers.is_some()
         || f.retry_policy.is_some()
         || f.signature.is_some()
+        || f.ordering.is_some()
+        || f.rate_limit.is_some()
     {
         return Err(ApiError::field(
             "body",

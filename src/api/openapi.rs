@@ -596,7 +596,23 @@ fn schemas() -> Value {
             "event_types": {"type": "array", "items": {"type": "string"}},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "retry_policy": {"type": "string"}, "secret": {"type": "string"},
-            "signature": {"enum": ["hmac", "ed25519"]}}}),
+            "signature": {"enum": ["hmac", "ed25519"]},
+            "rate_limit": r("RateLimit"), "ordering": r("Ordering")}}),
+    );
+    m.insert(
+        "RateLimit".into(),
+        json!({"description": "At most per_second attempts a second (bursts up to ceil); null: none.",
+            "oneOf": [{"type": "null"}, {"type": "object", "required": ["per_second"],
+            "additionalProperties": false,
+            "properties": {"per_second": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000}}}]}),
+    );
+    m.insert(
+        "Ordering".into(),
+        json!({"description": "Deliveries with the same key go one at a time in commit order; \
+            key: a top-level payload field, or null for one sequence. null: best effort.",
+            "oneOf": [{"type": "null"}, {"type": "object", "required": ["key"],
+            "additionalProperties": false,
+            "properties": {"key": {"type": ["string", "null"], "minLength": 1, "maxLength": 128}}}]}),
     );
     m.insert("Endpoint".into(), json!({"type": "object", "required": ["id", "account_id", "url", "state", "verified"], "properties": {
             "id": {"type": "string"}, "account_id": {"type": "string"}, "url": {"type": "string"},
@@ -605,6 +621,9 @@ fn schemas() -> Value {
             "retry_policy": {"type": "string"}, "signature": {"enum": ["hmac", "ed25519"]},
             "state": {"enum": ["active", "paused", "disabled"]}, "verified": {"type": "boolean"},
             "public_key": {"type": ["string", "null"]},
+            "rate_limit": r("RateLimit"), "ordering": r("Ordering"),
+            "client_certificate": {"type": ["object", "null"], "properties": {
+                "subject": {"type": "string"}, "not_after": time()}},
             "created_at": time(), "updated_at": time(),
             "breaker": {"type": "object"}, "success_rate_1h": {"type": ["number", "null"]},
             "attempts_1h": {"type": "integer"}, "last_success_at": {"type": ["string", "null"]},

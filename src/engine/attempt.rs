@@ -17,6 +17,7 @@ use crate::outbound::client::Outcome;
 use crate::outbound::request::{self, Message};
 use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
+use crate::policy::tokens::Bucket;
 use crate::policy::{conditions, retry};
 use crate::store::{Changed, Due, DueDelivery};
 
@@ -99,6 +100,13 @@ impl Engine {
             if let Gate::WaitUntil(at) = gate {
                 return Handled::Held(at);
             }
+            // Over the endpoint's rate: the delivery waits for the next token (not an attempt).
+            if let Err(next) = self.rate_token(ep, started) {
+                if gate == Gate::Probe {
+                    self.release_probe(&ep.id);
+                }
+                return Handled::Held(next);
+            }
             failing = self.over_quota(&delivery.account_id, plan, started);
             if failing.is_some() && gate == Gate::Probe {
                 self.release_probe(&ep.id);
@@ -116,6 +124,18 @@ impl Engine {
         };
         self.record(delivery, endpoint, attempt, outcome).await;
         Handled::Done
+    }
+
+    /// Takes a token of the endpoint's rate limit, if it has one; `Err(when)` the next comes.
+    fn rate_token(&self, ep: &Endpoint, now: Millis) -> Result<(), Millis> {
+        let Some(limit) = ep.rate_limit else {
+            return Ok(());
+        };
+        let mut buckets = super::lock(&self.buckets);
+        buckets
+            .entry(ep.id.clone())
+            .or_insert_with(|| Bucket::full(limit, now))
+            .take(limit, now)
     }
 
     /// The account's synced plan, if it has one that the config still defines. A plan name the

@@ -108,6 +108,8 @@ pub struct Engine {
     pub recent: recent::Recent,
     breakers: Mutex<HashMap<String, health::Slot>>,
     rates: Mutex<rates::Rates>,
+    /// Each rate-limited endpoint's token bucket.
+    buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
 }
@@ -145,6 +147,7 @@ impl Engine {
             attempted: tokio::sync::broadcast::channel(1024).0,
             breakers: Mutex::new(HashMap::new()),
             rates: Mutex::new(rates::Rates::default()),
+            buckets: Mutex::new(HashMap::new()),
         })
     }
 

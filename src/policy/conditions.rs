@@ -54,6 +54,9 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             secrets: vec![],
+            ordering: None,
+            rate_limit: None,
+            client_certificate: None,
         }
     }
 

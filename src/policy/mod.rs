@@ -11,6 +11,7 @@
 //! - [`retry`]: which outcomes are retried and the delay before the next attempt.
 //! - [`schema`]: catalog payload schemas (JSON Schema 2020-12).
 //! - [`ssrf`]: which addresses herald may connect to.
+//! - [`tokens`]: the token bucket of an endpoint's rate limit.
 //! - [`url`]: endpoint URL checks.
 
 pub mod breaker;
@@ -21,4 +22,5 @@ pub mod quota;
 pub mod retry;
 pub mod schema;
 pub mod ssrf;
+pub mod tokens;
 pub mod url;

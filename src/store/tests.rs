@@ -109,6 +109,9 @@ fn endpoint(id: &str, account: &str) -> Endpoint {
         created_at: T0,
         updated_at: T0,
         secrets: Vec::new(),
+        ordering: None,
+        rate_limit: None,
+        client_certificate: None,
     }
 }
 
