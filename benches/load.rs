@@ -6,7 +6,8 @@
 //! stdout. Everything stays on 127.0.0.1. `--help` lists the options.
 //!
 //! Phases: closed-loop single and batch ingest, end-to-end under paced batch ingest, open-loop
-//! latency, isolation from a dead endpoint ([`phases`]); a backlog of pending deliveries with a
+//! latency, isolation from a dead endpoint, an ordered endpoint with 100 keys and with one
+//! ([`phases`]); a backlog of pending deliveries with a
 //! `kill -9` and restart, a store prefilled with millions of attempts (written through herald's
 //! own store code), and disk use under steady traffic with a short retention ([`scale`]).
 
@@ -56,7 +57,8 @@ usage: cargo bench --bench load -- [options]
   --retention-rate N   events/s offered in the retention phase (default 2000)
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 64 MiB)
   --phases LIST        comma-separated subset of:
-                       ingest,batch,e2e,latency,isolation,backlog,history,retention
+                       ingest,batch,e2e,latency,isolation,ordered,backlog,history,
+                       retention
                        (default all; --quick leaves out retention)
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
@@ -64,16 +66,21 @@ usage: cargo bench --bench load -- [options]
   --herald PATH        the herald binary (default: the one cargo built for this bench)
 ";
 
-const PHASES: [&str; 8] = [
+const PHASES: [&str; 9] = [
     "ingest",
     "batch",
     "e2e",
     "latency",
     "isolation",
+    "ordered",
     "backlog",
     "history",
     "retention",
 ];
+
+/// The one-key run offers this many times the e2e rate: more than one sequence carries, so it
+/// measures the sequence's own pace (one delivery per round trip).
+const ONE_KEY_OFFER: f64 = 4.0;
 
 pub struct Opts {
     pub quick: bool,
@@ -266,6 +273,18 @@ async fn run(opts: &Opts) -> Result<Results> {
             r.isolation_control =
                 Some(phases::end_to_end(opts, "healthy + healthy endpoint", control).await?);
         }
+    }
+    if want("ordered") {
+        eprintln!(
+            "[ordered] as [e2e], to an endpoint ordered by a payload field with 100 keys; then \
+             {}/s to one ordered as a single sequence",
+            opts.e2e_rate * ONE_KEY_OFFER
+        );
+        let rate = opts.e2e_rate;
+        r.ordered_keys =
+            Some(phases::ordered(opts, "ordered, 100 keys", Some("shard"), rate).await?);
+        let rate = rate * ONE_KEY_OFFER;
+        r.ordered_one = Some(phases::ordered(opts, "ordered, one key", None, rate).await?);
     }
     if want("backlog") {
         eprintln!(

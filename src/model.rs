@@ -281,6 +281,10 @@ pub struct EventMeta {
     pub idempotency_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debounce_key: Option<String>,
+    /// The ingest request's `ordering_key` (SPEC §15), which overrides an ordered endpoint's
+    /// payload field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
     /// The deliveries made at ingest, in fan-out order.
     pub deliveries: Vec<String>,
 }

@@ -8,12 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::herald::INGEST_TOKEN;
 use common::{behaviour, first_delivery, Receiver, Reply, World};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 const PRODUCERS: usize = 16;
@@ -26,33 +21,17 @@ async fn produce(
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<String>>>,
 ) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = common::herald::new_client();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
         let body =
             json!({"account_id": "acc", "type": "load.test", "payload": {"p": producer, "n": n}});
-        let req = hyper::Request::post(format!("{base}/v1/events"))
-            .header("authorization", format!("Bearer {INGEST_TOKEN}"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
-        let Ok(resp) = client.request(req).await else {
-            return; // herald was killed: this request was never acknowledged
-        };
-        let status = resp.status().as_u16();
-        let Ok(body) = resp.into_body().collect().await else {
-            return;
-        };
-        if status != 202 {
-            // Anything but 202 is not an acknowledgement (e.g. 503 while stopping).
-            continue;
+        match common::herald::post_event(&client, &base, &body).await {
+            Ok(Some(id)) => acked.lock().unwrap().push(id),
+            Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
+            Err(_) => return,     // herald was killed: this request was never acknowledged
         }
-        let v: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
-        acked
-            .lock()
-            .unwrap()
-            .push(v["event_id"].as_str().unwrap().to_string());
     }
 }
 

@@ -30,12 +30,14 @@ pub fn new_client(max_idle: usize) -> ApiClient {
 /// Every event gets a distinct payload.
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// One ingest item: `account_id`, `type` and a payload of about 200 bytes.
+/// One ingest item: `account_id`, `type` and a payload of about 200 bytes. Its `shard` (one
+/// of 100, in turn) is the ordering key of the ordered phase.
 pub fn event_json(account: &str) -> String {
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let shard = seq % 100;
     format!(
         "{{\"account_id\":\"{account}\",\"type\":\"bench.event\",\"payload\":{{\
-         \"order_id\":\"ord_{seq:012}\",\"customer\":{{\"id\":\"cus_4242\",\
+         \"order_id\":\"ord_{seq:012}\",\"shard\":\"s{shard:02}\",\"customer\":{{\"id\":\"cus_4242\",\
          \"email\":\"bench@example.com\"}},\"items\":[{{\"sku\":\"SKU-0001\",\"qty\":2,\
          \"price_cents\":1999}},{{\"sku\":\"SKU-0002\",\"qty\":1,\"price_cents\":4500}}],\
          \"currency\":\"EUR\",\"note\":\"benchmark event for herald load testing\"}}}}"

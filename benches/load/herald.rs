@@ -253,8 +253,21 @@ impl Herald {
 
     /// Creates an endpoint of `account` that gets one attempt per delivery; its id.
     pub async fn create_endpoint(&self, account: &str, url: &str) -> Result<String> {
+        self.create_endpoint_with(account, url, json!({})).await
+    }
+
+    /// Like [`Self::create_endpoint`], with more fields (`extra`, an object).
+    pub async fn create_endpoint_with(
+        &self,
+        account: &str,
+        url: &str,
+        extra: serde_json::Value,
+    ) -> Result<String> {
         let path = format!("/v1/accounts/{account}/endpoints");
-        let body = json!({"url": url, "retry_policy": "none"});
+        let mut body = json!({"url": url, "retry_policy": "none"});
+        if let (Some(b), serde_json::Value::Object(e)) = (body.as_object_mut(), extra) {
+            b.extend(e);
+        }
         let (status, answer) = self.admin("POST", &path, body).await?;
         if status != 201 {
             bail!("creating an endpoint: {status} {answer}");

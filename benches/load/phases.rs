@@ -25,6 +25,9 @@ pub enum Target {
     ReceiverAndHealthy,
     /// The fast receiver plus a second endpoint that never answers.
     ReceiverAndDead,
+    /// One endpoint at the fast receiver, ordered by the payload field `shard` (100 keys), or
+    /// as one sequence (`None`).
+    Ordered(Option<&'static str>),
 }
 
 /// Resource use over a phase's load.
@@ -108,8 +111,17 @@ async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
     let herald = Herald::start(&opts.herald, &opts.storage()).await?;
     let receiver = Receiver::start().await?;
     let (mut second, mut dead) = (None, None);
-    if target != Target::None {
-        herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    match target {
+        Target::None => {}
+        Target::Ordered(key) => {
+            let ordering = serde_json::json!({"ordering": {"key": key}});
+            herald
+                .create_endpoint_with(ACCOUNT, &receiver.url(), ordering)
+                .await?;
+        }
+        _ => {
+            herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+        }
     }
     if target == Target::ReceiverAndHealthy {
         let r = Receiver::start().await?;
@@ -323,6 +335,20 @@ pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool, rate: f64) -> Re
         dead_connections,
         usage,
     })
+}
+
+/// Batch ingest at `rate` to an ordered endpoint (`key`: the payload field, or `None` for one
+/// sequence), then the drain: how many deliveries a second ordering allows.
+pub async fn ordered(
+    opts: &Opts,
+    name: &str,
+    key: Option<&'static str>,
+    rate: f64,
+) -> Result<EndToEnd> {
+    let mut s = setup(opts, name, Target::Ordered(key)).await?;
+    let r = end_to_end_on(opts, &s, true, rate).await?;
+    s.herald.stop(true).await?;
+    Ok(r)
 }
 
 /// Single events sent open loop at `opts.rate` per second; each event's time from its send to its

@@ -12,6 +12,8 @@ pub const BATCH_TARGET: f64 = 50_000.0;
 pub const E2E_TARGET: f64 = 5_000.0;
 pub const P99_TARGET_MS: f64 = 25.0;
 pub const ISOLATION_TARGET: f64 = 0.90;
+/// Deliveries a second to an endpoint ordered with 100 keys.
+pub const ORDERED_TARGET: f64 = 3_000.0;
 pub const BACKLOG_RSS_TARGET: u64 = 128 << 20;
 /// The backlog the RSS target is stated for.
 pub const BACKLOG_TARGET_SIZE: u64 = 1_000_000;
@@ -40,6 +42,10 @@ pub struct Results {
     pub isolation: Option<EndToEnd>,
     /// Like `isolation`, with a second endpoint that answers: what the fan-out alone costs.
     pub isolation_control: Option<EndToEnd>,
+    /// To an endpoint ordered by a payload field with 100 keys.
+    pub ordered_keys: Option<EndToEnd>,
+    /// To an endpoint ordered as one sequence: one round trip per delivery.
+    pub ordered_one: Option<EndToEnd>,
     pub backlog: Option<Backlog>,
     pub history: Option<History>,
     pub retention: Option<Retention>,
@@ -69,6 +75,12 @@ impl Results {
         }
         if let Some(r) = &self.isolation_control {
             out.push(("isolation control (2 healthy)", &r.usage));
+        }
+        if let Some(r) = &self.ordered_keys {
+            out.push(("ordered, 100 keys", &r.usage));
+        }
+        if let Some(r) = &self.ordered_one {
+            out.push(("ordered, one key", &r.usage));
         }
         if let Some(h) = &self.history {
             out.push(("history, empty: single ingest", &h.empty.0.usage));
@@ -152,6 +164,11 @@ impl Results {
         if let Some(ratio) = self.isolation_ratio() {
             let t = format!("≥ {:.0} %", ISOLATION_TARGET * 100.0);
             v.push(("isolation_ratio", t, ratio, Some(ratio >= ISOLATION_TARGET)));
+        }
+        if let Some(r) = &self.ordered_keys {
+            let t = format!("≥ {}/s", thousands(ORDERED_TARGET));
+            let d = r.deliveries_per_s;
+            v.push(("ordered_100_keys_per_s", t, d, Some(d >= ORDERED_TARGET)));
         }
         if let Some(b) = &self.backlog {
             let judged = |ok: bool| (b.pending >= BACKLOG_TARGET_SIZE).then_some(ok);
@@ -398,6 +415,31 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             );
         }
     }
+    if let Some(o) = &r.ordered_keys {
+        row(
+            "ordered endpoint, 100 keys: deliveries/s".into(),
+            format!("{}/s", thousands(o.deliveries_per_s)),
+            verdict("ordered_100_keys_per_s"),
+        );
+    }
+    if let Some(o) = &r.ordered_one {
+        // Offered more than one sequence carries: its pace is one delivery per round trip
+        // (attempt, record, next), under ingest and in the drain without it.
+        let rtt = |pace: f64| if pace > 0.0 { 1000.0 / pace } else { 0.0 };
+        let under = o.deliveries_per_s;
+        row(
+            "ordered endpoint, one key: deliveries/s (ms each)".into(),
+            format!("{}/s ({:.2} ms)", thousands(under), rtt(under)),
+            None,
+        );
+        if let Some(d) = o.drain_per_s {
+            row(
+                "  drain, no ingest".into(),
+                format!("{}/s ({:.2} ms)", thousands(d), rtt(d)),
+                None,
+            );
+        }
+    }
     if let Some(b) = &r.backlog {
         row(
             format!(
@@ -637,6 +679,10 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "healthy_with_dead_endpoint": e2e_json(&r.isolation),
             "healthy_with_second_healthy_endpoint": e2e_json(&r.isolation_control),
             "ratio": r.isolation_ratio(),
+        },
+        "ordered": {
+            "keys_100": e2e_json(&r.ordered_keys),
+            "one_key": e2e_json(&r.ordered_one),
         },
         "backlog": r.backlog.as_ref().map(|b| json!({
             "pending": b.pending,

@@ -133,13 +133,17 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
         let Some(d) = s.delivery(&owned)? else {
             return Ok(None);
         };
-        Ok(Some((d, s.attempts(&owned)?)))
+        let ordering = s.ordering_of(&d)?;
+        Ok(Some((d, s.attempts(&owned)?, ordering)))
     })
     .await?;
-    let (d, attempts) = found.ok_or_else(not_found)?;
+    let (d, attempts, ordering) = found.ok_or_else(not_found)?;
     scope.check(&d.account_id, "delivery")?;
     let attempts: Vec<Value> = attempts.iter().map(|a| a.view()).collect();
     let mut v = view(state, &d);
+    let (key, waiting_for) = ordering.unzip();
+    v["ordering_key"] = json!(key);
+    v["waiting_for"] = json!(waiting_for.flatten());
     v["attempts"] = Value::Array(attempts);
     Ok(json(StatusCode::OK, &v))
 }

@@ -33,6 +33,7 @@ struct Item<'a> {
     payload: Option<&'a RawValue>,
     idempotency_key: Option<Value>,
     debounce_key: Option<Value>,
+    ordering_key: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +121,7 @@ pub struct Checked {
     pub payload: Bytes,
     pub idempotency_key: Option<String>,
     pub debounce_key: Option<String>,
+    pub ordering_key: Option<String>,
 }
 
 /// Parses and checks one ingest item's bytes: what `POST /v1/events` does before anything is
@@ -190,24 +192,28 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
             ))
         }
     };
-    let debounce_key = match &item.debounce_key {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.len() <= 255 => Some(s.clone()),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
-        Some(_) => {
-            return Err(ApiError::field(
-                "debounce_key",
-                "debounce_key must be a string (at most 255 characters) or an integer",
-            ))
-        }
-    };
     Ok(Checked {
         account_id,
         event_type,
         payload,
         idempotency_key,
-        debounce_key,
+        debounce_key: key_field("debounce_key", item.debounce_key.as_ref())?,
+        ordering_key: key_field("ordering_key", item.ordering_key.as_ref())?,
     })
+}
+
+/// A key given at ingest (`debounce_key`, `ordering_key`): a string of at most 255 characters
+/// or an integer (its decimal text, so `7` and `"7"` are one key); `null` is none.
+fn key_field(name: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() <= 255 => Ok(Some(s.clone())),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(Some(n.to_string())),
+        Some(_) => Err(ApiError::field(
+            name,
+            format!("{name} must be a string (at most 255 characters) or an integer"),
+        )),
+    }
 }
 
 /// Validates one item and fans it out to the account's matching endpoints.
@@ -218,6 +224,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         payload,
         idempotency_key,
         debounce_key,
+        ordering_key,
     } = check(&state.config, &state.schemas, item)?;
 
     let debounce = state
@@ -242,6 +249,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
     let mut event = NewEvent::fan_out(account_id, event_type, payload, targets.into_iter(), now);
     event.idempotency_key = idempotency_key;
     event.debounce_key = debounce_key;
+    event.ordering_key = ordering_key;
     event.debounce = debounce;
     Ok(event)
 }

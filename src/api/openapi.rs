@@ -543,7 +543,8 @@ fn schemas() -> Value {
             "type": {"type": "string"},
             "payload": {"type": "object"},
             "idempotency_key": {"type": "string"},
-            "debounce_key": {"type": ["string", "integer"]}}}),
+            "debounce_key": {"type": ["string", "integer", "null"]},
+            "ordering_key": {"type": ["string", "integer", "null"]}}}),
     );
     m.insert("IngestAccepted".into(), json!({"type": "object", "required": ["event_id", "duplicate", "deliveries"], "properties": {
             "event_id": {"type": "string"},

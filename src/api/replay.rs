@@ -75,14 +75,16 @@ pub async fn replay(
             &json!({"dry_run": true, "deliveries": targets.len().max(1)}),
         ));
     }
-    // A replay is the operator's decision: no idempotency key, no debounce.
-    let event = NewEvent::fan_out(
+    // A replay is the operator's decision: no idempotency key, no debounce. It keeps its
+    // ordering key: on an ordered endpoint it joins the end of the original's sequence.
+    let mut event = NewEvent::fan_out(
         meta.account_id,
         meta.event_type,
         payload,
         targets.into_iter(),
         state.clock.now_ms(),
     );
+    event.ordering_key = meta.ordering_key;
     let outcome = state.store.ingest(vec![event]).await?;
     let Some(IngestOutcome::Created {
         event_id,
@@ -230,6 +232,7 @@ mod tests {
                 targets: vec![lane],
                 idempotency_key: None,
                 debounce_key: None,
+                ordering_key: None,
                 debounce: None,
             };
             let out = store.ingest(vec![ev]).await.unwrap();

@@ -60,6 +60,7 @@ impl Engine {
                 if let Err(e) = self.store.drop_orphan(due.delivery) {
                     tracing::error!(error = %e, "cannot drop a pending entry without its event");
                 }
+                self.store.due().ended(due.lane, due.delivery);
                 return Handled::Done;
             }
             Err(e) => {
@@ -79,6 +80,10 @@ impl Engine {
             delivery.queued && delivery.next_attempt_at == Some(due.at)
         };
         if !current {
+            if delivery.state != DeliveryState::Pending {
+                // Ended by someone else: its sequence (if it heads one) moves on.
+                self.store.due().ended(due.lane, due.delivery);
+            }
             return Handled::Done;
         }
         let endpoint = delivery

@@ -69,22 +69,9 @@ pub fn key_of(debounce_key: Option<&str>, payload: &[u8], field: &str) -> Option
     if let Some(k) = debounce_key {
         return Some(k.to_string());
     }
-    // Only the top level is read, each value left raw: a value elsewhere in the payload that
-    // serde_json cannot turn into a `Value` (a lone surrogate escape such as "\ud800", which
-    // is valid JSON grammar and accepted at ingest) must not hide the key.
-    let map: std::collections::HashMap<String, &serde_json::value::RawValue> =
-        serde_json::from_slice(payload).ok()?;
-    let raw = map.get(field)?.get();
-    match serde_json::from_str::<serde_json::Value>(raw) {
-        Ok(serde_json::Value::String(s)) => Some(s),
-        Ok(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
-        Ok(_) => None,
-        // A string serde_json cannot decode (a lone surrogate in the key itself): its escaped
-        // text is a stable key all the same.
-        Err(_) => raw
-            .strip_prefix('"')
-            .and_then(|r| r.strip_suffix('"'))
-            .map(str::to_string),
+    match super::ordering::payload_field(payload, field)? {
+        super::ordering::Field::Key(k) => Some(k),
+        super::ordering::Field::Other(_) => None,
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`cidr`]: CIDR ranges for the SSRF guard's allow-list.
 //! - [`conditions`]: the ordered delivery conditions of SPEC §5.
 //! - [`debounce`]: debounce windows at ingest.
+//! - [`ordering`]: which sequence of an ordered endpoint a delivery joins.
 //! - [`quota`]: the fixed per-minute and per-day windows.
 //! - [`retry`]: which outcomes are retried and the delay before the next attempt.
 //! - [`schema`]: catalog payload schemas (JSON Schema 2020-12).
@@ -18,6 +19,7 @@ pub mod breaker;
 pub mod cidr;
 pub mod conditions;
 pub mod debounce;
+pub mod ordering;
 pub mod quota;
 pub mod retry;
 pub mod schema;

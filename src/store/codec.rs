@@ -246,6 +246,8 @@ pub struct EncodedEvent {
 
 const EVENT_PAYLOAD_INLINE: u8 = 1;
 const EVENT_TARGETS_IN_ROWS: u8 = 2;
+/// The event has an ingest `ordering_key`, written right after the flags.
+const EVENT_ORDERING_KEY: u8 = 4;
 
 pub fn encode_event(
     meta: &EventMeta,
@@ -260,6 +262,7 @@ pub fn encode_event(
         + meta.event_type.len()
         + meta.idempotency_key.as_ref().map_or(0, String::len)
         + meta.debounce_key.as_ref().map_or(0, String::len)
+        + meta.ordering_key.as_ref().map_or(0, String::len)
         + if targets_inline {
             16 * targets.len()
         } else {
@@ -279,7 +282,13 @@ pub fn encode_event(
     if !targets_inline {
         flags |= EVENT_TARGETS_IN_ROWS;
     }
+    if meta.ordering_key.is_some() {
+        flags |= EVENT_ORDERING_KEY;
+    }
     w.u8(flags);
+    if let Some(k) = &meta.ordering_key {
+        w.str(k);
+    }
     w.u16(n);
     let mut target_rows = Vec::new();
     if targets_inline {
@@ -319,6 +328,11 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
     let idempotency_key = r.opt_string()?;
     let debounce_key = r.opt_string()?;
     let flags = if version == V2 { r.u8()? } else { 0 };
+    let ordering_key = if flags & EVENT_ORDERING_KEY != 0 {
+        Some(r.string()?)
+    } else {
+        None
+    };
     let n = r.u16()? as usize;
     let targets_in_rows = flags & EVENT_TARGETS_IN_ROWS != 0;
     let mut targets = Vec::with_capacity(if targets_in_rows { 0 } else { n });
@@ -345,6 +359,7 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
         received_at,
         idempotency_key,
         debounce_key,
+        ordering_key,
         deliveries: (0..n)
             .map(|i| ids::format(ids::DELIVERY, ids::delivery_of(ulid, i)))
             .collect(),

@@ -10,6 +10,7 @@ fn meta() -> EventMeta {
         received_at: 5,
         idempotency_key: Some("k".into()),
         debounce_key: None,
+        ordering_key: None,
         deliveries: Vec::new(),
     }
 }
@@ -35,6 +36,22 @@ fn event_values_keep_payload_bytes_exactly() {
     assert!(!rec.payload_inline);
 }
 
+#[test]
+fn an_events_ordering_key_round_trips_and_older_rows_have_none() {
+    let ulid = ids::event_after(0, 5);
+    let mut m = meta();
+    m.ordering_key = Some("customer 7".into());
+    let v = encode_event(&m, &[7], b"{}").unwrap();
+    let (rec, inline) = decode_event(ulid, &v.row).unwrap();
+    assert_eq!(rec.meta.ordering_key.as_deref(), Some("customer 7"));
+    assert_eq!((rec.targets, inline), (vec![7], Some(&b"{}"[..])));
+    let v = encode_event(&meta(), &[7], b"{}").unwrap();
+    assert_eq!(
+        decode_event(ulid, &v.row).unwrap().0.meta.ordering_key,
+        None
+    );
+}
+
 /// The largest event row: every text field at its API maximum (255 four-byte characters
 /// for the keys), the most inline targets and the largest payload that stays inline.
 #[test]
@@ -47,6 +64,7 @@ fn event_rows_stay_below_the_row_limit_at_the_maximum() {
         received_at: 5,
         idempotency_key: Some(long(255)),
         debounce_key: Some(long(255)),
+        ordering_key: Some(long(255)),
         deliveries: Vec::new(),
     };
     for fan_out in [1, INLINE_TARGETS, INLINE_TARGETS + 1, ids::MAX_FAN_OUT] {

@@ -34,7 +34,7 @@ use super::codec::{self, CHUNK};
 use super::debounce::apply_debounce;
 use super::deliveries::delivery_from;
 use super::key;
-use super::{Claim, Inner, Lane, StoreError};
+use super::{Claim, Entry, Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta};
@@ -58,6 +58,8 @@ pub struct NewEvent {
     pub targets: Vec<Lane>,
     pub idempotency_key: Option<String>,
     pub debounce_key: Option<String>,
+    /// The ingest request's `ordering_key`.
+    pub ordering_key: Option<String>,
     /// Set when the event's type is debounced and the event has a debounce key.
     pub debounce: Option<DebounceRule>,
 }
@@ -84,6 +86,7 @@ impl NewEvent {
             targets: lanes,
             idempotency_key: None,
             debounce_key: None,
+            ordering_key: None,
             debounce: None,
         }
     }
@@ -189,6 +192,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
     }
     for (lane, at, delivery) in &cycle.superseded {
         inner.due.remove(*lane, *at, *delivery);
+        inner.due.ended(*lane, *delivery);
         inner
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);
@@ -235,7 +239,7 @@ pub(super) struct Cycle {
     /// Idempotency keys claimed earlier in this cycle, and their event's id.
     pub(super) claimed: HashMap<[u8; 21], String>,
     /// Due index entries to add once durable.
-    pub(super) due: Vec<(Lane, Millis, u128, bool)>,
+    pub(super) due: Vec<Entry>,
     /// The state of each delivery created, for the counts.
     pub(super) states: Vec<DeliveryState>,
     /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
@@ -398,6 +402,7 @@ fn store_event(
         received_at: now,
         idempotency_key: ev.idempotency_key.clone(),
         debounce_key: ev.debounce_key.clone(),
+        ordering_key: ev.ordering_key.clone(),
         deliveries: Vec::new(),
     };
     let mut deliveries: Vec<Delivery> = ev
@@ -448,9 +453,13 @@ fn store_event(
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {
         cycle.states.push(d.state);
         if let (DeliveryState::Pending, Some(at)) = (d.state, d.next_attempt_at) {
-            cycle
-                .due
-                .push((*lane, at, ids::delivery_of(ulid, i), fresh));
+            cycle.due.push(Entry {
+                lane: *lane,
+                at,
+                delivery: ids::delivery_of(ulid, i),
+                fresh,
+                sequence: inner.sequence(*lane, ev.ordering_key.as_deref(), &ev.payload),
+            });
         }
     }
     cycle.created += 1;

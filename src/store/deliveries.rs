@@ -10,6 +10,7 @@ use super::{lane_of, Claim, Inner, Lane, Store, StoreError, NO_LANE};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use crate::policy::ordering;
 
 impl Inner {
     pub(super) fn pending_of(&self, delivery: u128) -> Result<Option<(Pending, Lane)>, StoreError> {
@@ -129,7 +130,7 @@ impl Store {
         let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        let Some((rec, payload)) = self.event_with_payload(ulid)? else {
+        let Some((rec, payload)) = self.inner.event_with_payload(ulid)? else {
             return Ok(None);
         };
         let deliveries = (0..rec.targets.len())
@@ -167,7 +168,7 @@ impl Store {
         let Some((event, index)) = ids::event_of(ulid) else {
             return Ok(None);
         };
-        let Some((rec, payload)) = self.event_with_payload(event)? else {
+        let Some((rec, payload)) = self.inner.event_with_payload(event)? else {
             return Ok(None);
         };
         if index >= rec.targets.len() {
@@ -179,6 +180,38 @@ impl Store {
             event: rec.meta,
             payload,
         }))
+    }
+
+    /// For a delivery to an ordered endpoint (SPEC §15): its ordering key and, while it waits
+    /// behind another delivery of its key, that one's id. `None` for an unordered endpoint.
+    pub fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        let Some(ordering) = d
+            .endpoint_id
+            .as_deref()
+            .and_then(|ep| self.endpoint(ep))
+            .and_then(|ep| ep.ordering.clone())
+        else {
+            return Ok(None);
+        };
+        let Some(event) = ids::parse(EVENT, &d.event_id) else {
+            return Ok(None);
+        };
+        let Some((rec, payload)) = self.inner.event_with_payload(event)? else {
+            return Ok(None);
+        };
+        let key = ordering::key_of(&ordering, rec.meta.ordering_key.as_deref(), &payload);
+        let waiting_for = match (d.state, ids::parse(DELIVERY, &d.id)) {
+            (DeliveryState::Pending, Some(ulid)) => self
+                .inner
+                .due
+                .ahead_of(lane_of(d.endpoint_id.as_deref()), ulid)
+                .map(|u| ids::format(DELIVERY, u)),
+            _ => None,
+        };
+        Ok(Some((key, waiting_for)))
     }
 
     /// Every attempt of a delivery, oldest first.
@@ -281,6 +314,10 @@ impl Store {
         }
         if let Some(p) = pending {
             self.inner.due.insert(lane, p.due, ulid, false);
+        }
+        if was.state == DeliveryState::Pending && now.state != DeliveryState::Pending {
+            // It ended: the next of its sequence (an ordered endpoint's) may go.
+            self.inner.due.ended(lane, ulid);
         }
         self.inner.stats.count(Some(was.state), now.state);
         Ok(())

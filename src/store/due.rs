@@ -10,8 +10,15 @@
 //! breaker hands out nothing until its hold ends. A dead endpoint's backlog therefore waits in its
 //! own lane, costs nothing per tick, and never delays another endpoint's deliveries.
 //!
+//! Ordered endpoints (SPEC §15): an entry may belong to a *sequence* of its lane (the deliveries
+//! with one ordering key). Only a sequence's head is in the lane's queues; the others wait in the
+//! sequence, in commit (ULID) order, and the next goes into the queues when the head ends
+//! ([`DueIndex::ended`]): retries of the head hold back only its own key, and different keys of a
+//! lane go in parallel within the lane limit. Lanes without sequences pay nothing for them.
+//!
 //! Memory: an entry is 24 bytes (due time and delivery ULID). First attempts, which arrive in
-//! time order, sit in a deque; retries and other later attempts in an ordered set.
+//! time order, sit in a deque; retries and other later attempts in an ordered set. A sequence's
+//! member costs about 60 bytes more.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -23,6 +30,17 @@ use crate::clock::Millis;
 /// The endpoint an entry goes to (its ULID); [`NO_LANE`] for deliveries without an endpoint.
 pub type Lane = u128;
 pub const NO_LANE: Lane = 0;
+
+/// An entry to add: a delivery due at `at` to `lane`; `fresh` for its first attempt, due since
+/// ingest; `sequence` names its sequence when its endpoint is ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub lane: Lane,
+    pub at: Millis,
+    pub delivery: u128,
+    pub fresh: bool,
+    pub sequence: Option<u64>,
+}
 
 /// A due delivery handed out by [`DueIndex::take`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +60,22 @@ struct LaneQueue {
     held_until: Option<Millis>,
     /// This lane's key in `ready`, if it has one.
     ready_at: Option<Millis>,
+    /// An ordered endpoint's sequences: each one's deliveries in ULID (commit) order, the head
+    /// first, as (due time, delivery, fresh). The head's own entry is in the queues above (or
+    /// running); the others wait here.
+    sequences: HashMap<u64, VecDeque<(Millis, u128, bool)>>,
+    /// The sequence of each delivery in one.
+    sequence_of: HashMap<u128, u64>,
 }
 
 impl LaneQueue {
     fn is_empty(&self) -> bool {
-        self.fresh.is_empty() && self.later.is_empty()
+        self.fresh.is_empty() && self.later.is_empty() && self.sequences.is_empty()
+    }
+
+    /// Deliveries waiting behind their sequence's head.
+    fn waiting(&self) -> usize {
+        self.sequence_of.len() - self.sequences.len()
     }
 
     fn earliest(&self) -> Option<Millis> {
@@ -105,9 +134,45 @@ impl Inner {
     }
 
     /// Adds an entry; `back_in` puts a fresh entry back at the head of its deque (it was
-    /// taken from there), instead of behind the newer ones.
-    fn push(&mut self, lane: Lane, at: Millis, delivery: u128, fresh: bool, back_in: bool) -> bool {
+    /// taken from there), instead of behind the newer ones. An entry of a sequence whose head
+    /// is another delivery waits in the sequence instead (a delivery already in one stays in
+    /// it, whatever `e.sequence` says).
+    fn push(&mut self, e: Entry, back_in: bool) -> bool {
+        let Entry {
+            lane,
+            at,
+            delivery,
+            fresh,
+            sequence,
+        } = e;
         let q = self.lanes.entry(lane).or_default();
+        let known = q.sequence_of.get(&delivery).copied();
+        if let Some(seq) = known.or(sequence) {
+            let members = q.sequences.entry(seq).or_default();
+            match members.front() {
+                // The head (again: a retry, or put back): into the queues.
+                Some(head) if head.1 == delivery => {}
+                // A new sequence: this is its head.
+                None => {
+                    members.push_back((at, delivery, fresh));
+                    q.sequence_of.insert(delivery, seq);
+                }
+                // Waiting behind the head: a new member, or one rescheduled.
+                Some(_) => {
+                    let pos = members.partition_point(|m| m.1 < delivery).max(1);
+                    if known.is_some() {
+                        if let Some(m) = members.get_mut(pos).filter(|m| m.1 == delivery) {
+                            *m = (at, delivery, fresh);
+                        }
+                        return false;
+                    }
+                    members.insert(pos, (at, delivery, fresh));
+                    q.sequence_of.insert(delivery, seq);
+                    self.len += 1;
+                    return true;
+                }
+            }
+        }
         let added = if fresh {
             if back_in {
                 q.fresh.push_front((at, delivery));
@@ -142,17 +207,24 @@ impl DueIndex {
         }
     }
 
-    /// Adds a due delivery. `fresh`: its first attempt, due since ingest.
+    /// Adds a due delivery. `fresh`: its first attempt, due since ingest. A delivery in a
+    /// sequence stays in it.
     pub fn insert(&self, lane: Lane, at: Millis, delivery: u128, fresh: bool) {
-        self.insert_many([(lane, at, delivery, fresh)]);
+        self.insert_many([Entry {
+            lane,
+            at,
+            delivery,
+            fresh,
+            sequence: None,
+        }]);
     }
 
-    pub fn insert_many(&self, entries: impl IntoIterator<Item = (Lane, Millis, u128, bool)>) {
+    pub fn insert_many(&self, entries: impl IntoIterator<Item = Entry>) {
         let mut inner = self.lock();
         let mut grew = false;
-        for (lane, at, delivery, fresh) in entries {
-            if inner.push(lane, at, delivery, fresh, false) {
-                inner.refresh(lane);
+        for e in entries {
+            if inner.push(e, false) {
+                inner.refresh(e.lane);
                 grew = true;
             }
         }
@@ -161,6 +233,62 @@ impl DueIndex {
             // A stored permit when nobody waits: the engine cannot miss a wake-up.
             self.changed.notify_one();
         }
+    }
+
+    /// The delivery left `pending` (it ended): if it heads a sequence, the next of that
+    /// sequence goes into the queues; if it waits in one, it leaves it. Nothing happens for a
+    /// delivery in no sequence.
+    pub fn ended(&self, lane: Lane, delivery: u128) {
+        let mut inner = self.lock();
+        let Some(q) = inner.lanes.get_mut(&lane) else {
+            return;
+        };
+        let Some(seq) = q.sequence_of.remove(&delivery) else {
+            return;
+        };
+        let Some(members) = q.sequences.get_mut(&seq) else {
+            return;
+        };
+        let mut next = None;
+        if members.front().is_some_and(|m| m.1 == delivery) {
+            members.pop_front();
+            next = members.front().copied();
+        } else if let Some(pos) = members.iter().position(|m| m.1 == delivery) {
+            members.remove(pos);
+            inner.len -= 1;
+        }
+        let q = inner.lanes.get_mut(&lane).expect("the lane is there");
+        if q.sequences.get(&seq).is_some_and(VecDeque::is_empty) {
+            q.sequences.remove(&seq);
+        }
+        if let Some((at, delivery, fresh)) = next {
+            // It leaves the waiting count and enters the queues as the head.
+            inner.len -= 1;
+            inner.push(
+                Entry {
+                    lane,
+                    at,
+                    delivery,
+                    fresh,
+                    sequence: None,
+                },
+                false,
+            );
+        }
+        inner.refresh(lane);
+        drop(inner);
+        if next.is_some() {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The delivery ahead of `delivery` in its sequence, if it waits behind another.
+    pub fn ahead_of(&self, lane: Lane, delivery: u128) -> Option<u128> {
+        let inner = self.lock();
+        let q = inner.lanes.get(&lane)?;
+        let members = q.sequences.get(q.sequence_of.get(&delivery)?)?;
+        let pos = members.iter().position(|m| m.1 == delivery)?;
+        pos.checked_sub(1).map(|p| members[p].1)
     }
 
     /// Removes a later (not fresh) entry, if it is there.
@@ -220,7 +348,16 @@ impl DueIndex {
     /// `hold_until`, its whole lane waits until then (an open circuit breaker).
     pub fn put_back(&self, due: Due, hold_until: Option<Millis>) {
         let mut inner = self.lock();
-        inner.push(due.lane, due.at, due.delivery, due.fresh, true);
+        inner.push(
+            Entry {
+                lane: due.lane,
+                at: due.at,
+                delivery: due.delivery,
+                fresh: due.fresh,
+                sequence: None,
+            },
+            true,
+        );
         if let Some(q) = inner.lanes.get_mut(&due.lane) {
             q.running = q.running.saturating_sub(1);
             if let Some(h) = hold_until {
@@ -253,20 +390,24 @@ impl DueIndex {
     }
 
     /// Entries of one lane waiting or running (an endpoint's pending deliveries herald knows
-    /// are due at some time).
+    /// are due at some time), those behind a sequence's head included.
     pub fn lane_len(&self, lane: Lane) -> usize {
-        self.lock()
-            .lanes
-            .get(&lane)
-            .map_or(0, |q| q.fresh.len() + q.later.len() + q.running)
+        self.lock().lanes.get(&lane).map_or(0, |q| {
+            q.fresh.len() + q.later.len() + q.running + q.waiting()
+        })
     }
 
-    /// The earliest due time of any entry, held lanes included (the oldest pending delivery's).
+    /// The earliest due time of any entry, held lanes and sequences included (the oldest
+    /// pending delivery's; of a sequence's waiting ones, the first is taken as its oldest).
     pub fn oldest(&self) -> Option<Millis> {
         self.lock()
             .lanes
             .values()
-            .filter_map(LaneQueue::earliest)
+            .flat_map(|q| {
+                q.earliest()
+                    .into_iter()
+                    .chain(q.sequences.values().filter_map(|m| m.get(1).map(|e| e.0)))
+            })
             .min()
     }
 
@@ -275,7 +416,7 @@ impl DueIndex {
         self.lock().ready.first().map(|(at, _)| *at)
     }
 
-    /// Entries waiting (not running).
+    /// Entries waiting (not running), those behind a sequence's head included.
     pub fn len(&self) -> usize {
         self.lock().len
     }
@@ -351,5 +492,81 @@ mod tests {
         assert_eq!(d.next_due(), Some(1_000));
         d.release(1);
         assert_eq!(ids(&d.take(0, 10)), vec![1, 2]);
+    }
+
+    fn seq(lane: Lane, at: Millis, delivery: u128, sequence: u64) -> Entry {
+        Entry {
+            lane,
+            at,
+            delivery,
+            fresh: true,
+            sequence: Some(sequence),
+        }
+    }
+
+    #[test]
+    fn a_sequence_hands_out_its_head_only_and_keys_go_in_parallel() {
+        let d = index(8);
+        d.insert_many([
+            seq(1, 0, 1, 7),
+            seq(1, 0, 2, 7),
+            seq(1, 0, 3, 7),
+            seq(1, 0, 4, 9),
+        ]);
+        d.insert(1, 0, 5, true); // unordered, same lane
+        assert_eq!((d.len(), d.lane_len(1)), (5, 5));
+        assert_eq!(d.ahead_of(1, 3), Some(2));
+        assert_eq!(d.ahead_of(1, 1), None);
+        assert_eq!(ids(&d.take(0, 10)), vec![1, 4, 5]);
+        assert_eq!(d.take(0, 10), vec![], "2 waits for 1");
+        // The head's retry keeps its key waiting.
+        d.insert(1, 50, 1, false);
+        d.done(1);
+        assert_eq!(d.take(49, 10), vec![]);
+        assert_eq!(ids(&d.take(50, 10)), vec![1]);
+        d.ended(1, 1);
+        d.done(1);
+        assert_eq!(ids(&d.take(50, 10)), vec![2]);
+        assert_eq!(d.ahead_of(1, 3), Some(2));
+        d.ended(1, 2);
+        d.done(1);
+        assert_eq!(ids(&d.take(50, 10)), vec![3]);
+        for x in [3, 4, 5] {
+            d.ended(1, x);
+            d.done(1);
+        }
+        assert!(d.is_empty());
+        assert_eq!(d.lane_len(1), 0);
+    }
+
+    #[test]
+    fn a_waiting_member_that_ends_leaves_its_sequence_and_keeps_its_place_when_rescheduled() {
+        let d = index(8);
+        d.insert_many([seq(1, 0, 10, 7), seq(1, 0, 11, 7), seq(1, 0, 12, 7)]);
+        // Rescheduled while waiting (a manual retry of a pending one): it stays in line.
+        d.insert(1, 5, 12, false);
+        assert_eq!(d.len(), 3);
+        assert_eq!(ids(&d.take(100, 10)), vec![10]);
+        assert_eq!(d.len(), 2);
+        d.ended(1, 11); // superseded while waiting
+        assert_eq!(d.len(), 1);
+        d.ended(1, 10);
+        d.done(1);
+        let next = d.take(100, 10);
+        assert_eq!(ids(&next), vec![12]);
+        assert_eq!((next[0].at, next[0].fresh), (5, false));
+        // Ending a delivery in no sequence, or twice, changes nothing.
+        d.ended(1, 10);
+        d.ended(2, 99);
+        assert_eq!(d.lane_len(1), 1, "12 running");
+    }
+
+    #[test]
+    fn out_of_order_arrivals_take_their_place_behind_the_head() {
+        let d = index(8);
+        d.insert_many([seq(1, 0, 20, 7), seq(1, 0, 40, 7), seq(1, 0, 30, 7)]);
+        assert_eq!(d.ahead_of(1, 40), Some(30));
+        assert_eq!(d.ahead_of(1, 30), Some(20));
+        assert_eq!(d.oldest(), Some(0));
     }
 }

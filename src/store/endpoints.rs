@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{codec, Store, StoreError};
-use crate::model::Endpoint;
+use crate::model::{Endpoint, Ordering};
 
 impl Store {
     /// Every account with a synced plan or an endpoint, sorted.
@@ -100,6 +100,7 @@ impl Store {
             let _w = self.lock_endpoint_writes();
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
             self.write_endpoints().remove(id);
+            self.set_ordering(id, None);
             existed
         };
         self.sync().await?;
@@ -123,9 +124,24 @@ impl Store {
             });
         }
         self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
+        self.set_ordering(&ep.id, ep.ordering.clone());
         let ep = Arc::new(ep);
         self.write_endpoints().insert(ep.id.clone(), ep.clone());
         Ok(ep)
+    }
+
+    /// Keeps the committer's view of which endpoints are ordered in step.
+    fn set_ordering(&self, id: &str, ordering: Option<Ordering>) {
+        let lane = super::lane_of(Some(id));
+        let mut orderings = self
+            .inner
+            .orderings
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match ordering {
+            Some(o) => orderings.insert(lane, o),
+            None => orderings.remove(&lane),
+        };
     }
 
     fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {

@@ -69,13 +69,14 @@ pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 use counts::Fresh;
 pub use counts::Stats;
 pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
-pub use due::{Due, DueIndex, Lane, NO_LANE};
+pub use due::{Due, DueIndex, Entry, Lane, NO_LANE};
 pub use retention::Pruned;
 
 use crate::clock::Clock;
 use crate::ids::{self, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
 use crate::model::{Endpoint, EventMeta};
+use crate::policy::ordering;
 use codec::EventRecord;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -138,6 +139,8 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     /// Deliveries someone is reading, changing and writing now ([`Claim`]).
     claims: Mutex<HashSet<u128>>,
+    /// The ordering of each ordered endpoint, by lane (kept in step with the endpoints).
+    orderings: RwLock<HashMap<Lane, crate::model::Ordering>>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -207,6 +210,65 @@ impl Inner {
         let (rec, inline) = self.decode_event(event, &v)?;
         let inline = inline.map(Bytes::copy_from_slice);
         Ok(Some((rec, inline)))
+    }
+
+    /// The event record and its payload bytes (read from its chunks if not inline).
+    pub(super) fn event_with_payload(
+        &self,
+        ulid: u128,
+    ) -> Result<Option<(EventRecord, Bytes)>, StoreError> {
+        let Some((rec, inline)) = self.event_record(ulid)? else {
+            return Ok(None);
+        };
+        let payload = match inline {
+            Some(bytes) => bytes,
+            None if rec.payload_inline => Bytes::new(),
+            None => {
+                let mut buf = BytesMut::with_capacity(rec.payload_len);
+                for item in self.trees.log.scan_prefix(key::of(key::CHUNK, ulid)) {
+                    buf.extend_from_slice(&item?.1);
+                }
+                if buf.len() != rec.payload_len {
+                    return Err(StoreError::Corrupt(format!(
+                        "payload of {} has {} of {} bytes",
+                        rec.meta.id,
+                        buf.len(),
+                        rec.payload_len
+                    )));
+                }
+                buf.freeze()
+            }
+        };
+        Ok(Some((rec, payload)))
+    }
+
+    /// The sequence a delivery to `lane` of this event joins, if `lane` is an ordered
+    /// endpoint's (SPEC §15).
+    fn sequence(&self, lane: Lane, ordering_key: Option<&str>, payload: &[u8]) -> Option<u64> {
+        let orderings = self.orderings.read().unwrap_or_else(|e| e.into_inner());
+        let ordering = orderings.get(&lane)?;
+        Some(ordering::sequence(&ordering::key_of(
+            ordering,
+            ordering_key,
+            payload,
+        )))
+    }
+
+    /// Like [`Self::sequence`], reading the event (only when `lane` is ordered).
+    fn sequence_of_stored(&self, lane: Lane, event: u128) -> Result<Option<u64>, StoreError> {
+        if !self.is_ordered(lane) {
+            return Ok(None);
+        }
+        Ok(self.event_with_payload(event)?.and_then(|(rec, payload)| {
+            self.sequence(lane, rec.meta.ordering_key.as_deref(), &payload)
+        }))
+    }
+
+    fn is_ordered(&self, lane: Lane) -> bool {
+        self.orderings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&lane)
     }
 
     /// An event row decoded, with its targets read from their rows if it keeps them there.
@@ -303,6 +365,10 @@ impl Store {
             endpoints.insert(ep.id.clone(), Arc::new(ep));
         }
         let plans = accounts::load_plans(&trees.accounts)?;
+        let orderings = endpoints
+            .values()
+            .filter_map(|ep| Some((lane_of(Some(&ep.id)), ep.ordering.clone()?)))
+            .collect();
 
         let inner = Arc::new(Inner {
             db,
@@ -315,6 +381,7 @@ impl Store {
             metrics,
             clock,
             claims: Mutex::new(HashSet::new()),
+            orderings: RwLock::new(orderings),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -424,36 +491,10 @@ impl Store {
         let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        match self.event_with_payload(ulid)? {
+        match self.inner.event_with_payload(ulid)? {
             Some((rec, payload)) => Ok(Some((rec.meta, payload))),
             None => Ok(None),
         }
-    }
-
-    fn event_with_payload(&self, ulid: u128) -> Result<Option<(EventRecord, Bytes)>, StoreError> {
-        let Some((rec, inline)) = self.inner.event_record(ulid)? else {
-            return Ok(None);
-        };
-        let payload = match inline {
-            Some(bytes) => bytes,
-            None if rec.payload_inline => Bytes::new(),
-            None => {
-                let mut buf = BytesMut::with_capacity(rec.payload_len);
-                for item in self.inner.trees.log.scan_prefix(key::of(key::CHUNK, ulid)) {
-                    buf.extend_from_slice(&item?.1);
-                }
-                if buf.len() != rec.payload_len {
-                    return Err(StoreError::Corrupt(format!(
-                        "payload of {} has {} of {} bytes",
-                        rec.meta.id,
-                        buf.len(),
-                        rec.payload_len
-                    )));
-                }
-                buf.freeze()
-            }
-        };
-        Ok(Some((rec, payload)))
     }
 }
 

@@ -10,7 +10,7 @@ use std::iter::Peekable;
 
 use super::codec::{self, EventRecord};
 use super::key;
-use super::{meta_keys, Inner, StoreError};
+use super::{meta_keys, Entry, Inner, StoreError};
 use crate::ids;
 use crate::model::DeliveryState;
 
@@ -90,6 +90,10 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     let t = &inner.trees;
     let mut pending = 0i64;
     let mut entries = Vec::new();
+    // An ordered endpoint's entries, pending and fresh alike, go in last and by ULID, so each
+    // sequence's head is its oldest: a crash may have lost an older delivery's record while a
+    // newer one's retry was saved.
+    let mut sequenced = Vec::new();
     for item in t
         .log
         .range(key::of(key::PENDING, 0)..key::end(key::PENDING))
@@ -99,7 +103,21 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
             continue;
         };
         let (p, lane) = codec::decode_pending(&v)?;
-        entries.push((lane, p.due, delivery, false));
+        let sequence = match ids::event_of(delivery) {
+            Some((event, _)) => inner.sequence_of_stored(lane, event)?,
+            None => None,
+        };
+        let e = Entry {
+            lane,
+            at: p.due,
+            delivery,
+            fresh: false,
+            sequence,
+        };
+        match sequence {
+            Some(_) => sequenced.push(e),
+            None => entries.push(e),
+        }
         pending += 1;
     }
     inner.due.insert_many(entries);
@@ -113,9 +131,27 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     let mut fresh = Vec::with_capacity(CHUNK);
     let mut found = 0i64;
     let mut f = inner.lock_fresh();
+    let mut failed = None;
     walk(inner, from, |s| {
         if s.is_fresh() {
-            fresh.push((s.target, s.event.meta.received_at, s.delivery, true));
+            let event = ids::event_of(s.delivery).map_or(0, |(e, _)| e);
+            let sequence = inner
+                .sequence_of_stored(s.target, event)
+                .unwrap_or_else(|e| {
+                    failed.get_or_insert(e);
+                    None
+                });
+            let e = Entry {
+                lane: s.target,
+                at: s.event.meta.received_at,
+                delivery: s.delivery,
+                fresh: true,
+                sequence,
+            };
+            match sequence {
+                Some(_) => sequenced.push(e),
+                None => fresh.push(e),
+            }
             f.add(s.delivery);
             found += 1;
             if fresh.len() == CHUNK {
@@ -123,6 +159,9 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
             }
         }
     })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     let newest = t
         .log
         .range(key::event(0)..key::end(key::EVENT))
@@ -135,6 +174,8 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     f.last_event = newest;
     drop(f);
     inner.due.insert_many(fresh);
+    sequenced.sort_unstable_by_key(|e| e.delivery);
+    inner.due.insert_many(sequenced);
     pending += found;
     inner.stats.set(DeliveryState::Pending, pending);
 

@@ -62,6 +62,7 @@ fn event(account: &str, targets: &[Lane], at: Millis) -> NewEvent {
         targets: targets.to_vec(),
         idempotency_key: None,
         debounce_key: None,
+        ordering_key: None,
         debounce: None,
     }
 }
@@ -767,4 +768,93 @@ async fn the_account_index_lists_pages_and_follows_retention() {
         "the first cycle's row is gone, the second's keeps its pending event"
     );
     close(store);
+}
+
+/// Ordered endpoints (SPEC §15): the committer puts each key's deliveries in one sequence, and a
+/// reopened store rebuilds every sequence with its oldest pending delivery at the head, even when
+/// a newer one of the key has a retry saved and the older one has no record (its attempt's record
+/// was lost in a crash).
+#[tokio::test]
+async fn ordered_sequences_are_rebuilt_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    let id = ids::new_id(ids::ENDPOINT, T0);
+    let lane = lane_of(Some(&id));
+    let mut ep = endpoint(&id, "a");
+    ep.ordering = Some(crate::model::Ordering {
+        key: Some("k".into()),
+    });
+    store.put_endpoint(ep).await.unwrap();
+    let keyed = |k: &str, at: Millis| {
+        let mut e = event("a", &[lane], at);
+        e.payload = Bytes::from(format!(r#"{{"k": "{k}"}}"#));
+        e
+    };
+    let mut ids_of = Vec::new();
+    for (i, k) in ["x", "y", "x", "x"].iter().enumerate() {
+        let out = store.ingest(vec![keyed(k, T0 + i as i64)]).await.unwrap();
+        ids_of.push(created(&out[0]).1[0].clone());
+    }
+    let ulid = |d: &Delivery| ids::parse(ids::DELIVERY, &d.id).unwrap();
+    // Only the heads of x and y are handed out; x's second waits behind its first.
+    let due = store.due().take(T0 + 10, 10);
+    let taken: Vec<u128> = due.iter().map(|d| d.delivery).collect();
+    assert_eq!(taken, vec![ulid(&ids_of[0]), ulid(&ids_of[1])]);
+    assert_eq!(
+        store.due().ahead_of(lane, ulid(&ids_of[2])),
+        Some(ulid(&ids_of[0]))
+    );
+    // The third (x) gets a retry saved out of turn, as if x's first had ended and its record
+    // were then lost: the first stays fresh, the third has a pending row.
+    let third = &ids_of[2];
+    let mut retry = third.clone();
+    retry.attempt_count = 1;
+    retry.next_attempt_at = Some(T0 + 100);
+    retry.queued = true;
+    let _c = store.claim(ulid(third)).unwrap();
+    store
+        .update_delivery(third, &retry, Some(&attempt(1, Status::Timeout, T0 + 5)))
+        .unwrap();
+    drop(_c);
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    let due = store.due().take(T0 + 1_000, 10);
+    let taken: Vec<u128> = due.iter().map(|d| d.delivery).collect();
+    assert_eq!(
+        taken,
+        vec![ulid(&ids_of[0]), ulid(&ids_of[1])],
+        "x's oldest heads its sequence again"
+    );
+    assert_eq!(
+        store.due().ahead_of(lane, ulid(&ids_of[2])),
+        Some(ulid(&ids_of[0]))
+    );
+    assert_eq!(
+        store.due().ahead_of(lane, ulid(&ids_of[3])),
+        Some(ulid(&ids_of[2]))
+    );
+    // x's first ends: its retried third goes next, at its saved time.
+    let first = &ids_of[0];
+    let mut done = first.clone();
+    done.state = DeliveryState::Delivered;
+    done.next_attempt_at = None;
+    let _c = store.claim(ulid(first)).unwrap();
+    store
+        .update_delivery(
+            first,
+            &done,
+            Some(&attempt(1, Status::Delivered, T0 + 1_000)),
+        )
+        .unwrap();
+    drop(_c);
+    let due = store.due().take(T0 + 1_000, 10);
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].delivery, due[0].at, due[0].fresh),
+        (ulid(&ids_of[2]), T0 + 100, false)
+    );
 }

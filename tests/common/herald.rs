@@ -477,6 +477,33 @@ impl Herald {
     }
 }
 
+/// herald did not answer a request (it was killed, or is gone).
+#[derive(Debug)]
+pub struct Gone;
+
+/// Posts one event (`body`, an ingest request) with the ingest token, as a producer does: the
+/// event id if herald acknowledged it (`202`), `Ok(None)` for any other answer (not an
+/// acknowledgement, e.g. `503` while stopping), [`Gone`] if herald did not answer.
+pub async fn post_event(
+    client: &ApiClient,
+    base: &str,
+    body: &serde_json::Value,
+) -> Result<Option<String>, Gone> {
+    let req = hyper::Request::post(format!("{base}/v1/events"))
+        .header("authorization", format!("Bearer {INGEST_TOKEN}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("request");
+    let resp = client.request(req).await.map_err(|_| Gone)?;
+    let status = resp.status().as_u16();
+    let answer = resp.into_body().collect().await.map_err(|_| Gone)?;
+    if status != 202 {
+        return Ok(None);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&answer.to_bytes()).expect("202 is JSON");
+    Ok(Some(v["event_id"].as_str().expect("event_id").to_string()))
+}
+
 /// One API request over `client` to `base` (`http://IP:PORT`), with a deadline.
 pub async fn http_call(
     client: &ApiClient,
