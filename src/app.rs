@@ -18,7 +18,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::ids;
 use crate::metrics::Metrics;
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
-use crate::outbound::client::{Client, ClientConfig, ClientSetupError};
+use crate::outbound::client::{Client, ClientConfig, ClientSetupError, Proxy};
 use crate::policy::ssrf::Guard;
 use crate::shutdown::{self, Shutdown, Trigger, GRACE};
 use crate::store::{Store, StoreError};
@@ -144,6 +144,13 @@ pub async fn start(
             response_body_limit: config.delivery.response_body_limit,
             allow_http: config.delivery.allow_http,
             guard: guard.clone(),
+            proxy: config
+                .proxy()
+                .map_err(|e| AppError::Config {
+                    key: e.key,
+                    message: e.message,
+                })?
+                .map(|(host, port)| Proxy { host, port }),
         },
         config.delivery.extra_ca_file.as_deref(),
     )?;

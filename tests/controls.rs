@@ -1,11 +1,11 @@
 //! Delivery controls (SPEC §15): an endpoint's rate limit, the egress proxy and mutual TLS, with
-//! the real process, real receivers and a real proxy.
+//! the real process, real receivers and a real proxy (Debian's `tinyproxy`).
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Receiver, World};
+use common::{first_delivery, Receiver, World};
 use serde_json::{json, Value};
 
 const SETTLE: Duration = Duration::from_secs(60);
@@ -149,4 +149,139 @@ async fn bad_rate_limits_and_orderings_are_refused_with_the_field() {
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["rate_limit"], Value::Null, "{view}");
     assert_eq!(view["ordering"], json!({"key": "customer_id"}), "{view}");
+}
+
+/// A real HTTP CONNECT proxy: Debian's tinyproxy on a free port, logging every request.
+struct Tinyproxy {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Tinyproxy {
+    async fn start() -> Tinyproxy {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let conf = dir.path().join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 30\nLogFile \"{}\"\nLogLevel Connect\n\
+                 MaxClients 64\nAllow 127.0.0.1\nDisableViaHeader Yes\n",
+                dir.path().join("tinyproxy.log").display()
+            ),
+        )
+        .expect("write tinyproxy.conf");
+        let child = std::process::Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tinyproxy must be installed (Debian package tinyproxy; .ci/run installs it)");
+        let proxy = Tinyproxy { child, dir, port };
+        common::wait_until(Duration::from_secs(10), "tinyproxy listens", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        proxy
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tinyproxy.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// With `delivery.proxy`, deliveries go through the proxy: it is asked to CONNECT to the
+/// address herald resolved and checked (an IP literal, never the name), while TLS (SNI and the
+/// certificate check) and `Host` use the endpoint's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_go_through_the_proxy_to_the_checked_address() {
+    let proxy = Tinyproxy::start().await;
+    let w = World::start(&format!("proxy = \"{}\"", proxy.url()), "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    let url = recv.url("/via-proxy");
+    assert!(url.starts_with("https://localhost:"), "{url}");
+    w.endpoint("acct_px", &url, json!({})).await;
+    for i in 0..3 {
+        let answer = w.ingest("acct_px", "order.created", json!({"n": i})).await;
+        w.wait_state(&first_delivery(&answer), "delivered", SETTLE)
+            .await;
+    }
+    let got = recv.wait_for(3, SETTLE).await;
+    for r in &got {
+        assert_eq!(
+            r.header("host"),
+            Some(format!("localhost:{}", recv.port()).as_str())
+        );
+    }
+    let log = proxy.log();
+    let connect = format!("): CONNECT 127.0.0.1:{} ", recv.port());
+    assert!(
+        log.contains(&connect),
+        "the proxy log has no {connect:?}:\n{log}"
+    );
+    assert!(
+        !log.contains("): CONNECT localhost"),
+        "the proxy was given the name:\n{log}"
+    );
+}
+
+/// The SSRF guard runs before the proxy is asked: a name that resolves to a refused address is
+/// `blocked`, and the proxy sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_address_is_blocked_and_the_proxy_sees_nothing() {
+    let proxy = Tinyproxy::start().await;
+    let ca = common::TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_ca_file(dir.path());
+    // No private network is allowed here: localhost is refused.
+    let h = common::Herald::start(&format!(
+        "[delivery]\nextra_ca_file = {}\nproxy = \"{}\"\n",
+        common::toml_string(&ca_file.display().to_string()),
+        proxy.url()
+    ))
+    .await;
+    let recv = Receiver::ok_https(&ca);
+    let (status, created) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acct_px/endpoints",
+            Some(json!({"url": recv.url("/hook"), "retry_policy": "none"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acct_px", "type": "t.x", "payload": {}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = first_delivery(&answer);
+    let path = format!("/v1/deliveries/{id}");
+    common::wait_until(SETTLE, "the delivery fails", || async {
+        h.admin("GET", &path, None).await.1["state"] == "failed"
+    })
+    .await;
+    let (_, d) = h.admin("GET", &path, None).await;
+    assert_eq!(d["last_status"], "blocked", "{d}");
+    assert_eq!(recv.count(), 0);
+    // (Its readiness probe shows as a connection; a request would show as `Request (...)`.)
+    let log = proxy.log();
+    assert!(!log.contains("Request ("), "the proxy was asked:\n{log}");
 }

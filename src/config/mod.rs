@@ -130,6 +130,8 @@ pub struct Delivery {
     pub allow_private_networks: Vec<String>,
     pub extra_ca_file: Option<PathBuf>,
     pub response_body_limit: usize,
+    /// `http://host:port` of an HTTP CONNECT proxy every delivery goes through (SPEC §15).
+    pub proxy: Option<String>,
 }
 
 impl Default for Delivery {
@@ -144,6 +146,7 @@ impl Default for Delivery {
             allow_private_networks: Vec::new(),
             extra_ca_file: None,
             response_body_limit: 4096,
+            proxy: None,
         }
     }
 }
@@ -457,6 +460,33 @@ impl Config {
                 self.server.listen
             ),
         })
+    }
+
+    /// `delivery.proxy` as (host, port), if set.
+    pub fn proxy(&self) -> Result<Option<(String, u16)>, ConfigError> {
+        let Some(raw) = &self.delivery.proxy else {
+            return Ok(None);
+        };
+        let bad = |why: &str| ConfigError {
+            key: "delivery.proxy".into(),
+            message: format!("must be http://host:port ({why})"),
+        };
+        let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
+        if url.scheme() != "http" {
+            return Err(bad("only an http:// proxy that takes CONNECT is supported"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(bad("no user name or password"));
+        }
+        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+            return Err(bad("no path, query or fragment"));
+        }
+        let host = match url.host() {
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            Some(h) => h.to_string(),
+            None => return Err(bad("no host")),
+        };
+        Ok(Some((host, url.port_or_known_default().unwrap_or(80))))
     }
 
     pub fn private_allowlist(&self) -> Result<Vec<Cidr>, Vec<ConfigError>> {

@@ -95,3 +95,32 @@ fn validate_reports_every_problem_with_its_key() {
         assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
     }
 }
+
+#[test]
+fn the_proxy_is_an_http_host_and_port() {
+    let proxy = |v: &str| Config::from_toml(&format!("[delivery]\nproxy = {v:?}\n")).unwrap();
+    assert_eq!(
+        proxy("http://10.0.0.5:3128").proxy().unwrap(),
+        Some(("10.0.0.5".into(), 3128))
+    );
+    assert_eq!(
+        proxy("http://[fd00::5]:3128/").proxy().unwrap(),
+        Some(("fd00::5".into(), 3128))
+    );
+    assert_eq!(
+        proxy("http://egress.internal").proxy().unwrap(),
+        Some(("egress.internal".into(), 80))
+    );
+    for bad in [
+        "https://egress:3128",
+        "socks5://egress:1080",
+        "http://user:secret@egress:3128",
+        "http://egress:3128/path",
+        "egress:3128",
+    ] {
+        let c = proxy(bad);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e[0].key, "delivery.proxy", "{bad}: {e:?}");
+        assert!(!e[0].message.contains("secret"), "{bad}: {e:?}");
+    }
+}

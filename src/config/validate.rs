@@ -156,6 +156,9 @@ impl Config {
         if let Err(e) = self.listen_addr() {
             err(&e.key, e.message);
         }
+        if let Err(e) = self.proxy() {
+            err(&e.key, e.message);
+        }
         if let Some(p) = &self.delivery.extra_ca_file {
             if let Err(e) = std::fs::metadata(p) {
                 err(

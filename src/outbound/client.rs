@@ -19,7 +19,7 @@ use hyper::header::{HeaderName, HeaderValue, HOST};
 use hyper::{Method, Request as HttpRequest, Response};
 use url::Url;
 
-pub use super::connect::ClientSetupError;
+pub use super::connect::{ClientSetupError, Proxy};
 use super::connect::{ConnectError, Connector, Sender};
 use crate::model::Status;
 use crate::policy::ssrf::Guard;
@@ -37,6 +37,8 @@ pub struct ClientConfig {
     pub response_body_limit: usize,
     pub allow_http: bool,
     pub guard: Guard,
+    /// Every connection goes through this HTTP `CONNECT` proxy, if set.
+    pub proxy: Option<Proxy>,
 }
 
 /// One request to send.
@@ -72,7 +74,7 @@ impl Client {
         cfg: ClientConfig,
         extra_ca_file: Option<&Path>,
     ) -> Result<Client, ClientSetupError> {
-        let connector = Connector::new(cfg.guard.clone(), extra_ca_file)?;
+        let connector = Connector::new(cfg.guard.clone(), extra_ca_file, cfg.proxy.clone())?;
         Ok(Client {
             cfg,
             connector,

@@ -1,22 +1,21 @@
 //! Connections for deliveries: resolve the name, check every address with the SSRF guard,
-//! connect to a checked one (never resolving again), TLS with the web PKI roots plus
-//! `delivery.extra_ca_file`, and the HTTP/1.1 handshake.
+//! connect to a checked one (never resolving again) directly or through the egress proxy's
+//! `CONNECT` to that address, TLS with the web PKI roots plus `delivery.extra_ca_file` (SNI and
+//! the certificate check with the endpoint's name), and the HTTP/1.1 handshake.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1;
+use hyper::header::HOST;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use url::Url;
 
@@ -42,14 +41,26 @@ pub enum ConnectError {
     Tls(String),
 }
 
+/// An HTTP `CONNECT` proxy (`delivery.proxy`).
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    pub host: String,
+    pub port: u16,
+}
+
 /// Makes checked connections.
 pub struct Connector {
     guard: Guard,
     tls: TlsConnector,
+    proxy: Option<Proxy>,
 }
 
 impl Connector {
-    pub fn new(guard: Guard, extra_ca_file: Option<&Path>) -> Result<Connector, ClientSetupError> {
+    pub fn new(
+        guard: Guard,
+        extra_ca_file: Option<&Path>,
+        proxy: Option<Proxy>,
+    ) -> Result<Connector, ClientSetupError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         if let Some(path) = extra_ca_file {
@@ -77,6 +88,7 @@ impl Connector {
         Ok(Connector {
             guard,
             tls: TlsConnector::from(Arc::new(tls)),
+            proxy,
         })
     }
 
@@ -102,30 +114,33 @@ impl Connector {
         for a in &addrs {
             self.guard.check(a.ip()).map_err(ConnectError::Blocked)?;
         }
+        // Each checked address in turn, until one connects (directly, or through the proxy).
         let mut last_err = String::new();
-        let mut tcp = None;
+        let mut base: Option<Stream> = None;
         for a in &addrs {
-            match TcpStream::connect(a).await {
+            let opened = match &self.proxy {
+                None => open_tcp(*a).await.map(|s| Box::new(s) as Stream),
+                Some(p) => tunnel(p, *a).await.map(|s| Box::new(s) as Stream),
+            };
+            match opened {
                 Ok(s) => {
-                    tcp = Some(s);
+                    base = Some(s);
                     break;
                 }
-                Err(e) => last_err = format!("cannot connect to {a}: {e}"),
+                Err(e) => last_err = e,
             }
         }
-        let tcp = tcp.ok_or(ConnectError::Tcp(last_err))?;
-        // Attempts are small requests answered quickly: send them without Nagle's delay.
-        let _ = tcp.set_nodelay(true);
-        let stream = if https {
+        let base = base.ok_or(ConnectError::Tcp(last_err))?;
+        let stream: Stream = if https {
             let name = server_name(url, host).map_err(ConnectError::Tls)?;
             let tls = self
                 .tls
-                .connect(name, tcp)
+                .connect(name, base)
                 .await
                 .map_err(|e| ConnectError::Tls(describe_tls_error(&e)))?;
-            Stream::Tls(Box::new(tls))
+            Box::new(tls)
         } else {
-            Stream::Plain(tcp)
+            base
         };
         let (sender, conn) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
@@ -137,6 +152,54 @@ impl Connector {
         });
         Ok(sender)
     }
+}
+
+async fn open_tcp(a: SocketAddr) -> Result<TcpStream, String> {
+    let tcp = TcpStream::connect(a)
+        .await
+        .map_err(|e| format!("cannot connect to {a}: {e}"))?;
+    // Attempts are small requests answered quickly: send them without Nagle's delay.
+    let _ = tcp.set_nodelay(true);
+    Ok(tcp)
+}
+
+/// A tunnel to `target` (a checked address) through the proxy: `CONNECT ip:port`, then the
+/// proxy's connection carries the bytes.
+async fn tunnel(
+    proxy: &Proxy,
+    target: SocketAddr,
+) -> Result<TokioIo<hyper::upgrade::Upgraded>, String> {
+    let via = format!("the proxy {}:{}", proxy.host, proxy.port);
+    let tcp = TcpStream::connect((proxy.host.as_str(), proxy.port))
+        .await
+        .map_err(|e| format!("cannot connect to {via}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("{via}: {e}"))?;
+    tokio::spawn(async move {
+        // Ends once the tunnel is handed over (or the proxy closes the connection).
+        let _ = conn.with_upgrades().await;
+    });
+    let authority = target.to_string();
+    let req = hyper::Request::connect(authority.as_str())
+        .header(HOST, authority.as_str())
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| format!("{via}: {e}"))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("{via}: CONNECT {authority}: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!(
+            "{via} refused CONNECT {authority}: {}",
+            resp.status()
+        ));
+    }
+    let upgraded = hyper::upgrade::on(resp)
+        .await
+        .map_err(|e| format!("{via}: CONNECT {authority}: {e}"))?;
+    Ok(TokioIo::new(upgraded))
 }
 
 fn server_name(url: &Url, host: &str) -> Result<ServerName<'static>, String> {
@@ -157,48 +220,7 @@ fn describe_tls_error(e: &std::io::Error) -> String {
     }
 }
 
-/// A TCP stream, with or without TLS.
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
+/// A connection's byte stream: TCP, a tunnel through the proxy, or TLS over either.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Stream = Box<dyn Io>;
