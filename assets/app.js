@@ -1229,10 +1229,9 @@ export function handle(body, headers) {
       return;
     }
     viewShell(id ? "Edit endpoint" : "Create endpoint", loading());
-    const [cat, ep, siblings, policies] = await Promise.all([
+    const [cat, ep, policies] = await Promise.all([
       catalog().catch(() => []),
       id ? api("GET", `/v1/endpoints/${enc(id)}`) : null,
-      id ? [] : api("GET", `/v1/accounts/${enc(acc)}/endpoints`).then((r) => r.items || []).catch(() => []),
       api("GET", "/v1/retry-policies").then((r) => r.items || []).catch(() => []),
     ]);
     if (ctx.stale()) return;
@@ -1260,8 +1259,6 @@ export function handle(body, headers) {
     for (const [k, v] of Object.entries(ep ? ep.headers || {} : {})) addHeader(k, v);
     const retry = h("input", { type: "text", id: "f-retry_policy", class: "mono", list: "retry-policies", value: ep ? ep.retry_policy : "", placeholder: "standard", spellcheck: "false" });
     const sig = ep ? null : select([["hmac", "HMAC-SHA256 (v1, shared secret)"], ["ed25519", "Ed25519 (v1a, public key)"]], "hmac", { id: "f-signature" });
-    // Ordering and rate limit (SPEC §15) are offered once this herald's endpoints carry them.
-    const hasOrdering = ep ? "ordering" in ep : siblings.some((e) => "ordering" in e);
     const ordMode = select([["", "Best effort (no order)"], ["key", "In order per payload field"], ["all", "Whole endpoint in order"]],
       ep && ep.ordering ? (ep.ordering.key === null ? "all" : "key") : "", { id: "f-ordering" });
     const ordKey = h("input", { type: "text", id: "f-ordering-key", class: "mono", value: ep && ep.ordering && ep.ordering.key ? ep.ordering.key : "", placeholder: "order_id", spellcheck: "false" });
@@ -1281,9 +1278,9 @@ export function handle(body, headers) {
       h("datalist", { id: "retry-policies" }, (policies.length ? policies : [{ name: "none" }, { name: "short" }, { name: "standard" }])
         .map((p) => h("option", { value: p.name }, p.delays ? `${p.name}: ${p.attempts} attempts${p.delays.length ? ` (${p.delays.join(", ")})` : ""}` : p.name))),
       sig ? field("Signature", sig) : null,
-      hasOrdering ? h("fieldset", null, h("legend", null, "Delivery controls"),
+      h("fieldset", null, h("legend", null, "Delivery controls"),
         field("Ordering", ordMode), field("Ordering key", ordKey, "The top-level payload field whose value orders deliveries (with “per payload field”)."),
-        field("Rate limit (requests per second)", rate, "Empty for no limit; fractions allowed (0.5).")) : null,
+        field("Rate limit (requests per second)", rate, "Empty for no limit; fractions allowed (0.5).")),
       h("div", { class: "actions" }, submit, h("a", { href: ep ? `#/endpoints/${enc(ep.id)}` : href("/endpoints"), class: "btn" }, "Cancel")),
       out);
     form.addEventListener("submit", async (e) => {
@@ -1299,12 +1296,10 @@ export function handle(body, headers) {
       const body = { url: url.value.trim(), description: desc.value, event_types: types, headers: hdrs };
       if (retry.value.trim()) body.retry_policy = retry.value.trim();
       if (sig && sig.value !== "hmac") body.signature = sig.value;
-      if (hasOrdering) {
-        const ordering = ordMode.value === "all" ? { key: null } : ordMode.value === "key" ? { key: ordKey.value.trim() } : null;
-        const rl = rate.value.trim() ? { per_second: Number(rate.value) } : null;
-        if (ep ? JSON.stringify(ordering) !== JSON.stringify(ep.ordering || null) : ordering) body.ordering = ordering;
-        if (ep ? JSON.stringify(rl) !== JSON.stringify(ep.rate_limit || null) : rl) body.rate_limit = rl;
-      }
+      const ordering = ordMode.value === "all" ? { key: null } : ordMode.value === "key" ? { key: ordKey.value.trim() } : null;
+      const rl = rate.value.trim() ? { per_second: Number(rate.value) } : null;
+      if (ep ? JSON.stringify(ordering) !== JSON.stringify(ep.ordering || null) : ordering) body.ordering = ordering;
+      if (ep ? JSON.stringify(rl) !== JSON.stringify(ep.rate_limit || null) : rl) body.rate_limit = rl;
       submit.disabled = true;
       put(out, loading(ep ? "Saving…" : "Creating…"));
       try {

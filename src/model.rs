@@ -211,6 +211,10 @@ impl RateLimit {
 pub struct ClientCertificate {
     pub subject: String,
     pub not_after: Millis,
+    /// SHA-256 of the end-entity certificate (hex): names the stored pair, so a changed one is
+    /// noticed. Not shown.
+    #[serde(default)]
+    pub sha256: String,
 }
 
 impl Endpoint {

@@ -285,3 +285,128 @@ async fn a_refused_address_is_blocked_and_the_proxy_sees_nothing() {
     let log = proxy.log();
     assert!(!log.contains("Request ("), "the proxy was asked:\n{log}");
 }
+
+/// Mutual TLS: a receiver that requires a client certificate refuses herald without one
+/// (`tls_error`) and takes it with the endpoint's certificate, also after a restart. The
+/// certificate is write-only: the key is in no answer and no log line; a key that does not
+/// match, or a certificate that does not parse, is refused naming the field and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_presents_its_client_certificate_to_a_server_that_requires_one() {
+    let mut w = World::start("", "").await;
+    let recv = Receiver::https_with(
+        w.ca.server_config_requiring_client_auth(),
+        common::behaviour(|_, _| common::Reply::status(200)),
+    );
+    let (ep, _) = w
+        .endpoint(
+            "acct_mtls",
+            &recv.url("/mtls"),
+            json!({"retry_policy": "none"}),
+        )
+        .await;
+    let cert_path = format!("/v1/endpoints/{ep}/client-certificate");
+
+    // Without a certificate the server refuses the handshake.
+    let answer = w.ingest("acct_mtls", "order.created", json!({})).await;
+    let d = w
+        .wait_state(&first_delivery(&answer), "failed", SETTLE)
+        .await;
+    assert_eq!(d["last_status"], "tls_error", "{d}");
+    assert_eq!(recv.count(), 0);
+
+    let (certificate, private_key) = w.ca.client_identity_pem("herald-client.example");
+    let key_line = private_key
+        .lines()
+        .find(|l| !l.starts_with("-----"))
+        .expect("a base64 line")
+        .to_string();
+    let (status, view) = w
+        .herald
+        .admin(
+            "PUT",
+            &cert_path,
+            Some(json!({"certificate": certificate, "private_key": private_key})),
+        )
+        .await;
+    assert_eq!(status, 200, "{view}");
+    let subject = view["client_certificate"]["subject"].as_str().unwrap_or("");
+    assert!(subject.contains("CN=herald-client.example"), "{view}");
+    assert!(
+        view["client_certificate"]["not_after"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{view}"
+    );
+    let answer = w.ingest("acct_mtls", "order.created", json!({})).await;
+    w.wait_state(&first_delivery(&answer), "delivered", SETTLE)
+        .await;
+    assert_eq!(recv.count(), 1);
+
+    // Refused inputs name their field and change nothing.
+    let (other_cert, other_key) = w.ca.client_identity_pem("other.example");
+    let cases = [
+        (
+            json!({"certificate": certificate, "private_key": other_key}),
+            "private_key",
+        ),
+        (
+            json!({"certificate": "not a certificate", "private_key": private_key}),
+            "certificate",
+        ),
+        (
+            json!({"certificate": other_cert, "private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}),
+            "private_key",
+        ),
+        (json!({"certificate": certificate}), "private_key"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = w.herald.admin("PUT", &cert_path, Some(body)).await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+        assert!(!answer.to_string().contains(&key_line), "{answer}");
+    }
+
+    // Kept across a restart (a clean one: a kill may send the last delivery again), and never
+    // shown.
+    w.herald.sigterm().await;
+    w.herald.restart().await;
+    let answer = w.ingest("acct_mtls", "order.created", json!({})).await;
+    w.wait_state(&first_delivery(&answer), "delivered", SETTLE)
+        .await;
+    assert_eq!(recv.count(), 2);
+    let reads = [
+        format!("/v1/endpoints/{ep}"),
+        "/v1/accounts/acct_mtls/endpoints".to_string(),
+        format!("/v1/deliveries/{}", first_delivery(&answer)),
+    ];
+    for path in &reads {
+        let (status, body) = w.herald.admin("GET", path, None).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let text = body.to_string();
+        assert!(
+            !text.contains("PRIVATE KEY") && !text.contains(&key_line),
+            "{path}: {text}"
+        );
+    }
+    let (_, view) = w
+        .herald
+        .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    assert_eq!(view["client_certificate"]["subject"], subject, "{view}");
+    let logs = w.herald.log_text();
+    assert!(
+        !logs.contains("PRIVATE KEY") && !logs.contains(&key_line),
+        "the key is in herald's log"
+    );
+
+    // Removed: refused again.
+    let (status, view) = w.herald.admin("DELETE", &cert_path, None).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["client_certificate"], Value::Null, "{view}");
+    let answer = w.ingest("acct_mtls", "order.created", json!({})).await;
+    let d = w
+        .wait_state(&first_delivery(&answer), "failed", SETTLE)
+        .await;
+    assert_eq!(d["last_status"], "tls_error", "{d}");
+    assert_eq!(recv.count(), 2);
+}

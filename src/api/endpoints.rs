@@ -556,3 +556,70 @@ fn with_key(mut v: Value, kind: SignatureKind, secret: &str) -> Value {
     }
     v
 }
+
+/// The most a client certificate chain and its key may take (PEM text).
+const MAX_CERTIFICATE: usize = 32 * 1024;
+const MAX_PRIVATE_KEY: usize = 16 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertificateFields {
+    certificate: String,
+    private_key: String,
+}
+
+/// `PUT /v1/endpoints/{id}/client-certificate`: sets the certificate herald presents to the
+/// endpoint's TLS server (mutual TLS). Write-only: the answer is the endpoint, which shows the
+/// subject and expiry; no answer, log line or error ever holds the key.
+pub async fn put_client_certificate(
+    state: &Arc<AppState>,
+    scope: &Scope,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    find(state, scope, id)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let f: CertificateFields = body::parse(&bytes)?;
+    if f.certificate.len() > MAX_CERTIFICATE {
+        return Err(ApiError::field(
+            "certificate",
+            format!("certificate is longer than {MAX_CERTIFICATE} bytes"),
+        ));
+    }
+    if f.private_key.len() > MAX_PRIVATE_KEY {
+        return Err(ApiError::field(
+            "private_key",
+            format!("private_key is longer than {MAX_PRIVATE_KEY} bytes"),
+        ));
+    }
+    let now = state.clock.now_ms();
+    let identity = crate::outbound::identity::parse(&f.certificate, &f.private_key, now)
+        .map_err(|r| ApiError::field(r.field, r.message))?;
+    let shown = identity.shown;
+    let ep = state
+        .store
+        .set_client_certificate(id, Some((&f.certificate, &f.private_key, shown)), now)
+        .await?
+        .ok_or_else(|| ApiError::not_found("endpoint"))?;
+    tracing::info!(endpoint_id = %id, "endpoint client certificate set");
+    Ok(json(StatusCode::OK, &ep.view()))
+}
+
+/// `DELETE /v1/endpoints/{id}/client-certificate`: herald presents none to the endpoint any
+/// more. Answers the endpoint (with `"client_certificate": null`), also when it had none.
+pub async fn delete_client_certificate(
+    state: &Arc<AppState>,
+    scope: &Scope,
+    req: Request<Incoming>,
+    id: &str,
+) -> Result<Resp, ApiError> {
+    discard_body(req).await;
+    find(state, scope, id)?;
+    let ep = state
+        .store
+        .set_client_certificate(id, None, state.clock.now_ms())
+        .await?
+        .ok_or_else(|| ApiError::not_found("endpoint"))?;
+    tracing::info!(endpoint_id = %id, "endpoint client certificate removed");
+    Ok(json(StatusCode::OK, &ep.view()))
+}

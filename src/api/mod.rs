@@ -211,6 +211,12 @@ async fn dispatch(
         Id::EndpointDelete => endpoints::delete(state, s, p("id")).await,
         Id::EndpointVerify => endpoints::verify(state, s, req, p("id")).await,
         Id::EndpointRotate => endpoints::rotate_secret(state, s, req, p("id")).await,
+        Id::EndpointCertificatePut => {
+            endpoints::put_client_certificate(state, s, req, p("id")).await
+        }
+        Id::EndpointCertificateDelete => {
+            endpoints::delete_client_certificate(state, s, req, p("id")).await
+        }
         Id::EndpointPause => endpoints::set_state(state, s, req, p("id"), "pause").await,
         Id::EndpointResume => endpoints::set_state(state, s, req, p("id"), "resume").await,
         Id::EndpointTest => catalog::send_test(state, s, req, p("id")).await,

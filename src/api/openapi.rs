@@ -328,6 +328,25 @@ fn operation(route: &Route) -> Option<Value> {
                     e(422, "An invalid secret."),
                 ],
             ),
+            Id::EndpointCertificatePut => (
+                "Sets the client certificate herald presents to the endpoint's TLS server (mutual TLS). Write-only: the endpoint shows its subject and expiry.",
+                vec![id_param("endpoint")],
+                Some(body(r("ClientCertificateRequest"), true)),
+                vec![
+                    ("200".into(), ok("The endpoint.", r("Endpoint"))),
+                    e(400, "Malformed JSON."),
+                    e(404, "No such endpoint."),
+                    e(413, "Body over server.max_body_bytes."),
+                    e(415, "Not JSON."),
+                    e(422, "A certificate or key that does not parse, has expired or does not match (named in `field`)."),
+                ],
+            ),
+            Id::EndpointCertificateDelete => (
+                "Removes the endpoint's client certificate.",
+                vec![id_param("endpoint")],
+                None,
+                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+            ),
             Id::EndpointPause | Id::EndpointResume => (
                 if route.id == Id::EndpointPause {
                     "Pauses an endpoint: due deliveries end `skipped` / `paused`."
@@ -474,6 +493,7 @@ fn operation(route: &Route) -> Option<Value> {
         Id::EndpointDelete,
         Id::EndpointVerify,
         Id::EndpointRotate,
+        Id::EndpointCertificateDelete,
         Id::EndpointPause,
         Id::EndpointResume,
         Id::EndpointTest,
@@ -636,6 +656,12 @@ fn schemas() -> Value {
         json!({"type": "object", "required": ["verified"], "properties": {
             "verified": {"type": "boolean"}, "reason": {"type": ["string", "null"]},
             "attempt": {"type": "object"}, "endpoint": r("Endpoint")}}),
+    );
+    m.insert(
+        "ClientCertificateRequest".into(),
+        json!({"type": "object", "required": ["certificate", "private_key"], "additionalProperties": false, "properties": {
+            "certificate": {"type": "string", "maxLength": 32768, "description": "PEM chain, end-entity certificate first."},
+            "private_key": {"type": "string", "maxLength": 16384, "description": "PEM private key (PKCS#8, PKCS#1 or SEC1); write-only."}}}),
     );
     m.insert(
         "RotateRequest".into(),

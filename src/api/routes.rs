@@ -53,6 +53,8 @@ pub enum Id {
     EndpointDelete,
     EndpointVerify,
     EndpointRotate,
+    EndpointCertificatePut,
+    EndpointCertificateDelete,
     EndpointPause,
     EndpointResume,
     EndpointTest,
@@ -185,6 +187,18 @@ pub static ROUTES: &[Route] = &[
         "/v1/endpoints/{id}/secret/rotate",
         Access::Account,
         Id::EndpointRotate,
+    ),
+    route(
+        Method::PUT,
+        "/v1/endpoints/{id}/client-certificate",
+        Access::Account,
+        Id::EndpointCertificatePut,
+    ),
+    route(
+        Method::DELETE,
+        "/v1/endpoints/{id}/client-certificate",
+        Access::Account,
+        Id::EndpointCertificateDelete,
     ),
     route(
         Method::POST,

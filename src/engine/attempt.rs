@@ -8,12 +8,13 @@ use rand::Rng;
 
 use std::sync::atomic::Ordering;
 
-use super::{Engine, Handled};
+use super::{lock, Engine, Handled};
 use crate::clock::Millis;
 use crate::config::Plan;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Endpoint, EventMeta, Status};
-use crate::outbound::client::Outcome;
+use crate::outbound::client::{ClientIdentity, Outcome};
+use crate::outbound::identity;
 use crate::outbound::request::{self, Message};
 use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
@@ -254,14 +255,21 @@ impl Engine {
                 }
             },
         );
-        let built = match built {
+        let built = built.map_err(|message| Unsent {
+            status: Status::ConnectionError,
+            message,
+        });
+        let built = match built.and_then(|mut b| {
+            b.request.identity = self.identity(endpoint, at)?;
+            Ok(b)
+        }) {
             Ok(b) => b,
             Err(e) => {
                 let outcome = Outcome {
-                    status: Status::ConnectionError,
+                    status: e.status,
                     http_status: None,
                     retry_after: None,
-                    error: Some(e),
+                    error: Some(e.message),
                     body: Vec::new(),
                     duration: Duration::ZERO,
                 };
@@ -280,6 +288,51 @@ impl Engine {
             outcome.error = Some(notes);
         }
         (outcome, built.recorded)
+    }
+
+    /// The client certificate to present to `endpoint` (mutual TLS), if it has one: built from
+    /// the stored PEM once per certificate and kept. One that cannot be used, or has expired,
+    /// fails the attempt as a `tls_error` naming why (never the key).
+    fn identity(
+        &self,
+        endpoint: &Endpoint,
+        at: Millis,
+    ) -> Result<Option<Arc<ClientIdentity>>, Unsent> {
+        let Some(shown) = &endpoint.client_certificate else {
+            return Ok(None);
+        };
+        let tls_error = |message: String| Unsent {
+            status: Status::TlsError,
+            message,
+        };
+        if shown.not_after <= at {
+            return Err(tls_error(format!(
+                "the endpoint's client certificate expired at {}",
+                crate::clock::rfc3339(shown.not_after)
+            )));
+        }
+        let cached = lock(&self.identities).get(&endpoint.id).cloned();
+        if let Some(id) = cached.filter(|i| i.sha256 == shown.sha256) {
+            return Ok(Some(id));
+        }
+        let pem = self
+            .store
+            .client_certificate_pem(&endpoint.id)
+            .map_err(|e| {
+                tls_error(format!(
+                    "the endpoint's client certificate cannot be read: {e}"
+                ))
+            })?;
+        let Some((certificate, private_key)) = pem else {
+            return Err(tls_error(
+                "the endpoint's client certificate is missing from the store".into(),
+            ));
+        };
+        let identity = identity::parse(&certificate, &private_key, at)
+            .map_err(|r| tls_error(format!("the endpoint's client certificate: {}", r.message)))?;
+        let built = Arc::new(self.client.client_identity(identity).map_err(tls_error)?);
+        lock(&self.identities).insert(endpoint.id.clone(), built.clone());
+        Ok(Some(built))
     }
 
     /// Decides what follows the attempt and stores both in one write.
@@ -361,4 +414,10 @@ impl Engine {
             self.report_failed(&d, now).await;
         }
     }
+}
+
+/// Why a request was not sent: the status its attempt records, and a sentence.
+struct Unsent {
+    status: Status,
+    message: String,
 }

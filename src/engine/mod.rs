@@ -27,7 +27,7 @@ use crate::clock::{Clock, Millis};
 use crate::config::{Config, Plan};
 
 use crate::metrics::Metrics;
-use crate::outbound::client::Client;
+use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
 use crate::store::{Due, Store};
 
@@ -110,6 +110,9 @@ pub struct Engine {
     rates: Mutex<rates::Rates>,
     /// Each rate-limited endpoint's token bucket.
     buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
+    /// Each mutual-TLS endpoint's client certificate, ready to present (by endpoint id; the
+    /// identity's SHA-256 tells a replaced certificate).
+    identities: Mutex<HashMap<String, Arc<ClientIdentity>>>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
 }
@@ -148,6 +151,7 @@ impl Engine {
             breakers: Mutex::new(HashMap::new()),
             rates: Mutex::new(rates::Rates::default()),
             buckets: Mutex::new(HashMap::new()),
+            identities: Mutex::new(HashMap::new()),
         })
     }
 

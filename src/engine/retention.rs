@@ -39,10 +39,26 @@ async fn slice<T: Send + 'static>(
 }
 
 impl Engine {
+    /// Drops the rate buckets and client certificates of endpoints deleted or changed since
+    /// (each map holds only what an endpoint has now).
+    fn forget_gone_endpoints(&self) {
+        let store = &self.store;
+        super::lock(&self.buckets)
+            .retain(|id, _| store.endpoint(id).is_some_and(|e| e.rate_limit.is_some()));
+        super::lock(&self.identities).retain(|id, i| {
+            store.endpoint(id).is_some_and(|e| {
+                e.client_certificate
+                    .as_ref()
+                    .is_some_and(|c| c.sha256 == i.sha256)
+            })
+        });
+    }
+
     pub(super) fn start_sweep(self: Arc<Self>, now: Millis) {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return; // the previous sweep is still going
         }
+        self.forget_gone_endpoints();
         tokio::spawn(async move {
             let cutoff = now - self.cfg.retention_ms;
             let mut from: Option<Vec<u8>> = None;

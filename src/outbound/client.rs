@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use hyper::{Method, Request as HttpRequest, Response};
 use url::Url;
 
 pub use super::connect::{ClientSetupError, Proxy};
-use super::connect::{ConnectError, Connector, Sender};
+use super::connect::{ConnectError, Connector, Sender, TlsConnector};
 use crate::model::Status;
 use crate::policy::ssrf::Guard;
 
@@ -46,6 +46,15 @@ pub struct Request {
     pub url: Url,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Bytes,
+    /// The endpoint's client certificate, presented when its server asks (mutual TLS).
+    pub identity: Option<Arc<ClientIdentity>>,
+}
+
+/// An endpoint's TLS setup with its client certificate.
+pub struct ClientIdentity {
+    /// Names the certificate (its SHA-256): connections made with it are pooled apart.
+    pub sha256: String,
+    pub tls: TlsConnector,
 }
 
 /// What came of one request.
@@ -61,7 +70,8 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
-type PoolKey = (bool, String, u16);
+/// (https, host, port, the client certificate's SHA-256 if one is presented).
+type PoolKey = (bool, String, u16, Option<String>);
 
 pub struct Client {
     cfg: ClientConfig,
@@ -86,6 +96,21 @@ impl Client {
         &self.cfg
     }
 
+    /// The TLS setup presenting a client certificate (see [`Connector::with_client_auth`]).
+    pub fn client_identity(
+        &self,
+        id: crate::outbound::identity::Identity,
+    ) -> Result<ClientIdentity, String> {
+        let tls = self
+            .connector
+            .with_client_auth(id.chain, id.key)
+            .map_err(|e| format!("the client certificate cannot be used: {e}"))?;
+        Ok(ClientIdentity {
+            sha256: id.shown.sha256,
+            tls,
+        })
+    }
+
     /// Sends one POST and classifies the result. Never panics, never follows a redirect.
     pub async fn send(&self, req: Request) -> Outcome {
         let start = Instant::now();
@@ -104,7 +129,12 @@ impl Client {
             return fail(start, Status::ConnectionError, "url has no host".into());
         };
         let port = req.url.port_or_known_default().unwrap_or(443);
-        let key: PoolKey = (https, host.clone(), port);
+        let key: PoolKey = (
+            https,
+            host.clone(),
+            port,
+            req.identity.as_ref().map(|i| i.sha256.clone()),
+        );
         let http_req = match build_request(&req) {
             Ok(r) => r,
             Err(e) => return fail(start, Status::ConnectionError, e),
@@ -131,9 +161,15 @@ impl Client {
 
         let connect = tokio::time::timeout(
             self.cfg.connect_timeout,
-            self.connector.connect(&req.url, &host, port, https),
+            self.connector.connect(
+                &req.url,
+                &host,
+                port,
+                https,
+                req.identity.as_ref().map(|i| &i.tls),
+            ),
         );
-        let mut sender = match connect.await {
+        let sender = match connect.await {
             Err(_) => {
                 return fail(
                     start,
@@ -158,6 +194,7 @@ impl Client {
             Ok(Err(ConnectError::Tls(e))) => return fail(start, Status::TlsError, e),
             Ok(Ok(s)) => s,
         };
+        let (mut sender, driver) = sender;
         match self.exchange(&mut sender, http_req, start).await {
             Exchange::Done(outcome, reusable) => {
                 if reusable {
@@ -165,11 +202,33 @@ impl Client {
                 }
                 outcome
             }
-            Exchange::Unsent(_) => fail(
-                start,
-                Status::ConnectionError,
-                "connection closed before the request was sent".into(),
-            ),
+            // A fresh connection that died before the request left. Why is the driving task's
+            // error (the sender knows only that its channel closed): a server that refused the
+            // client certificate (TLS 1.3) closes it with an alert right after the handshake.
+            Exchange::Unsent(..) => {
+                let cause = match tokio::time::timeout(Duration::from_secs(1), driver).await {
+                    Ok(Ok(Err(e))) => Some(e),
+                    _ => None,
+                };
+                match cause {
+                    Some(e) if is_tls_failure(&e) => {
+                        fail(start, Status::TlsError, describe_hyper_error(&e))
+                    }
+                    Some(e) => fail(
+                        start,
+                        Status::ConnectionError,
+                        format!(
+                            "connection closed before the request was sent: {}",
+                            describe_hyper_error(&e)
+                        ),
+                    ),
+                    None => fail(
+                        start,
+                        Status::ConnectionError,
+                        "connection closed before the request was sent".into(),
+                    ),
+                }
+            }
         }
     }
 
@@ -214,10 +273,16 @@ impl Client {
                 fail(start, Status::ConnectionError, "connection closed".into()),
                 false,
             ),
-            Ok(Ok(Err(e))) => Exchange::Done(
-                fail(start, Status::ConnectionError, describe_hyper_error(&e)),
-                false,
-            ),
+            Ok(Ok(Err(e))) => {
+                // A TLS 1.3 server judges the client's certificate after the client's side of
+                // the handshake is done: its refusal arrives as an alert on the first read.
+                let status = if is_tls_failure(&e) {
+                    Status::TlsError
+                } else {
+                    Status::ConnectionError
+                };
+                Exchange::Done(fail(start, status, describe_hyper_error(&e)), false)
+            }
             Ok(Ok(Ok((head, body, complete, body_err)))) => {
                 let code = head.status.as_u16();
                 if let Some(e) = body_err {
@@ -349,6 +414,27 @@ async fn read_limited(
             }
         }
     }
+}
+
+/// Whether a TLS error (an alert from the server, a bad record) caused `e`.
+fn is_tls_failure(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<rustls::Error>() {
+            return true;
+        }
+        // `io::Error::source` skips the error it wraps; look at that one itself.
+        if let Some(inner) = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if inner.is::<rustls::Error>() {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    false
 }
 
 fn describe_hyper_error(e: &hyper::Error) -> String {

@@ -13,10 +13,10 @@ use hyper::client::conn::http1;
 use hyper::header::HOST;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
+pub use tokio_rustls::TlsConnector;
 use url::Url;
 
 use crate::policy::ssrf::{Guard, Refused};
@@ -32,6 +32,8 @@ pub enum ClientSetupError {
 
 /// A connection's request half.
 pub type Sender = http1::SendRequest<Full<Bytes>>;
+/// The task that drives a connection, ending with the connection's error if one closed it.
+pub type Driver = tokio::task::JoinHandle<Result<(), hyper::Error>>;
 
 /// Why a connection could not be made.
 pub enum ConnectError {
@@ -52,6 +54,8 @@ pub struct Proxy {
 pub struct Connector {
     guard: Guard,
     tls: TlsConnector,
+    /// The trusted roots, for the TLS setups of endpoints with a client certificate.
+    roots: Arc<rustls::RootCertStore>,
     proxy: Option<Proxy>,
 }
 
@@ -79,26 +83,39 @@ impl Connector {
                 roots.add(cert).map_err(|e| ca_err(e.to_string()))?;
             }
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        let roots = Arc::new(roots);
+        let tls = tls_builder(&roots)
             .map_err(ClientSetupError::Tls)?
-            .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(Connector {
             guard,
             tls: TlsConnector::from(Arc::new(tls)),
+            roots,
             proxy,
         })
     }
 
+    /// The TLS setup of an endpoint with a client certificate: the same roots and versions,
+    /// presenting `chain` with `key` when the server asks.
+    pub fn with_client_auth(
+        &self,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<TlsConnector, rustls::Error> {
+        let tls = tls_builder(&self.roots)?.with_client_auth_cert(chain, key)?;
+        Ok(TlsConnector::from(Arc::new(tls)))
+    }
+
+    /// A connection to the endpoint at `url` and the task driving it; `tls` replaces the default TLS setup (an
+    /// endpoint's own, with its client certificate).
     pub async fn connect(
         &self,
         url: &Url,
         host: &str,
         port: u16,
         https: bool,
-    ) -> Result<Sender, ConnectError> {
+        tls: Option<&TlsConnector>,
+    ) -> Result<(Sender, Driver), ConnectError> {
         let addrs: Vec<SocketAddr> = match literal_ip(url) {
             Some(ip) => vec![SocketAddr::new(ip, port)],
             None => tokio::net::lookup_host((host, port))
@@ -133,8 +150,8 @@ impl Connector {
         let base = base.ok_or(ConnectError::Tcp(last_err))?;
         let stream: Stream = if https {
             let name = server_name(url, host).map_err(ConnectError::Tls)?;
-            let tls = self
-                .tls
+            let tls = tls
+                .unwrap_or(&self.tls)
                 .connect(name, base)
                 .await
                 .map_err(|e| ConnectError::Tls(describe_tls_error(&e)))?;
@@ -146,12 +163,23 @@ impl Connector {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ConnectError::Tcp(e.to_string()))?;
-        tokio::spawn(async move {
-            // Ends when the connection closes or every sender is dropped.
-            let _ = conn.await;
-        });
-        Ok(sender)
+        // Ends when the connection closes or every sender is dropped; its error says why a
+        // connection closed before a request could leave.
+        let driver = tokio::spawn(conn);
+        Ok((sender, driver))
     }
+}
+
+fn tls_builder(
+    roots: &Arc<rustls::RootCertStore>,
+) -> Result<
+    rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    rustls::Error,
+> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_root_certificates(roots.clone()))
 }
 
 async fn open_tcp(a: SocketAddr) -> Result<TcpStream, String> {

@@ -6,4 +6,5 @@
 
 pub mod client;
 pub mod connect;
+pub mod identity;
 pub mod request;

@@ -104,6 +104,7 @@ pub fn build(
             url,
             headers,
             body: payload,
+            identity: None,
         },
         recorded,
         warnings,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{codec, Store, StoreError};
-use crate::model::{Endpoint, Ordering};
+use crate::model::{ClientCertificate, Endpoint, Ordering};
 
 impl Store {
     /// Every account with a synced plan or an endpoint, sorted.
@@ -99,12 +99,78 @@ impl Store {
         let existed = {
             let _w = self.lock_endpoint_writes();
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
+            self.write_client_certificate(id, None)?;
             self.write_endpoints().remove(id);
             self.set_ordering(id, None);
             existed
         };
         self.sync().await?;
         Ok(existed)
+    }
+
+    /// Sets (or with `None` removes) the endpoint's client certificate: the PEM chain and key
+    /// go to their own tree, what the endpoint shows of them to the endpoint. `Ok(None)` if
+    /// there is no such endpoint. Durable when this returns.
+    pub async fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: crate::clock::Millis,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            let Some(current) = self.endpoint(id) else {
+                return Ok(None);
+            };
+            let mut ep = (*current).clone();
+            ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
+            ep.updated_at = now;
+            self.write_client_certificate(id, pair.map(|(c, k, _)| (c, k)))?;
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some(written))
+    }
+
+    /// The endpoint's client certificate chain and key (PEM), if it has them.
+    pub fn client_certificate_pem(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        let mut value = Vec::new();
+        for item in self.inner.trees.client_certs.scan_prefix(cert_prefix(id)) {
+            value.extend_from_slice(&item?.1);
+        }
+        if value.is_empty() {
+            return Ok(None);
+        }
+        let pair: StoredPair = serde_json::from_slice(&value)
+            .map_err(|e| StoreError::Corrupt(format!("client certificate of {id}: {e}")))?;
+        Ok(Some((pair.certificate, pair.private_key)))
+    }
+
+    /// Replaces the endpoint's stored pair in one batch; the caller holds `endpoint_writes`.
+    fn write_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str)>,
+    ) -> Result<(), StoreError> {
+        let tree = &self.inner.trees.client_certs;
+        let mut batch = sled::Batch::default();
+        for item in tree.scan_prefix(cert_prefix(id)) {
+            batch.remove(item?.0);
+        }
+        if let Some((certificate, private_key)) = pair {
+            let value = serde_json::to_vec(&StoredPair {
+                certificate: certificate.to_string(),
+                private_key: private_key.to_string(),
+            })
+            .map_err(|e| StoreError::Encode(e.to_string()))?;
+            for (i, chunk) in value.chunks(codec::CHUNK).enumerate() {
+                let mut k = cert_prefix(id);
+                k.extend_from_slice(&(i as u16).to_be_bytes());
+                batch.insert(k, chunk);
+            }
+        }
+        tree.apply_batch(batch)?;
+        Ok(())
     }
 
     /// The size an endpoint takes stored, which [`codec::MAX_ROW`] bounds.
@@ -157,4 +223,16 @@ impl Store {
     fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
         self.endpoints.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A client certificate chain and key as stored.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredPair {
+    certificate: String,
+    private_key: String,
+}
+
+/// The rows of one endpoint's stored pair: its id and a NUL (never in an id).
+fn cert_prefix(id: &str) -> Vec<u8> {
+    [id.as_bytes(), b"\0"].concat()
 }

@@ -21,6 +21,7 @@
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
 //! - `portal_sessions`: see [`sessions`].
+//! - `client_certs`: endpoints' client certificates and keys (mutual TLS), see [`endpoints`].
 //!
 //! # Consistency
 //!
@@ -124,6 +125,9 @@ pub(crate) struct Trees {
     account_secrets: sled::Tree,
     breakers: sled::Tree,
     portal_sessions: sled::Tree,
+    /// Endpoints' client certificate chains and keys (PEM), write-only, in rows of at most
+    /// [`codec::CHUNK`] bytes keyed by endpoint id, a NUL and the row's number.
+    client_certs: sled::Tree,
 }
 
 /// What the committer shares with the store.
@@ -348,6 +352,7 @@ impl Store {
             account_secrets: tree("account_secrets")?,
             breakers: tree("breakers")?,
             portal_sessions: tree("portal_sessions")?,
+            client_certs: tree("client_certs")?,
         };
         let data_file = File::open(path.join("db"))?;
         if format == Some(2) {

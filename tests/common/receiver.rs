@@ -154,6 +154,11 @@ impl Receiver {
         Self::start(Some(ca.server_config()), behaviour)
     }
 
+    /// HTTPS receiver with the given TLS setup (e.g. one requiring client certificates).
+    pub fn https_with(config: Arc<rustls::ServerConfig>, behaviour: Behaviour) -> Receiver {
+        Self::start(Some(config), behaviour)
+    }
+
     /// HTTPS receiver that always answers 200 with an empty body.
     pub fn ok_https(ca: &TestCa) -> Receiver {
         Self::https(ca, behaviour(|_, _| Reply::status(200)))

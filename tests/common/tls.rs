@@ -72,6 +72,47 @@ impl TestCa {
     /// this CA) covers DNS `localhost` and IPs 127.0.0.1 and ::1. The chain
     /// sent is leaf + CA. No ALPN is set, so any HTTP/1.1 client is accepted.
     pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.server_config_with(None)
+    }
+
+    /// Like [`Self::server_config`], but the server requires a client certificate signed by
+    /// this CA (mutual TLS) and refuses the handshake without one.
+    pub fn server_config_requiring_client_auth(&self) -> Arc<rustls::ServerConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_der()).expect("add CA to root store");
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(ring_provider()),
+        )
+        .build()
+        .expect("client verifier");
+        self.server_config_with(Some(verifier))
+    }
+
+    /// A client certificate (chain PEM: leaf then CA) and its PKCS#8 key PEM, for mutual TLS,
+    /// signed by this CA with the common name `cn`.
+    pub fn client_identity_pem(&self, cn: &str) -> (String, String) {
+        let key = KeyPair::generate().expect("generate client key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let leaf = params
+            .signed_by(&key, &self.cert, &self.key)
+            .expect("sign client certificate");
+        (
+            format!("{}{}", leaf.pem(), self.ca_pem()),
+            key.serialize_pem(),
+        )
+    }
+
+    fn server_config_with(
+        &self,
+        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Arc<rustls::ServerConfig> {
         let leaf_key = KeyPair::generate().expect("generate leaf key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -95,10 +136,13 @@ impl TestCa {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(ring_provider()))
             .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .expect("valid server cert/key");
+            .expect("ring supports the default protocol versions");
+        let config = match client_verifier {
+            Some(v) => config.with_client_cert_verifier(v),
+            None => config.with_no_client_auth(),
+        }
+        .with_single_cert(chain, key)
+        .expect("valid server cert/key");
         Arc::new(config)
     }
 
