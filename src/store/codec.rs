@@ -116,6 +116,21 @@ impl Writer {
         }
     }
 
+    /// An unsigned LEB128 number: one byte below 128.
+    pub fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+
+    /// Bytes with a varint length.
+    pub fn vbytes(&mut self, v: &[u8]) {
+        self.varint(v.len() as u64);
+        self.0.extend_from_slice(v);
+    }
+
     /// The rest of the value, unframed (an inline payload).
     pub fn tail(&mut self, v: &[u8]) {
         self.0.extend_from_slice(v);
@@ -189,8 +204,29 @@ impl<'a> Reader<'a> {
     }
 
     pub fn str(&mut self) -> Result<&'a str, StoreError> {
-        std::str::from_utf8(self.bytes()?)
-            .map_err(|_| StoreError::Corrupt("record holds text that is not UTF-8".into()))
+        utf8(self.bytes()?)
+    }
+
+    pub fn varint(&mut self) -> Result<u64, StoreError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(StoreError::Corrupt("record holds a number too long".into()))
+    }
+
+    pub fn vbytes(&mut self) -> Result<&'a [u8], StoreError> {
+        let n = usize::try_from(self.varint()?)
+            .map_err(|_| StoreError::Corrupt("record too short".into()))?;
+        self.take(n)
+    }
+
+    pub fn vstring(&mut self) -> Result<String, StoreError> {
+        utf8(self.vbytes()?).map(str::to_string)
     }
 
     pub fn string(&mut self) -> Result<String, StoreError> {
@@ -214,6 +250,11 @@ impl<'a> Reader<'a> {
     pub fn tail(self) -> &'a [u8] {
         self.0
     }
+}
+
+fn utf8(b: &[u8]) -> Result<&str, StoreError> {
+    std::str::from_utf8(b)
+        .map_err(|_| StoreError::Corrupt("record holds text that is not UTF-8".into()))
 }
 
 // --- events -----------------------------------------------------------------------------------
@@ -428,10 +469,46 @@ fn clip(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The attempt's row value, at most [`MAX_ROW`] with its key: the response excerpt is
-/// shortened to what the rest leaves (a large set of custom headers), and the request headers
-/// are cut (last first) only if they alone would not fit.
-pub fn encode_attempt(a: &Attempt, state: DeliveryState) -> Vec<u8> {
+/// Attempt layout 2: the attempt id as its ULID, varint lengths, and the request headers
+/// herald sets named by one byte ([`HEADER_NAMES`]); a header whose value follows from the
+/// row's key and time (the event and delivery ids, the attempt number, the timestamp, the
+/// content type) is not stored at all. Layout 1 rows (every name and value spelled out) are
+/// still read.
+const ATTEMPT_V2: u8 = 2;
+
+/// The header names an attempt row codes as their index + 1 (append only: rows hold the index).
+const HEADER_NAMES: [&str; 9] = [
+    "content-type",
+    "user-agent",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "herald-event-type",
+    "herald-attempt",
+    "herald-delivery-id",
+    "herald-endpoint-id",
+];
+/// Tag bit: the header's value is derived, not stored.
+const DERIVED: u8 = 0x80;
+
+/// The value a header of an attempt of `delivery` numbered `number` at `at` has when herald
+/// set it, for the names whose value follows from those.
+fn derived_header(name: usize, delivery: u128, number: u32, at: Millis) -> Option<String> {
+    match *HEADER_NAMES.get(name)? {
+        "content-type" => Some("application/json".into()),
+        "webhook-id" => ids::event_of(delivery).map(|(event, _)| ids::format(ids::EVENT, event)),
+        "webhook-timestamp" => Some(at.div_euclid(1000).to_string()),
+        "herald-attempt" => Some(number.to_string()),
+        "herald-delivery-id" => Some(ids::format(ids::DELIVERY, delivery)),
+        _ => None,
+    }
+}
+
+/// The attempt's row value for the attempt row of `delivery`, at most [`MAX_ROW`] with its
+/// key: the response excerpt is shortened to what the rest leaves (a large set of custom
+/// headers), and the request headers are cut (last first) only if they alone would not fit.
+/// (The room is reckoned as layout 1 would spend it, which layout 2 never exceeds.)
+pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<u8> {
     // Key (21), version, times, status, code, presence bytes, counts and length prefixes.
     const FIXED: usize = 21 + 1 + 8 + 8 + 1 + 2 + 1 + 4 + 2 + 4 + 1 + 4;
     let error = a.error.as_deref().map(|e| clip(e, MAX_ERROR));
@@ -446,42 +523,94 @@ pub fn encode_attempt(a: &Attempt, state: DeliveryState) -> Vec<u8> {
         headers += 1;
     }
     let body = clip(&a.response_body, room);
-    let mut w = Writer::with_capacity(MAX_ROW - room + body.len());
-    w.str(clip(&a.id, 64));
+    let mut w = Writer::versioned(ATTEMPT_V2, 64 + MAX_ROW - room + body.len());
+    match ids::parse(ids::ATTEMPT, &a.id).filter(|u| ids::format(ids::ATTEMPT, *u) == a.id) {
+        Some(ulid) => {
+            w.u8(1);
+            w.u128(ulid);
+        }
+        None => {
+            w.u8(0);
+            w.vbytes(clip(&a.id, 64).as_bytes());
+        }
+    }
     w.i64(a.at);
-    w.i64(a.duration_ms as i64);
+    w.varint(a.duration_ms);
     w.u8(status_code(a.status));
     w.u16(a.http_status.unwrap_or(0));
-    w.opt_str(error);
-    w.u16(headers as u16);
-    for (k, v) in a.request_headers.iter().take(headers) {
-        w.str(k);
-        w.str(v);
+    match error {
+        Some(e) => {
+            w.u8(1);
+            w.vbytes(e.as_bytes());
+        }
+        None => w.u8(0),
     }
-    w.str(body);
+    w.varint(headers as u64);
+    for (k, v) in a.request_headers.iter().take(headers) {
+        match HEADER_NAMES.iter().position(|n| n == k) {
+            Some(i) if derived_header(i, delivery, a.number, a.at).as_deref() == Some(v) => {
+                w.u8(DERIVED | (i as u8 + 1));
+            }
+            Some(i) => {
+                w.u8(i as u8 + 1);
+                w.vbytes(v.as_bytes());
+            }
+            None => {
+                w.u8(0);
+                w.vbytes(k.as_bytes());
+                w.vbytes(v.as_bytes());
+            }
+        }
+    }
+    w.vbytes(body.as_bytes());
     w.u8(state_code(state));
     w.finish()
 }
 
-pub fn decode_attempt(number: u32, v: &[u8]) -> Result<AttemptRecord, StoreError> {
-    let mut r = Reader::new(v, "attempt")?;
-    let id = r.string()?;
+/// Reads an attempt row back from its key (the delivery and the attempt's number) and value,
+/// of either layout.
+pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
+    let (Some(delivery), Some(number)) = (super::key::ulid(k), super::key::number(k)) else {
+        return Err(StoreError::Corrupt("attempt key".into()));
+    };
+    let (v2, mut r) = match Reader::versioned(v, "attempt")? {
+        (V1, r) => (false, r),
+        (ATTEMPT_V2, r) => (true, r),
+        _ => return Err(StoreError::Corrupt("attempt: unknown record layout".into())),
+    };
+    let id = match (v2, v2 && r.u8()? != 0) {
+        (true, true) => ids::format(ids::ATTEMPT, r.u128()?),
+        (true, false) => r.vstring()?,
+        (false, _) => r.string()?,
+    };
     let at = r.i64()?;
-    let duration_ms = r.i64()?.max(0) as u64;
-    let status = *Status::ALL
-        .get(r.u8()? as usize)
-        .ok_or_else(|| StoreError::Corrupt("attempt has an unknown status".into()))?;
+    let duration_ms = if v2 {
+        r.varint()?
+    } else {
+        r.i64()?.max(0) as u64
+    };
+    let status = status_of(r.u8()?)?;
     let http_status = Some(r.u16()?).filter(|s| *s != 0);
-    let error = r.opt_string()?;
-    let n = r.u16()? as usize;
+    let error = match (v2, r.u8()?) {
+        (_, 0) => None,
+        (true, _) => Some(r.vstring()?),
+        (false, _) => Some(r.string()?),
+    };
+    let n = if v2 {
+        r.varint()?.min(u16::MAX as u64) as usize
+    } else {
+        r.u16()? as usize
+    };
     let mut request_headers = Vec::with_capacity(n);
     for _ in 0..n {
-        request_headers.push((r.string()?, r.string()?));
+        request_headers.push(if v2 {
+            read_header(&mut r, delivery, number, at)?
+        } else {
+            (r.string()?, r.string()?)
+        });
     }
-    let response_body = r.string()?;
-    let state = *DeliveryState::ALL
-        .get(r.u8()? as usize)
-        .ok_or_else(|| StoreError::Corrupt("attempt has an unknown state".into()))?;
+    let response_body = if v2 { r.vstring()? } else { r.string()? };
+    let state = state_of(r.u8()?)?;
     Ok(AttemptRecord {
         attempt: Attempt {
             id,
@@ -496,6 +625,44 @@ pub fn decode_attempt(number: u32, v: &[u8]) -> Result<AttemptRecord, StoreError
         },
         state,
     })
+}
+
+/// One request header of a layout 2 attempt row (see [`encode_attempt`]).
+fn read_header(
+    r: &mut Reader<'_>,
+    delivery: u128,
+    number: u32,
+    at: Millis,
+) -> Result<(String, String), StoreError> {
+    let tag = r.u8()?;
+    let name = (tag & !DERIVED) as usize;
+    if name == 0 {
+        return Ok((r.vstring()?, r.vstring()?));
+    }
+    let known = *HEADER_NAMES
+        .get(name - 1)
+        .ok_or_else(|| StoreError::Corrupt("attempt names an unknown header".into()))?;
+    let value = if tag & DERIVED != 0 {
+        derived_header(name - 1, delivery, number, at)
+            .ok_or_else(|| StoreError::Corrupt("attempt header cannot be derived".into()))?
+    } else {
+        r.vstring()?
+    };
+    Ok((known.to_string(), value))
+}
+
+fn status_of(code: u8) -> Result<Status, StoreError> {
+    Status::ALL
+        .get(code as usize)
+        .copied()
+        .ok_or_else(|| StoreError::Corrupt("attempt has an unknown status".into()))
+}
+
+fn state_of(code: u8) -> Result<DeliveryState, StoreError> {
+    DeliveryState::ALL
+        .get(code as usize)
+        .copied()
+        .ok_or_else(|| StoreError::Corrupt("attempt has an unknown state".into()))
 }
 
 // --- pending entries --------------------------------------------------------------------------

@@ -128,9 +128,9 @@ fn attempt_rows_stay_below_the_row_limit() {
             .collect(),
         response_body: "\u{e9}".repeat(4096),
     };
-    let v = encode_attempt(&a, DeliveryState::Failed);
+    let v = encode_attempt(DLV, &a, DeliveryState::Failed);
     assert!(21 + v.len() <= MAX_ROW, "{}", v.len());
-    let back = decode_attempt(1, &v).unwrap();
+    let back = decode_attempt(&akey(1), &v).unwrap();
     assert_eq!(back.state, DeliveryState::Failed);
     assert!(back.attempt.error.unwrap().len() <= MAX_ERROR);
     // The usual case keeps everything.
@@ -140,7 +140,11 @@ fn attempt_rows_stay_below_the_row_limit() {
         response_body: "ok".repeat(2048),
         ..a
     };
-    let back = decode_attempt(1, &encode_attempt(&small, DeliveryState::Failed)).unwrap();
+    let back = decode_attempt(
+        &akey(1),
+        &encode_attempt(DLV, &small, DeliveryState::Failed),
+    )
+    .unwrap();
     assert_eq!(back.attempt.response_body, small.response_body);
     assert_eq!(back.attempt.request_headers, small.request_headers);
 }
@@ -158,16 +162,133 @@ fn attempts_round_trip() {
         request_headers: vec![("webhook-id".into(), "evt_1".into())],
         response_body: "busy".into(),
     };
-    let rec = decode_attempt(3, &encode_attempt(&a, DeliveryState::Pending)).unwrap();
+    let rec = decode_attempt(&akey(3), &encode_attempt(DLV, &a, DeliveryState::Pending)).unwrap();
     assert_eq!(rec.state, DeliveryState::Pending);
     assert_eq!(format!("{:?}", rec.attempt), format!("{a:?}"));
+}
+
+/// A delivery (the second of its event) for the attempt tests.
+const DLV: u128 = 0x0190_0000_0000_0000_0000_0000_0000_0401;
+
+fn akey(number: u32) -> [u8; 21] {
+    super::super::key::attempt(DLV, number)
+}
+
+/// The headers herald records for a delivery attempt, as `outbound::request` builds them.
+fn recorded(number: u32, at: Millis) -> Vec<(String, String)> {
+    let event = ids::event_of(DLV).unwrap().0;
+    vec![
+        ("content-type".into(), "application/json".into()),
+        ("user-agent".into(), "herald/0.1.0".into()),
+        ("webhook-id".into(), ids::format(ids::EVENT, event)),
+        ("webhook-timestamp".into(), at.div_euclid(1000).to_string()),
+        (
+            "webhook-signature".into(),
+            "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=".into(),
+        ),
+        ("herald-event-type".into(), "order.created".into()),
+        ("herald-attempt".into(), number.to_string()),
+        ("herald-delivery-id".into(), ids::format(ids::DELIVERY, DLV)),
+        (
+            "herald-endpoint-id".into(),
+            "ep_01M8XKEPBZBHX86GYB3AB3G9JJ".into(),
+        ),
+        ("x-team".into(), "{{ secret.API_KEY }}".into()),
+    ]
+}
+
+#[test]
+fn attempt_rows_leave_out_what_follows_from_their_key_and_read_back_exactly() {
+    let at = 1_796_290_063_123;
+    let a = Attempt {
+        id: ids::format(ids::ATTEMPT, ids::ulid_floor(at) | 77),
+        number: 2,
+        at,
+        duration_ms: 3,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: recorded(2, at),
+        response_body: String::new(),
+    };
+    let v = encode_attempt(DLV, &a, DeliveryState::Delivered);
+    let spelled_out: usize = a
+        .request_headers
+        .iter()
+        .map(|(k, v)| 8 + k.len() + v.len())
+        .sum();
+    assert!(
+        v.len() < 200,
+        "{} bytes (the headers alone were {spelled_out})",
+        v.len()
+    );
+    let back = decode_attempt(&akey(2), &v).unwrap();
+    assert_eq!(back.state, DeliveryState::Delivered);
+    assert_eq!(format!("{:?}", back.attempt), format!("{a:?}"));
+
+    // Values that differ from what the key says are kept as they were (another attempt's
+    // number, another event's id, a retyped content type), and so are odd attempt ids.
+    let mut odd = a.clone();
+    odd.id = "att_not-a-ulid".into();
+    odd.request_headers[0].1 = "application/json; charset=utf-8".into();
+    odd.request_headers[2].1 = "evt_01M8XKEPC336KSN0HMKQSE0800".into();
+    odd.request_headers[6].1 = "7".into();
+    odd.request_headers.swap(1, 8);
+    let back = decode_attempt(&akey(2), &encode_attempt(DLV, &odd, DeliveryState::Failed)).unwrap();
+    assert_eq!(format!("{:?}", back.attempt), format!("{odd:?}"));
+}
+
+#[test]
+fn attempt_rows_of_layout_1_still_read() {
+    let mut w = Writer::with_capacity(64);
+    w.str("att_x");
+    w.i64(1_700_000_000_000);
+    w.i64(12);
+    w.u8(status_code(Status::HttpError));
+    w.u16(503);
+    w.opt_str(Some("boom"));
+    w.u16(1);
+    w.str("webhook-id");
+    w.str("evt_1");
+    w.str("busy");
+    w.u8(state_code(DeliveryState::Pending));
+    let rec = decode_attempt(&akey(3), &w.finish()).unwrap();
+    assert_eq!(rec.state, DeliveryState::Pending);
+    assert_eq!(rec.attempt.number, 3);
+    assert_eq!(rec.attempt.id, "att_x");
+    assert_eq!(rec.attempt.duration_ms, 12);
+    assert_eq!(rec.attempt.http_status, Some(503));
+    assert_eq!(rec.attempt.error.as_deref(), Some("boom"));
+    assert_eq!(
+        rec.attempt.request_headers,
+        vec![("webhook-id".to_string(), "evt_1".to_string())]
+    );
+    assert_eq!(rec.attempt.response_body, "busy");
+}
+
+#[test]
+fn varints_round_trip() {
+    let mut w = Writer::default();
+    let values = [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX];
+    for v in values {
+        w.varint(v);
+    }
+    let bytes = w.finish();
+    let mut r = Reader(&bytes);
+    for v in values {
+        assert_eq!(r.varint().unwrap(), v);
+    }
+    assert!(Reader(&[0x80, 0x80][..]).varint().is_err());
 }
 
 #[test]
 fn short_or_unknown_values_are_corrupt_not_a_panic() {
     assert!(decode_pending(&[]).is_err());
     assert!(decode_pending(&[9, 0]).is_err());
-    assert!(decode_attempt(1, &[V1, 0, 0]).is_err());
+    assert!(decode_attempt(&akey(1), &[V1, 0, 0]).is_err());
+    assert!(decode_attempt(&akey(1), &[ATTEMPT_V2, 1, 0]).is_err());
+    assert!(decode_attempt(&akey(1), &[9]).is_err());
+    assert!(decode_attempt(&[0; 5], &[V1]).is_err());
     let p = Pending {
         due: 42,
         manual: true,

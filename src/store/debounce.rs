@@ -112,7 +112,10 @@ fn supersede(
         let (pending, lane) = codec::decode_pending(&v)?;
         // A candidate's attempts (if a manual retry gave it any) are all in the tree.
         let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
-        cycle.put_new(&key::attempt(ulid, number), debounced_attempt(now, number));
+        cycle.put_new(
+            &key::attempt(ulid, number),
+            debounced_attempt(ulid, now, number),
+        );
         cycle.put(inner, &k, None)?;
         cycle.superseded.push((lane, pending.due, ulid));
         cycle.claims.extend(claim);
@@ -121,7 +124,7 @@ fn supersede(
 }
 
 /// A `debounced` attempt record, numbered `number`, that ends its delivery `skipped`.
-fn debounced_attempt(now: Millis, number: u32) -> Vec<u8> {
+fn debounced_attempt(delivery: u128, now: Millis, number: u32) -> Vec<u8> {
     let attempt = Attempt {
         id: ids::new_id(ATTEMPT, now),
         number,
@@ -133,7 +136,7 @@ fn debounced_attempt(now: Millis, number: u32) -> Vec<u8> {
         request_headers: Vec::new(),
         response_body: String::new(),
     };
-    codec::encode_attempt(&attempt, DeliveryState::Skipped)
+    codec::encode_attempt(delivery, &attempt, DeliveryState::Skipped)
 }
 
 /// Ends a new delivery as `skipped` with a `debounced` attempt record.
@@ -143,5 +146,5 @@ fn debounced(cycle: &mut Cycle, ulid: u128, d: &mut Delivery, now: Millis) {
     d.attempt_count = 1;
     d.next_attempt_at = None;
     d.queued = false;
-    cycle.put_new(&key::attempt(ulid, 1), debounced_attempt(now, 1));
+    cycle.put_new(&key::attempt(ulid, 1), debounced_attempt(ulid, now, 1));
 }

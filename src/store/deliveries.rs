@@ -30,8 +30,7 @@ impl Inner {
             return Ok(None);
         };
         let (k, v) = item?;
-        let number = key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
-        codec::decode_attempt(number, &v).map(Some)
+        codec::decode_attempt(&k, &v).map(Some)
     }
 
     /// The delivery to the event's `index`-th target, with its state as stored now.
@@ -222,9 +221,7 @@ impl Store {
         let mut out = Vec::new();
         for item in self.inner.trees.log.scan_prefix(key::attempts(ulid)) {
             let (k, v) = item?;
-            let number =
-                key::number(&k).ok_or_else(|| StoreError::Corrupt("attempt key".into()))?;
-            out.push(codec::decode_attempt(number, &v)?.attempt);
+            out.push(codec::decode_attempt(&k, &v)?.attempt);
         }
         Ok(out)
     }
@@ -283,7 +280,7 @@ impl Store {
         let attempt_row = attempt.map(|a| {
             (
                 key::attempt(ulid, a.number),
-                codec::encode_attempt(a, now.state),
+                codec::encode_attempt(ulid, a, now.state),
             )
         });
         if let Some((k, v)) = &attempt_row {

@@ -11,7 +11,9 @@
 //! - event: event ULID → the event's fields, its *targets* (the endpoint of each delivery) and its
 //!   payload (inline, or in chunk rows). A delivery's id is derived from its event's
 //!   ([`crate::ids`]), so the event row is also the delivery's fixed record.
-//! - attempt: (delivery ULID, attempt number) → the attempt and the delivery's state after it.
+//! - attempt: (delivery ULID, attempt number) → the attempt and the delivery's state after it
+//!   (the request headers that follow from the key and the time are not stored, see
+//!   [`codec::encode_attempt`]).
 //! - pending: delivery ULID → due time and lane, for a delivery waiting for an attempt other than
 //!   its first (a retry, a manual retry, a debounce window's end).
 //! - A delivery with neither attempts nor a pending entry is *fresh*: pending since ingest, due
