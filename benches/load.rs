@@ -55,18 +55,20 @@ usage: cargo bench --bench load -- [options]
   --retention S        storage.retention in the retention phase, seconds (default 60, the least
                        herald takes); the phase runs 3 times as long
   --retention-rate N   events/s offered in the retention phase (default 2000)
+  --keys-seconds N     length of the keys phase (default 600): retention traffic with every
+                       event keyed
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 64 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
-                       retention
-                       (default all; --quick leaves out retention)
+                       retention,keys
+                       (default all; --quick leaves out retention and keys)
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
   --herald PATH        the herald binary (default: the one cargo built for this bench)
 ";
 
-const PHASES: [&str; 9] = [
+const PHASES: [&str; 10] = [
     "ingest",
     "batch",
     "e2e",
@@ -76,6 +78,7 @@ const PHASES: [&str; 9] = [
     "backlog",
     "history",
     "retention",
+    "keys",
 ];
 
 /// The one-key run offers this many times the e2e rate: more than one sequence carries, so it
@@ -99,6 +102,7 @@ pub struct Opts {
     pub history: usize,
     pub retention_s: f64,
     pub retention_rate: f64,
+    pub keys_s: f64,
     pub cache_capacity: Option<u64>,
     pub history_dir: Option<PathBuf>,
     pub herald: PathBuf,
@@ -120,7 +124,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         drain: if quick { 3.0 } else { 30.0 },
         phases: PHASES
             .iter()
-            .filter(|p| !quick || **p != "retention")
+            .filter(|p| !quick || !["retention", "keys"].contains(*p))
             .map(|p| p.to_string())
             .collect(),
         // The variants (account without endpoint, isolation control) are left out of --quick.
@@ -129,6 +133,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         history: if quick { 200_000 } else { 5_000_000 },
         retention_s: 60.0,
         retention_rate: 2000.0,
+        keys_s: 600.0,
         cache_capacity: None,
         history_dir: None,
         herald: PathBuf::new(),
@@ -155,6 +160,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--history" => o.history = value()?.parse()?,
             "--retention" => o.retention_s = value()?.parse()?,
             "--retention-rate" => o.retention_rate = value()?.parse()?,
+            "--keys-seconds" => o.keys_s = value()?.parse()?,
             "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
             "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
             "--herald" => herald = Some(PathBuf::from(value()?)),
@@ -167,6 +173,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             }
             other => bail!("unknown option {other:?}"),
         }
+    }
+    if o.keys_s < o.retention_s * 2.0 {
+        bail!("--keys-seconds must be at least twice --retention (the per-key figure is the growth once retention applies)");
     }
     if o.retention_s < 60.0 || o.retention_rate <= 0.0 {
         bail!("--retention must be at least 60 (herald's least storage.retention), --retention-rate above 0");
@@ -307,7 +316,16 @@ async fn run(opts: &Opts) -> Result<Results> {
             opts.retention_s * scale::RETENTION_SPAN,
             opts.retention_s
         );
-        r.retention = Some(scale::retention(opts).await?);
+        let seconds = opts.retention_s * scale::RETENTION_SPAN;
+        r.retention = Some(scale::retention(opts, false, seconds).await?);
+    }
+    if want("keys") {
+        eprintln!(
+            "[keys] {}/s for {} s with storage.retention = {} s, every event with its own \
+             idempotency key, disk and RSS sampled",
+            opts.retention_rate, opts.keys_s, opts.retention_s
+        );
+        r.keys = Some(scale::retention(opts, true, opts.keys_s).await?);
     }
     r.elapsed_s = started.elapsed().as_secs_f64();
     Ok(r)

@@ -50,6 +50,22 @@ pub fn batch_json(account: &str, n: usize) -> String {
     format!("{{\"events\":[{}]}}", items.join(","))
 }
 
+/// A batch body of `n` events, each with its own `idempotency_key` (a UUID-sized key, as a
+/// careful producer sends one per event).
+pub fn keyed_batch_json(account: &str, n: usize) -> String {
+    let items: Vec<String> = (0..n)
+        .map(|_| {
+            let e = event_json(account);
+            let seq = SEQ.load(Ordering::Relaxed);
+            format!(
+                "{{\"idempotency_key\":\"4f1c2a9e-7b3d-4c21-9e0f-{seq:012x}\",{}",
+                &e[1..]
+            )
+        })
+        .collect();
+    format!("{{\"events\":[{}]}}", items.join(","))
+}
+
 /// Posts a JSON body with the ingest token; the status and the answer.
 pub async fn post(client: &ApiClient, url: &str, body: String) -> Result<(u16, Bytes)> {
     let req = Request::builder()
@@ -215,19 +231,30 @@ pub async fn open_loop(
     paced
 }
 
-/// Sends batches of `size` events so that `rate` events per second are offered for `dur` from
-/// `start`. At most `max_outstanding` batches wait for their answer at once; beyond that the
-/// sender waits too, so a herald that cannot keep up is offered less (the acknowledged rate
-/// shows what it took).
+/// How [`paced_batches`] makes its batches: `size` events of `account`, each with its own
+/// idempotency key if `keyed`.
+pub struct Batches<'a> {
+    pub account: &'a str,
+    pub size: usize,
+    pub keyed: bool,
+}
+
+/// Sends batches so that `rate` events per second are offered for `dur` from `start`. At most
+/// `max_outstanding` batches wait for their answer at once; beyond that the sender waits too,
+/// so a herald that cannot keep up is offered less (the acknowledged rate shows what it took).
 pub async fn paced_batches(
     base: &str,
-    account: &str,
+    batches: Batches<'_>,
     rate: f64,
-    size: usize,
     start: Instant,
     dur: Duration,
     counters: Arc<Counters>,
 ) {
+    let Batches {
+        account,
+        size,
+        keyed,
+    } = batches;
     const MAX_OUTSTANDING: usize = 16;
     let url = format!("{base}/v1/events/batch");
     let client = new_client(MAX_OUTSTANDING);
@@ -243,7 +270,12 @@ pub async fn paced_batches(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        let (client, url, body) = (client.clone(), url.clone(), batch_json(account, size));
+        let body = if keyed {
+            keyed_batch_json(account, size)
+        } else {
+            batch_json(account, size)
+        };
+        let (client, url) = (client.clone(), url.clone());
         let counters = counters.clone();
         tasks.push(tokio::spawn(async move {
             let ok = match post(&client, &url, body).await {

@@ -300,6 +300,11 @@ impl Herald {
         ))
     }
 
+    /// Resident set size now (VmRSS), in bytes.
+    pub fn rss(&self) -> Option<u64> {
+        proc_status_kib(self.pid, "VmRSS:").map(|k| k * 1024)
+    }
+
     /// Peak resident set size so far (VmHWM), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
         proc_status_kib(self.pid, "VmHWM:").map(|k| k * 1024)

@@ -293,7 +293,12 @@ pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool, rate: f64) -> Re
     ));
     let base = s.herald.base_url();
     let (size, dur) = (opts.e2e_batch, until - start);
-    drive::paced_batches(&base, ACCOUNT, rate, size, start, dur, counters.clone()).await;
+    let batches = drive::Batches {
+        account: ACCOUNT,
+        size,
+        keyed: false,
+    };
+    drive::paced_batches(&base, batches, rate, start, dur, counters.clone()).await;
     let usage = cpu.usage(&s.herald).await;
     let samples = sampler.await?;
     let steady =

@@ -27,6 +27,13 @@ pub const HISTORY_TARGET_SIZE: u64 = 5_000_000;
 /// (sled reuses freed space segment by segment, so the size steps up and down a little; without
 /// retention it would grow by half the span again).
 pub const RETENTION_FLAT: f64 = 0.20;
+/// Disk per idempotency key (issue 11).
+pub const KEY_BYTES_TARGET: f64 = 64.0;
+/// After this long of keyed traffic (every event keyed, retention 60 s, 2,000/s) the data dir
+/// and RSS stay within the two targets below (issue 11).
+pub const KEYS_SOAK_S: f64 = 600.0;
+pub const KEYS_DISK_TARGET: u64 = 400_000_000;
+pub const KEYS_RSS_TARGET: u64 = 160 * 1024 * 1024;
 
 /// Cores used by other processes during a phase above which its figures are suspect.
 const BUSY_MACHINE: f64 = 0.25;
@@ -49,6 +56,8 @@ pub struct Results {
     pub backlog: Option<Backlog>,
     pub history: Option<History>,
     pub retention: Option<Retention>,
+    /// The retention traffic with every event keyed.
+    pub keys: Option<Retention>,
     pub elapsed_s: f64,
 }
 
@@ -214,6 +223,36 @@ impl Results {
                 growth,
                 Some(growth <= RETENTION_FLAT),
             ));
+        }
+        if let Some(k) = &self.keys {
+            if let Some(per_key) = k.bytes_per_key() {
+                let t = format!("≤ {KEY_BYTES_TARGET:.0} bytes");
+                v.push((
+                    "idempotency_key_bytes",
+                    t,
+                    per_key,
+                    Some(per_key <= KEY_BYTES_TARGET),
+                ));
+            }
+            if let Some((t, disk, rss)) = k.last() {
+                // Judged once the soak ran its 10 minutes (the last sample may land a little
+                // before the end).
+                let long = t >= KEYS_SOAK_S * 0.95;
+                let target = format!("≤ {} MB after 10 min", KEYS_DISK_TARGET / 1_000_000);
+                v.push((
+                    "keys_disk_bytes",
+                    target,
+                    disk as f64,
+                    long.then_some(disk <= KEYS_DISK_TARGET),
+                ));
+                let target = format!("≤ {} after 10 min", mib(KEYS_RSS_TARGET));
+                v.push((
+                    "keys_rss_bytes",
+                    target,
+                    rss as f64,
+                    long.then_some(rss <= KEYS_RSS_TARGET),
+                ));
+            }
         }
         v
     }
@@ -539,6 +578,36 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             );
         }
     }
+    if let Some(k) = &r.keys {
+        if let Some((t, disk, rss)) = k.last() {
+            row(
+                format!(
+                    "every event keyed, retention {} s, {}/s: data dir after {t:.0} s",
+                    k.retention_s,
+                    thousands(k.rate)
+                ),
+                format!("{:.0} MB", disk as f64 / 1e6),
+                verdict("keys_disk_bytes"),
+            );
+            row(
+                "  herald RSS then".into(),
+                mib(rss),
+                verdict("keys_rss_bytes"),
+            );
+        }
+        if let Some(per_key) = k.bytes_per_key() {
+            row(
+                "  disk per idempotency key (growth once retention applies)".into(),
+                format!("{per_key:.0} bytes"),
+                verdict("idempotency_key_bytes"),
+            );
+            row(
+                format!("  24 h of keys at {}/s (they live 24 h)", thousands(k.rate)),
+                format!("{:.1} GB", per_key * k.rate * 86_400.0 / 1e9),
+                None,
+            );
+        }
+    }
     let widths: Vec<usize> = (0..4)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -710,6 +779,13 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "delivered": x.delivered,
             "samples": x.samples.iter().map(|(t, b)| json!({"t_s": t, "allocated_bytes": b})).collect::<Vec<_>>(),
             "growth_after_retention": r.retention_growth().map(|g| g.2),
+        })),
+        "keys": r.keys.as_ref().map(|x| json!({
+            "retention_s": x.retention_s,
+            "offered_per_s": x.rate,
+            "delivered": x.delivered,
+            "samples": x.samples.iter().zip(&x.rss).map(|((t, b), rss)| json!({"t_s": t, "allocated_bytes": b, "rss_bytes": rss})).collect::<Vec<_>>(),
+            "bytes_per_key": x.bytes_per_key(),
         })),
         "peak_rss_bytes": r.peak_rss(),
         "disk_bytes_per_delivered_event": r.disk_per_event(),

@@ -389,7 +389,11 @@ pub struct Retention {
     pub rate: f64,
     /// (seconds since the traffic started, data dir allocated bytes).
     pub samples: Vec<(f64, u64)>,
+    /// herald's resident set (VmRSS) at each sample, bytes.
+    pub rss: Vec<u64>,
     pub delivered: u64,
+    /// Every event carried its own idempotency key.
+    pub keyed: bool,
 }
 
 impl Retention {
@@ -397,9 +401,27 @@ impl Retention {
     pub fn at(&self, t: f64) -> Option<u64> {
         self.samples.iter().find(|s| s.0 >= t).map(|s| s.1)
     }
+
+    /// With keyed events: disk bytes per idempotency key, from the growth once the events'
+    /// retention applies (1.5 retention periods on), when only the keys (24 h each) still add
+    /// up. An upper bound: whatever else grows meanwhile is counted as the keys'.
+    pub fn bytes_per_key(&self) -> Option<f64> {
+        let from_t = self.retention_s * 1.5;
+        let (t0, b0) = *self.samples.iter().find(|s| s.0 >= from_t)?;
+        let (t1, b1) = *self.samples.last()?;
+        (self.keyed && t1 > t0).then(|| b1.saturating_sub(b0) as f64 / (self.rate * (t1 - t0)))
+    }
+
+    /// The last sample: (seconds, data dir bytes, RSS bytes).
+    pub fn last(&self) -> Option<(f64, u64, u64)> {
+        let (t, b) = *self.samples.last()?;
+        Some((t, b, *self.rss.last()?))
+    }
 }
 
-pub async fn retention(opts: &Opts) -> Result<Retention> {
+/// `retention_s` × [`RETENTION_SPAN`] of traffic at the retention rate (the retention phase),
+/// or `seconds` of it with every event keyed (the keys phase).
+pub async fn retention(opts: &Opts, keyed: bool, seconds: f64) -> Result<Retention> {
     phases::settle_disk().await;
     let retention_s = opts.retention_s;
     let storage = format!("{}\nretention = \"{retention_s}s\"", opts.storage());
@@ -407,27 +429,36 @@ pub async fn retention(opts: &Opts) -> Result<Retention> {
     let receiver = Receiver::start().await?;
     herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
     let counters = Arc::new(Counters::default());
-    let dur = Duration::from_secs_f64(retention_s * RETENTION_SPAN);
+    let dur = Duration::from_secs_f64(seconds);
     let start = Instant::now();
     let rate = opts.retention_rate;
     let driver = {
         let base = herald.base_url();
         let counters = counters.clone();
         tokio::spawn(async move {
-            drive::paced_batches(&base, ACCOUNT, rate, 100, start, dur, counters).await;
+            let batches = drive::Batches {
+                account: ACCOUNT,
+                size: 100,
+                keyed,
+            };
+            drive::paced_batches(&base, batches, rate, start, dur, counters).await;
         })
     };
     let mut samples = Vec::new();
+    let mut rss = Vec::new();
     let every = Duration::from_secs_f64((retention_s / 4.0).max(0.5));
     while start.elapsed() < dur {
         tokio::time::sleep(every).await;
         let t = start.elapsed().as_secs_f64();
         let bytes = herald.data_bytes().1;
+        let resident = herald.rss().unwrap_or(0);
         eprintln!(
-            "    t={t:>5.1}s  data dir {:.1} MiB",
-            bytes as f64 / 1048576.0
+            "    t={t:>5.1}s  data dir {:.1} MiB  RSS {:.1} MiB",
+            bytes as f64 / 1048576.0,
+            resident as f64 / 1048576.0
         );
         samples.push((t, bytes));
+        rss.push(resident);
     }
     driver.await?;
     herald.stop(true).await?;
@@ -435,6 +466,8 @@ pub async fn retention(opts: &Opts) -> Result<Retention> {
         retention_s,
         rate,
         samples,
+        rss,
         delivered: receiver.arrivals.unique(),
+        keyed,
     })
 }
