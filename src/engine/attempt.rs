@@ -330,6 +330,12 @@ impl Engine {
         };
         let identity = identity::parse(&certificate, &private_key, at)
             .map_err(|r| tls_error(format!("the endpoint's client certificate: {}", r.message)))?;
+        if identity.shown.sha256 != shown.sha256 {
+            return Err(tls_error(
+                "the stored client certificate is not the one the endpoint shows; set it again"
+                    .into(),
+            ));
+        }
         let built = Arc::new(self.client.client_identity(identity).map_err(tls_error)?);
         lock(&self.identities).insert(endpoint.id.clone(), built.clone());
         Ok(Some(built))

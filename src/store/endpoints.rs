@@ -125,8 +125,11 @@ impl Store {
             let mut ep = (*current).clone();
             ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
             ep.updated_at = now;
+            // The endpoint first: a row that would be too large is refused before anything
+            // is written.
+            let written = self.write_endpoint(ep)?;
             self.write_client_certificate(id, pair.map(|(c, k, _)| (c, k)))?;
-            self.write_endpoint(ep)?
+            written
         };
         self.sync().await?;
         Ok(Some(written))

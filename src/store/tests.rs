@@ -858,3 +858,48 @@ async fn ordered_sequences_are_rebuilt_oldest_first() {
         (ulid(&ids_of[2]), T0 + 100, false)
     );
 }
+
+/// A client certificate that would make the endpoint's row too large is refused before
+/// anything is written: the endpoint keeps showing the certificate it has, and the store keeps
+/// that one's PEM (the engine presents what the endpoint shows).
+#[tokio::test]
+async fn a_client_certificate_too_large_for_the_endpoint_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let mut ep = endpoint("ep_1", "a");
+    ep.description = "d".repeat(codec::MAX_ROW - 600);
+    store.put_endpoint(ep).await.unwrap();
+    let shown = |subject: &str| crate::model::ClientCertificate {
+        subject: subject.into(),
+        not_after: T0 + 1,
+        sha256: "ab".repeat(32),
+    };
+    let set = store
+        .set_client_certificate("ep_1", Some(("CERT A", "KEY A", shown("CN=a"))), T0)
+        .await
+        .unwrap()
+        .expect("the endpoint");
+    assert_eq!(set.client_certificate.as_ref().unwrap().subject, "CN=a");
+    let long = format!("CN={}", "b".repeat(1000));
+    let refused = store
+        .set_client_certificate("ep_1", Some(("CERT B", "KEY B", shown(&long))), T0)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::TooLarge { .. })),
+        "{refused:?}"
+    );
+    let ep = store.endpoint("ep_1").unwrap();
+    assert_eq!(ep.client_certificate.as_ref().unwrap().subject, "CN=a");
+    assert_eq!(
+        store.client_certificate_pem("ep_1").unwrap(),
+        Some(("CERT A".to_string(), "KEY A".to_string()))
+    );
+    // Removing it removes the PEM too.
+    store
+        .set_client_certificate("ep_1", None, T0)
+        .await
+        .unwrap();
+    assert_eq!(store.client_certificate_pem("ep_1").unwrap(), None);
+    assert!(store.endpoint("ep_1").unwrap().client_certificate.is_none());
+}
