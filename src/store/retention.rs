@@ -11,7 +11,9 @@
 //!
 //! Idempotency keys and debounce windows expire in time order, with no decoding: keys are
 //! stored under the day they were claimed, so every day older than yesterday goes whole, and
-//! windows have an index by end time, so the closed ones are a key range.
+//! windows have an index by end time, so the closed ones are a key range. A key whose event is
+//! pruned earlier (a retention shorter than a day) goes with the event: it claims nothing
+//! without it.
 //!
 //! An event's deliveries are claimed ([`super::Claim`]) while it is pruned: a manual retry or
 //! an attempt of one of them and its pruning exclude each other.
@@ -91,6 +93,18 @@ impl Store {
                 for r in t.log.scan_prefix(key::of(kind, event)).keys() {
                     t.log.remove(r?)?;
                 }
+            }
+            // Its idempotency key claims nothing once the event is gone: it goes too, so
+            // keys live no longer than their events (a key row kept for its day among rows
+            // that retention frees keeps sled from reusing their space).
+            if let Some(idem) = &rec.meta.idempotency_key {
+                let day = key::idempotency_day(ids::ulid_ms(event));
+                let ik = key::idempotency(day, &rec.meta.account_id, idem);
+                let own = event.to_be_bytes();
+                // Only this event's claim (a later event may have claimed the key anew).
+                let _ = t
+                    .log
+                    .compare_and_swap(&ik[..], Some(&own[..]), None as Option<&[u8]>)?;
             }
             t.log.remove(&k)?;
             out.events += 1;

@@ -903,3 +903,72 @@ async fn a_client_certificate_too_large_for_the_endpoint_changes_nothing() {
     assert_eq!(store.client_certificate_pem("ep_1").unwrap(), None);
     assert!(store.endpoint("ep_1").unwrap().client_certificate.is_none());
 }
+
+/// Issue 11: a key whose event retention prunes goes with it (it claims nothing without the
+/// event), so with a retention shorter than a day keys do not outlive their events; a key
+/// another event holds now stays.
+#[tokio::test]
+async fn an_idempotency_key_goes_with_its_pruned_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let keyed = |at: Millis, k: &str| {
+        let mut ev = event("a", &[NO_LANE], at);
+        ev.idempotency_key = Some(k.into());
+        ev
+    };
+    let mut ended = Vec::new();
+    for (i, k) in ["one", "two", "three"].iter().enumerate() {
+        let at = T0 + i as Millis;
+        let out = store.ingest(vec![keyed(at, k)]).await.unwrap();
+        let d = created(&out[0]).1[0].clone();
+        let _c = store
+            .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
+            .unwrap();
+        let mut done = d.clone();
+        done.state = DeliveryState::Skipped;
+        done.next_attempt_at = None;
+        store
+            .update_delivery(&d, &done, Some(&attempt(1, Status::NoEndpoint, at)))
+            .unwrap();
+        ended.push(ids::parse(ids::EVENT, &d.event_id).unwrap());
+    }
+    // "two"'s row names another event now: it is not this event's to remove.
+    let day = key::idempotency_day(T0);
+    let two = key::idempotency(day, "a", "two");
+    store
+        .inner
+        .trees
+        .log
+        .insert(two, &42u128.to_be_bytes()[..])
+        .unwrap();
+    let count = || {
+        store
+            .inner
+            .trees
+            .log
+            .scan_prefix([key::IDEMPOTENCY])
+            .count()
+    };
+    assert_eq!(count(), 3);
+    // Only the first two events are older than the cutoff.
+    let p = store.prune_events(T0 + 2, None, 100).unwrap();
+    assert_eq!(p.events, 2);
+    assert_eq!(
+        count(),
+        2,
+        "one's key went with its event; two's and three's stay"
+    );
+    assert!(store
+        .inner
+        .trees
+        .log
+        .get(key::idempotency(day, "a", "one"))
+        .unwrap()
+        .is_none());
+    assert!(store.inner.trees.log.get(two).unwrap().is_some());
+    // The pruned event's key claims nothing: the same key makes a new event.
+    let again = store.ingest(vec![keyed(T0 + 3, "one")]).await.unwrap();
+    assert!(matches!(again[0], IngestOutcome::Created { .. }));
+    close(store);
+}
