@@ -55,8 +55,10 @@ usage: cargo bench --bench load -- [options]
   --retention S        storage.retention in the retention phase, seconds (default 60, the least
                        herald takes); the phase runs 3 times as long
   --retention-rate N   events/s offered in the retention phase (default 2000)
-  --keys-seconds N     length of the keys phase (default 600): retention traffic with every
-                       event keyed
+  --keys-seconds N     length of the keys phase's soak (default 600): retention traffic with
+                       every event keyed
+  --keys-marginal N    seconds of each of its two runs that measure a live key's disk cost
+                       (default 120, retention 30 days: unkeyed, then keyed)
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 64 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
@@ -103,6 +105,7 @@ pub struct Opts {
     pub retention_s: f64,
     pub retention_rate: f64,
     pub keys_s: f64,
+    pub keys_marginal_s: f64,
     pub cache_capacity: Option<u64>,
     pub history_dir: Option<PathBuf>,
     pub herald: PathBuf,
@@ -134,6 +137,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         retention_s: 60.0,
         retention_rate: 2000.0,
         keys_s: 600.0,
+        keys_marginal_s: 120.0,
         cache_capacity: None,
         history_dir: None,
         herald: PathBuf::new(),
@@ -161,6 +165,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--retention" => o.retention_s = value()?.parse()?,
             "--retention-rate" => o.retention_rate = value()?.parse()?,
             "--keys-seconds" => o.keys_s = value()?.parse()?,
+            "--keys-marginal" => o.keys_marginal_s = value()?.parse()?,
             "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
             "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
             "--herald" => herald = Some(PathBuf::from(value()?)),
@@ -174,8 +179,8 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             other => bail!("unknown option {other:?}"),
         }
     }
-    if o.keys_s < o.retention_s * 2.0 {
-        bail!("--keys-seconds must be at least twice --retention (the per-key figure is the growth once retention applies)");
+    if o.keys_s <= 0.0 || o.keys_marginal_s <= 0.0 {
+        bail!("--keys-seconds and --keys-marginal must be above 0");
     }
     if o.retention_s < 60.0 || o.retention_rate <= 0.0 {
         bail!("--retention must be at least 60 (herald's least storage.retention), --retention-rate above 0");
@@ -316,8 +321,12 @@ async fn run(opts: &Opts) -> Result<Results> {
             opts.retention_s * scale::RETENTION_SPAN,
             opts.retention_s
         );
-        let seconds = opts.retention_s * scale::RETENTION_SPAN;
-        r.retention = Some(scale::retention(opts, false, seconds).await?);
+        let soak = scale::Soak {
+            keyed: false,
+            seconds: opts.retention_s * scale::RETENTION_SPAN,
+            retention_s: Some(opts.retention_s),
+        };
+        r.retention = Some(scale::retention(opts, soak).await?);
     }
     if want("keys") {
         eprintln!(
@@ -325,7 +334,7 @@ async fn run(opts: &Opts) -> Result<Results> {
              idempotency key, disk and RSS sampled",
             opts.retention_rate, opts.keys_s, opts.retention_s
         );
-        r.keys = Some(scale::retention(opts, true, opts.keys_s).await?);
+        r.keys = Some(scale::keys(opts).await?);
     }
     r.elapsed_s = started.elapsed().as_secs_f64();
     Ok(r)

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::phases::{EndToEnd, Ingest, Latency, Usage};
-use crate::scale::{Backlog, History, Retention};
+use crate::scale::{Backlog, History, Keys, Retention};
 use crate::{Machine, Opts};
 
 /// Targets from the issue.
@@ -56,8 +56,8 @@ pub struct Results {
     pub backlog: Option<Backlog>,
     pub history: Option<History>,
     pub retention: Option<Retention>,
-    /// The retention traffic with every event keyed.
-    pub keys: Option<Retention>,
+    /// The retention traffic with every event keyed, and a live key's cost.
+    pub keys: Option<Keys>,
     pub elapsed_s: f64,
 }
 
@@ -234,7 +234,7 @@ impl Results {
                     Some(per_key <= KEY_BYTES_TARGET),
                 ));
             }
-            if let Some((t, disk, rss)) = k.last() {
+            if let Some((t, disk, rss)) = k.soak.last() {
                 // Judged once the soak ran its 10 minutes (the last sample may land a little
                 // before the end).
                 let long = t >= KEYS_SOAK_S * 0.95;
@@ -579,12 +579,12 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
         }
     }
     if let Some(k) = &r.keys {
-        if let Some((t, disk, rss)) = k.last() {
+        if let Some((t, disk, rss)) = k.soak.last() {
             row(
                 format!(
                     "every event keyed, retention {} s, {}/s: data dir after {t:.0} s",
-                    k.retention_s,
-                    thousands(k.rate)
+                    k.soak.retention_s,
+                    thousands(k.soak.rate)
                 ),
                 format!("{:.0} MB", disk as f64 / 1e6),
                 verdict("keys_disk_bytes"),
@@ -597,13 +597,19 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
         }
         if let Some(per_key) = k.bytes_per_key() {
             row(
-                "  disk per idempotency key (growth once retention applies)".into(),
+                format!(
+                    "  disk per live idempotency key ({} keyed events vs as many unkeyed)",
+                    thousands(k.keyed.acked as f64)
+                ),
                 format!("{per_key:.0} bytes"),
                 verdict("idempotency_key_bytes"),
             );
             row(
-                format!("  24 h of keys at {}/s (they live 24 h)", thousands(k.rate)),
-                format!("{:.1} GB", per_key * k.rate * 86_400.0 / 1e9),
+                format!(
+                    "  24 h of keys at {}/s (a retention of a day or more keeps them 24 h)",
+                    thousands(k.keyed.rate)
+                ),
+                format!("{:.1} GB", per_key * k.keyed.rate * 86_400.0 / 1e9),
                 None,
             );
         }
@@ -780,12 +786,13 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "samples": x.samples.iter().map(|(t, b)| json!({"t_s": t, "allocated_bytes": b})).collect::<Vec<_>>(),
             "growth_after_retention": r.retention_growth().map(|g| g.2),
         })),
-        "keys": r.keys.as_ref().map(|x| json!({
-            "retention_s": x.retention_s,
-            "offered_per_s": x.rate,
-            "delivered": x.delivered,
-            "samples": x.samples.iter().zip(&x.rss).map(|((t, b), rss)| json!({"t_s": t, "allocated_bytes": b, "rss_bytes": rss})).collect::<Vec<_>>(),
-            "bytes_per_key": x.bytes_per_key(),
+        "keys": r.keys.as_ref().map(|k| json!({
+            "retention_s": k.soak.retention_s,
+            "offered_per_s": k.soak.rate,
+            "delivered": k.soak.delivered,
+            "samples": k.soak.samples.iter().zip(&k.soak.rss).map(|((t, b), rss)| json!({"t_s": t, "allocated_bytes": b, "rss_bytes": rss})).collect::<Vec<_>>(),
+            "marginal": {"keyed_bytes": k.keyed.last().map(|l| l.1), "unkeyed_bytes": k.unkeyed.last().map(|l| l.1), "keys": k.keyed.acked},
+            "bytes_per_key": k.bytes_per_key(),
         })),
         "peak_rss_bytes": r.peak_rss(),
         "disk_bytes_per_delivered_event": r.disk_per_event(),

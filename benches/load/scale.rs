@@ -392,24 +392,14 @@ pub struct Retention {
     /// herald's resident set (VmRSS) at each sample, bytes.
     pub rss: Vec<u64>,
     pub delivered: u64,
-    /// Every event carried its own idempotency key.
-    pub keyed: bool,
+    /// Events acknowledged.
+    pub acked: u64,
 }
 
 impl Retention {
     /// Allocated bytes at the first sample at or after `t`.
     pub fn at(&self, t: f64) -> Option<u64> {
         self.samples.iter().find(|s| s.0 >= t).map(|s| s.1)
-    }
-
-    /// With keyed events: disk bytes per idempotency key, from the growth once the events'
-    /// retention applies (1.5 retention periods on), when only the keys (24 h each) still add
-    /// up. An upper bound: whatever else grows meanwhile is counted as the keys'.
-    pub fn bytes_per_key(&self) -> Option<f64> {
-        let from_t = self.retention_s * 1.5;
-        let (t0, b0) = *self.samples.iter().find(|s| s.0 >= from_t)?;
-        let (t1, b1) = *self.samples.last()?;
-        (self.keyed && t1 > t0).then(|| b1.saturating_sub(b0) as f64 / (self.rate * (t1 - t0)))
     }
 
     /// The last sample: (seconds, data dir bytes, RSS bytes).
@@ -419,12 +409,66 @@ impl Retention {
     }
 }
 
-/// `retention_s` × [`RETENTION_SPAN`] of traffic at the retention rate (the retention phase),
-/// or `seconds` of it with every event keyed (the keys phase).
-pub async fn retention(opts: &Opts, keyed: bool, seconds: f64) -> Result<Retention> {
+/// The traffic of the retention phase (batches at the retention rate) for `seconds`, every
+/// event keyed or not, with `storage.retention = retention_s` (`None`: herald's default, 30
+/// days).
+pub struct Soak {
+    pub keyed: bool,
+    pub seconds: f64,
+    pub retention_s: Option<f64>,
+}
+
+/// The keys phase: the keyed soak with a short retention, and the cost of a key while it lives
+/// (the same traffic keyed and not, nothing pruned).
+pub struct Keys {
+    pub soak: Retention,
+    pub unkeyed: Retention,
+    pub keyed: Retention,
+}
+
+impl Keys {
+    /// Disk per live idempotency key: the keyed run's data dir less the unkeyed one's, per key.
+    pub fn bytes_per_key(&self) -> Option<f64> {
+        let (_, with, _) = self.keyed.last()?;
+        let (_, without, _) = self.unkeyed.last()?;
+        (self.keyed.acked > 0).then(|| (with as f64 - without as f64) / self.keyed.acked as f64)
+    }
+}
+
+pub async fn keys(opts: &Opts) -> Result<Keys> {
+    let run = |keyed, seconds, retention_s| Soak {
+        keyed,
+        seconds,
+        retention_s,
+    };
+    eprintln!("  keyed, storage.retention = {} s:", opts.retention_s);
+    let soak = retention(opts, run(true, opts.keys_s, Some(opts.retention_s))).await?;
+    let marginal = opts.keys_marginal_s;
+    eprintln!(
+        "  a live key's cost: {marginal} s unkeyed, then {marginal} s keyed, retention 30 days:"
+    );
+    let unkeyed = retention(opts, run(false, marginal, None)).await?;
+    let keyed = retention(opts, run(true, marginal, None)).await?;
+    Ok(Keys {
+        soak,
+        unkeyed,
+        keyed,
+    })
+}
+
+/// Runs `soak`, sampling the data dir and herald's RSS.
+pub async fn retention(opts: &Opts, soak: Soak) -> Result<Retention> {
     phases::settle_disk().await;
-    let retention_s = opts.retention_s;
-    let storage = format!("{}\nretention = \"{retention_s}s\"", opts.storage());
+    let Soak {
+        keyed,
+        seconds,
+        retention_s,
+    } = soak;
+    let storage = match retention_s {
+        Some(r) => format!("{}\nretention = \"{r}s\"", opts.storage()),
+        None => opts.storage(),
+    };
+    let retention_s = retention_s.unwrap_or(30.0 * 86_400.0);
     let mut herald = Herald::start_in(&opts.herald, new_dir()?, &storage).await?;
     let receiver = Receiver::start().await?;
     herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
@@ -446,7 +490,7 @@ pub async fn retention(opts: &Opts, keyed: bool, seconds: f64) -> Result<Retenti
     };
     let mut samples = Vec::new();
     let mut rss = Vec::new();
-    let every = Duration::from_secs_f64((retention_s / 4.0).max(0.5));
+    let every = Duration::from_secs_f64((retention_s / 4.0).clamp(0.5, 15.0));
     while start.elapsed() < dur {
         tokio::time::sleep(every).await;
         let t = start.elapsed().as_secs_f64();
@@ -468,6 +512,6 @@ pub async fn retention(opts: &Opts, keyed: bool, seconds: f64) -> Result<Retenti
         samples,
         rss,
         delivered: receiver.arrivals.unique(),
-        keyed,
+        acked: counters.acked.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
