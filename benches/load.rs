@@ -9,7 +9,8 @@
 //! latency, isolation from a dead endpoint, an ordered endpoint with 100 keys and with one
 //! ([`phases`]); a backlog of pending deliveries with a
 //! `kill -9` and restart, a store prefilled with millions of attempts (written through herald's
-//! own store code), and disk use under steady traffic with a short retention ([`scale`]).
+//! own store code), disk use under steady traffic with a short retention, and with every event
+//! keyed ([`scale`]).
 
 #[path = "load/drive.rs"]
 mod drive;
