@@ -22,29 +22,6 @@ const OK_ACCOUNT: &str = "acc-ok";
 /// The account whose endpoint answers 500 to 30 % of requests (policy `fast`).
 const FLAKY_ACCOUNT: &str = "acc-flaky";
 
-/// Posts events for `account` until told to stop or herald goes away; pushes every event id
-/// acknowledged with 202 to `acked`.
-async fn produce(
-    base: String,
-    account: &'static str,
-    producer: usize,
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<String>>>,
-) {
-    let client = common::herald::new_client();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let body = json!({"account_id": account, "type": "crash.test",
-                          "payload": {"p": producer, "n": n}});
-        match common::herald::post_event(&client, &base, &body).await {
-            Ok(Some(id)) => acked.lock().unwrap().push(id),
-            Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
-            Err(_) => return,     // herald was killed: this request was never acknowledged
-        }
-    }
-}
-
 /// `pending=N` from the latest `herald listening` line (how many deliveries the start replays).
 fn pending_at_last_start(herald: &Herald) -> Option<usize> {
     let logs = herald.logs();
@@ -149,9 +126,9 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
         let round_acked = Arc::new(Mutex::new(Vec::new()));
         let tasks: Vec<_> = (0..PRODUCERS)
             .map(|p| {
-                tokio::spawn(produce(
+                tokio::spawn(common::herald::produce(
                     w.herald.base_url(),
-                    account,
+                    (account, "crash.test"),
                     p,
                     stop.clone(),
                     round_acked.clone(),

@@ -14,27 +14,6 @@ use serde_json::json;
 const PRODUCERS: usize = 16;
 const ROUNDS: usize = 3;
 
-/// Posts events until told to stop or herald goes away; returns the acknowledged event ids.
-async fn produce(
-    base: String,
-    producer: usize,
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<String>>>,
-) {
-    let client = common::herald::new_client();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let body =
-            json!({"account_id": "acc", "type": "load.test", "payload": {"p": producer, "n": n}});
-        match common::herald::post_event(&client, &base, &body).await {
-            Ok(Some(id)) => acked.lock().unwrap().push(id),
-            Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
-            Err(_) => return,     // herald was killed: this request was never acknowledged
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_event_is_delivered_after_kill9_under_16_producers() {
     let mut w = World::start("", "").await;
@@ -46,7 +25,15 @@ async fn every_acknowledged_event_is_delivered_after_kill9_under_16_producers() 
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
         let tasks: Vec<_> = (0..PRODUCERS)
-            .map(|p| tokio::spawn(produce(w.herald.base_url(), p, stop.clone(), acked.clone())))
+            .map(|p| {
+                tokio::spawn(common::herald::produce(
+                    w.herald.base_url(),
+                    ("acc", "load.test"),
+                    p,
+                    stop.clone(),
+                    acked.clone(),
+                ))
+            })
             .collect();
         // Kill at a moment that differs per round, while producers and deliveries are busy.
         let target = 150 + round * 120;

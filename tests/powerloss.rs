@@ -275,28 +275,6 @@ impl Drop for PowercutFs {
 
 // --- load -------------------------------------------------------------------------------------
 
-/// Posts events until told to stop or herald goes away; pushes every event id acknowledged with
-/// 202 to `acked`. A 503 or a connection error is not an acknowledgement.
-async fn produce(
-    base: String,
-    producer: usize,
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<String>>>,
-) {
-    let client = common::herald::new_client();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let body = json!({"account_id": ACCOUNT, "type": "power.test",
-                          "payload": {"p": producer, "n": n}});
-        match common::herald::post_event(&client, &base, &body).await {
-            Ok(Some(id)) => acked.lock().unwrap().push(id),
-            Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
-            Err(_) => return,     // herald was killed: this request was never acknowledged
-        }
-    }
-}
-
 /// Whether the receiver answers 500 to the first attempt of this event (about one in four), so
 /// retries are in flight at every cut. Later attempts get 200: nothing runs out of retries.
 fn fails_first_attempt(webhook_id: &str) -> bool {
@@ -433,8 +411,9 @@ async fn acknowledged_events_survive_power_cuts() {
         let round_acked = Arc::new(Mutex::new(Vec::new()));
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|p| {
-                tokio::spawn(produce(
+                tokio::spawn(common::herald::produce(
                     herald.base_url(),
+                    (ACCOUNT, "power.test"),
                     p,
                     stop.clone(),
                     round_acked.clone(),

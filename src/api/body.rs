@@ -89,11 +89,22 @@ fn deadline(req: &Request<Incoming>) -> tokio::time::Instant {
         .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(60))
 }
 
-/// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
-pub async fn read_optional_json(
+/// The body of an action whose body is optional, parsed as [`parse`] does; an empty body
+/// (which needs no content type) is `T::default()`.
+pub async fn parse_optional<T: serde::de::DeserializeOwned + Default>(
     req: Request<Incoming>,
     max: usize,
-) -> Result<bytes::Bytes, ApiError> {
+) -> Result<T, ApiError> {
+    let bytes = read_optional_json(req, max).await?;
+    if bytes.is_empty() {
+        Ok(T::default())
+    } else {
+        parse(&bytes)
+    }
+}
+
+/// Like `read_json_body`, but an empty body needs no content type (actions with optional bodies).
+async fn read_optional_json(req: Request<Incoming>, max: usize) -> Result<bytes::Bytes, ApiError> {
     let empty = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)

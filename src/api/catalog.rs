@@ -91,12 +91,7 @@ pub async fn send_test(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
-    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
-    let b: TestBody = if bytes.is_empty() {
-        TestBody::default()
-    } else {
-        body::parse(&bytes)?
-    };
+    let b: TestBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     let ep = super::endpoints::find(state, scope, id)?;
     let now = state.clock.now_ms();
     let (event_type, payload) = match b.event_type {

@@ -80,12 +80,7 @@ pub async fn list(
         }
     }
     // A portal session sees its own account's log only.
-    if let Some(account) = scope.account() {
-        match &filter.account_id {
-            Some(a) if a != account => return Err(ApiError::not_found("account")),
-            _ => filter.account_id = Some(account.to_string()),
-        }
-    }
+    scope.narrow(&mut filter.account_id)?;
     let (items, next) = blocking(state, move |s| {
         s.list_deliveries(&filter, limit, cursor.as_deref())
     })
@@ -114,7 +109,7 @@ fn view(state: &AppState, d: &Delivery) -> Value {
     }
 }
 
-fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
+pub(super) fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
     parse_rfc3339(v).ok_or_else(|| {
         ApiError::field(
             field,

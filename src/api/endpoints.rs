@@ -464,12 +464,7 @@ pub async fn rotate_secret(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
-    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
-    let f: Fields = if bytes.is_empty() {
-        Fields::default()
-    } else {
-        body::parse(&bytes)?
-    };
+    let f: Fields = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     if f.url.is_some()
         || f.description.is_some()
         || f.event_types.is_some()

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{blocking, json, validate, AppState, Resp, Scope};
-use crate::clock::{parse_rfc3339, rfc3339, Millis};
+use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Status};
 use crate::store::DeliveryFilter;
 
@@ -81,12 +81,7 @@ pub async fn incidents(
                 validate::account_id_str("account_id", &v)?;
                 filter.account_id = Some(v);
             }
-            "since" => {
-                filter.since =
-                    Some(parse_rfc3339(&v).ok_or_else(|| {
-                        ApiError::field("since", "since must be an RFC 3339 time")
-                    })?)
-            }
+            "since" => filter.since = Some(super::deliveries::time_param("since", &v)?),
             other => {
                 return Err(ApiError::field(
                     other,
@@ -95,12 +90,7 @@ pub async fn incidents(
             }
         }
     }
-    if let Some(account) = scope.account() {
-        match &filter.account_id {
-            Some(a) if a != account => return Err(ApiError::not_found("account")),
-            _ => filter.account_id = Some(account.to_string()),
-        }
-    }
+    scope.narrow(&mut filter.account_id)?;
     let now = state.clock.now_ms();
     let since = *filter.since.get_or_insert(now - 24 * 3600 * 1000);
     let (seen, complete) = blocking(state, move |s| {

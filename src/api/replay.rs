@@ -35,12 +35,7 @@ pub async fn replay(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
-    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
-    let b: ReplayBody = if bytes.is_empty() {
-        ReplayBody::default()
-    } else {
-        body::parse(&bytes)?
-    };
+    let b: ReplayBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     if !ids::is_valid(EVENT, id) {
         return Err(ApiError::not_found("event"));
     }

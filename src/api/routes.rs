@@ -338,6 +338,18 @@ impl Scope {
             _ => Ok(()),
         }
     }
+
+    /// A list's account filter within the scope: a portal session's own account is forced, and
+    /// naming another one is `404` (as [`Scope::check`]).
+    pub fn narrow(&self, account_filter: &mut Option<String>) -> Result<(), ApiError> {
+        if let Some(own) = self.account() {
+            if let Some(asked) = account_filter.as_deref() {
+                self.check(asked, "account")?;
+            }
+            *account_filter = Some(own.to_string());
+        }
+        Ok(())
+    }
 }
 
 /// Decides whether `role` may call `route` (SPEC §12): `401` without a credential the route

@@ -37,12 +37,7 @@ pub async fn create(
     account_id: &str,
 ) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
-    let bytes = body::read_optional_json(req, state.config.server.max_body_bytes).await?;
-    let b: CreateBody = if bytes.is_empty() {
-        CreateBody::default()
-    } else {
-        body::parse(&bytes)?
-    };
+    let b: CreateBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     let max = state.config.portal.max_session_ttl.0;
     let ttl = match &b.ttl {
         None | Some(Value::Null) => state.config.portal.session_ttl.0,

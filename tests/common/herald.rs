@@ -504,6 +504,31 @@ pub async fn post_event(
     Ok(Some(v["event_id"].as_str().expect("event_id").to_string()))
 }
 
+/// A producer of the crash tests: posts events of `account` and `event_type` (payload
+/// `{"p": producer, "n": n}`) until `stop` is set or herald goes away, and pushes every event
+/// id acknowledged with `202` to `acked`. A `503` or a connection error is not an
+/// acknowledgement.
+pub async fn produce(
+    base: String,
+    (account, event_type): (&'static str, &'static str),
+    producer: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+) {
+    let client = new_client();
+    let mut n = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        n += 1;
+        let body = serde_json::json!({"account_id": account, "type": event_type,
+                                      "payload": {"p": producer, "n": n}});
+        match post_event(&client, &base, &body).await {
+            Ok(Some(id)) => acked.lock().unwrap().push(id),
+            Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
+            Err(Gone) => return,  // herald was killed: this request was never acknowledged
+        }
+    }
+}
+
 /// One API request over `client` to `base` (`http://IP:PORT`), with a deadline.
 pub async fn http_call(
     client: &ApiClient,
