@@ -293,3 +293,67 @@ async fn store_opens_after_a_kill_during_a_snapshot_write() {
     )
     .await;
 }
+
+/// Idempotency keys are written to their own database after the commit's fsync and synced
+/// once a second (issue 11): a kill -9 takes the last second's keys with it, and the next
+/// start writes them again from the log. Every key acknowledged before the kill answers as a
+/// duplicate of its first event afterwards, over several rounds killed at random moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_idempotency_keys_survive_kill9() {
+    let seed: u64 = rand::random();
+    eprintln!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut herald = Herald::start("").await;
+    for round in 0..3 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let producers: Vec<_> = (0..8)
+            .map(|p| {
+                let (base, stop, acked) = (herald.base_url(), stop.clone(), acked.clone());
+                tokio::spawn(async move {
+                    let client = common::herald::new_client();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let key = format!("r{round}-p{p}-n{n}");
+                        let body = json!({"account_id": "acc", "type": "keyed.event",
+                                          "payload": {"n": n}, "idempotency_key": key});
+                        match common::herald::post_event(&client, &base, &body).await {
+                            Ok(Some(id)) => acked.lock().unwrap().push((key, id)),
+                            Ok(None) => continue,
+                            Err(_) => return,
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Killed somewhere between 200 and 1,200 acknowledgements in.
+        let kill_at = rng.gen_range(200..1_200);
+        common::wait_until(
+            Duration::from_secs(60),
+            "producers are acknowledged",
+            || async { acked.lock().unwrap().len() >= kill_at },
+        )
+        .await;
+        herald.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for p in producers {
+            let _ = p.await;
+        }
+        herald.restart().await;
+
+        let acked = acked.lock().unwrap().clone();
+        for (key, id) in &acked {
+            let (status, again) = herald
+                .ingest(json!({"account_id": "acc", "type": "keyed.event",
+                               "payload": {"again": true}, "idempotency_key": key}))
+                .await;
+            assert_eq!(status, 202, "{again}");
+            assert_eq!(
+                (&again["duplicate"], again["event_id"].as_str()),
+                (&json!(true), Some(id.as_str())),
+                "round {round}: key {key} (first event {id}) was forgotten by the kill"
+            );
+        }
+    }
+}

@@ -1,6 +1,6 @@
-//! Installs upgrade, they do not start over: a data directory written by the previous herald
-//! (storage format 2, kept in `tests/fixtures/format2`) opens in this one, is migrated in place,
-//! and keeps its log, its endpoints and its pending deliveries.
+//! Installs upgrade, they do not start over: data directories written by earlier heralds
+//! (storage formats 2 and 3, kept in `tests/fixtures/format2` and `format3`) open in this one,
+//! are migrated in place, and keep their log, their endpoints and their pending deliveries.
 
 mod common;
 
@@ -18,8 +18,10 @@ const FIXTURE_TABLES: &str = "[delivery]\nallow_http = true\n\
     [retry_policies]\nslow = [\"1h\"]\n\
     [plans.growth]\nper_minute = 100\n";
 
-fn copy_fixture(to: &Path) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format2");
+fn copy_fixture(name: &str, to: &Path) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(&from).unwrap() {
         let entry = entry.unwrap();
@@ -40,10 +42,15 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     h.kill9();
     let data = h.storage_path();
     std::fs::remove_dir_all(&data).unwrap();
-    copy_fixture(&data);
+    copy_fixture("format2", &data);
     h.restart().await;
     h.wait_for_log(
         "storage migrated from format 2 to format 3",
+        Duration::from_secs(5),
+    )
+    .await;
+    h.wait_for_log(
+        "storage migrated from format 3 to format 4",
         Duration::from_secs(5),
     )
     .await;
@@ -95,7 +102,7 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 3 (no migration again).
+    // The files are private now, and the next start finds format 4 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
@@ -107,7 +114,75 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
         .iter()
         .filter(|l| l.contains("storage migrated"))
         .count();
-    assert_eq!(migrations, 1);
+    assert_eq!(
+        migrations, 2,
+        "two steps at the first start, none at the second"
+    );
     let (_, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
+    let recv = Receiver::ok_http();
+    let mut h = Herald::start(FIXTURE_TABLES).await;
+    h.kill9();
+    let data = h.storage_path();
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_fixture("format3", &data);
+    h.restart().await;
+    let line = h
+        .wait_for_log(
+            "storage migrated from format 3 to format 4",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(line.contains("idempotency_keys=2"), "{line}");
+    assert!(data.join("keys").is_dir());
+
+    let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
+    assert_eq!(status, 200, "{list}");
+    let states: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(states, ["delivered", "skipped", "delivered"], "{list}");
+
+    // It goes on: a retry of the delivered one reaches a receiver.
+    let (status, _) = h
+        .admin(
+            "PATCH",
+            "/v1/endpoints/ep_01M8YECQJJ1W7HG20CY93V6SK6",
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, retried) = h
+        .admin(
+            "POST",
+            "/v1/deliveries/dlv_01M8YECQJWCCC1DMPEKQ6DCC01/retry",
+            None,
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {retried}");
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(
+        got[0].header("webhook-id"),
+        Some("evt_01M8YECQJWCCC1DMPEKQ6DCC00")
+    );
+
+    let status = h.sigterm().await;
+    assert!(status.success());
+    h.restart().await;
+    let migrations = h
+        .logs()
+        .iter()
+        .filter(|l| l.contains("storage migrated"))
+        .count();
+    assert_eq!(
+        migrations, 1,
+        "one step at the first start, none at the second"
+    );
 }

@@ -34,6 +34,7 @@ use super::codec::{self, CHUNK};
 use super::debounce::apply_debounce;
 use super::deliveries::delivery_from;
 use super::key;
+use super::keys::KeyRow;
 use super::{Claim, Entry, Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
@@ -197,6 +198,11 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);
     }
+    // Durable: the keys join their index (the next cycle finds them), up to the last event.
+    let last_event = inner.lock_fresh().last_event;
+    if let Err(e) = inner.keys.add(&cycle.keys, last_event) {
+        tracing::error!(error = %e, "cannot add idempotency keys; the next start adds them from the log");
+    }
     inner.due.insert_many(cycle.due.drain(..));
     for state in &cycle.states {
         inner.stats.count(None, *state);
@@ -237,7 +243,9 @@ pub(super) struct Cycle {
     /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
     pub(super) before: Vec<(Vec<u8>, Option<IVec>)>,
     /// Idempotency keys claimed earlier in this cycle, and their event's id.
-    pub(super) claimed: HashMap<[u8; 21], String>,
+    pub(super) claimed: HashMap<KeyRow, String>,
+    /// The keys the cycle's events claim, added to their database once the cycle is durable.
+    pub(super) keys: Vec<(KeyRow, u128)>,
     /// Due index entries to add once durable.
     pub(super) due: Vec<Entry>,
     /// The state of each delivery created, for the counts.
@@ -362,19 +370,14 @@ fn claimed_before(
         if let Some(first) = cycle.claimed.get(&k) {
             return Ok(Some(first.clone()));
         }
-        let Some(v) = inner.trees.log.get(k)? else {
+        let Some(first) = inner.keys.get(&k)? else {
             continue;
         };
-        let first = u128::from_be_bytes(
-            v.as_ref()
-                .try_into()
-                .map_err(|_| StoreError::Corrupt("idempotency record".into()))?,
-        );
         if now - ids::ulid_ms(first) >= IDEMPOTENCY_WINDOW_MS {
             continue;
         }
-        // A key written by a commit that did not finish (herald stopped before the event row)
-        // is no claim.
+        // A key whose event retention is pruning (or a format-3 migration's key of a commit that
+        // did not finish) is no claim.
         if inner.trees.log.contains_key(key::event(first))? {
             return Ok(Some(ids::format(EVENT, first)));
         }
@@ -431,7 +434,7 @@ fn store_event(
             &ev.account_id,
             idem,
         );
-        cycle.put(inner, &k, Some(ulid.to_be_bytes().to_vec()))?;
+        cycle.keys.push((k, ulid));
         cycle.claimed.insert(k, event_id.clone());
     }
     let encoded = codec::encode_event(&meta, &ev.targets, &ev.payload)?;

@@ -12,7 +12,8 @@ pub const CHUNK: u8 = b'c';
 pub const TARGETS: u8 = b't';
 pub const ATTEMPT: u8 = b'a';
 pub const PENDING: u8 = b'p';
-/// Idempotency keys: (day, digest of account and key) → event ULID ([`idempotency`]).
+/// Storage format 3's idempotency keys: this byte, then an [`idempotency`] key; read only by
+/// the migration, which moves them to their own database ([`super::keys`]).
 pub const IDEMPOTENCY: u8 = b'k';
 /// Debounce windows by the digest of (account, type, key) ([`window`]).
 pub const WINDOW: u8 = b'd';
@@ -99,21 +100,12 @@ pub fn idempotency_day(at: Millis) -> u32 {
     at.div_euclid(super::IDEMPOTENCY_WINDOW_MS).max(0) as u32
 }
 
-/// An idempotency key claimed on `day`: the day, then the digest of (account, key). The
-/// value is the first event's ULID (which also tells when it was claimed).
-pub fn idempotency(day: u32, account_id: &str, key: &str) -> [u8; 21] {
-    let mut k = [0u8; 21];
-    k[0] = IDEMPOTENCY;
-    k[1..5].copy_from_slice(&day.to_be_bytes());
-    k[5..].copy_from_slice(&digest(&[account_id.as_bytes(), key.as_bytes()]));
-    k
-}
-
-/// The first idempotency row of `day` (days sort in time order).
-pub fn idempotency_day_start(day: u32) -> [u8; 5] {
-    let mut k = [0u8; 5];
-    k[0] = IDEMPOTENCY;
-    k[1..].copy_from_slice(&day.to_be_bytes());
+/// An idempotency key claimed on `day`: the day, then the digest of (account, key) (a row of
+/// [`super::keys`]; its value is the first event's ULID, which also tells when it was claimed).
+pub fn idempotency(day: u32, account_id: &str, key: &str) -> super::keys::KeyRow {
+    let mut k = [0u8; 20];
+    k[..4].copy_from_slice(&day.to_be_bytes());
+    k[4..].copy_from_slice(&digest(&[account_id.as_bytes(), key.as_bytes()]));
     k
 }
 

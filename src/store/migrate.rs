@@ -1,4 +1,5 @@
-//! Upgrades a data directory in place from the storage format an older herald wrote.
+//! Upgrades a data directory in place from the storage format an older herald wrote, one
+//! format at a time (2 → 3 → 4).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -13,17 +14,66 @@
 //! Keys past their 24 h and windows already closed are dropped rather than carried over. The
 //! rows are converted in batches, each written as one sled batch (new rows and the removal of
 //! the old ones together), so a migration cut short by a crash goes on where it stopped when
-//! herald starts again; the format is set to 3 by the caller once this returns, after an fsync.
+//! herald starts again; the caller sets the format once every step is done, after an fsync.
 
 use std::collections::HashMap;
 use std::fs::File;
 
 use super::codec;
 use super::key;
+use super::keys::{KeyRow, Keys};
 use super::{StoreError, Trees, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::policy::debounce::{Candidate, Window};
+
+/// Format 3 → 4: idempotency keys move from the `log` tree to their own database
+/// ([`super::keys`]), row for row (the row's key loses its kind byte). Each batch is added
+/// there and synced before it leaves the log, so a crash in between leaves a key in both
+/// places and the next start moves it again. The keys' watermark is the log's last event: every
+/// key the log had is in the keys database then.
+pub(super) fn from_format_3(trees: &Trees, keys: &Keys) -> Result<(), StoreError> {
+    let last = match trees
+        .log
+        .range(key::event(0)..key::end(key::EVENT))
+        .next_back()
+    {
+        Some(item) => key::ulid(&item?.0).unwrap_or(0),
+        None => 0,
+    };
+    let mut moved = 0usize;
+    loop {
+        let mut rows = Vec::with_capacity(BATCH);
+        let mut gone = sled::Batch::default();
+        for item in trees.log.scan_prefix([key::IDEMPOTENCY]).take(BATCH) {
+            let (k, v) = item?;
+            let row: KeyRow = k[1..]
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("format 3 idempotency key".into()))?;
+            let event = u128::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("format 3 idempotency record".into()))?,
+            );
+            rows.push((row, event));
+            gone.remove(k);
+        }
+        if rows.is_empty() {
+            break;
+        }
+        moved += rows.len();
+        keys.add(&rows, last)?;
+        keys.sync()?;
+        trees.log.apply_batch(gone)?;
+    }
+    keys.add(&[], last)?;
+    keys.checkpoint()?;
+    tracing::info!(
+        idempotency_keys = moved,
+        "storage migrated from format 3 to format 4"
+    );
+    Ok(())
+}
 
 /// Rows converted per sled batch.
 const BATCH: usize = 1000;
@@ -67,10 +117,10 @@ pub(super) fn from_format_2(
                 continue;
             }
             let day = key::idempotency_day(ids::ulid_ms(event));
-            batch.insert(
-                &key::idempotency(day, account, idem)[..],
-                &event.to_be_bytes()[..],
-            );
+            // Format 3's row: its kind byte, then the key row.
+            let mut k3 = vec![key::IDEMPOTENCY];
+            k3.extend_from_slice(&key::idempotency(day, account, idem));
+            batch.insert(k3, &event.to_be_bytes()[..]);
             keys += 1;
         }
         for item in trees

@@ -18,7 +18,9 @@
 //!   its first (a retry, a manual retry, a debounce window's end).
 //! - A delivery with neither attempts nor a pending entry is *fresh*: pending since ingest, due
 //!   at once. Its state is its pending entry if it has one, else its last attempt's, else fresh.
-//! - idempotency keys and debounce windows, written by the committer at ingest.
+//! - debounce windows, written by the committer at ingest.
+//!
+//! Idempotency keys live in a sled database of their own, `keys/` ([`keys`]).
 //!
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
@@ -52,6 +54,7 @@ mod due;
 mod endpoints;
 pub mod files;
 pub mod key;
+mod keys;
 mod migrate;
 mod retention;
 mod scan;
@@ -112,13 +115,17 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
-/// The layout version this herald writes (`meta` key `format`). Format 2 (herald 0.1's first
-/// releases) is migrated at open ([`migrate`]).
-const FORMAT: u8 = 3;
+/// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
+/// releases) and 3 (idempotency keys in the `log` tree) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 4;
+
+/// The share of `storage.cache_capacity` that goes to the idempotency keys' database (the rest
+/// is the log's).
+const KEYS_CACHE_SHARE: u64 = 8;
 
 pub(crate) struct Trees {
-    /// Events, payload chunks, attempts, pending entries, idempotency keys, debounce windows
-    /// ([`codec::key`]): one tree, so a commit cycle is one atomic batch.
+    /// Events, payload chunks, attempts, pending entries, debounce windows ([`codec::key`]):
+    /// one tree, so a commit cycle is one atomic batch.
     log: sled::Tree,
     meta: sled::Tree,
     endpoints: sled::Tree,
@@ -137,6 +144,8 @@ pub(crate) struct Inner {
     db: sled::Db,
     trees: Trees,
     data_file: File,
+    /// Idempotency keys, in their own database ([`keys`]).
+    keys: keys::Keys,
     due: Arc<DueIndex>,
     stats: Stats,
     fresh: Mutex<Fresh>,
@@ -338,9 +347,10 @@ impl Store {
     ) -> Result<Arc<Store>, StoreError> {
         files::create_private_dir(path)?;
         remove_partial_snapshots(path)?;
+        let keys_cache = cache_capacity / KEYS_CACHE_SHARE;
         let db = sled::Config::new()
             .path(path)
-            .cache_capacity(cache_capacity)
+            .cache_capacity(cache_capacity - keys_cache)
             .flush_every_ms(Some(500))
             .open()?;
         let format = check_format(&db)?;
@@ -357,10 +367,26 @@ impl Store {
             client_certs: tree("client_certs")?,
         };
         let data_file = File::open(path.join("db"))?;
+        let keys = keys::Keys::open(&path.join("keys"), keys_cache)?;
         if format == Some(2) {
             migrate::from_format_2(&db, &trees, &data_file, clock.now_ms())?;
         }
-        trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
+        if matches!(format, Some(2 | 3)) {
+            migrate::from_format_3(&trees, &keys)?;
+        }
+        if format != Some(FORMAT) {
+            trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
+            db.flush()?;
+            data_file.sync_data()?;
+        }
+        // Keys a crash took from their database come back from the log before any ingest.
+        let rebuilt = keys.rebuild(&trees.log, clock.now_ms())?;
+        if rebuilt > 0 {
+            tracing::info!(
+                idempotency_keys = rebuilt,
+                "idempotency keys of the last events written again"
+            );
+        }
         // Files sled made before this herald set its umask (an older herald's) are private too.
         files::make_private(path)?;
 
@@ -381,6 +407,7 @@ impl Store {
             db,
             trees,
             data_file,
+            keys,
             due: Arc::new(DueIndex::default()),
             stats: Stats::default(),
             fresh: Mutex::new(Fresh::default()),
@@ -444,7 +471,7 @@ impl Store {
     }
 
     pub fn size_on_disk(&self) -> u64 {
-        self.inner.db.size_on_disk().unwrap_or(0)
+        self.inner.db.size_on_disk().unwrap_or(0) + self.inner.keys.size_on_disk()
     }
 
     /// Stores events durably (group commit); returns once they are fsynced.
@@ -471,6 +498,7 @@ impl Store {
     /// writes.
     pub fn close(&self) -> Result<(), StoreError> {
         self.checkpoint()?;
+        self.inner.keys.checkpoint()?;
         self.inner.sync()
     }
 
@@ -525,25 +553,31 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
         if let Err(e) = store.checkpoint() {
             tracing::warn!(error = %e, "cannot write the store's checkpoint");
         }
+        // Syncs a database: off the runtime's workers.
+        let synced = tokio::task::spawn_blocking(move || store.inner.keys.checkpoint()).await;
+        if let Ok(Err(e)) = synced {
+            tracing::warn!(error = %e, "cannot sync the idempotency keys");
+        }
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2)` for one the migration
-/// upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as garbage).
+/// The data directory's storage format: `None` for a new one, `Some(2 | 3)` for one the
+/// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
+/// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if v.as_ref() == [2] => Ok(Some(2)),
+        Some(v) if matches!(v.as_ref(), [2 | 3]) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
-            "the data directory is in storage format {:?}; this herald reads formats 2 and \
+            "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",
             v.as_ref()
         ))),
         None if db.tree_names().iter().any(|n| n.as_ref() == b"deliveries") => {
             Err(StoreError::Format(format!(
                 "the data directory was written by an early herald (storage format 1), which \
-                 no release since reads; this herald reads formats 2 and {FORMAT}: start it on \
+                 no release since reads; this herald reads formats 2 to {FORMAT}: start it on \
                  a new data directory"
             )))
         }

@@ -100,11 +100,7 @@ impl Store {
             if let Some(idem) = &rec.meta.idempotency_key {
                 let day = key::idempotency_day(ids::ulid_ms(event));
                 let ik = key::idempotency(day, &rec.meta.account_id, idem);
-                let own = event.to_be_bytes();
-                // Only this event's claim (a later event may have claimed the key anew).
-                let _ = t
-                    .log
-                    .compare_and_swap(&ik[..], Some(&own[..]), None as Option<&[u8]>)?;
+                self.inner.keys.release(&ik, event)?;
             }
             t.log.remove(&k)?;
             out.events += 1;
@@ -117,14 +113,8 @@ impl Store {
     /// debounce windows, in time order. Returns how many; fewer than `max` means none is left.
     pub fn prune_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
         let log = &self.inner.trees.log;
-        let mut removed = 0;
         let keep_from = key::idempotency_day(now).saturating_sub(1);
-        let expired =
-            log.range(key::idempotency_day_start(0)..key::idempotency_day_start(keep_from));
-        for k in expired.keys().take(max) {
-            log.remove(k?)?;
-            removed += 1;
-        }
+        let mut removed = self.inner.keys.expire_before(keep_from, max)?;
         let closed =
             log.range(key::window_end_before(0)..key::window_end_before(now.saturating_add(1)));
         for k in closed.keys().take(max - removed) {

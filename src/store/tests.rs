@@ -457,14 +457,14 @@ async fn keys_and_windows_expire_in_time_order() {
         .await
         .unwrap();
     let count = |kind: u8| store.inner.trees.log.scan_prefix([kind]).count();
-    assert_eq!(count(key::IDEMPOTENCY), 2);
+    assert_eq!(store.inner.keys.len(), 2);
     assert_eq!((count(key::WINDOW), count(key::WINDOW_END)), (1, 1));
 
     // Two days later: the first key's day is two days back; the window long closed; the
     // second key is a day minus a millisecond old.
     let now = T0 + 2 * day;
     assert_eq!(store.prune_keys(now, 100).unwrap(), 2);
-    assert_eq!(count(key::IDEMPOTENCY), 1, "yesterday's key stays");
+    assert_eq!(store.inner.keys.len(), 1, "yesterday's key stays");
     assert_eq!((count(key::WINDOW), count(key::WINDOW_END)), (0, 0));
     // The kept key still answers `duplicate` within its window.
     clock.set(now);
@@ -532,12 +532,14 @@ async fn rows_stay_below_the_blob_threshold_at_the_maximum() {
     close(store);
 }
 
-/// Copies the format-2 fixture (written by herald before this format) into `to`.
-fn copy_fixture(to: &Path) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format2");
+/// Copies a fixture (`tests/fixtures/NAME`, written by an earlier herald) into `to`.
+fn copy_fixture(name: &str, to: &Path) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     for entry in std::fs::read_dir(&from).unwrap() {
         let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
+        if entry.file_type().unwrap().is_file() && entry.file_name() != "README.md" {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
@@ -549,7 +551,7 @@ fn copy_fixture(to: &Path) {
 #[tokio::test]
 async fn a_format_2_store_is_migrated_in_place() {
     let dir = tempfile::tempdir().unwrap();
-    copy_fixture(dir.path());
+    copy_fixture("format2", dir.path());
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -583,6 +585,17 @@ async fn a_format_2_store_is_migrated_in_place() {
         store.inner.trees.log.scan_prefix([key::OLD_WINDOW]).count(),
         0
     );
+    // Its key rows (idem-1, -2, -4 and -5), in the keys' database now (format 3 → 4).
+    assert_eq!(
+        store
+            .inner
+            .trees
+            .log
+            .scan_prefix([key::IDEMPOTENCY])
+            .count(),
+        0
+    );
+    assert_eq!(store.inner.keys.len(), 4);
 
     let state = |id: &str| {
         let d = store
@@ -936,20 +949,8 @@ async fn an_idempotency_key_goes_with_its_pruned_event() {
     // "two"'s row names another event now: it is not this event's to remove.
     let day = key::idempotency_day(T0);
     let two = key::idempotency(day, "a", "two");
-    store
-        .inner
-        .trees
-        .log
-        .insert(two, &42u128.to_be_bytes()[..])
-        .unwrap();
-    let count = || {
-        store
-            .inner
-            .trees
-            .log
-            .scan_prefix([key::IDEMPOTENCY])
-            .count()
-    };
+    store.inner.keys.add(&[(two, 42)], 0).unwrap();
+    let count = || store.inner.keys.len();
     assert_eq!(count(), 3);
     // Only the first two events are older than the cutoff.
     let p = store.prune_events(T0 + 2, None, 100).unwrap();
@@ -961,14 +962,122 @@ async fn an_idempotency_key_goes_with_its_pruned_event() {
     );
     assert!(store
         .inner
-        .trees
-        .log
-        .get(key::idempotency(day, "a", "one"))
+        .keys
+        .get(&key::idempotency(day, "a", "one"))
         .unwrap()
         .is_none());
-    assert!(store.inner.trees.log.get(two).unwrap().is_some());
+    assert_eq!(store.inner.keys.get(&two).unwrap(), Some(42));
     // The pruned event's key claims nothing: the same key makes a new event.
     let again = store.ingest(vec![keyed(T0 + 3, "one")]).await.unwrap();
     assert!(matches!(again[0], IngestOutcome::Created { .. }));
+    close(store);
+}
+
+/// A data directory written by herald in storage format 3 (`tests/fixtures/format3`, see its
+/// README) opens in format 4: its idempotency keys move to their own database and keep
+/// answering with their first events; its log reads; a second open finds nothing to move or
+/// rebuild.
+#[tokio::test]
+async fn a_format_3_store_moves_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_fixture("format3", dir.path());
+    let first = "evt_01M8YECQJWCCC1DMPEKQ6DCC00";
+    let written = ids::ulid_ms(ids::parse(ids::EVENT, first).unwrap());
+    let clock = Arc::new(ManualClock::new(written + 60 * 60_000));
+    let store = open(dir.path(), &clock);
+    let format = store.inner.trees.meta.get(meta_keys::FORMAT).unwrap();
+    assert_eq!(format.unwrap().as_ref(), [FORMAT]);
+    assert_eq!(
+        store
+            .inner
+            .trees
+            .log
+            .scan_prefix([key::IDEMPOTENCY])
+            .count(),
+        0
+    );
+    assert_eq!(store.inner.keys.len(), 2);
+    let state = |id: &str| store.delivery(id).unwrap().map(|d| d.state);
+    assert_eq!(
+        state("dlv_01M8YECQJWCCC1DMPEKQ6DCC01"),
+        Some(DeliveryState::Delivered)
+    );
+    assert_eq!(
+        state("dlv_01M8YECQK87DKFKMDN865MBR01"),
+        Some(DeliveryState::Skipped)
+    );
+    let again = |account: &str, k: &str| {
+        let mut ev = event(account, &[NO_LANE], clock.now_ms());
+        ev.idempotency_key = Some(k.into());
+        ev
+    };
+    let out = store
+        .ingest(vec![again("acct-1", "idem-1"), again("acct-2", "idem-2")])
+        .await
+        .unwrap();
+    let ids: Vec<_> = out
+        .iter()
+        .map(|o| match o {
+            IngestOutcome::Duplicate { event_id } => event_id.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, [first, "evt_01M8YECQK87DKFKMDN865MBR00"]);
+    // Another account's idem-1 is its own key.
+    let out = store.ingest(vec![again("acct-2", "idem-1")]).await.unwrap();
+    assert!(matches!(out[0], IngestOutcome::Created { .. }));
+    close(store);
+
+    // Opened again: the watermark covers every event, so nothing is read again.
+    let store = open(dir.path(), &clock);
+    assert_eq!(store.inner.keys.len(), 3);
+    assert_eq!(
+        store
+            .inner
+            .keys
+            .rebuild(&store.inner.trees.log, clock.now_ms())
+            .unwrap(),
+        0
+    );
+    close(store);
+}
+
+/// The keys' database is an index of the log: lost whole (or the keys a crash took before
+/// its sync), the next open writes the keys of the last two days again from the event rows.
+#[tokio::test]
+async fn lost_idempotency_keys_are_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let keyed = |at: Millis, k: &str| {
+        let mut ev = event("a", &[NO_LANE], at);
+        ev.idempotency_key = Some(k.into());
+        ev
+    };
+    let day = IDEMPOTENCY_WINDOW_MS;
+    let out = store.ingest(vec![keyed(T0, "old")]).await.unwrap();
+    assert!(matches!(out[0], IngestOutcome::Created { .. }));
+    clock.set(T0 + 2 * day);
+    let out = store
+        .ingest(vec![keyed(T0 + 2 * day, "a"), keyed(T0 + 2 * day, "b")])
+        .await
+        .unwrap();
+    let firsts: Vec<_> = out.iter().map(|o| created(o).0.to_string()).collect();
+    close(store);
+    std::fs::remove_dir_all(dir.path().join("keys")).unwrap();
+
+    let store = open(dir.path(), &clock);
+    // "old" is past its window: not written again.
+    assert_eq!(store.inner.keys.len(), 2);
+    let out = store
+        .ingest(vec![keyed(clock.now_ms(), "a"), keyed(clock.now_ms(), "b")])
+        .await
+        .unwrap();
+    for (o, first) in out.iter().zip(&firsts) {
+        match o {
+            IngestOutcome::Duplicate { event_id } => assert_eq!(event_id, first),
+            other => panic!("{other:?}"),
+        }
+    }
     close(store);
 }
