@@ -53,6 +53,8 @@ usage: cargo bench --bench load -- [options]
                        quick 200000)
   --history-dir DIR    keep the history phase's store in DIR/data, and reuse it if it is there
                        (the prefill takes minutes at the default size)
+  --no-fold            prefill the history phase's store without folding it (as herald
+                       before storage format 5 kept it)
   --retention S        storage.retention in the retention phase, seconds (default 60, the least
                        herald takes); the phase runs 3 times as long
   --retention-rate N   events/s offered in the retention phase (default 2000)
@@ -109,6 +111,8 @@ pub struct Opts {
     pub keys_marginal_s: f64,
     pub cache_capacity: Option<u64>,
     pub history_dir: Option<PathBuf>,
+    /// Fold the history phase's prefilled store as herald would (`--no-fold`: leave it hot).
+    pub fold: bool,
     pub herald: PathBuf,
     pub dump_latency: Option<PathBuf>,
 }
@@ -141,6 +145,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         keys_marginal_s: 120.0,
         cache_capacity: None,
         history_dir: None,
+        fold: true,
         herald: PathBuf::new(),
         dump_latency: None,
     };
@@ -169,6 +174,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--keys-marginal" => o.keys_marginal_s = value()?.parse()?,
             "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
             "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
+            "--no-fold" => o.fold = false,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--phases" => {

@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 
 const PRODUCERS: usize = 16;
 const ROUNDS: usize = 20;
-const FAST: &str = "[retry_policies]\nfast = [\"50ms\", \"100ms\", \"200ms\"]\n";
+/// Folding every second: kills land while history is folded too.
+const FAST: &str = "[retry_policies]\nfast = [\"50ms\", \"100ms\", \"200ms\"]\n\
+                    [storage]\nfold_after = \"1s\"\n";
 /// The account whose endpoint always answers 200 (default retry policy).
 const OK_ACCOUNT: &str = "acc-ok";
 /// The account whose endpoint answers 500 to 30 % of requests (policy `fast`).
@@ -209,6 +211,25 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
                 detail.join("\n")
             );
         }
+    }
+
+    // History was folded meanwhile, and every acknowledged event reads back, folded or not.
+    let folded = w
+        .herald
+        .logs()
+        .iter()
+        .filter(|l| l.contains("history folded"))
+        .count();
+    assert!(folded > 0, "nothing was folded");
+    let all: Vec<&String> = acked.values().flatten().collect();
+    for _ in 0..200.min(all.len()) {
+        let id = all[rng.gen_range(0..all.len())];
+        let (status, event) = w
+            .herald
+            .admin("GET", &format!("/v1/events/{id}"), None)
+            .await;
+        assert_eq!(status, 200, "{id}: {event}");
+        assert_eq!(event["id"], json!(id), "{event}");
     }
 
     // Nothing stays pending past its due time once things settle.

@@ -1,6 +1,7 @@
 //! Installs upgrade, they do not start over: data directories written by earlier heralds
-//! (storage formats 2 and 3, kept in `tests/fixtures/format2` and `format3`) open in this one,
-//! are migrated in place, and keep their log, their endpoints and their pending deliveries.
+//! (storage formats 2, 3 and 4, kept in `tests/fixtures/format2`, `format3` and `format4`) open
+//! in this one, are migrated in place, and keep their log, their endpoints and their pending
+//! deliveries.
 
 mod common;
 
@@ -23,10 +24,17 @@ fn copy_fixture(name: &str, to: &Path) {
         .join("tests/fixtures")
         .join(name);
     std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(&from).unwrap() {
+    copy_dir(&from, to);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != "README.md" {
-            let dest = to.join(entry.file_name());
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else if entry.file_name() != "README.md" {
             std::fs::copy(entry.path(), &dest).unwrap();
             // As herald 0.1 left them under umask 022.
             std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -35,15 +43,54 @@ fn copy_fixture(name: &str, to: &Path) {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
-    let recv = Receiver::ok_http();
-    let mut h = Herald::start(FIXTURE_TABLES).await;
+/// herald started on a copy of fixture `name` (with `tables` in its config), and its data
+/// directory.
+async fn on_fixture(tables: &str, name: &str) -> (Herald, std::path::PathBuf) {
+    let mut h = Herald::start(tables).await;
     h.kill9();
     let data = h.storage_path();
     std::fs::remove_dir_all(&data).unwrap();
-    copy_fixture("format2", &data);
+    copy_fixture(name, &data);
     h.restart().await;
+    (h, data)
+}
+
+/// The state of every delivery, newest first.
+async fn states(h: &Herald) -> Vec<String> {
+    let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
+    assert_eq!(status, 200, "{list}");
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Points the fixture's endpoint at `recv` and retries the first delivery of `event`: the
+/// receiver gets it with the event's id as `webhook-id`.
+async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str) {
+    let (status, _) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{endpoint}"),
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let delivery = format!("dlv_{}1", &event[4..event.len() - 1]);
+    let (status, retried) = h
+        .admin("POST", &format!("/v1/deliveries/{delivery}/retry"), None)
+        .await;
+    assert!(status == 200 || status == 202, "{status} {retried}");
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].header("webhook-id"), Some(event));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
+    let recv = Receiver::ok_http();
+    let (mut h, data) = on_fixture(FIXTURE_TABLES, "format2").await;
     h.wait_for_log(
         "storage migrated from format 2 to format 3",
         Duration::from_secs(5),
@@ -51,6 +98,11 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     .await;
     h.wait_for_log(
         "storage migrated from format 3 to format 4",
+        Duration::from_secs(5),
+    )
+    .await;
+    h.wait_for_log(
+        "storage migrated from format 4 to format 5",
         Duration::from_secs(5),
     )
     .await;
@@ -102,7 +154,7 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 4 (no migration again).
+    // The files are private now, and the next start finds format 5 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
@@ -115,8 +167,8 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
         .filter(|l| l.contains("storage migrated"))
         .count();
     assert_eq!(
-        migrations, 2,
-        "two steps at the first start, none at the second"
+        migrations, 3,
+        "three steps at the first start, none at the second"
     );
     let (_, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 11);
@@ -125,12 +177,7 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
     let recv = Receiver::ok_http();
-    let mut h = Herald::start(FIXTURE_TABLES).await;
-    h.kill9();
-    let data = h.storage_path();
-    std::fs::remove_dir_all(&data).unwrap();
-    copy_fixture("format3", &data);
-    h.restart().await;
+    let (mut h, data) = on_fixture(FIXTURE_TABLES, "format3").await;
     let line = h
         .wait_for_log(
             "storage migrated from format 3 to format 4",
@@ -139,39 +186,22 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         .await;
     assert!(line.contains("idempotency_keys=2"), "{line}");
     assert!(data.join("keys").is_dir());
+    h.wait_for_log(
+        "storage migrated from format 4 to format 5",
+        Duration::from_secs(5),
+    )
+    .await;
 
-    let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
-    assert_eq!(status, 200, "{list}");
-    let states: Vec<_> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["state"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(states, ["delivered", "skipped", "delivered"], "{list}");
+    assert_eq!(states(&h).await, ["delivered", "skipped", "delivered"]);
 
     // It goes on: a retry of the delivered one reaches a receiver.
-    let (status, _) = h
-        .admin(
-            "PATCH",
-            "/v1/endpoints/ep_01M8YECQJJ1W7HG20CY93V6SK6",
-            Some(json!({"url": recv.url("/hook")})),
-        )
-        .await;
-    assert_eq!(status, 200);
-    let (status, retried) = h
-        .admin(
-            "POST",
-            "/v1/deliveries/dlv_01M8YECQJWCCC1DMPEKQ6DCC01/retry",
-            None,
-        )
-        .await;
-    assert!(status == 200 || status == 202, "{status} {retried}");
-    let got = recv.wait_for(1, Duration::from_secs(20)).await;
-    assert_eq!(
-        got[0].header("webhook-id"),
-        Some("evt_01M8YECQJWCCC1DMPEKQ6DCC00")
-    );
+    retry_reaches(
+        &h,
+        &recv,
+        "ep_01M8YECQJJ1W7HG20CY93V6SK6",
+        "evt_01M8YECQJWCCC1DMPEKQ6DCC00",
+    )
+    .await;
 
     let status = h.sigterm().await;
     assert!(status.success());
@@ -182,7 +212,55 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         .filter(|l| l.contains("storage migrated"))
         .count();
     assert_eq!(
-        migrations, 1,
-        "one step at the first start, none at the second"
+        migrations, 2,
+        "two steps at the first start, none at the second"
     );
+}
+
+/// Format 4 (tests/fixtures/format4, see its README) opens in format 5, its history folds, and
+/// the folded log reads and retries as it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
+    let recv = Receiver::ok_http();
+    let tables = format!("{FIXTURE_TABLES}[storage]\nfold_after = \"1s\"\n");
+    let (h, _) = on_fixture(&tables, "format4").await;
+    h.wait_for_log(
+        "storage migrated from format 4 to format 5",
+        Duration::from_secs(5),
+    )
+    .await;
+    let line = h
+        .wait_for_log("history folded", Duration::from_secs(10))
+        .await;
+    assert!(line.contains("events=3"), "{line}");
+
+    assert_eq!(states(&h).await, ["delivered", "skipped", "delivered"]);
+    let (status, list) = h
+        .admin("GET", "/v1/deliveries?account_id=acct-1&limit=100", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    let (status, delivery) = h
+        .admin("GET", "/v1/deliveries/dlv_01M8Z6FDWX24RQ0184K0X9X001", None)
+        .await;
+    assert_eq!(status, 200, "{delivery}");
+    assert_eq!(
+        delivery["attempts"][0]["status"],
+        json!("delivered"),
+        "{delivery}"
+    );
+    let (status, event) = h
+        .admin("GET", "/v1/events/evt_01M8Z6FDWX24RQ0184K0X9X000", None)
+        .await;
+    assert_eq!(status, 200, "{event}");
+    assert_eq!(event["payload"], json!({"n": 1}), "{event}");
+
+    // A retry of a folded delivery reaches a receiver with the same webhook-id.
+    retry_reaches(
+        &h,
+        &recv,
+        "ep_01M8Z6FDR00YQC2ZXKE1G9STEP",
+        "evt_01M8Z6FDWX24RQ0184K0X9X000",
+    )
+    .await;
 }

@@ -255,6 +255,9 @@ async fn ingest_then_e2e(
 
 /// Writes `n` delivered events (one attempt each, recorded as herald records them) through
 /// herald's own store code, for an endpoint of [`ACCOUNT`]. Returns the attempts written.
+/// Attempts written between two rounds of folding in the prefill.
+const FOLD_EVERY: u64 = 100_000;
+
 async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
     let store = Store::open(
@@ -294,6 +297,7 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let portal_ep = store.put_endpoint(endpoint(PORTAL_ACCOUNT)).await?;
     let every = (n / PORTAL_DELIVERIES).max(1);
     let mut written = 0u64;
+    let (mut folded, mut folds) = (0, 0);
     let mut next_report = Instant::now() + Duration::from_secs(5);
     while (written as usize) < n {
         let now = clock.now_ms();
@@ -337,8 +341,24 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
             }
         }
         store.due().take(i64::MAX, usize::MAX);
+        // As herald folds ended history older than storage.fold_after (src/store/fold.rs), a
+        // slice at a time: the store measured is the one a herald that ran this long has.
+        if opts.fold && written % FOLD_EVERY == 0 {
+            let mut from = None;
+            loop {
+                let f = store.fold_history(clock.now_ms() + 1, from, 20_000)?;
+                folded += f.events;
+                folds += f.folds;
+                from = f.last.or(from);
+                if !f.more {
+                    break;
+                }
+            }
+        }
         if Instant::now() > next_report {
-            eprintln!("    prefill: {written} of {n} attempts");
+            eprintln!(
+                "    prefill: {written} of {n} attempts ({folded} events folded into {folds} rows)"
+            );
             next_report += Duration::from_secs(5);
         }
     }

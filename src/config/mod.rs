@@ -106,6 +106,8 @@ pub struct Storage {
     pub path: PathBuf,
     pub retention: Dur,
     pub cache_capacity: u64,
+    /// Ended events older than this are folded many to a row (src/store/fold.rs).
+    pub fold_after: Dur,
 }
 
 impl Default for Storage {
@@ -114,6 +116,7 @@ impl Default for Storage {
             path: PathBuf::from("./herald-data"),
             retention: secs(30 * 86_400),
             cache_capacity: 64 * 1024 * 1024,
+            fold_after: secs(600),
         }
     }
 }

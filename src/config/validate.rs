@@ -202,6 +202,9 @@ impl Config {
         if self.storage.retention.0 < Duration::from_secs(60) {
             err("storage.retention", "must be at least \"1m\"".into());
         }
+        if self.storage.fold_after.0 < Duration::from_secs(1) {
+            err("storage.fold_after", "must be at least \"1s\"".into());
+        }
         if self.storage.cache_capacity < 1024 * 1024 {
             err(
                 "storage.cache_capacity",

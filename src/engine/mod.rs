@@ -50,6 +50,7 @@ pub struct EngineConfig {
     pub require_verification: bool,
     pub disable_after_ms: Millis,
     pub retention_ms: Millis,
+    pub fold_after_ms: Millis,
     /// How long a breaker's probe can take (connect + response timeouts and a margin).
     pub probe_time_ms: Millis,
 }
@@ -76,6 +77,7 @@ impl EngineConfig {
             require_verification: c.endpoints.require_verification,
             disable_after_ms: c.endpoints.disable_after.0.as_millis() as Millis,
             retention_ms: c.storage.retention.0.as_millis() as Millis,
+            fold_after_ms: c.storage.fold_after.0.as_millis() as Millis,
             probe_time_ms: (c.delivery.connect_timeout.0 + c.delivery.timeout.0).as_millis()
                 as Millis
                 + 1_000,
@@ -100,6 +102,8 @@ pub struct Engine {
     running: AtomicUsize,
     idle: Notify,
     sweeping: std::sync::atomic::AtomicBool,
+    /// Where the next sweep's folding starts, and when it last started from the oldest event.
+    fold_cursor: Mutex<retention::FoldCursor>,
     /// Set when the scheduler stops: a retention sweep stops at its next slice.
     stopping: std::sync::atomic::AtomicBool,
     /// The running attempts' tasks, aborted if they outlast the shutdown grace period.
@@ -143,6 +147,7 @@ impl Engine {
             running: AtomicUsize::new(0),
             idle: Notify::new(),
             sweeping: std::sync::atomic::AtomicBool::new(false),
+            fold_cursor: Mutex::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             attempts: Mutex::new(tokio::task::JoinSet::new()),
             metrics,
@@ -184,7 +189,8 @@ impl Engine {
             while lock(&self.attempts).try_join_next().is_some() {}
             if now >= next_sweep {
                 self.clone().start_sweep(now);
-                next_sweep = now + retention::sweep_every(self.cfg.retention_ms);
+                next_sweep =
+                    now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
             let room = self.global.available_permits().min(POP_BATCH);
             let due = self.store.due().take(now, room);

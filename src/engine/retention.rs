@@ -1,6 +1,10 @@
-//! The retention sweep: started by the scheduler every [`sweep_every`] of clock time, it
-//! prunes in slices on a blocking thread, yielding between slices, so ingest and delivery never
-//! wait on it.
+//! The retention sweep: started by the scheduler every [`sweep_every`] of clock time, it folds
+//! ended history ([`Store::fold_history`]) and prunes, in slices on a blocking thread, yielding
+//! between slices, so ingest and delivery never wait on it.
+//!
+//! Folding goes on from where the last sweep stopped; the events it passed while one of their
+//! deliveries was still pending are looked at again by a pass from the oldest event once every
+//! `storage.fold_after` (at most every ten minutes).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,11 +13,24 @@ use super::Engine;
 use crate::clock::Millis;
 use crate::store::{Store, StoreError};
 
-/// How often a sweep starts: a tenth of the retention, between 1 s and 1 min, so what is older
-/// than the retention is gone within a tenth of it more.
-pub fn sweep_every(retention_ms: Millis) -> Millis {
-    (retention_ms / 10).clamp(1_000, 60_000)
+/// How often a sweep starts: a tenth of the retention or the fold horizon if shorter, between
+/// 1 s and 1 min, so what is older than the retention is gone within a tenth of it more.
+pub fn sweep_every(retention_ms: Millis, fold_after_ms: Millis) -> Millis {
+    (retention_ms / 10).min(fold_after_ms).clamp(1_000, 60_000)
 }
+
+/// Where folding goes on from.
+#[derive(Debug, Default)]
+pub struct FoldCursor {
+    /// The last event a sweep's folding looked at.
+    after: Option<u128>,
+    /// When folding last started from the oldest event.
+    full_at: Option<Millis>,
+}
+/// Events a folding slice looks at.
+const FOLD_SLICE: usize = 2_000;
+/// Folds retention removes per slice.
+const FOLD_PRUNE_SLICE: usize = 200;
 /// Events looked at per slice.
 const SLICE: usize = 500;
 /// Idempotency keys and debounce windows removed per slice.
@@ -54,12 +71,52 @@ impl Engine {
         });
     }
 
+    /// Folds the ended events older than `storage.fold_after`, a slice at a time.
+    async fn fold(&self, now: Millis) {
+        let before = now - self.cfg.fold_after_ms;
+        let every_full = self.cfg.fold_after_ms.min(600_000);
+        let mut from = {
+            let mut c = super::lock(&self.fold_cursor);
+            if c.full_at.is_none_or(|at| now - at >= every_full) {
+                c.full_at = Some(now);
+                None
+            } else {
+                c.after
+            }
+        };
+        let (mut events, mut folds) = (0, 0);
+        while !self.stopping.load(Ordering::Acquire) {
+            let start = from;
+            let Some(f) = slice(&self.store, move |s| {
+                s.fold_history(before, start, FOLD_SLICE)
+            })
+            .await
+            else {
+                return;
+            };
+            events += f.events;
+            folds += f.folds;
+            if f.last.is_some() {
+                from = f.last;
+            }
+            super::lock(&self.fold_cursor).after = from;
+            if !f.more {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        if events > 0 {
+            tracing::info!(events, folds, "history folded");
+        }
+    }
+
     pub(super) fn start_sweep(self: Arc<Self>, now: Millis) {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return; // the previous sweep is still going
         }
         self.forget_gone_endpoints();
         tokio::spawn(async move {
+            self.fold(now).await;
             let cutoff = now - self.cfg.retention_ms;
             let mut from: Option<Vec<u8>> = None;
             let (mut events, mut deliveries, mut attempts) = (0, 0, 0);
@@ -81,6 +138,20 @@ impl Engine {
                 match p.next {
                     Some(next) => from = Some(next),
                     None => break,
+                }
+                tokio::task::yield_now().await;
+            }
+            // Folds whose events are all older than the window go whole.
+            while let Some((p, more)) = slice(&self.store, move |s| {
+                s.prune_folds(cutoff, FOLD_PRUNE_SLICE)
+            })
+            .await
+            {
+                events += p.events;
+                deliveries += p.deliveries;
+                attempts += p.attempts;
+                if !more || self.stopping.load(Ordering::Acquire) {
+                    break;
                 }
                 tokio::task::yield_now().await;
             }

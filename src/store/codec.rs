@@ -247,6 +247,10 @@ impl<'a> Reader<'a> {
         }
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn tail(self) -> &'a [u8] {
         self.0
     }

@@ -378,7 +378,7 @@ fn claimed_before(
         }
         // A key whose event retention is pruning (or a format-3 migration's key of a commit that
         // did not finish) is no claim.
-        if inner.trees.log.contains_key(key::event(first))? {
+        if inner.event_exists(first)? {
             return Ok(Some(ids::format(EVENT, first)));
         }
     }

@@ -111,7 +111,10 @@ fn supersede(
         };
         let (pending, lane) = codec::decode_pending(&v)?;
         // A candidate's attempts (if a manual retry gave it any) are all in the tree.
-        let number = inner.last_attempt(ulid)?.map_or(0, |a| a.attempt.number) + 1;
+        let number = inner
+            .last_attempt(ulid, &super::Place::Hot)?
+            .map_or(0, |a| a.attempt.number)
+            + 1;
         cycle.put_new(
             &key::attempt(ulid, number),
             debounced_attempt(ulid, now, number),

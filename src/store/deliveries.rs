@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use super::codec::{self, AttemptRecord, Pending};
 use super::key;
-use super::{lane_of, Claim, Inner, Lane, Store, StoreError, NO_LANE};
+use super::{lane_of, Claim, Inner, Lane, Place, Store, StoreError, NO_LANE};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
@@ -20,30 +20,40 @@ impl Inner {
         }
     }
 
-    pub(super) fn last_attempt(&self, delivery: u128) -> Result<Option<AttemptRecord>, StoreError> {
-        let Some(item) = self
-            .trees
-            .log
-            .scan_prefix(key::attempts(delivery))
-            .next_back()
-        else {
-            return Ok(None);
-        };
-        let (k, v) = item?;
-        codec::decode_attempt(&k, &v).map(Some)
+    pub(super) fn last_attempt(
+        &self,
+        delivery: u128,
+        place: &Place,
+    ) -> Result<Option<AttemptRecord>, StoreError> {
+        match self.last_row(place, &key::attempts(delivery))? {
+            Some((k, v)) => codec::decode_attempt(&k, &v).map(Some),
+            None => Ok(None),
+        }
     }
 
-    /// The delivery to the event's `index`-th target, with its state as stored now.
+    /// The delivery to the event's `index`-th target, with its state as stored now (its event's
+    /// rows are at `place`).
     pub(super) fn assemble(
         &self,
         meta: &EventMeta,
         targets: &[u128],
         index: usize,
+        place: &Place,
     ) -> Result<Delivery, StoreError> {
         let event = ids::parse(EVENT, &meta.id).unwrap_or_default();
         let ulid = ids::delivery_of(event, index);
-        let pending = self.pending_of(ulid)?;
-        let last = self.last_attempt(ulid)?;
+        let (mut pending, mut last) = match place {
+            Place::Hot => (self.pending_of(ulid)?, self.last_attempt(ulid, place)?),
+            // A folded delivery has ended: no pending entry.
+            Place::Folded(_) => (None, self.last_attempt(ulid, place)?),
+        };
+        if pending.is_none() && last.is_none() && matches!(place, Place::Hot) {
+            // Fresh, or folded since its event row was read: then its rows are in a fold.
+            if let Some((_, folded @ Place::Folded(_))) = self.locate(event)? {
+                pending = None;
+                last = self.last_attempt(ulid, &folded)?;
+            }
+        }
         let endpoint = targets.get(index).copied().unwrap_or(NO_LANE);
         Ok(delivery_from(
             ulid,
@@ -129,11 +139,11 @@ impl Store {
         let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        let Some((rec, payload)) = self.inner.event_with_payload(ulid)? else {
+        let Some((rec, payload, place)) = self.inner.event_with_payload(ulid)? else {
             return Ok(None);
         };
         let deliveries = (0..rec.targets.len())
-            .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
+            .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i, &place))
             .collect::<Result<_, _>>()?;
         Ok(Some((rec.meta, payload, deliveries)))
     }
@@ -151,14 +161,14 @@ impl Store {
         let Some((event, index)) = ids::event_of(ulid) else {
             return Ok(None);
         };
-        let Some((rec, _)) = self.inner.event_record(event)? else {
+        let Some((rec, _, place)) = self.inner.event_record(event)? else {
             return Ok(None);
         };
         if index >= rec.targets.len() {
             return Ok(None);
         }
         self.inner
-            .assemble(&rec.meta, &rec.targets, index)
+            .assemble(&rec.meta, &rec.targets, index, &place)
             .map(Some)
     }
 
@@ -167,13 +177,15 @@ impl Store {
         let Some((event, index)) = ids::event_of(ulid) else {
             return Ok(None);
         };
-        let Some((rec, payload)) = self.inner.event_with_payload(event)? else {
+        let Some((rec, payload, place)) = self.inner.event_with_payload(event)? else {
             return Ok(None);
         };
         if index >= rec.targets.len() {
             return Ok(None);
         }
-        let delivery = self.inner.assemble(&rec.meta, &rec.targets, index)?;
+        let delivery = self
+            .inner
+            .assemble(&rec.meta, &rec.targets, index, &place)?;
         Ok(Some(DueDelivery {
             delivery,
             event: rec.meta,
@@ -198,7 +210,7 @@ impl Store {
         let Some(event) = ids::parse(EVENT, &d.event_id) else {
             return Ok(None);
         };
-        let Some((rec, payload)) = self.inner.event_with_payload(event)? else {
+        let Some((rec, payload, _)) = self.inner.event_with_payload(event)? else {
             return Ok(None);
         };
         let key = ordering::key_of(&ordering, rec.meta.ordering_key.as_deref(), &payload);
@@ -218,10 +230,23 @@ impl Store {
         let Some(ulid) = ids::parse(DELIVERY, delivery_id) else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for item in self.inner.trees.log.scan_prefix(key::attempts(ulid)) {
-            let (k, v) = item?;
-            out.push(codec::decode_attempt(&k, &v)?.attempt);
+        let Some((event, _)) = ids::event_of(ulid) else {
+            return Ok(Vec::new());
+        };
+        let read = |place: &Place| {
+            let mut out = Vec::new();
+            self.inner.each_row(place, &key::attempts(ulid), |k, v| {
+                out.push(codec::decode_attempt(k, v)?.attempt);
+                Ok(())
+            })?;
+            Ok::<_, StoreError>(out)
+        };
+        let out = read(&Place::Hot)?;
+        if out.is_empty() {
+            // Folded, or folded since.
+            if let Some((_, place @ Place::Folded(_))) = self.inner.locate(event)? {
+                return read(&place);
+            }
         }
         Ok(out)
     }
@@ -348,6 +373,10 @@ impl Store {
         };
         match f(&was) {
             Some((now, out)) => {
+                // A folded delivery changes among hot rows.
+                if let Some((event, _)) = ids::event_of(ulid) {
+                    self.inner.unfold(event)?;
+                }
                 self.update_delivery(&was, &now, None)?;
                 Ok(Changed::Yes(out))
             }
@@ -407,8 +436,9 @@ impl Store {
         if upper < lower {
             return Ok((Vec::new(), None));
         }
-        let log = &self.inner.trees.log;
-        let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec), StoreError>>> =
+        let inner = &self.inner;
+        let log = &inner.trees.log;
+        let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec, Place), StoreError>>> =
             match &filter.account_id {
                 Some(account) => Box::new(
                     log.range(key::account_event(account, 0)..=key::account_event(account, upper))
@@ -440,27 +470,20 @@ impl Store {
                                 Err(e) => return Some(Err(e)),
                             };
                             // An entry whose event is gone (pruned a moment ago) is skipped.
-                            log.get(key::event(event))
-                                .map_err(StoreError::from)
+                            inner
+                                .locate(event)
                                 .transpose()
-                                .map(|row| row.map(|row| (event, row)))
+                                .map(|found| found.map(|(row, place)| (event, row, place)))
                         }),
                 ),
-                None => Box::new(log.range(key::event(lower)..=key::event(upper)).rev().map(
-                    |item| {
-                        let (k, v) = item?;
-                        let event =
-                            key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-                        Ok((event, v))
-                    },
-                )),
+                None => Box::new(inner.newest_first(lower, upper)),
             };
         let mut out = Vec::new();
         let mut last_seen = None;
         let mut scanned = 0;
         for item in events {
-            let (event, v) = item?;
-            let (rec, _) = self.inner.decode_event(event, &v)?;
+            let (event, v, place) = item?;
+            let (rec, _) = self.inner.decode_event(event, &v, &place)?;
             let m = &rec.meta;
             let top = match start {
                 Some((e, index)) if e == event => index.min(rec.targets.len()),
@@ -483,7 +506,7 @@ impl Store {
                 if !fixed || endpoint.is_some_and(|e| rec.targets[index] != e) {
                     continue;
                 }
-                let d = self.inner.assemble(m, &rec.targets, index)?;
+                let d = self.inner.assemble(m, &rec.targets, index, &place)?;
                 if filter.state.is_none_or(|s| s == d.state)
                     && filter.status.is_none_or(|s| d.last_status == Some(s))
                 {

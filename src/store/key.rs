@@ -12,6 +12,9 @@ pub const CHUNK: u8 = b'c';
 pub const TARGETS: u8 = b't';
 pub const ATTEMPT: u8 = b'a';
 pub const PENDING: u8 = b'p';
+/// Folded history: the first event's ULID → the rows of consecutive ended events, compressed
+/// ([`super::fold`]).
+pub const FOLD: u8 = b'h';
 /// Storage format 3's idempotency keys: this byte, then an [`idempotency`] key; read only by
 /// the migration, which moves them to their own database ([`super::keys`]).
 pub const IDEMPOTENCY: u8 = b'k';
@@ -73,6 +76,10 @@ pub fn attempts(delivery: u128) -> [u8; 17] {
 
 pub fn pending(delivery: u128) -> [u8; 17] {
     of(PENDING, delivery)
+}
+
+pub fn fold(first: u128) -> [u8; 17] {
+    of(FOLD, first)
 }
 
 pub fn chunk(event: u128, index: u32) -> [u8; 21] {

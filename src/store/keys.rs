@@ -189,6 +189,12 @@ impl Keys {
         Ok(removed)
     }
 
+    /// The watermark last recorded: every key of the events up to it is synced, so the
+    /// rebuild at open never needs their rows (folding leaves the events after it alone).
+    pub fn recorded(&self) -> u128 {
+        self.lock_marks().recorded
+    }
+
     /// Every key row (tests and the migration's count).
     #[cfg(test)]
     pub fn len(&self) -> usize {

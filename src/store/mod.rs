@@ -19,6 +19,8 @@
 //! - A delivery with neither attempts nor a pending entry is *fresh*: pending since ingest, due
 //!   at once. Its state is its pending entry if it has one, else its last attempt's, else fresh.
 //! - debounce windows, written by the committer at ingest.
+//! - folds: the rows above of many consecutive ended events, packed into one compressed row
+//!   once they are older than `storage.fold_after` ([`fold`]).
 //!
 //! Idempotency keys live in a sled database of their own, `keys/` ([`keys`]).
 //!
@@ -53,6 +55,7 @@ mod deliveries;
 mod due;
 mod endpoints;
 pub mod files;
+mod fold;
 pub mod key;
 mod keys;
 mod migrate;
@@ -76,6 +79,8 @@ use counts::Fresh;
 pub use counts::Stats;
 pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
 pub use due::{Due, DueIndex, Entry, Lane, NO_LANE};
+pub use fold::Folded;
+use fold::Place;
 pub use retention::Pruned;
 
 use crate::clock::Clock;
@@ -116,8 +121,9 @@ impl From<std::io::Error> for StoreError {
 }
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
-/// releases) and 3 (idempotency keys in the `log` tree) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 4;
+/// releases), 3 (idempotency keys in the `log` tree) and 4 (no folded history) are migrated at
+/// open ([`migrate`]).
+const FORMAT: u8 = 5;
 
 /// The share of `storage.cache_capacity` that goes to the idempotency keys' database (the rest
 /// is the log's): a sixty-fourth, 1 MiB of the default. Key lookups land at random in two
@@ -158,6 +164,10 @@ pub(crate) struct Inner {
     claims: Mutex<HashSet<u128>>,
     /// The ordering of each ordered endpoint, by lane (kept in step with the endpoints).
     orderings: RwLock<HashMap<Lane, crate::model::Ordering>>,
+    /// Folds recently read ([`fold`]).
+    fold_cache: Mutex<fold::FoldCache>,
+    /// Serializes the writers of folds (the folder, an unfold, retention).
+    fold_writes: Mutex<()>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -220,21 +230,22 @@ impl Inner {
     fn event_record(
         &self,
         event: u128,
-    ) -> Result<Option<(EventRecord, Option<Bytes>)>, StoreError> {
-        let Some(v) = self.trees.log.get(key::event(event))? else {
+    ) -> Result<Option<(EventRecord, Option<Bytes>, Place)>, StoreError> {
+        let Some((v, place)) = self.locate(event)? else {
             return Ok(None);
         };
-        let (rec, inline) = self.decode_event(event, &v)?;
+        let (rec, inline) = self.decode_event(event, &v, &place)?;
         let inline = inline.map(Bytes::copy_from_slice);
-        Ok(Some((rec, inline)))
+        Ok(Some((rec, inline, place)))
     }
 
-    /// The event record and its payload bytes (read from its chunks if not inline).
+    /// The event record, its payload bytes (read from its chunks if not inline) and where its
+    /// rows are.
     pub(super) fn event_with_payload(
         &self,
         ulid: u128,
-    ) -> Result<Option<(EventRecord, Bytes)>, StoreError> {
-        let Some((rec, inline)) = self.event_record(ulid)? else {
+    ) -> Result<Option<(EventRecord, Bytes, Place)>, StoreError> {
+        let Some((rec, inline, place)) = self.event_record(ulid)? else {
             return Ok(None);
         };
         let payload = match inline {
@@ -242,9 +253,10 @@ impl Inner {
             None if rec.payload_inline => Bytes::new(),
             None => {
                 let mut buf = BytesMut::with_capacity(rec.payload_len);
-                for item in self.trees.log.scan_prefix(key::of(key::CHUNK, ulid)) {
-                    buf.extend_from_slice(&item?.1);
-                }
+                self.each_row(&place, &key::of(key::CHUNK, ulid), |_, v| {
+                    buf.extend_from_slice(v);
+                    Ok(())
+                })?;
                 if buf.len() != rec.payload_len {
                     return Err(StoreError::Corrupt(format!(
                         "payload of {} has {} of {} bytes",
@@ -256,7 +268,7 @@ impl Inner {
                 buf.freeze()
             }
         };
-        Ok(Some((rec, payload)))
+        Ok(Some((rec, payload, place)))
     }
 
     /// The sequence a delivery to `lane` of this event joins, if `lane` is an ordered
@@ -276,9 +288,11 @@ impl Inner {
         if !self.is_ordered(lane) {
             return Ok(None);
         }
-        Ok(self.event_with_payload(event)?.and_then(|(rec, payload)| {
-            self.sequence(lane, rec.meta.ordering_key.as_deref(), &payload)
-        }))
+        Ok(self
+            .event_with_payload(event)?
+            .and_then(|(rec, payload, _)| {
+                self.sequence(lane, rec.meta.ordering_key.as_deref(), &payload)
+            }))
     }
 
     fn is_ordered(&self, lane: Lane) -> bool {
@@ -293,13 +307,14 @@ impl Inner {
         &self,
         event: u128,
         v: &'v [u8],
+        place: &Place,
     ) -> Result<(EventRecord, Option<&'v [u8]>), StoreError> {
         let (mut rec, inline) = codec::decode_event(event, v)?;
         if rec.targets_in_rows {
             rec.targets.reserve(rec.target_count);
-            for item in self.trees.log.scan_prefix(key::of(key::TARGETS, event)) {
-                codec::decode_targets(&item?.1, &mut rec.targets)?;
-            }
+            self.each_row(place, &key::of(key::TARGETS, event), |_, v| {
+                codec::decode_targets(v, &mut rec.targets)
+            })?;
             if rec.targets.len() != rec.target_count {
                 return Err(StoreError::Corrupt(format!(
                     "event {} has {} of its {} targets",
@@ -376,6 +391,9 @@ impl Store {
         if matches!(format, Some(2 | 3)) {
             migrate::from_format_3(&trees, &keys)?;
         }
+        if matches!(format, Some(2..=4)) {
+            migrate::from_format_4();
+        }
         if format != Some(FORMAT) {
             trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
             db.flush()?;
@@ -418,6 +436,8 @@ impl Store {
             clock,
             claims: Mutex::new(HashSet::new()),
             orderings: RwLock::new(orderings),
+            fold_cache: Mutex::default(),
+            fold_writes: Mutex::new(()),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -529,7 +549,7 @@ impl Store {
             return Ok(None);
         };
         match self.inner.event_with_payload(ulid)? {
-            Some((rec, payload)) => Ok(Some((rec.meta, payload))),
+            Some((rec, payload, _)) => Ok(Some((rec.meta, payload))),
             None => Ok(None),
         }
     }
@@ -563,14 +583,14 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2 | 3)` for one the
+/// The data directory's storage format: `None` for a new one, `Some(2..=4)` for one the
 /// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
 /// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if matches!(v.as_ref(), [2 | 3]) => Ok(Some(v[0])),
+        Some(v) if matches!(v.as_ref(), [2..=4]) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
             "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",

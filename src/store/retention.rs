@@ -22,7 +22,7 @@ use std::ops::Bound;
 
 use super::codec;
 use super::key;
-use super::{Store, StoreError};
+use super::{Place, Store, StoreError};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
@@ -61,7 +61,7 @@ impl Store {
             }
             let (k, value) = item?;
             let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-            let (rec, _) = self.inner.decode_event(event, &value)?;
+            let (rec, _) = self.inner.decode_event(event, &value, &Place::Hot)?;
             if rec.meta.received_at >= cutoff {
                 out.next = None;
                 return Ok(out); // everything after is newer
@@ -75,7 +75,7 @@ impl Store {
                 continue; // one is being attempted or retried: pending work, kept
             }
             let deliveries: Vec<_> = (0..rec.targets.len())
-                .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i))
+                .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot))
                 .collect::<Result<_, _>>()?;
             if deliveries.iter().any(|d| d.state == DeliveryState::Pending) {
                 continue; // pending work is never pruned
@@ -171,7 +171,7 @@ impl Store {
             codec::decode_targets(&v, &mut events)?;
             let mut kept = Vec::with_capacity(events.len());
             for e in &events {
-                if log.contains_key(key::event(*e))? {
+                if self.inner.event_exists(*e)? {
                     kept.push(*e);
                 }
             }
@@ -202,7 +202,7 @@ impl Store {
                 let exists = match known {
                     Some((e, exists)) if e == event => exists,
                     _ => {
-                        let exists = log.contains_key(key::event(event))?;
+                        let exists = self.inner.event_exists(event)?;
                         known = Some((event, exists));
                         exists
                     }

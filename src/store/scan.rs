@@ -10,7 +10,7 @@ use std::iter::Peekable;
 
 use super::codec::{self, EventRecord};
 use super::key;
-use super::{meta_keys, Entry, Inner, StoreError};
+use super::{meta_keys, Entry, Inner, Place, StoreError};
 use crate::ids;
 use crate::model::DeliveryState;
 
@@ -64,7 +64,7 @@ pub(super) fn walk(
     for item in kind(key::EVENT) {
         let (k, v) = item?;
         let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
-        let (rec, _) = inner.decode_event(event, &v)?;
+        let (rec, _) = inner.decode_event(event, &v, &Place::Hot)?;
         for (index, target) in rec.targets.iter().enumerate() {
             let delivery = ids::delivery_of(event, index);
             // The state an attempt left is its value's last byte.
@@ -168,7 +168,8 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
         .next_back()
         .transpose()?
         .and_then(|(k, _)| key::ulid(&k))
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(inner.newest_folded()?);
     // New ids must sort after every stored one, even if the clock went back since.
     ids::observe(newest);
     f.last_event = newest;

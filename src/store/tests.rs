@@ -15,6 +15,9 @@ use crate::model::{
     Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
 };
 
+#[path = "fold_tests.rs"]
+mod fold_tests;
+
 /// Failures a test can inject; each fires once per arming.
 #[derive(Default)]
 pub(crate) struct Faults {
@@ -24,6 +27,8 @@ pub(crate) struct Faults {
     pub undo: AtomicBool,
     /// An engine write of a delivery's change.
     pub delivery_write: AtomicBool,
+    /// The folder's batch.
+    pub fold_write: AtomicBool,
 }
 
 impl Faults {
@@ -534,12 +539,21 @@ async fn rows_stay_below_the_blob_threshold_at_the_maximum() {
 
 /// Copies a fixture (`tests/fixtures/NAME`, written by an earlier herald) into `to`.
 fn copy_fixture(name: &str, to: &Path) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    for entry in std::fs::read_dir(&from).unwrap() {
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+        to,
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() && entry.file_name() != "README.md" {
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else if entry.file_name() != "README.md" {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }

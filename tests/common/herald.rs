@@ -98,6 +98,7 @@ impl Herald {
         let storage = launch.storage.unwrap_or_else(|| dir.path().join("data"));
         // A `[server]` table in `extra_toml` adds its keys to the harness's own.
         let (server_keys, extra_toml) = super::split_table(extra_toml, "server");
+        let (storage_keys, extra_toml) = super::split_table(&extra_toml, "storage");
         let config = format!(
             "[server]\n\
              listen = \"127.0.0.1:0\"\n\
@@ -106,6 +107,7 @@ impl Herald {
              {server_keys}\
              [storage]\n\
              path = {}\n\
+             {storage_keys}\
              [log]\n\
              format = \"text\"\n\
              level = \"info\"\n\

@@ -1,0 +1,373 @@
+//! Folded history ([`crate::store::fold`]): what was read before folding reads the same after
+//! it, after a restart, after a retry takes an event back and after a late event joins; a
+//! failed fold changes nothing; retention removes folds whole.
+
+use super::*;
+use crate::store::fold::Place;
+
+/// Everything the API can read of the store, as text: every event with its payload and
+/// deliveries, every delivery's attempts, and list pages with and without filters.
+fn everything(store: &Store, events: &[String]) -> String {
+    events_text(store, events) + &lists_text(store)
+}
+
+/// Each event with its payload, its deliveries (from the event and by id) and their attempts.
+fn events_text(store: &Store, events: &[String]) -> String {
+    let mut out = String::new();
+    for id in events {
+        let (meta, payload, deliveries) = store.event_with_deliveries(id).unwrap().unwrap();
+        out += &format!(
+            "{}\n{}\n",
+            serde_json::to_string(&meta).unwrap(),
+            payload.len()
+        );
+        out += &format!("{}\n", payload.iter().map(|b| *b as u64).sum::<u64>());
+        for d in &deliveries {
+            out += &serde_json::to_string(d).unwrap();
+            let again = store.delivery(&d.id).unwrap().unwrap();
+            out += &serde_json::to_string(&again).unwrap();
+            out += &serde_json::to_string(&store.attempts(&d.id).unwrap()).unwrap();
+            out += "\n";
+        }
+    }
+    out
+}
+
+/// Pages of the delivery list, with and without filters.
+fn lists_text(store: &Store) -> String {
+    let mut out = String::new();
+    let filters = [
+        DeliveryFilter::default(),
+        DeliveryFilter {
+            account_id: Some("b".into()),
+            ..Default::default()
+        },
+        DeliveryFilter {
+            state: Some(DeliveryState::Failed),
+            ..Default::default()
+        },
+        DeliveryFilter {
+            account_id: Some("a".into()),
+            state: Some(DeliveryState::Pending),
+            ..Default::default()
+        },
+    ];
+    for f in &filters {
+        let mut cursor = None;
+        loop {
+            let (page, next) = store.list_deliveries(f, 7, cursor.as_deref()).unwrap();
+            for d in &page {
+                out += &format!("{} ", d.id);
+            }
+            out += "|";
+            match next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        out += "\n";
+    }
+    out
+}
+
+fn rows_of(store: &Store, kind: u8) -> usize {
+    store
+        .inner
+        .trees
+        .log
+        .range(key::of(kind, 0)..key::end(kind))
+        .count()
+}
+
+/// Folds never overlap, and each holds at least one event.
+fn assert_disjoint(store: &Store) {
+    let mut last = None;
+    for item in store
+        .inner
+        .trees
+        .log
+        .range(key::fold(0)..key::end(key::FOLD))
+    {
+        let (k, _) = item.unwrap();
+        let first = key::ulid(&k).unwrap();
+        let fold = store.inner.fold_at(first).unwrap().unwrap();
+        assert_eq!(fold.first, first);
+        assert!(fold.events().next().is_some(), "an empty fold");
+        assert!(last.is_none_or(|l| l < first), "folds overlap");
+        last = Some(fold.last);
+    }
+}
+
+/// Bytes no compressor shrinks (xorshift64).
+fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// 240 events over two accounts, some with two deliveries, one with a payload in chunks and
+/// one too large to fold; delivered, failed after two attempts, or left pending.
+async fn history(store: &Store) -> (Vec<String>, Vec<Delivery>) {
+    let mut events = Vec::new();
+    let mut pending = Vec::new();
+    for i in 0..240i64 {
+        let account = if i % 3 == 0 { "b" } else { "a" };
+        let targets: &[Lane] = if i % 5 == 0 {
+            &[LANE, LANE + 1]
+        } else {
+            &[LANE]
+        };
+        let mut ev = event(account, targets, T0 + i);
+        ev.payload = match i {
+            // Chunked, and compressible: folds.
+            16 => Bytes::from(format!("{{\"big\":\"{}\"}}", "abc".repeat(7_000))),
+            // Chunked and random: too large for a fold of its own; stays hot.
+            18 => Bytes::from(noise(40_000)),
+            _ => Bytes::from(format!("{{\"n\":{i},\"who\":\"user-{}\"}}", i % 17)),
+        };
+        if i % 11 == 0 {
+            ev.idempotency_key = Some(format!("idem-{i}"));
+        }
+        let out = store.ingest(vec![ev]).await.unwrap();
+        let (id, deliveries) = created(&out[0]);
+        events.push(id.to_string());
+        for (j, d) in deliveries.iter().enumerate() {
+            let at = T0 + 1_000 + i;
+            match (i + j as i64) % 7 {
+                0 => {
+                    let retry = Delivery {
+                        state: DeliveryState::Pending,
+                        next_attempt_at: Some(at + 10),
+                        queued: true,
+                        attempt_count: 1,
+                        ..d.clone()
+                    };
+                    store
+                        .update_delivery(d, &retry, Some(&attempt(1, Status::HttpError, at)))
+                        .unwrap();
+                    let failed = Delivery {
+                        state: DeliveryState::Failed,
+                        next_attempt_at: None,
+                        queued: false,
+                        attempt_count: 2,
+                        ..retry.clone()
+                    };
+                    store
+                        .update_delivery(
+                            &retry,
+                            &failed,
+                            Some(&attempt(2, Status::HttpError, at + 10)),
+                        )
+                        .unwrap();
+                }
+                3 => pending.push(d.clone()),
+                _ => {
+                    let done = Delivery {
+                        state: DeliveryState::Delivered,
+                        next_attempt_at: None,
+                        attempt_count: 1,
+                        ..d.clone()
+                    };
+                    store
+                        .update_delivery(d, &done, Some(&attempt(1, Status::Delivered, at)))
+                        .unwrap();
+                }
+            }
+        }
+    }
+    (events, pending)
+}
+
+#[tokio::test]
+async fn folded_history_reads_as_it_did_hot() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (events, pending) = history(&store).await;
+    let before = everything(&store, &events);
+    let counts = store.stats().snapshot();
+    let hot_rows = rows_of(&store, key::EVENT) + rows_of(&store, key::ATTEMPT);
+
+    // Folding stops at the idempotency keys' watermark: past every event once recorded.
+    store.inner.keys.checkpoint().unwrap();
+    let f = store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+    let with_pending: std::collections::HashSet<_> =
+        pending.iter().map(|d| d.event_id.clone()).collect();
+    // Every event without a pending delivery, but the one too large.
+    assert_eq!(f.events, 240 - with_pending.len() - 1, "{f:?}");
+    assert!(!f.more);
+    assert!(f.folds >= 1 && f.folds * 20 < f.events, "{f:?}");
+    assert_disjoint(&store);
+    let left = rows_of(&store, key::EVENT) + rows_of(&store, key::ATTEMPT);
+    assert!(left * 3 < hot_rows, "{left} of {hot_rows} rows left hot");
+    assert_eq!(everything(&store, &events), before);
+    assert_eq!(store.stats().snapshot(), counts);
+
+    // A restart finds the pending ones and the counts as they were.
+    close(store);
+    let store = open(dir.path(), &clock);
+    assert_eq!(everything(&store, &events), before);
+    assert_eq!(store.due().len(), pending.len());
+    assert_eq!(store.stats().snapshot(), counts);
+    // An idempotency key of a folded event still claims it.
+    let mut again = event("a", &[LANE], T0 + 5_000);
+    again.idempotency_key = Some("idem-11".into());
+    match &store.ingest(vec![again]).await.unwrap()[0] {
+        IngestOutcome::Duplicate { event_id } => assert_eq!(event_id, &events[11]),
+        other => panic!("{other:?}"),
+    }
+
+    // A late event (its delivery ends now) joins the fold that spans it.
+    let late = &pending[0];
+    let done = Delivery {
+        state: DeliveryState::Delivered,
+        next_attempt_at: None,
+        attempt_count: 1,
+        ..late.clone()
+    };
+    store
+        .update_delivery(
+            late,
+            &done,
+            Some(&attempt(1, Status::Delivered, T0 + 6_000)),
+        )
+        .unwrap();
+    let after_late = everything(&store, &events);
+    assert_ne!(after_late, before);
+    store.inner.keys.checkpoint().unwrap();
+    store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+    assert_disjoint(&store);
+    assert_eq!(everything(&store, &events), after_late);
+
+    // A retry takes a folded delivery back to the hot rows; its neighbours stay folded.
+    let failed = store
+        .list_deliveries(
+            &DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                ..Default::default()
+            },
+            1,
+            None,
+        )
+        .unwrap()
+        .0
+        .remove(0);
+    let others: Vec<_> = events
+        .iter()
+        .filter(|e| **e != failed.event_id)
+        .cloned()
+        .collect();
+    let others_before = events_text(&store, &others);
+    let event = ids::parse(ids::EVENT, &failed.event_id).unwrap();
+    assert!(matches!(
+        store.inner.locate(event).unwrap(),
+        Some((_, Place::Folded(_)))
+    ));
+    let changed = store
+        .change_delivery(&failed.id, |d| {
+            let mut d = d.clone();
+            d.state = DeliveryState::Pending;
+            d.next_attempt_at = Some(T0 + 7_000);
+            d.manual = true;
+            d.queued = true;
+            Some((d, ()))
+        })
+        .unwrap();
+    assert_eq!(changed, Changed::Yes(()));
+    assert!(matches!(
+        store.inner.locate(event).unwrap(),
+        Some((_, Place::Hot))
+    ));
+    let now = store.delivery(&failed.id).unwrap().unwrap();
+    assert_eq!(now.state, DeliveryState::Pending);
+    assert_eq!(store.attempts(&failed.id).unwrap().len(), 2);
+    assert_disjoint(&store);
+    let others: Vec<_> = events
+        .iter()
+        .filter(|e| **e != failed.event_id)
+        .cloned()
+        .collect();
+    assert_eq!(events_text(&store, &others), others_before);
+    close(store);
+}
+
+#[tokio::test]
+async fn a_failed_fold_changes_nothing_and_retention_removes_folds_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (events, pending) = history(&store).await;
+    let before = everything(&store, &events);
+    store.inner.keys.checkpoint().unwrap();
+    store.inner.faults.fold_write.store(true, Ordering::SeqCst);
+    assert!(store.fold_history(T0 + 10_000, None, 10_000).is_err());
+    assert_eq!(rows_of(&store, key::FOLD), 0);
+    assert_eq!(everything(&store, &events), before);
+    // The claims went with the failed slice: it folds the next time.
+    let f = store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+    assert!(f.events > 150, "{f:?}");
+    assert_eq!(everything(&store, &events), before);
+
+    let keys_before = store.inner.keys.len();
+    let (p, more) = store.prune_folds(T0 + 1_000_000, 10_000).unwrap();
+    assert!(!more);
+    assert_eq!(p.events, f.events);
+    assert_eq!(rows_of(&store, key::FOLD), 0);
+    assert!(
+        store.inner.keys.len() < keys_before,
+        "the folded events' keys went with them"
+    );
+    for (i, id) in events.iter().enumerate() {
+        let kept = store.event_with_deliveries(id).unwrap().is_some();
+        let waiting = pending.iter().any(|d| &d.event_id == id);
+        assert_eq!(kept, waiting || i == 18, "event {i}");
+    }
+    // Only pending deliveries (and the unfoldable event's) are counted now.
+    let counts = store.stats().snapshot();
+    assert_eq!(counts[0], pending.len() as i64);
+    close(store);
+}
+
+/// The format-4 fixture (tests/fixtures/format4, see its README) opens in format 5, reads as
+/// it did, and its history folds.
+#[tokio::test]
+async fn a_format_4_store_opens_and_folds() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_fixture("format4", dir.path());
+    // A minute after the fixture was written.
+    let written = ids::ulid_ms(ids::parse(ids::EVENT, "evt_01M8Z6FDXR782QCATMV6BS7M00").unwrap());
+    let clock = Arc::new(ManualClock::new(written + 60_000));
+    let store = open(dir.path(), &clock);
+    let format = store.inner.trees.meta.get(meta_keys::FORMAT).unwrap();
+    assert_eq!(format.unwrap().as_ref(), [FORMAT]);
+    let events = [
+        "evt_01M8Z6FDWX24RQ0184K0X9X000",
+        "evt_01M8Z6FDXD0CS4DKRD6RXK0C00",
+        "evt_01M8Z6FDXR782QCATMV6BS7M00",
+    ]
+    .map(String::from);
+    let before = everything(&store, &events);
+    let states: Vec<_> = events
+        .iter()
+        .map(|e| store.event_with_deliveries(e).unwrap().unwrap().2[0].state)
+        .collect();
+    use DeliveryState::*;
+    assert_eq!(states, [Delivered, Skipped, Delivered]);
+    store.inner.keys.checkpoint().unwrap();
+    let f = store.fold_history(clock.now_ms(), None, 100).unwrap();
+    assert_eq!((f.events, f.folds), (3, 1), "{f:?}");
+    assert_eq!(everything(&store, &events), before);
+    let mut again = event("acct-1", &[NO_LANE], clock.now_ms());
+    again.idempotency_key = Some("idem-1".into());
+    assert!(matches!(
+        store.ingest(vec![again]).await.unwrap()[0],
+        IngestOutcome::Duplicate { .. }
+    ));
+    close(store);
+}
