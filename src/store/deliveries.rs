@@ -384,8 +384,9 @@ impl Store {
         }
     }
 
-    /// Makes every waiting delivery to `endpoint_id` due at `now` (used when the endpoint is
-    /// deleted, so they end at once instead of at their next retry time). Returns how many.
+    /// Makes every waiting delivery to `endpoint_id` due at `now` and ends its lane's hold (used
+    /// when the endpoint is deleted, so they end at once instead of at their next retry time or
+    /// the breaker's next probe). Returns how many were rescheduled.
     pub fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<usize, StoreError> {
         let lane = lane_of(Some(endpoint_id));
         let mut n = 0;
@@ -403,6 +404,9 @@ impl Store {
             })?;
             n += usize::from(matches!(changed, Changed::Yes(())));
         }
+        // Its breaker's hold on the lane ends too: the endpoint is gone, so what waits in the
+        // lane ends now (`no_endpoint`) rather than at the breaker's next probe.
+        self.inner.due.release(lane);
         Ok(n)
     }
 
