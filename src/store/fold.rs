@@ -27,14 +27,14 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::codec::{Reader, Writer, MAX_ROW};
+use super::codec::{self, Reader, Writer, MAX_ROW};
 use super::key;
 use super::{Claim, Inner, Store, StoreError};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
 
-/// Rows of an event, or of a fold's events, as (key, value), sorted by key.
+/// Rows of an event, or of a fold's events, as (key, value) ([`encode`] sorts them).
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The uncompressed bytes a fold starts from; fewer if its compressed form would not fit.
@@ -66,26 +66,18 @@ pub(crate) struct Fold {
 }
 
 impl Fold {
+    fn key(&self, r: &[u32; 4]) -> &[u8] {
+        &self.body[r[0] as usize..r[1] as usize]
+    }
+
     fn row(&self, i: usize) -> (&[u8], &[u8]) {
-        let [ks, ke, vs, ve] = self.rows[i];
-        (
-            &self.body[ks as usize..ke as usize],
-            &self.body[vs as usize..ve as usize],
-        )
+        let r = &self.rows[i];
+        (self.key(r), &self.body[r[2] as usize..r[3] as usize])
     }
 
     /// The first row whose key is at or after `k`.
     fn lower_bound(&self, k: &[u8]) -> usize {
-        let (mut lo, mut hi) = (0, self.rows.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.row(mid).0 < k {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
+        self.rows.partition_point(|r| self.key(r) < k)
     }
 
     pub fn get(&self, k: &[u8]) -> Option<&[u8]> {
@@ -102,11 +94,7 @@ impl Fold {
         prefix: &'a [u8],
     ) -> impl DoubleEndedIterator<Item = (&'a [u8], &'a [u8])> + 'a {
         let from = self.lower_bound(prefix);
-        let to = from
-            + self.rows[from..]
-                .iter()
-                .take_while(|r| self.body[r[0] as usize..r[1] as usize].starts_with(prefix))
-                .count();
+        let to = from + self.rows[from..].partition_point(|r| self.key(r).starts_with(prefix));
         (from..to).map(|i| self.row(i))
     }
 
@@ -332,12 +320,17 @@ fn fits(event: u128, rows: &Rows) -> Result<bool, StoreError> {
     Ok(v.len() + 17 <= ROW_MAX)
 }
 
-/// A fold's span and size, read without decoding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The first event of a fold's key.
+fn fold_first(k: &[u8]) -> Result<u128, StoreError> {
+    key::ulid(k).ok_or_else(|| StoreError::Corrupt("fold key".into()))
+}
+
+/// A fold's span and row, read without decoding it.
+#[derive(Clone)]
 struct Bounds {
     first: u128,
     last: u128,
-    stored: usize,
+    row: sled::IVec,
 }
 
 /// Where an event's rows are.
@@ -395,8 +388,7 @@ impl Inner {
         else {
             return Ok(None);
         };
-        let first = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("fold key".into()))?;
-        Ok(Some((first, v)))
+        Ok(Some((fold_first(&k)?, v)))
     }
 
     /// The fold whose first event is the last at or before `event` (it holds `event` if any
@@ -427,18 +419,14 @@ impl Inner {
         Ok(Some(fold))
     }
 
-    /// The first and last event and the stored size of the fold whose first event is the last
-    /// at or before `event`, from its key and header alone (no decompression).
+    /// The first and last event and the row of the fold whose first event is the last at or
+    /// before `event`, from its key and header alone (no decompression).
     fn fold_bounds_at(&self, event: u128) -> Result<Option<Bounds>, StoreError> {
-        let Some((first, v)) = self.fold_row_at(event)? else {
+        let Some((first, row)) = self.fold_row_at(event)? else {
             return Ok(None);
         };
-        let last = Reader::new(&v, "fold")?.u128()?;
-        Ok(Some(Bounds {
-            first,
-            last,
-            stored: v.len(),
-        }))
+        let last = Reader::new(&row, "fold")?.u128()?;
+        Ok(Some(Bounds { first, last, row }))
     }
 
     /// The event's row and where the rest of its rows are.
@@ -455,12 +443,7 @@ impl Inner {
 
     /// Whether the event is stored, hot or folded.
     pub(super) fn event_exists(&self, event: u128) -> Result<bool, StoreError> {
-        if self.trees.log.contains_key(key::event(event))? {
-            return Ok(true);
-        }
-        Ok(self
-            .fold_at(event)?
-            .is_some_and(|f| f.get(&key::event(event)).is_some()))
+        Ok(self.locate(event)?.is_some())
     }
 
     /// Calls `f` with each row of `place` under `prefix`, in key order.
@@ -503,20 +486,15 @@ impl Inner {
 
     /// The newest event in a fold (0 if none): new ids sort after it.
     pub(super) fn newest_folded(&self) -> Result<u128, StoreError> {
-        let last = self
-            .trees
-            .log
-            .range(key::fold(0)..key::end(key::FOLD))
-            .next_back()
-            .transpose()?;
-        match last {
-            Some((k, v)) => {
-                let first = key::ulid(&k).unwrap_or(0);
-                let mut r = Reader::new(&v, "fold")?;
-                Ok(r.u128()?.max(first))
-            }
-            None => Ok(0),
-        }
+        Ok(self.fold_bounds_at(u128::MAX)?.map_or(0, |b| b.last))
+    }
+
+    /// Appends copies of the hot rows under `prefix` to `rows`.
+    fn copy_hot_rows(&self, prefix: &[u8], rows: &mut Rows) -> Result<(), StoreError> {
+        self.each_row(&Place::Hot, prefix, |k, v| {
+            rows.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })
     }
 
     /// An ended event's rows and its deliveries' claims; `None` if one of its deliveries is
@@ -534,24 +512,26 @@ impl Inner {
             return Ok(None);
         };
         let mut rows: Rows = vec![(key::event(event).to_vec(), row.to_vec())];
+        for kind in [key::CHUNK, key::TARGETS] {
+            self.copy_hot_rows(&key::of(kind, event), &mut rows)?;
+        }
+        // A delivery has ended if it has no pending entry and its last attempt left it ended
+        // (none at all: fresh, so pending), as [`Inner::assemble`] tells it.
         for i in 0..rec.targets.len() {
-            let d = self.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
-            if d.state == DeliveryState::Pending {
+            let delivery = ids::delivery_of(event, i);
+            if self.pending_of(delivery)?.is_some() {
+                return Ok(None);
+            }
+            let before = rows.len();
+            self.copy_hot_rows(&key::attempts(delivery), &mut rows)?;
+            let ended = match rows[before..].last() {
+                Some((k, v)) => codec::decode_attempt(k, v)?.state != DeliveryState::Pending,
+                None => false,
+            };
+            if !ended {
                 return Ok(None);
             }
         }
-        let mut take = |k: &[u8], v: &[u8]| {
-            rows.push((k.to_vec(), v.to_vec()));
-            Ok(())
-        };
-        for kind in [key::CHUNK, key::TARGETS] {
-            self.each_row(&Place::Hot, &key::of(kind, event), &mut take)?;
-        }
-        for i in 0..rec.targets.len() {
-            let prefix = key::attempts(ids::delivery_of(event, i));
-            self.each_row(&Place::Hot, &prefix, &mut take)?;
-        }
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(Some((rows, claims)))
     }
 
@@ -568,16 +548,11 @@ impl Inner {
                 batch.remove(&k[..]);
             }
         }
-        let merge = prev.filter(|p| run[0].0 <= p.last || p.stored + 17 < ROOM);
+        let merge = prev.filter(|p| run[0].0 <= p.last || p.row.len() + 17 < ROOM);
         let events = match merge {
             Some(p) => {
                 batch.remove(&key::fold(p.first)[..]);
-                let v = self
-                    .trees
-                    .log
-                    .get(key::fold(p.first))?
-                    .ok_or_else(|| StoreError::Corrupt("a fold went missing".into()))?;
-                let mut all = decode(p.first, &v, None)?.split();
+                let mut all = decode(p.first, &p.row, None)?.split();
                 all.extend(run);
                 all.sort_unstable_by_key(|(e, _)| *e);
                 all
@@ -668,9 +643,10 @@ impl Store {
                 continue; // a payload too large to fold stays hot
             }
             let here = inner.fold_bounds_at(event)?;
-            if here.map(|f| f.first) != prev.map(|f| f.first) && !run.is_empty() {
+            let first = |b: &Option<Bounds>| b.as_ref().map(|b| b.first);
+            if first(&here) != first(&prev) && !run.is_empty() {
                 out.events += run.len();
-                out.folds += inner.write_run(prev, std::mem::take(&mut run))?;
+                out.folds += inner.write_run(prev.take(), std::mem::take(&mut run))?;
                 claims.clear();
                 prev = inner.fold_bounds_at(event)?;
             } else {
@@ -711,7 +687,7 @@ impl Store {
             else {
                 return Ok((out, false));
             };
-            let first = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("fold key".into()))?;
+            let first = fold_first(&k)?;
             let fold = Arc::new(decode(first, &v, None)?);
             if fold.last >= floor {
                 return Ok((out, false)); // the folds after it are newer
@@ -729,13 +705,13 @@ impl Store {
                         None => busy = true,
                     }
                 }
-                gone.push(rec);
+                gone.push((event, rec));
             }
             if busy {
                 continue; // a retry is taking one of them back: next sweep
             }
-            for rec in &gone {
-                let event = ids::parse(ids::EVENT, &rec.meta.id).unwrap_or_default();
+            for (event, rec) in &gone {
+                let event = *event;
                 for i in 0..rec.targets.len() {
                     let d = inner.assemble(&rec.meta, &rec.targets, i, &place)?;
                     out.attempts += d.attempt_count as usize;
@@ -757,7 +733,7 @@ impl Store {
 }
 
 /// Every event with a ULID in a range, hot or folded, newest first ([`Inner::newest_first`]).
-pub(super) struct NewestFirst<'a> {
+pub(super) struct NewestFirst {
     hot: std::iter::Peekable<std::iter::Rev<sled::Iter>>,
     folds: std::iter::Rev<sled::Iter>,
     folds_done: bool,
@@ -766,13 +742,12 @@ pub(super) struct NewestFirst<'a> {
     /// The current fold, and its events in the range not yet returned (oldest first).
     fold: Option<Arc<Fold>>,
     queued: Vec<(u128, sled::IVec)>,
-    _inner: std::marker::PhantomData<&'a Inner>,
 }
 
 impl Inner {
     /// Every event with a ULID in `lower..=upper`, hot or folded, newest first: the hot rows and
     /// the folds, merged.
-    pub(super) fn newest_first(&self, lower: u128, upper: u128) -> NewestFirst<'_> {
+    pub(super) fn newest_first(&self, lower: u128, upper: u128) -> NewestFirst {
         let log = &self.trees.log;
         NewestFirst {
             hot: log
@@ -785,12 +760,11 @@ impl Inner {
             upper,
             fold: None,
             queued: Vec::new(),
-            _inner: std::marker::PhantomData,
         }
     }
 }
 
-impl NewestFirst<'_> {
+impl NewestFirst {
     /// Reads folds until one has events in the range (or none is left).
     fn next_fold(&mut self) -> Result<(), StoreError> {
         while self.queued.is_empty() && !self.folds_done {
@@ -799,8 +773,7 @@ impl NewestFirst<'_> {
                 break;
             };
             let (k, v) = item?;
-            let first = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("fold key".into()))?;
-            let fold = Arc::new(decode(first, &v, None)?);
+            let fold = Arc::new(decode(fold_first(&k)?, &v, None)?);
             if fold.last < self.lower {
                 self.folds_done = true; // older folds end sooner still
                 break;
@@ -816,7 +789,7 @@ impl NewestFirst<'_> {
     }
 }
 
-impl Iterator for NewestFirst<'_> {
+impl Iterator for NewestFirst {
     type Item = Result<(u128, sled::IVec, Place), StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -826,13 +799,8 @@ impl Iterator for NewestFirst<'_> {
             return Some(Err(e));
         }
         let hot = match self.hot.peek() {
-            Some(Err(_)) => {
-                let Some(Err(e)) = self.hot.next() else {
-                    unreachable!("peeked an error")
-                };
-                return Some(Err(e.into()));
-            }
             Some(Ok((k, _))) => key::ulid(k),
+            Some(Err(_)) => return self.hot.next().and_then(Result::err).map(|e| Err(e.into())),
             None => None,
         };
         let folded = self.queued.last().map(|(e, _)| *e);
