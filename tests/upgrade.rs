@@ -1,5 +1,5 @@
 //! Installs upgrade, they do not start over: data directories written by earlier heralds
-//! (storage formats 2, 3 and 4, kept in `tests/fixtures/format2`, `format3` and `format4`) open
+//! (storage formats 2 to 5, kept in `tests/fixtures/format2` to `format5`) open
 //! in this one, are migrated in place, and keep their log, their endpoints and their pending
 //! deliveries.
 
@@ -87,6 +87,18 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
     assert_eq!(got[0].header("webhook-id"), Some(event));
 }
 
+/// Stops herald with SIGTERM, starts it again on the same data, and counts the migration
+/// steps logged by both starts.
+async fn restarted_migrations(h: &mut Herald) -> usize {
+    let status = h.sigterm().await;
+    assert!(status.success());
+    h.restart().await;
+    h.logs()
+        .iter()
+        .filter(|l| l.contains("storage migrated"))
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     let recv = Receiver::ok_http();
@@ -103,6 +115,11 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     .await;
     h.wait_for_log(
         "storage migrated from format 4 to format 5",
+        Duration::from_secs(5),
+    )
+    .await;
+    h.wait_for_log(
+        "storage migrated from format 5 to format 6",
         Duration::from_secs(5),
     )
     .await;
@@ -154,21 +171,14 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 5 (no migration again).
+    // The files are private now, and the next start finds format 6 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
-    let status = h.sigterm().await;
-    assert!(status.success());
-    h.restart().await;
-    let migrations = h
-        .logs()
-        .iter()
-        .filter(|l| l.contains("storage migrated"))
-        .count();
+    let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 3,
-        "three steps at the first start, none at the second"
+        migrations, 4,
+        "four steps at the first start, none at the second"
     );
     let (_, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 11);
@@ -191,6 +201,11 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         Duration::from_secs(5),
     )
     .await;
+    h.wait_for_log(
+        "storage migrated from format 5 to format 6",
+        Duration::from_secs(5),
+    )
+    .await;
 
     assert_eq!(states(&h).await, ["delivered", "skipped", "delivered"]);
 
@@ -203,17 +218,10 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    let status = h.sigterm().await;
-    assert!(status.success());
-    h.restart().await;
-    let migrations = h
-        .logs()
-        .iter()
-        .filter(|l| l.contains("storage migrated"))
-        .count();
+    let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 2,
-        "two steps at the first start, none at the second"
+        migrations, 3,
+        "three steps at the first start, none at the second"
     );
 }
 
@@ -226,6 +234,11 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     let (h, _) = on_fixture(&tables, "format4").await;
     h.wait_for_log(
         "storage migrated from format 4 to format 5",
+        Duration::from_secs(5),
+    )
+    .await;
+    h.wait_for_log(
+        "storage migrated from format 5 to format 6",
         Duration::from_secs(5),
     )
     .await;
@@ -263,4 +276,40 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
         "evt_01M8Z6FDWX24RQ0184K0X9X000",
     )
     .await;
+}
+
+/// Format 5 (tests/fixtures/format5, see its README) opens in format 6: its 210 idempotency
+/// keys, a row each, are packed many to a row; its folded and hot log reads as it did, and a
+/// second start migrates nothing. (That every packed key still answers `duplicate` is
+/// `a_format_5_store_packs_its_keys` in the store's tests, on a clock at the fixture's time:
+/// the keys' 24 hours have passed for a test run later.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_5_data_directory_packs_its_keys_and_keeps_working() {
+    let (mut h, _) = on_fixture(FIXTURE_TABLES, "format5").await;
+    let line = h
+        .wait_for_log(
+            "storage migrated from format 5 to format 6",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(line.contains("idempotency_keys=210"), "{line}");
+
+    let (status, list) = h.admin("GET", "/v1/deliveries?limit=500", None).await;
+    assert_eq!(status, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 211, "{list}");
+    let delivered = items.iter().filter(|d| d["state"] == "delivered").count();
+    assert_eq!(delivered, 151, "{list}");
+    let (status, event) = h
+        .admin("GET", "/v1/events/evt_01M8ZD18X9EV1TH0JA66BFWR00", None)
+        .await;
+    assert_eq!(status, 200, "{event}");
+    assert_eq!(event["payload"], json!({"n": 0}), "{event}");
+    assert_eq!(event["idempotency_key"], json!("idem-1-0"), "{event}");
+
+    let migrations = restarted_migrations(&mut h).await;
+    assert_eq!(
+        migrations, 1,
+        "one step at the first start, none at the second"
+    );
 }

@@ -356,6 +356,11 @@ impl Herald {
     pub fn data_bytes(&self) -> (u64, u64) {
         dir_size(&self.data)
     }
+
+    /// The idempotency keys' database (`keys/` in the data directory): (apparent, allocated).
+    pub fn keys_bytes(&self) -> (u64, u64) {
+        dir_size(&self.data.join("keys"))
+    }
 }
 
 /// A `kB` field of `/proc/PID/status`.

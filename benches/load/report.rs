@@ -225,7 +225,7 @@ impl Results {
             ));
         }
         if let Some(k) = &self.keys {
-            if let Some(per_key) = k.bytes_per_key() {
+            if let Some(per_key) = k.keys_db_per_key() {
                 let t = format!("≤ {KEY_BYTES_TARGET:.0} bytes");
                 v.push((
                     "idempotency_key_bytes",
@@ -595,10 +595,20 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
                 verdict("keys_rss_bytes"),
             );
         }
-        if let Some(per_key) = k.bytes_per_key() {
+        if let Some(marginal) = k.bytes_per_key() {
             row(
                 format!(
-                    "  disk per live idempotency key ({} keyed events vs as many unkeyed)",
+                    "  data dir per key ({} keyed events vs as many unkeyed)",
+                    thousands(k.keyed.acked as f64)
+                ),
+                format!("{marginal:.0} bytes"),
+                None,
+            );
+        }
+        if let Some(per_key) = k.keys_db_per_key() {
+            row(
+                format!(
+                    "  disk per live idempotency key (keys' database / {} keys)",
                     thousands(k.keyed.acked as f64)
                 ),
                 format!("{per_key:.0} bytes"),
@@ -792,7 +802,9 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "delivered": k.soak.delivered,
             "samples": k.soak.samples.iter().zip(&k.soak.rss).map(|((t, b), rss)| json!({"t_s": t, "allocated_bytes": b, "rss_bytes": rss})).collect::<Vec<_>>(),
             "marginal": {"keyed_bytes": k.keyed.last().map(|l| l.1), "unkeyed_bytes": k.unkeyed.last().map(|l| l.1), "keys": k.keyed.acked},
-            "bytes_per_key": k.bytes_per_key(),
+            "bytes_per_key": k.keys_db_per_key(),
+            "data_dir_bytes_per_key": k.bytes_per_key(),
+            "keys_db_bytes": k.keyed.keys_bytes,
         })),
         "peak_rss_bytes": r.peak_rss(),
         "disk_bytes_per_delivered_event": r.disk_per_event(),

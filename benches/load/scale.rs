@@ -414,6 +414,8 @@ pub struct Retention {
     pub delivered: u64,
     /// Events acknowledged.
     pub acked: u64,
+    /// The keys' database at the last sample, allocated bytes.
+    pub keys_bytes: u64,
 }
 
 impl Retention {
@@ -452,6 +454,12 @@ impl Keys {
         let (_, with, _) = self.keyed.last()?;
         let (_, without, _) = self.unkeyed.last()?;
         (self.keyed.acked > 0).then(|| (with as f64 - without as f64) / self.keyed.acked as f64)
+    }
+
+    /// The keys' own database per key at the end of the keyed run (keys live apart from the
+    /// log, so this is their whole cost on disk, with none of the log's run-to-run spread).
+    pub fn keys_db_per_key(&self) -> Option<f64> {
+        (self.keyed.acked > 0).then(|| self.keyed.keys_bytes as f64 / self.keyed.acked as f64)
     }
 }
 
@@ -510,6 +518,7 @@ pub async fn retention(opts: &Opts, soak: Soak) -> Result<Retention> {
     };
     let mut samples = Vec::new();
     let mut rss = Vec::new();
+    let mut keys_bytes = 0;
     let every = Duration::from_secs_f64((retention_s / 4.0).clamp(0.5, 15.0));
     while start.elapsed() < dur {
         tokio::time::sleep(every).await;
@@ -523,6 +532,7 @@ pub async fn retention(opts: &Opts, soak: Soak) -> Result<Retention> {
         );
         samples.push((t, bytes));
         rss.push(resident);
+        keys_bytes = herald.keys_bytes().1;
     }
     driver.await?;
     herald.stop(true).await?;
@@ -533,5 +543,6 @@ pub async fn retention(opts: &Opts, soak: Soak) -> Result<Retention> {
         rss,
         delivered: receiver.arrivals.unique(),
         acked: counters.acked.load(std::sync::atomic::Ordering::Relaxed),
+        keys_bytes,
     })
 }

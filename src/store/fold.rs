@@ -710,6 +710,7 @@ impl Store {
             if busy {
                 continue; // a retry is taking one of them back: next sweep
             }
+            let mut released = Vec::new();
             for (event, rec) in &gone {
                 let event = *event;
                 for i in 0..rec.targets.len() {
@@ -720,11 +721,11 @@ impl Store {
                 }
                 if let Some(idem) = &rec.meta.idempotency_key {
                     let day = key::idempotency_day(ids::ulid_ms(event));
-                    let ik = key::idempotency(day, &rec.meta.account_id, idem);
-                    inner.keys.release(&ik, event)?;
+                    released.push((key::idempotency(day, &rec.meta.account_id, idem), event));
                 }
                 out.events += 1;
             }
+            inner.keys.release(&released)?;
             inner.trees.log.remove(&k)?;
             inner.folds_changed();
         }

@@ -1,5 +1,5 @@
 //! Upgrades a data directory in place from the storage format an older herald wrote, one
-//! format at a time (2 → 3 → 4).
+//! format at a time (2 → 3 → 4 → 5 → 6).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -21,7 +21,7 @@ use std::fs::File;
 
 use super::codec;
 use super::key;
-use super::keys::{KeyRow, Keys};
+use super::keys::{self, KeyRow, Keys};
 use super::{StoreError, Trees, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
@@ -47,9 +47,8 @@ pub(super) fn from_format_3(trees: &Trees, keys: &Keys) -> Result<(), StoreError
         let mut gone = sled::Batch::default();
         for item in trees.log.scan_prefix([key::IDEMPOTENCY]).take(BATCH) {
             let (k, v) = item?;
-            let row: KeyRow = k[1..]
-                .try_into()
-                .map_err(|_| StoreError::Corrupt("format 3 idempotency key".into()))?;
+            let row: KeyRow = keys::packed_row(&k[1..])
+                .ok_or_else(|| StoreError::Corrupt("format 3 idempotency key".into()))?;
             let event = u128::from_be_bytes(
                 v.as_ref()
                     .try_into()
@@ -119,7 +118,7 @@ pub(super) fn from_format_2(
             let day = key::idempotency_day(ids::ulid_ms(event));
             // Format 3's row: its kind byte, then the key row.
             let mut k3 = vec![key::IDEMPOTENCY];
-            k3.extend_from_slice(&key::idempotency(day, account, idem));
+            k3.extend_from_slice(&key::idempotency_format_3(day, account, idem));
             batch.insert(k3, &event.to_be_bytes()[..]);
             keys += 1;
         }
@@ -231,4 +230,18 @@ fn split_account_key(k: &[u8]) -> Option<(&str, &str)> {
 /// A format-4 herald would not see folded events, so the format says a newer herald wrote it.
 pub(super) fn from_format_4() {
     tracing::info!("storage migrated from format 4 to format 5 (history is folded from now on)");
+}
+
+/// Format 5 to 6: idempotency keys, a row per key in format 5, are packed many to a row
+/// ([`super::keys`]), their digests cut from 16 bytes to 12 (which keeps their order), in
+/// batches that each write the chunks and remove the old rows together, so a migration cut
+/// short goes on where it stopped. The keys' database holds two days of keys at most.
+pub(super) fn from_format_5(keys: &Keys) -> Result<(), StoreError> {
+    let packed = keys.pack_format_5(BATCH * 10)?;
+    keys.sync()?;
+    tracing::info!(
+        idempotency_keys = packed,
+        "storage migrated from format 5 to format 6 (idempotency keys packed)"
+    );
+    Ok(())
 }

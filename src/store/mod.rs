@@ -121,9 +121,9 @@ impl From<std::io::Error> for StoreError {
 }
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
-/// releases), 3 (idempotency keys in the `log` tree) and 4 (no folded history) are migrated at
-/// open ([`migrate`]).
-const FORMAT: u8 = 5;
+/// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
+/// idempotency key) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 6;
 
 /// The share of `storage.cache_capacity` that goes to the idempotency keys' database (the rest
 /// is the log's): a sixty-fourth, 1 MiB of the default. Key lookups land at random in two
@@ -394,6 +394,9 @@ impl Store {
         if matches!(format, Some(2..=4)) {
             migrate::from_format_4();
         }
+        if matches!(format, Some(2..=5)) {
+            migrate::from_format_5(&keys)?;
+        }
         if format != Some(FORMAT) {
             trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
             db.flush()?;
@@ -583,14 +586,14 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2..=4)` for one the
+/// The data directory's storage format: `None` for a new one, `Some(2..=5)` for one the
 /// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
 /// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if matches!(v.as_ref(), [2..=4]) => Ok(Some(v[0])),
+        Some(v) if matches!(v.as_ref(), [2..=5]) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
             "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",

@@ -22,6 +22,7 @@ use std::ops::Bound;
 
 use super::codec;
 use super::key;
+use super::keys::KeyRow;
 use super::{Place, Store, StoreError};
 use crate::clock::Millis;
 use crate::ids;
@@ -45,6 +46,20 @@ impl Store {
         cutoff: Millis,
         from: Option<&[u8]>,
         max: usize,
+    ) -> Result<Pruned, StoreError> {
+        // The pruned events' keys go together at the end: one write per chunk of keys.
+        let mut released = Vec::new();
+        let out = self.prune_slice(cutoff, from, max, &mut released);
+        self.inner.keys.release(&released)?;
+        out
+    }
+
+    fn prune_slice(
+        &self,
+        cutoff: Millis,
+        from: Option<&[u8]>,
+        max: usize,
+        released: &mut Vec<(KeyRow, u128)>,
     ) -> Result<Pruned, StoreError> {
         let t = &self.inner.trees;
         let mut out = Pruned::default();
@@ -99,8 +114,7 @@ impl Store {
             // that retention frees keeps sled from reusing their space).
             if let Some(idem) = &rec.meta.idempotency_key {
                 let day = key::idempotency_day(ids::ulid_ms(event));
-                let ik = key::idempotency(day, &rec.meta.account_id, idem);
-                self.inner.keys.release(&ik, event)?;
+                released.push((key::idempotency(day, &rec.meta.account_id, idem), event));
             }
             t.log.remove(&k)?;
             out.events += 1;

@@ -17,6 +17,8 @@ use crate::model::{
 
 #[path = "fold_tests.rs"]
 mod fold_tests;
+#[path = "keys_tests.rs"]
+mod keys_tests;
 
 /// Failures a test can inject; each fires once per arming.
 #[derive(Default)]
