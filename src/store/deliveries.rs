@@ -42,18 +42,12 @@ impl Inner {
     ) -> Result<Delivery, StoreError> {
         let event = ids::parse(EVENT, &meta.id).unwrap_or_default();
         let ulid = ids::delivery_of(event, index);
-        let (mut pending, mut last) = match place {
+        // A read that raced the folder runs again ([`Inner::consistent`]), so `place` holds.
+        let (pending, last) = match place {
             Place::Hot => (self.pending_of(ulid)?, self.last_attempt(ulid, place)?),
             // A folded delivery has ended: no pending entry.
             Place::Folded(_) => (None, self.last_attempt(ulid, place)?),
         };
-        if pending.is_none() && last.is_none() && matches!(place, Place::Hot) {
-            // Fresh, or folded since its event row was read: then its rows are in a fold.
-            if let Some((_, folded @ Place::Folded(_))) = self.locate(event)? {
-                pending = None;
-                last = self.last_attempt(ulid, &folded)?;
-            }
-        }
         let endpoint = targets.get(index).copied().unwrap_or(NO_LANE);
         Ok(delivery_from(
             ulid,
@@ -139,13 +133,15 @@ impl Store {
         let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        let Some((rec, payload, place)) = self.inner.event_with_payload(ulid)? else {
-            return Ok(None);
-        };
-        let deliveries = (0..rec.targets.len())
-            .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i, &place))
-            .collect::<Result<_, _>>()?;
-        Ok(Some((rec.meta, payload, deliveries)))
+        self.inner.consistent(|| {
+            let Some((rec, payload, place)) = self.inner.event_with_payload(ulid)? else {
+                return Ok(None);
+            };
+            let deliveries = (0..rec.targets.len())
+                .map(|i| self.inner.assemble(&rec.meta, &rec.targets, i, &place))
+                .collect::<Result<_, _>>()?;
+            Ok(Some((rec.meta, payload, deliveries)))
+        })
     }
 
     // --- deliveries ---------------------------------------------------------------------------
@@ -161,15 +157,17 @@ impl Store {
         let Some((event, index)) = ids::event_of(ulid) else {
             return Ok(None);
         };
-        let Some((rec, _, place)) = self.inner.event_record(event)? else {
-            return Ok(None);
-        };
-        if index >= rec.targets.len() {
-            return Ok(None);
-        }
-        self.inner
-            .assemble(&rec.meta, &rec.targets, index, &place)
-            .map(Some)
+        self.inner.consistent(|| {
+            let Some((rec, _, place)) = self.inner.event_record(event)? else {
+                return Ok(None);
+            };
+            if index >= rec.targets.len() {
+                return Ok(None);
+            }
+            self.inner
+                .assemble(&rec.meta, &rec.targets, index, &place)
+                .map(Some)
+        })
     }
 
     /// A due delivery with its event and payload, read once for its attempt.
@@ -177,20 +175,22 @@ impl Store {
         let Some((event, index)) = ids::event_of(ulid) else {
             return Ok(None);
         };
-        let Some((rec, payload, place)) = self.inner.event_with_payload(event)? else {
-            return Ok(None);
-        };
-        if index >= rec.targets.len() {
-            return Ok(None);
-        }
-        let delivery = self
-            .inner
-            .assemble(&rec.meta, &rec.targets, index, &place)?;
-        Ok(Some(DueDelivery {
-            delivery,
-            event: rec.meta,
-            payload,
-        }))
+        self.inner.consistent(|| {
+            let Some((rec, payload, place)) = self.inner.event_with_payload(event)? else {
+                return Ok(None);
+            };
+            if index >= rec.targets.len() {
+                return Ok(None);
+            }
+            let delivery = self
+                .inner
+                .assemble(&rec.meta, &rec.targets, index, &place)?;
+            Ok(Some(DueDelivery {
+                delivery,
+                event: rec.meta,
+                payload,
+            }))
+        })
     }
 
     /// For a delivery to an ordered endpoint (SPEC §15): its ordering key and, while it waits
@@ -210,7 +210,10 @@ impl Store {
         let Some(event) = ids::parse(EVENT, &d.event_id) else {
             return Ok(None);
         };
-        let Some((rec, payload, _)) = self.inner.event_with_payload(event)? else {
+        let Some((rec, payload, _)) = self
+            .inner
+            .consistent(|| self.inner.event_with_payload(event))?
+        else {
             return Ok(None);
         };
         let key = ordering::key_of(&ordering, rec.meta.ordering_key.as_deref(), &payload);
@@ -233,22 +236,17 @@ impl Store {
         let Some((event, _)) = ids::event_of(ulid) else {
             return Ok(Vec::new());
         };
-        let read = |place: &Place| {
+        self.inner.consistent(|| {
             let mut out = Vec::new();
-            self.inner.each_row(place, &key::attempts(ulid), |k, v| {
+            let Some((_, place)) = self.inner.locate(event)? else {
+                return Ok(out);
+            };
+            self.inner.each_row(&place, &key::attempts(ulid), |k, v| {
                 out.push(codec::decode_attempt(k, v)?.attempt);
                 Ok(())
             })?;
-            Ok::<_, StoreError>(out)
-        };
-        let out = read(&Place::Hot)?;
-        if out.is_empty() {
-            // Folded, or folded since.
-            if let Some((_, place @ Place::Folded(_))) = self.inner.locate(event)? {
-                return read(&place);
-            }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// The delivery's claim ([`Claim`]), unless someone holds it.
@@ -440,6 +438,21 @@ impl Store {
         if upper < lower {
             return Ok((Vec::new(), None));
         }
+        let range = (lower, upper);
+        self.inner
+            .consistent(|| self.list_page(filter, limit, start, endpoint, range))
+    }
+
+    /// A page of [`Self::list_deliveries`]: events with ULIDs in `range`, newest first, from
+    /// `start` (an event and the index of the delivery after the cursor's).
+    fn list_page(
+        &self,
+        filter: &DeliveryFilter,
+        limit: usize,
+        start: Option<(u128, usize)>,
+        endpoint: Option<u128>,
+        (lower, upper): (u128, u128),
+    ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
         let inner = &self.inner;
         let log = &inner.trees.log;
         let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec, Place), StoreError>>> =

@@ -16,7 +16,10 @@
 //! - An event is hot or folded, never both: folding writes the fold and removes the hot rows in
 //!   one batch, and unfolding (a manual retry of a folded delivery) does the reverse, so a crash
 //!   leaves one or the other.
-//! - Reads look for the hot row first, then the fold (a few decoded folds are cached).
+//! - Reads look for the hot row first, then the fold (a few decoded folds are cached). A read
+//!   of several rows (an event with its deliveries, a page of the log) runs again if a batch
+//!   that moves events between hot rows and folds was applied meanwhile
+//!   ([`Inner::consistent`]): it never sees an event in neither place, or in both.
 //! - Only events before the idempotency keys' recorded watermark are folded: the keys' rebuild
 //!   at open reads the hot rows after it ([`super::keys`]).
 //! - Retention removes a fold once its last event is older than the retention window.
@@ -25,6 +28,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::codec::{self, Reader, Writer, MAX_ROW};
@@ -348,6 +352,9 @@ pub(super) struct FoldCache {
     folds: VecDeque<Arc<Fold>>,
 }
 
+/// Runs of a read overlapped by fold writes before [`Inner::consistent`] holds them off.
+const READ_TRIES: usize = 16;
+
 /// What a folding slice did, and where the next starts.
 #[derive(Debug, Default)]
 pub struct Folded {
@@ -368,6 +375,40 @@ impl Inner {
 
     fn lock_fold_writes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.fold_writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies a batch that moves events between hot rows and folds, marked in `fold_seq`
+    /// for the reads it overlaps. The caller holds `fold_writes`.
+    fn move_events(&self, batch: sled::Batch) -> Result<(), StoreError> {
+        self.fold_seq.fetch_add(1, Ordering::SeqCst);
+        let applied = self.trees.log.apply_batch(batch);
+        self.fold_seq.fetch_add(1, Ordering::SeqCst);
+        self.folds_changed();
+        Ok(applied?)
+    }
+
+    /// Runs `read` (which only reads) until no batch that moves events between hot rows and
+    /// folds was applied while it ran, and returns what it found then: a read of several rows
+    /// that overlapped one (an event's row read hot, its attempts after they were folded)
+    /// could miss an event or see it twice. After [`READ_TRIES`] overlapped runs it reads with
+    /// the fold writers held off; a holder of `fold_writes` never gets there, since no other
+    /// fold write can overlap its reads.
+    pub(super) fn consistent<T>(
+        &self,
+        mut read: impl FnMut() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        for _ in 0..READ_TRIES {
+            let before = self.fold_seq.load(Ordering::SeqCst);
+            if before % 2 == 0 {
+                let out = read();
+                if self.fold_seq.load(Ordering::SeqCst) == before {
+                    return out;
+                }
+            }
+            std::thread::yield_now();
+        }
+        let _writes = self.lock_fold_writes();
+        read()
     }
 
     /// After a fold write: what the cache holds may be gone.
@@ -431,14 +472,17 @@ impl Inner {
 
     /// The event's row and where the rest of its rows are.
     pub(super) fn locate(&self, event: u128) -> Result<Option<(sled::IVec, Place)>, StoreError> {
-        if let Some(v) = self.trees.log.get(key::event(event))? {
-            return Ok(Some((v, Place::Hot)));
-        }
-        let Some(fold) = self.fold_at(event)? else {
-            return Ok(None);
-        };
-        let row = fold.get(&key::event(event)).map(sled::IVec::from);
-        Ok(row.map(|v| (v, Place::Folded(fold))))
+        // Two reads: an unfold between them would hide the event from both.
+        self.consistent(|| {
+            if let Some(v) = self.trees.log.get(key::event(event))? {
+                return Ok(Some((v, Place::Hot)));
+            }
+            let Some(fold) = self.fold_at(event)? else {
+                return Ok(None);
+            };
+            let row = fold.get(&key::event(event)).map(sled::IVec::from);
+            Ok(row.map(|v| (v, Place::Folded(fold))))
+        })
     }
 
     /// Whether the event is stored, hot or folded.
@@ -565,8 +609,7 @@ impl Inner {
         }
         #[cfg(test)]
         self.faults.check(&self.faults.fold_write)?;
-        self.trees.log.apply_batch(batch)?;
-        self.folds_changed();
+        self.move_events(batch)?;
         Ok(packed.len())
     }
 
@@ -594,8 +637,7 @@ impl Inner {
         for (k, v) in rows {
             batch.insert(k, v);
         }
-        self.trees.log.apply_batch(batch)?;
-        self.folds_changed();
+        self.move_events(batch)?;
         Ok(true)
     }
 }

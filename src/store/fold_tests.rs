@@ -371,3 +371,73 @@ async fn a_format_4_store_opens_and_folds() {
     ));
     close(store);
 }
+
+/// Every delivery id of the log, newest first, through the list's pages.
+fn listed(store: &Store) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = store
+            .list_deliveries(&DeliveryFilter::default(), 100, cursor.as_deref())
+            .unwrap();
+        ids.extend(page.into_iter().map(|d| d.id));
+        match next {
+            Some(n) => cursor = Some(n),
+            None => return ids,
+        }
+    }
+}
+
+/// Reads that overlap the folder moving events between hot rows and folds (folding, and
+/// unfolding again) see every event once, with all its deliveries and attempts: a list page,
+/// an event with its deliveries, a delivery's attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_see_every_event_while_it_folds_and_unfolds() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (events, _) = history(&store).await;
+    store.inner.keys.checkpoint().unwrap();
+    let all = listed(&store);
+    let texts: Vec<String> = events
+        .iter()
+        .map(|e| events_text(&store, std::slice::from_ref(e)))
+        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, done) = (store.clone(), done.clone());
+        let events = events.clone();
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !done.load(Ordering::SeqCst) {
+                let got = listed(&store);
+                assert!(
+                    got == all,
+                    "a list read overlapping a fold: {} deliveries of {}",
+                    got.len(),
+                    all.len()
+                );
+                let i = reads % events.len();
+                let text = events_text(&store, &[events[i].clone()]);
+                assert_eq!(text, texts[i], "event {i} read overlapping a fold");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let ulids: Vec<u128> = events
+        .iter()
+        .map(|e| ids::parse(ids::EVENT, e).unwrap())
+        .collect();
+    for _ in 0..10 {
+        let f = store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+        assert!(f.events > 100, "{f:?}");
+        for e in &ulids {
+            store.inner.unfold(*e).unwrap();
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let reads = reader.join().unwrap();
+    assert!(reads > 10, "{reads}");
+    close(store);
+}

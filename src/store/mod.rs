@@ -68,7 +68,7 @@ mod tests;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
@@ -168,6 +168,9 @@ pub(crate) struct Inner {
     fold_cache: Mutex<fold::FoldCache>,
     /// Serializes the writers of folds (the folder, an unfold, retention).
     fold_writes: Mutex<()>,
+    /// Bumped before and after every batch that moves events between hot rows and folds (odd
+    /// while one is applied), so a read can tell that one overlapped it ([`Inner::consistent`]).
+    fold_seq: AtomicU64,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -289,7 +292,7 @@ impl Inner {
             return Ok(None);
         }
         Ok(self
-            .event_with_payload(event)?
+            .consistent(|| self.event_with_payload(event))?
             .and_then(|(rec, payload, _)| {
                 self.sequence(lane, rec.meta.ordering_key.as_deref(), &payload)
             }))
@@ -441,6 +444,7 @@ impl Store {
             orderings: RwLock::new(orderings),
             fold_cache: Mutex::default(),
             fold_writes: Mutex::new(()),
+            fold_seq: AtomicU64::new(0),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -551,10 +555,10 @@ impl Store {
         let Some(ulid) = ids::parse(EVENT, id) else {
             return Ok(None);
         };
-        match self.inner.event_with_payload(ulid)? {
-            Some((rec, payload, _)) => Ok(Some((rec.meta, payload))),
-            None => Ok(None),
-        }
+        let read = self
+            .inner
+            .consistent(|| self.inner.event_with_payload(ulid))?;
+        Ok(read.map(|(rec, payload, _)| (rec.meta, payload)))
     }
 }
 
