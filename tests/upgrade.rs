@@ -87,6 +87,17 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
     assert_eq!(got[0].header("webhook-id"), Some(event));
 }
 
+/// Waits for each migration step from `format` to format 6 in the log.
+async fn migrated_through_6(h: &Herald, format: u8) {
+    for from in format..6 {
+        h.wait_for_log(
+            &format!("storage migrated from format {from} to format {}", from + 1),
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+}
+
 /// Stops herald with SIGTERM, starts it again on the same data, and counts the migration
 /// steps logged by both starts.
 async fn restarted_migrations(h: &mut Herald) -> usize {
@@ -103,26 +114,7 @@ async fn restarted_migrations(h: &mut Herald) -> usize {
 async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     let recv = Receiver::ok_http();
     let (mut h, data) = on_fixture(FIXTURE_TABLES, "format2").await;
-    h.wait_for_log(
-        "storage migrated from format 2 to format 3",
-        Duration::from_secs(5),
-    )
-    .await;
-    h.wait_for_log(
-        "storage migrated from format 3 to format 4",
-        Duration::from_secs(5),
-    )
-    .await;
-    h.wait_for_log(
-        "storage migrated from format 4 to format 5",
-        Duration::from_secs(5),
-    )
-    .await;
-    h.wait_for_log(
-        "storage migrated from format 5 to format 6",
-        Duration::from_secs(5),
-    )
-    .await;
+    migrated_through_6(&h, 2).await;
 
     // The whole log reads.
     let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
@@ -196,16 +188,7 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         .await;
     assert!(line.contains("idempotency_keys=2"), "{line}");
     assert!(data.join("keys").is_dir());
-    h.wait_for_log(
-        "storage migrated from format 4 to format 5",
-        Duration::from_secs(5),
-    )
-    .await;
-    h.wait_for_log(
-        "storage migrated from format 5 to format 6",
-        Duration::from_secs(5),
-    )
-    .await;
+    migrated_through_6(&h, 4).await;
 
     assert_eq!(states(&h).await, ["delivered", "skipped", "delivered"]);
 
@@ -232,16 +215,7 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     let recv = Receiver::ok_http();
     let tables = format!("{FIXTURE_TABLES}[storage]\nfold_after = \"1s\"\n");
     let (h, _) = on_fixture(&tables, "format4").await;
-    h.wait_for_log(
-        "storage migrated from format 4 to format 5",
-        Duration::from_secs(5),
-    )
-    .await;
-    h.wait_for_log(
-        "storage migrated from format 5 to format 6",
-        Duration::from_secs(5),
-    )
-    .await;
+    migrated_through_6(&h, 4).await;
     let line = h
         .wait_for_log("history folded", Duration::from_secs(10))
         .await;

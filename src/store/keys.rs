@@ -172,7 +172,7 @@ impl Keys {
     pub fn add(&self, rows: &[(KeyRow, u128)], through: u128) -> Result<(), StoreError> {
         let mut marks = self.lock_marks();
         let mut changes: Vec<_> = rows.iter().map(|(k, e)| (*k, Change::Claim(*e))).collect();
-        match self.change(&mut changes, sled::Batch::default()) {
+        match self.change(&mut changes, None) {
             Ok(()) => {
                 if let Some(w) = marks.through.as_mut() {
                     *w = (*w).max(through);
@@ -196,22 +196,25 @@ impl Keys {
         changes.sort_by_key(|c| c.0);
         // A group at a time, so the committer adding keys never waits long for the lock.
         for group in changes.chunks_mut(RELEASE_GROUP) {
-            self.change(group, sled::Batch::default())?;
+            self.change(group, None)?;
         }
         Ok(())
     }
 
-    /// Applies `changes` to their chunks, in one sled batch with `batch`'s own changes: each
+    /// Applies `changes` to their chunks, in one sled batch with `also`'s own changes: each
     /// chunk touched is read once, changed, and written back (split if it outgrew
-    /// [`MAX_ENTRIES`], removed if it emptied).
+    /// [`MAX_ENTRIES`], removed if it emptied). Nothing is written when nothing changes (the
+    /// committer calls this every cycle, most with no key).
     fn change(
         &self,
         changes: &mut [(KeyRow, Change)],
-        mut batch: sled::Batch,
+        also: Option<sled::Batch>,
     ) -> Result<(), StoreError> {
         // Stable: two changes to one key keep their order.
         changes.sort_by_key(|c| c.0);
         let _writes = self.lock_writes();
+        let mut write = also.is_some();
+        let mut batch = also.unwrap_or_default();
         let mut i = 0;
         while i < changes.len() {
             let (upper, mut entries) = match self.chunk_of(&changes[i].0)? {
@@ -226,9 +229,12 @@ impl Keys {
             }
             if changed {
                 write_chunk(&mut batch, &upper, &entries);
+                write = true;
             }
         }
-        self.db.apply_batch(batch)?;
+        if write {
+            self.db.apply_batch(batch)?;
+        }
         Ok(())
     }
 
@@ -312,11 +318,10 @@ impl Keys {
             let mut gone = sled::Batch::default();
             for item in rows {
                 let (k, v) = item?;
-                if k.len() != FORMAT_5_ROW {
+                // Chunks (today's rows) are passed over.
+                let Some(row) = packed_row(&k) else {
                     continue;
-                }
-                let row = packed_row(&k)
-                    .ok_or_else(|| StoreError::Corrupt("format 5 idempotency key".into()))?;
+                };
                 let event = u128::from_be_bytes(
                     v.as_ref()
                         .try_into()
@@ -333,7 +338,7 @@ impl Keys {
                 return Ok(packed);
             }
             packed += changes.len();
-            self.change(&mut changes, gone)?;
+            self.change(&mut changes, Some(gone))?;
         }
     }
 
