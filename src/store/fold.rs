@@ -382,6 +382,10 @@ impl Inner {
     fn move_events(&self, batch: sled::Batch) -> Result<(), StoreError> {
         self.fold_seq.fetch_add(1, Ordering::SeqCst);
         let applied = self.trees.log.apply_batch(batch);
+        #[cfg(test)]
+        self.faults.kill_point(&self.faults.kill_after_fold, || {
+            let _ = self.db.flush();
+        });
         self.fold_seq.fetch_add(1, Ordering::SeqCst);
         self.folds_changed();
         Ok(applied?)

@@ -31,6 +31,12 @@ pub(crate) struct Faults {
     pub delivery_write: AtomicBool,
     /// The folder's batch.
     pub fold_write: AtomicBool,
+    /// Kill -9 this process right after a batch that moves events between hot rows and folds
+    /// is applied (in sled's memory, not yet flushed): see `fold_tests`.
+    pub kill_after_fold: AtomicBool,
+    /// With a kill armed: flush sled's buffers to the file first (the batch is whole in the
+    /// file; the process dies before anything after it).
+    pub flush_before_kill: AtomicBool,
 }
 
 impl Faults {
@@ -39,6 +45,25 @@ impl Faults {
             return Err(std::io::Error::other("injected failure").into());
         }
         Ok(())
+    }
+
+    /// Sends this process SIGKILL if `which` is armed, and waits for it: no destructor, no
+    /// flush, no exit handler runs, as when an operator or the OOM killer kills herald. Calls
+    /// `flush` first if `flush_before_kill` is set.
+    pub fn kill_point(&self, which: &AtomicBool, flush: impl FnOnce()) {
+        if !which.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        if self.flush_before_kill.load(Ordering::SeqCst) {
+            flush();
+        }
+        // The shell's own `kill`, aimed at its parent: this process.
+        let _ = std::process::Command::new("sh")
+            .args(["-c", "kill -9 $PPID"])
+            .status();
+        loop {
+            std::thread::park();
+        }
     }
 }
 
