@@ -194,6 +194,7 @@ impl Engine {
             }
             let room = self.global.available_permits().min(POP_BATCH);
             let due = self.store.due().take(now, room);
+            self.store.refill_due();
             let got = due.len();
             for d in due {
                 match self.global.clone().try_acquire_owned() {

@@ -19,6 +19,17 @@
 //! Memory: an entry is 24 bytes (due time and delivery ULID). First attempts, which arrive in
 //! time order, sit in a deque; retries and other later attempts in an ordered set. A sequence's
 //! member costs about 60 bytes more.
+//!
+//! First attempts are most of a backlog (an endpoint that stopped answering collects them), so a
+//! lane keeps at most [`LANE_FRESH`] of them in memory, fewer once all lanes together hold
+//! [`ALL_FRESH`]: the newer ones *spill*: the lane counts them and remembers the oldest, and
+//! they stay in sled only, where every fresh delivery is anyway. When the lane's deque runs low,
+//! [`DueIndex::refills`] hands out a job to read the next ones back (the store walks the log
+//! from the oldest spilled one, up to the newest counted when the job started) and
+//! [`DueIndex::refilled`] takes them in. First attempts reach the index in ULID order (the
+//! committer allocates ULIDs and commits one cycle at a time), so the spilled ones are always the
+//! newest of their lane, and what a refill reads back is never in memory already. Entries of
+//! ordered endpoints' sequences never spill.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -26,6 +37,17 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use crate::clock::Millis;
+use crate::ids;
+
+/// The most fresh entries one lane keeps in memory: 4096 × 24 bytes.
+const LANE_FRESH: usize = 4096;
+/// Past this many fresh entries in memory across lanes, a lane with [`LANE_FLOOR`] spills too
+/// (6 MiB of entries: a million pending first attempts cost what 262,144 do).
+const ALL_FRESH: usize = 1 << 18;
+/// The fewest fresh entries a lane keeps, or reads back, when memory is tight.
+const LANE_FLOOR: usize = 256;
+/// A lane with spilled entries asks for more when its deque is down to this.
+const LANE_LOW: usize = LANE_FRESH / 4;
 
 /// The endpoint an entry goes to (its ULID); [`NO_LANE`] for deliveries without an endpoint.
 pub type Lane = u128;
@@ -74,9 +96,36 @@ impl Slot {
     }
 }
 
+/// A lane's fresh entries that are in sled only ([`DueIndex`], memory).
+struct Spill {
+    /// Every spilled entry is at or after this delivery (a refill reads from here).
+    from: u128,
+    /// The newest spilled entry.
+    newest: u128,
+    /// Spilled entries counted, less those read back; some may have ended meanwhile (a retry
+    /// of one, retention): a refill that reads to its end corrects the count.
+    out: usize,
+    /// A refill under way: it reads up to `bound` (`newest` when it started); `since` counts
+    /// the entries spilled since, all after it.
+    refill: Option<(u128, usize)>,
+}
+
+/// A lane's next spilled fresh entries to read back: the fresh deliveries to `lane` from
+/// delivery `from` to `bound`, at most `want` of them ([`DueIndex::refilled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refill {
+    pub lane: Lane,
+    pub from: u128,
+    pub bound: u128,
+    pub want: usize,
+}
+
 #[derive(Default)]
 struct LaneQueue {
     fresh: VecDeque<Slot>,
+    /// The newest delivery ever put at the back of `fresh`.
+    fresh_max: u128,
+    spill: Option<Spill>,
     later: BTreeSet<(Millis, u128)>,
     running: usize,
     held_until: Option<Millis>,
@@ -92,7 +141,59 @@ struct LaneQueue {
 
 impl LaneQueue {
     fn is_empty(&self) -> bool {
-        self.fresh.is_empty() && self.later.is_empty() && self.sequences.is_empty()
+        self.fresh.is_empty()
+            && self.later.is_empty()
+            && self.sequences.is_empty()
+            && self.spill.is_none()
+    }
+
+    /// Whether a new fresh entry for `delivery` goes to sled only (counted in the spill),
+    /// with `total` fresh entries in memory across lanes.
+    fn spills(&mut self, delivery: u128, total: usize) -> bool {
+        match &mut self.spill {
+            Some(s) if delivery >= s.from => {
+                s.out += 1;
+                s.newest = s.newest.max(delivery);
+                if let Some((bound, since)) = &mut s.refill {
+                    if delivery > *bound {
+                        *since += 1;
+                    }
+                }
+                true
+            }
+            // Older than what spilled (not the committer's order): kept in memory.
+            Some(_) => false,
+            None => {
+                let n = self.fresh.len();
+                let full = n >= LANE_FRESH || (total >= ALL_FRESH && n >= LANE_FLOOR);
+                if full && delivery > self.fresh_max {
+                    self.spill = Some(Spill {
+                        from: delivery,
+                        newest: delivery,
+                        out: 1,
+                        refill: None,
+                    });
+                }
+                self.spill.is_some()
+            }
+        }
+    }
+
+    /// A refill of this lane's spilled entries, if it needs one now (it has spilled entries,
+    /// few in memory, and no refill under way); marks it under way.
+    fn refill_job(&mut self, lane: Lane, total: usize) -> Option<Refill> {
+        let n = self.fresh.len();
+        let s = self.spill.as_mut().filter(|s| s.refill.is_none())?;
+        if n > LANE_LOW {
+            return None;
+        }
+        s.refill = Some((s.newest, 0));
+        Some(Refill {
+            lane,
+            from: s.from,
+            bound: s.newest,
+            want: (LANE_FRESH - n).min(ALL_FRESH.saturating_sub(total).max(LANE_FLOOR)),
+        })
     }
 
     /// Deliveries waiting behind their sequence's head.
@@ -131,6 +232,10 @@ struct Inner {
     ready: BTreeSet<(Millis, Lane)>,
     len: usize,
     lane_limit: usize,
+    /// Fresh entries in memory, all lanes.
+    fresh_total: usize,
+    /// Refills to hand out ([`DueIndex::refills`]).
+    refills: Vec<Refill>,
 }
 
 impl Inner {
@@ -170,8 +275,10 @@ impl Inner {
             fresh,
             sequence,
         } = e;
+        let total = self.fresh_total;
         let q = self.lanes.entry(lane).or_default();
         let known = q.sequence_of.get(&delivery).copied();
+        let in_sequence = known.or(sequence).is_some();
         if let Some(seq) = known.or(sequence) {
             let members = q.sequences.entry(seq).or_default();
             match members.front() {
@@ -201,8 +308,11 @@ impl Inner {
         let added = if fresh {
             if back_in {
                 q.fresh.push_front(Slot::new(at, delivery));
-            } else {
+                self.fresh_total += 1;
+            } else if in_sequence || !q.spills(delivery, total) {
                 q.fresh.push_back(Slot::new(at, delivery));
+                q.fresh_max = q.fresh_max.max(delivery);
+                self.fresh_total += 1;
             }
             true
         } else {
@@ -342,10 +452,16 @@ impl DueIndex {
             if at > now {
                 break;
             }
+            let total = inner.fresh_total;
             let q = inner.lanes.get_mut(&lane).expect("a ready lane exists");
             if let Some((due, delivery, fresh)) = q.pop() {
                 q.running += 1;
+                let job = q.refill_job(lane, total);
                 inner.len -= 1;
+                if fresh {
+                    inner.fresh_total -= 1;
+                }
+                inner.refills.extend(job);
                 out.push(Due {
                     lane,
                     at: due,
@@ -418,7 +534,8 @@ impl DueIndex {
     /// are due at some time), those behind a sequence's head included.
     pub fn lane_len(&self, lane: Lane) -> usize {
         self.lock().lanes.get(&lane).map_or(0, |q| {
-            q.fresh.len() + q.later.len() + q.running + q.waiting()
+            let out = q.spill.as_ref().map_or(0, |s| s.out);
+            q.fresh.len() + q.later.len() + q.running + q.waiting() + out
         })
     }
 
@@ -429,7 +546,10 @@ impl DueIndex {
             .lanes
             .values()
             .flat_map(|q| {
+                // Spilled entries are newer than the lane's entries in memory.
+                let spilled = q.spill.as_ref().map(|s| ids::ulid_ms(s.from));
                 q.earliest()
+                    .or(spilled)
                     .into_iter()
                     .chain(q.sequences.values().filter_map(|m| m.get(1).map(|e| e.0)))
             })
@@ -439,6 +559,79 @@ impl DueIndex {
     /// When the earliest entry that [`Self::take`] could hand out is due.
     pub fn next_due(&self) -> Option<Millis> {
         self.lock().ready.first().map(|(at, _)| *at)
+    }
+
+    /// Refills due now: lanes whose fresh entries in memory ran low while newer ones wait in
+    /// sled. The caller reads each one's entries and hands them to [`Self::refilled`] (or
+    /// [`Self::refill_failed`]).
+    pub fn refills(&self) -> Vec<Refill> {
+        let mut inner = self.lock();
+        if inner.refills.is_empty() {
+            return Vec::new();
+        }
+        std::mem::take(&mut inner.refills)
+    }
+
+    /// A refill's entries, read from sled: the lane's fresh deliveries from the job's `from`,
+    /// as (due time, delivery) in ULID order; `next` is where the next refill reads from, past
+    /// the job's `bound` if it read everything up to it.
+    pub fn refilled(&self, job: Refill, found: &[(Millis, u128)], next: u128) {
+        let mut inner = self.lock();
+        let mut added = 0;
+        let Some(q) = inner.lanes.get_mut(&job.lane) else {
+            return;
+        };
+        let Some(s) = q.spill.as_mut() else {
+            return;
+        };
+        let Some((bound, since)) = s.refill.take() else {
+            return;
+        };
+        for &(at, delivery) in found {
+            // Never twice in memory: one in a sequence, or in the deque already.
+            if q.sequence_of.contains_key(&delivery) || delivery <= q.fresh_max {
+                continue;
+            }
+            q.fresh.push_back(Slot::new(at, delivery));
+            q.fresh_max = delivery;
+            added += 1;
+        }
+        s.out = s.out.saturating_sub(added);
+        let mut stale = 0;
+        if next > bound {
+            // Read to the bound: what is still out is exactly what spilled since.
+            stale = s.out - since.min(s.out);
+            s.out = since;
+            s.from = next;
+            if since == 0 {
+                q.spill = None;
+            }
+        } else {
+            s.from = next;
+        }
+        let total = inner.fresh_total + added;
+        let q = inner.lanes.get_mut(&job.lane).expect("the lane is there");
+        let again = q.refill_job(job.lane, total);
+        inner.fresh_total = total;
+        inner.len -= stale;
+        inner.refills.extend(again);
+        inner.refresh(job.lane);
+        drop(inner);
+        self.changed.notify_one();
+    }
+
+    /// A refill could not read its entries: it is handed out again.
+    pub fn refill_failed(&self, job: Refill) {
+        let mut inner = self.lock();
+        let total = inner.fresh_total;
+        let Some(q) = inner.lanes.get_mut(&job.lane) else {
+            return;
+        };
+        if let Some(s) = q.spill.as_mut() {
+            s.refill = None;
+        }
+        let again = q.refill_job(job.lane, total);
+        inner.refills.extend(again);
     }
 
     /// Entries waiting (not running), those behind a sequence's head included.
@@ -457,6 +650,15 @@ impl DueIndex {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fresh entries in memory, all lanes (the rest of `len` spilled or in `later`).
+    #[cfg(test)]
+    pub(crate) fn fresh_in_memory(&self) -> usize {
+        let inner = self.lock();
+        let counted: usize = inner.lanes.values().map(|q| q.fresh.len()).sum();
+        assert_eq!(counted, inner.fresh_total);
+        counted
     }
 }
 
@@ -480,6 +682,150 @@ mod tests {
         for d in [0, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210] {
             assert_eq!(Slot::new(-5, d).get(), (-5, d));
         }
+    }
+
+    /// What sled would hold: each lane's fresh deliveries, delivery → due time; a refill
+    /// reads from it as the store's walk does.
+    type Sled = HashMap<Lane, std::collections::BTreeMap<u128, Millis>>;
+
+    fn answer(sled: &Sled, job: &Refill) -> (Vec<(Millis, u128)>, u128) {
+        let mut found = Vec::new();
+        let mut next = job.bound + 1;
+        if let Some(rows) = sled.get(&job.lane) {
+            for (&delivery, &at) in rows.range(job.from..=job.bound) {
+                found.push((at, delivery));
+                if found.len() == job.want {
+                    next = delivery + 1;
+                    break;
+                }
+            }
+        }
+        (found, next)
+    }
+
+    fn serve(d: &DueIndex, sled: &Sled) -> usize {
+        let jobs = d.refills();
+        for job in &jobs {
+            let (found, next) = answer(sled, job);
+            d.refilled(*job, &found, next);
+        }
+        jobs.len()
+    }
+
+    /// Takes everything due at `now`, serving refills, until nothing more comes.
+    fn drain(d: &DueIndex, sled: &mut Sled, now: Millis) -> Vec<u128> {
+        let mut out = Vec::new();
+        loop {
+            let got = d.take(now, 500);
+            for e in &got {
+                d.done(e.lane);
+                // Attempted: no longer fresh.
+                sled.get_mut(&e.lane).unwrap().remove(&e.delivery);
+            }
+            out.extend(ids(&got));
+            if got.is_empty() && serve(d, sled) == 0 {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn a_backlog_spills_past_the_lane_limit_and_comes_back_in_order() {
+        let d = index(1_000_000);
+        let n = LANE_FRESH as u128 * 3 + 77;
+        let mut sled = Sled::new();
+        for i in 1..=n {
+            sled.entry(7).or_default().insert(i, i as Millis);
+            d.insert(7, i as Millis, i, true);
+        }
+        assert_eq!(d.len(), n as usize);
+        assert_eq!(d.lane_len(7), n as usize);
+        assert_eq!(d.fresh_in_memory(), LANE_FRESH, "the rest spilled");
+        assert_eq!(d.oldest(), Some(1));
+
+        // Taken past the low mark: a refill job, from the oldest spilled to the newest.
+        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW);
+        assert_eq!(first.len(), LANE_FRESH - LANE_LOW);
+        let jobs = d.refills();
+        assert_eq!(
+            jobs,
+            vec![Refill {
+                lane: 7,
+                from: LANE_FRESH as u128 + 1,
+                bound: n,
+                want: LANE_FRESH - LANE_LOW,
+            }]
+        );
+        // Spilled while it reads: counted, read by a later refill.
+        sled.get_mut(&7).unwrap().insert(n + 1, 0);
+        d.insert(7, 0, n + 1, true);
+        // One of the spilled ended meanwhile (a manual retry made it a later entry).
+        sled.get_mut(&7).unwrap().remove(&(n - 5));
+        let (found, next) = answer(&sled, &jobs[0]);
+        d.refilled(jobs[0], &found, next);
+        assert_eq!(d.fresh_in_memory(), LANE_FRESH);
+        assert_eq!(d.len(), n as usize + 1 - first.len());
+
+        let mut got = ids(&first);
+        for e in &first {
+            d.done(e.lane);
+            sled.get_mut(&7).unwrap().remove(&e.delivery);
+        }
+        got.extend(drain(&d, &mut sled, i64::MAX));
+        let want: Vec<u128> = (1..=n + 1).filter(|&i| i != n - 5).collect();
+        assert_eq!(got, want, "every fresh entry once, in order");
+        assert!(d.is_empty(), "{} left", d.len());
+        assert_eq!(d.lane_len(7), 0);
+        assert!(d.lock().lanes.is_empty(), "the spill ended");
+    }
+
+    #[test]
+    fn lanes_together_keep_a_bounded_number_in_memory() {
+        let d = index(1_000_000);
+        let lanes = 100u128;
+        let per = 4_000u128;
+        let mut sled = Sled::new();
+        // Interleaved, as traffic to many endpoints arrives.
+        for i in 0..per {
+            for lane in 1..=lanes {
+                let delivery = i * lanes + lane;
+                sled.entry(lane)
+                    .or_default()
+                    .insert(delivery, delivery as Millis);
+                d.insert(lane, delivery as Millis, delivery, true);
+            }
+        }
+        assert_eq!(d.len(), (lanes * per) as usize);
+        let held = d.fresh_in_memory();
+        assert!(held <= ALL_FRESH + LANE_FLOOR, "{held} in memory");
+        let got = drain(&d, &mut sled, i64::MAX);
+        assert_eq!(got.len(), (lanes * per) as usize);
+        let mut sorted = got.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), got.len(), "none twice");
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn sequences_and_put_back_entries_never_spill() {
+        let d = index(8);
+        for i in 1..=LANE_FRESH as u128 {
+            d.insert(1, 0, i, true);
+        }
+        let over = LANE_FRESH as u128 + 1;
+        d.insert_many([seq(1, 0, over, 3)]);
+        assert_eq!(
+            d.fresh_in_memory(),
+            LANE_FRESH + 1,
+            "the sequence's head is in memory"
+        );
+        d.insert(1, 0, over + 1, true);
+        assert_eq!(d.fresh_in_memory(), LANE_FRESH + 1, "spilled");
+        let e = d.take(0, 1)[0];
+        d.put_back(e, None);
+        assert_eq!(d.fresh_in_memory(), LANE_FRESH + 1);
+        assert_eq!(d.len(), LANE_FRESH + 2);
     }
 
     #[test]

@@ -191,17 +191,7 @@ async fn history(store: &Store) -> (Vec<String>, Vec<Delivery>) {
                         .unwrap();
                 }
                 3 => pending.push(d.clone()),
-                _ => {
-                    let done = Delivery {
-                        state: DeliveryState::Delivered,
-                        next_attempt_at: None,
-                        attempt_count: 1,
-                        ..d.clone()
-                    };
-                    store
-                        .update_delivery(d, &done, Some(&attempt(1, Status::Delivered, at)))
-                        .unwrap();
-                }
+                _ => deliver(store, d, at),
             }
         }
     }
@@ -249,19 +239,7 @@ async fn folded_history_reads_as_it_did_hot() {
 
     // A late event (its delivery ends now) joins the fold that spans it.
     let late = &pending[0];
-    let done = Delivery {
-        state: DeliveryState::Delivered,
-        next_attempt_at: None,
-        attempt_count: 1,
-        ..late.clone()
-    };
-    store
-        .update_delivery(
-            late,
-            &done,
-            Some(&attempt(1, Status::Delivered, T0 + 6_000)),
-        )
-        .unwrap();
+    deliver(&store, late, T0 + 6_000);
     let after_late = everything(&store, &events);
     assert_ne!(after_late, before);
     store.inner.keys.checkpoint().unwrap();
@@ -535,17 +513,7 @@ async fn a_kill_9_inside_a_fold_batch_loses_nothing() {
         for out in store.ingest(news).await.unwrap() {
             let (id, deliveries) = created(&out);
             events.push(id.to_string());
-            let d = &deliveries[0];
-            let done = Delivery {
-                state: DeliveryState::Delivered,
-                next_attempt_at: None,
-                attempt_count: 1,
-                ..d.clone()
-            };
-            let at = d.created_at + 5;
-            store
-                .update_delivery(d, &done, Some(&attempt(1, Status::Delivered, at)))
-                .unwrap();
+            deliver(&store, &deliveries[0], deliveries[0].created_at + 5);
         }
     }
     close(store);

@@ -78,7 +78,7 @@ pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 use counts::Fresh;
 pub use counts::Stats;
 pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
-pub use due::{Due, DueIndex, Entry, Lane, NO_LANE};
+pub use due::{Due, DueIndex, Entry, Lane, Refill, NO_LANE};
 pub use fold::Folded;
 use fold::Place;
 pub use retention::Pruned;
@@ -486,6 +486,28 @@ impl Store {
 
     pub fn due(&self) -> &DueIndex {
         &self.inner.due
+    }
+
+    /// Reads back, each on a thread of its own, the spilled fresh entries of the lanes whose
+    /// entries in memory ran low ([`DueIndex::refills`]); the index wakes its waiters when they
+    /// are in. The engine calls this after each take.
+    pub fn refill_due(&self) {
+        for job in self.inner.due.refills() {
+            let inner = self.inner.clone();
+            let started = std::thread::Builder::new()
+                .name("herald-refill".into())
+                .spawn(move || {
+                    if let Err(e) = scan::refill(&inner, job) {
+                        tracing::error!(error = %e, "cannot read spilled deliveries back; trying again in a second");
+                        std::thread::sleep(std::time::Duration::from_secs(1));
+                        inner.due.refill_failed(job);
+                    }
+                });
+            if let Err(e) = started {
+                tracing::error!(error = %e, "cannot start a thread to read spilled deliveries back");
+                self.inner.due.refill_failed(job);
+            }
+        }
     }
 
     pub fn stats(&self) -> &Stats {

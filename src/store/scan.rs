@@ -7,10 +7,11 @@
 //! with no lookups. The counts of ended deliveries come from their last checkpoint.
 
 use std::iter::Peekable;
+use std::ops::ControlFlow;
 
 use super::codec::{self, EventRecord};
 use super::key;
-use super::{meta_keys, Entry, Inner, Place, StoreError};
+use super::{meta_keys, Entry, Inner, Place, Refill, StoreError};
 use crate::ids;
 use crate::model::DeliveryState;
 
@@ -51,11 +52,11 @@ fn rows_of(rows: &mut Rows, delivery: u128) -> Result<Option<sled::IVec>, StoreE
     }
 }
 
-/// Calls `f` for every delivery of every event from `from` on, in key order.
+/// Calls `f` for every delivery of every event from `from` on, in key order, until it breaks.
 pub(super) fn walk(
     inner: &Inner,
     from: u128,
-    mut f: impl FnMut(&Seen<'_>),
+    mut f: impl FnMut(&Seen<'_>) -> ControlFlow<()>,
 ) -> Result<(), StoreError> {
     let t = &inner.trees;
     let kind = |kind: u8| t.log.range(key::of(kind, from)..key::end(kind));
@@ -72,13 +73,16 @@ pub(super) fn walk(
                 .and_then(|v| v.last().copied())
                 .and_then(|b| DeliveryState::ALL.get(b as usize).copied());
             let pending = rows_of(&mut pending, delivery)?.is_some();
-            f(&Seen {
+            let seen = Seen {
                 delivery,
                 event: &rec,
                 target: *target,
                 last_state,
                 pending,
-            });
+            };
+            if f(&seen).is_break() {
+                return Ok(());
+            }
         }
     }
     Ok(())
@@ -158,6 +162,7 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
                 inner.due.insert_many(fresh.drain(..));
             }
         }
+        ControlFlow::Continue(())
     })?;
     if let Some(e) = failed {
         return Err(e);
@@ -189,5 +194,29 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
             }
         }
     }
+    Ok(())
+}
+
+/// Reads a lane's spilled fresh deliveries back into the due index ([`super::due`]): the walk
+/// starts at the job's first delivery's event and stops past its bound or once it has found
+/// what the job wants. Only hot events are walked (a fresh delivery's event is never folded).
+pub(super) fn refill(inner: &Inner, job: Refill) -> Result<(), StoreError> {
+    let start = ids::event_of(job.from).map_or(job.from, |(event, _)| event);
+    let mut found = Vec::with_capacity(job.want.min(4096));
+    let mut next = job.bound.saturating_add(1);
+    walk(inner, start, |s| {
+        if s.delivery > job.bound {
+            return ControlFlow::Break(());
+        }
+        if s.delivery >= job.from && s.target == job.lane && s.is_fresh() {
+            found.push((s.event.meta.received_at, s.delivery));
+            if found.len() == job.want {
+                next = s.delivery + 1;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    inner.due.refilled(job, &found, next);
     Ok(())
 }
