@@ -336,3 +336,69 @@ async fn only_response_body_limit_bytes_of_the_answer_are_kept() {
     let d = w.wait_state(&id, "delivered", SETTLE).await;
     assert_eq!(d["attempts"][0]["response_body"], "a".repeat(100));
 }
+
+/// A backlog larger than herald keeps in memory for one endpoint (4,096 first attempts; the
+/// rest wait in the store, docs/operations.md "Memory") arrives whole: 10,000 events held back
+/// by a receiver that does not answer, herald killed with them pending, restarted with the
+/// receiver answering. Each of the 10,000 arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_past_what_herald_keeps_in_memory_arrives_whole_after_a_restart() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut w = World::start("", "").await;
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = open.clone();
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(move |_, _| {
+            if gate.load(Ordering::SeqCst) {
+                Reply::status(200)
+            } else {
+                Reply::hang()
+            }
+        }),
+    );
+    w.endpoint("acc-1", &recv.url("/hook"), json!({})).await;
+    let mut ids = std::collections::HashSet::new();
+    for batch in 0..100 {
+        let events: Vec<_> = (0..100)
+            .map(|i| json!({"account_id": "acc-1", "type": "t.x", "payload": {"n": batch * 100 + i}}))
+            .collect();
+        let (status, answer) = w
+            .herald
+            .call(
+                "POST",
+                "/v1/events/batch",
+                Some(INGEST_TOKEN),
+                Some(json!({ "events": events })),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        for r in answer["results"].as_array().unwrap() {
+            assert_eq!(r["status"], 202, "{r}");
+            ids.insert(r["event_id"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(ids.len(), 10_000);
+
+    w.herald.kill9();
+    open.store(true, Ordering::SeqCst);
+    w.herald.restart().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let seen: std::collections::HashSet<String> = recv
+            .requests()
+            .iter()
+            .filter_map(|r| r.header("webhook-id").map(str::to_string))
+            .collect();
+        let missing = ids.difference(&seen).count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{missing} of 10,000 events never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
