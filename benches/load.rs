@@ -55,6 +55,10 @@ usage: cargo bench --bench load -- [options]
                        (the prefill takes minutes at the default size)
   --no-fold            prefill the history phase's store without folding it (as herald
                        before storage format 5 kept it)
+  --history-accounts N accounts the history prefill spreads its events over, one event of each
+                       per commit (default 1); with many, the account index has a row per
+                       event until it is packed
+  --no-index-pack      prefill without packing the account index (as herald before it did)
   --retention S        storage.retention in the retention phase, seconds (default 60, the least
                        herald takes); the phase runs 3 times as long
   --retention-rate N   events/s offered in the retention phase (default 2000)
@@ -113,6 +117,8 @@ pub struct Opts {
     pub history_dir: Option<PathBuf>,
     /// Fold the history phase's prefilled store as herald would (`--no-fold`: leave it hot).
     pub fold: bool,
+    pub history_accounts: usize,
+    pub index_pack: bool,
     pub herald: PathBuf,
     pub dump_latency: Option<PathBuf>,
 }
@@ -146,6 +152,8 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         cache_capacity: None,
         history_dir: None,
         fold: true,
+        history_accounts: 1,
+        index_pack: true,
         herald: PathBuf::new(),
         dump_latency: None,
     };
@@ -175,6 +183,8 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--cache-capacity" => o.cache_capacity = Some(value()?.parse()?),
             "--history-dir" => o.history_dir = Some(PathBuf::from(value()?)),
             "--no-fold" => o.fold = false,
+            "--history-accounts" => o.history_accounts = value()?.parse::<usize>()?.max(1),
+            "--no-index-pack" => o.index_pack = false,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--phases" => {

@@ -305,9 +305,11 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
         let events: Vec<NewEvent> = (0..batch)
             .map(|i| {
                 let portal = (written as usize + i) % every == every - 1;
+                let spread = format!("a-{}", i % opts.history_accounts);
                 let (account, target) = match portal {
                     true => (PORTAL_ACCOUNT, &portal_ep),
-                    false => (ACCOUNT, &ep),
+                    false if opts.history_accounts == 1 => (ACCOUNT, &ep),
+                    false => (spread.as_str(), &ep),
                 };
                 let body = drive::event_json(account);
                 let payload =
@@ -354,6 +356,7 @@ async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
                     break;
                 }
             }
+            while opts.index_pack && store.pack_account_index(clock.now_ms() + 1, 20_000)? {}
         }
         if Instant::now() > next_report {
             eprintln!(

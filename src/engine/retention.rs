@@ -4,7 +4,8 @@
 //!
 //! Folding goes on from where the last sweep stopped; the events it passed while one of their
 //! deliveries was still pending are looked at again by a pass from the oldest event once every
-//! `storage.fold_after` (at most every ten minutes).
+//! `storage.fold_after` (at most every ten minutes). Then the account index rows written since
+//! the last sweep and older than the horizon are packed ([`Store::pack_account_index`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct FoldCursor {
 const FOLD_SLICE: usize = 2_000;
 /// Folds retention removes per slice.
 const FOLD_PRUNE_SLICE: usize = 200;
+/// Account index rows a packing slice reads (about).
+const INDEX_SLICE: usize = 20_000;
 /// Events looked at per slice.
 const SLICE: usize = 500;
 /// Idempotency keys and debounce windows removed per slice.
@@ -105,8 +108,21 @@ impl Engine {
             }
             tokio::task::yield_now().await;
         }
-        if events > 0 {
-            tracing::info!(events, folds, "history folded");
+        // The account index rows of what is now past the horizon, packed into full rows.
+        let packed_before = self.store.index_rows_packed();
+        while !self.stopping.load(Ordering::Acquire) {
+            let more = slice(&self.store, move |s| {
+                s.pack_account_index(before, INDEX_SLICE)
+            })
+            .await;
+            if more != Some(true) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let index_rows = self.store.index_rows_packed() - packed_before;
+        if events > 0 || index_rows > 0 {
+            tracing::info!(events, folds, index_rows, "history folded");
         }
     }
 

@@ -58,6 +58,18 @@ const CACHED: usize = 8;
 /// read by id decompresses one frame, not the fold.
 const FRAME_RAW: usize = 8 * 1024;
 
+/// Where packing the account index stands ([`Store::pack_account_index`]).
+#[derive(Default)]
+pub(super) struct IndexPass {
+    /// Rows starting before this are packed (kept in memory: after a restart the first pass
+    /// reads every row once, finding them packed).
+    done: u128,
+    /// A pass under way: its lower and upper bounds and the key to go on from.
+    current: Option<(u128, u128, Vec<u8>)>,
+    /// Rows removed since the store opened.
+    packed: usize,
+}
+
 /// A fold, decoded (all of it, or the frame a read needs): its rows, sorted by key.
 pub(crate) struct Fold {
     pub first: u128,
@@ -373,6 +385,10 @@ impl Inner {
         self.fold_cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_index_pass(&self) -> std::sync::MutexGuard<'_, IndexPass> {
+        self.index_pass.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn lock_fold_writes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.fold_writes.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -380,6 +396,14 @@ impl Inner {
     /// Applies a batch that moves events between hot rows and folds, marked in `fold_seq`
     /// for the reads it overlaps. The caller holds `fold_writes`.
     fn move_events(&self, batch: sled::Batch) -> Result<(), StoreError> {
+        let applied = self.apply_marked(batch);
+        self.folds_changed();
+        applied
+    }
+
+    /// Applies a batch that moves rows readers may be iterating over (events between hot rows
+    /// and folds, account index entries between rows), marked in `fold_seq`.
+    fn apply_marked(&self, batch: sled::Batch) -> Result<(), StoreError> {
         self.fold_seq.fetch_add(1, Ordering::SeqCst);
         let applied = self.trees.log.apply_batch(batch);
         #[cfg(test)]
@@ -387,8 +411,61 @@ impl Inner {
             let _ = self.db.flush();
         });
         self.fold_seq.fetch_add(1, Ordering::SeqCst);
-        self.folds_changed();
         Ok(applied?)
+    }
+
+    /// Packs one account's index rows that start at or after `lo` and before `upper` (and the
+    /// row before them, which may have room) into as few rows as [`codec::INDEX_PER_ROW`]
+    /// allows, in one batch. Returns (rows read, rows removed).
+    fn pack_account(
+        &self,
+        account: &[u8],
+        lo: u128,
+        upper: u128,
+    ) -> Result<(usize, usize), StoreError> {
+        let log = &self.trees.log;
+        let at = |ulid: u128| {
+            let mut k = account.to_vec();
+            k.extend_from_slice(&ulid.to_be_bytes());
+            k
+        };
+        let prev = match lo {
+            0 => None,
+            _ => log.range(at(0)..at(lo)).next_back().transpose()?,
+        };
+        let rows = prev.into_iter().map(Ok).chain(log.range(at(lo)..at(upper)));
+        let mut batch = sled::Batch::default();
+        let (mut read, mut removed) = (0, 0);
+        // The run being packed: its first row's key, how many rows, its events.
+        let mut run: Option<(sled::IVec, usize, Vec<u128>)> = None;
+        let mut flush = |run: Option<(sled::IVec, usize, Vec<u128>)>, batch: &mut sled::Batch| {
+            if let Some((first, n, events)) = run.filter(|r| r.1 > 1) {
+                batch.insert(first, codec::encode_ulids(&events));
+                removed += n - 1;
+            }
+        };
+        for item in rows {
+            let (k, v) = item?;
+            read += 1;
+            let mut events = Vec::new();
+            codec::decode_targets(&v, &mut events)?;
+            match &mut run {
+                Some((_, n, all)) if all.len() + events.len() <= codec::INDEX_PER_ROW => {
+                    all.extend_from_slice(&events);
+                    *n += 1;
+                    batch.remove(k);
+                }
+                _ => {
+                    flush(run.take(), &mut batch);
+                    run = Some((k, 1, events));
+                }
+            }
+        }
+        flush(run, &mut batch);
+        if removed > 0 {
+            self.apply_marked(batch)?;
+        }
+        Ok((read, removed))
     }
 
     /// Runs `read` (which only reads) until no batch that moves events between hot rows and
@@ -706,6 +783,57 @@ impl Store {
         drop(claims);
         out.more = seen == max;
         Ok(out)
+    }
+
+    /// Packs the account index rows of events received before `before` into full rows (the
+    /// committer writes a row per account and commit cycle, which under light traffic is a row
+    /// per event): a pass goes account by account over the rows written since the last pass,
+    /// about `max` rows per call; true while the pass is not done. Readers of the index run
+    /// again if a packing batch overlapped them ([`Inner::consistent`]).
+    pub fn pack_account_index(&self, before: Millis, max: usize) -> Result<bool, StoreError> {
+        let inner = &self.inner;
+        let _writes = inner.lock_fold_writes();
+        let mut pass = inner.lock_index_pass();
+        let (lo, upper, mut from) = match pass.current.take() {
+            Some(p) => p,
+            // Never past the newest event: rows written later start after the pass.
+            None => {
+                let newest = inner.lock_fresh().last_event;
+                let upper = ids::ulid_floor(before).min(newest.saturating_add(1));
+                (pass.done, upper, vec![key::ACCOUNT_EVENT])
+            }
+        };
+        if upper <= lo {
+            return Ok(false); // the clock went back: nothing new is settled
+        }
+        let end = [key::ACCOUNT_EVENT + 1];
+        let mut read = 0;
+        while read < max {
+            let next = inner
+                .trees
+                .log
+                .range::<&[u8], _>((Bound::Included(&from[..]), Bound::Excluded(&end[..])))
+                .keys()
+                .next()
+                .transpose()?;
+            let Some(k) = next else {
+                pass.done = upper;
+                return Ok(false);
+            };
+            let account = &k[..17];
+            let (r, removed) = inner.pack_account(account, lo, upper)?;
+            read += r.max(1);
+            pass.packed += removed;
+            from = account.to_vec();
+            from.extend_from_slice(&[0xff; 17]);
+        }
+        pass.current = Some((lo, upper, from));
+        Ok(true)
+    }
+
+    /// Account index rows removed by packing since the store opened.
+    pub fn index_rows_packed(&self) -> usize {
+        self.inner.lock_index_pass().packed
     }
 
     /// Removes the folds whose last event was received before `cutoff`, up to `max` of them

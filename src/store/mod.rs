@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     /// Bumped before and after every batch that moves events between hot rows and folds (odd
     /// while one is applied), so a read can tell that one overlapped it ([`Inner::consistent`]).
     fold_seq: AtomicU64,
+    /// Packing of the account index ([`fold`]).
+    index_pass: Mutex<fold::IndexPass>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -445,6 +447,7 @@ impl Store {
             fold_cache: Mutex::default(),
             fold_writes: Mutex::new(()),
             fold_seq: AtomicU64::new(0),
+            index_pass: Mutex::default(),
             #[cfg(test)]
             faults: Default::default(),
         });
