@@ -548,8 +548,11 @@ impl DueIndex {
             .flat_map(|q| {
                 // Spilled entries are newer than the lane's entries in memory.
                 let spilled = q.spill.as_ref().map(|s| ids::ulid_ms(s.from));
-                q.earliest()
-                    .or(spilled)
+                let earliest = match (q.earliest(), spilled) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                earliest
                     .into_iter()
                     .chain(q.sequences.values().filter_map(|m| m.get(1).map(|e| e.0)))
             })
@@ -570,6 +573,11 @@ impl DueIndex {
             return Vec::new();
         }
         std::mem::take(&mut inner.refills)
+    }
+
+    /// Whether refills wait to be handed out.
+    pub fn has_refills(&self) -> bool {
+        !self.lock().refills.is_empty()
     }
 
     /// A refill's entries, read from sled: the lane's fresh deliveries from the job's `from`,
@@ -733,10 +741,12 @@ mod tests {
     fn a_backlog_spills_past_the_lane_limit_and_comes_back_in_order() {
         let d = index(1_000_000);
         let n = LANE_FRESH as u128 * 3 + 77;
+        // Delivery i: a ULID of millisecond i, due then.
+        let ulid = |i: u128| i << 80;
         let mut sled = Sled::new();
         for i in 1..=n {
-            sled.entry(7).or_default().insert(i, i as Millis);
-            d.insert(7, i as Millis, i, true);
+            sled.entry(7).or_default().insert(ulid(i), i as Millis);
+            d.insert(7, i as Millis, ulid(i), true);
         }
         assert_eq!(d.len(), n as usize);
         assert_eq!(d.lane_len(7), n as usize);
@@ -751,16 +761,16 @@ mod tests {
             jobs,
             vec![Refill {
                 lane: 7,
-                from: LANE_FRESH as u128 + 1,
-                bound: n,
+                from: ulid(LANE_FRESH as u128 + 1),
+                bound: ulid(n),
                 want: LANE_FRESH - LANE_LOW,
             }]
         );
         // Spilled while it reads: counted, read by a later refill.
-        sled.get_mut(&7).unwrap().insert(n + 1, 0);
-        d.insert(7, 0, n + 1, true);
+        sled.get_mut(&7).unwrap().insert(ulid(n + 1), 0);
+        d.insert(7, 0, ulid(n + 1), true);
         // One of the spilled ended meanwhile (a manual retry made it a later entry).
-        sled.get_mut(&7).unwrap().remove(&(n - 5));
+        sled.get_mut(&7).unwrap().remove(&ulid(n - 5));
         let (found, next) = answer(&sled, &jobs[0]);
         d.refilled(jobs[0], &found, next);
         assert_eq!(d.fresh_in_memory(), LANE_FRESH);
@@ -772,7 +782,7 @@ mod tests {
             sled.get_mut(&7).unwrap().remove(&e.delivery);
         }
         got.extend(drain(&d, &mut sled, i64::MAX));
-        let want: Vec<u128> = (1..=n + 1).filter(|&i| i != n - 5).collect();
+        let want: Vec<u128> = (1..=n + 1).filter(|&i| i != n - 5).map(ulid).collect();
         assert_eq!(got, want, "every fresh entry once, in order");
         assert!(d.is_empty(), "{} left", d.len());
         assert_eq!(d.lane_len(7), 0);

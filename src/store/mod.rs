@@ -173,6 +173,8 @@ pub(crate) struct Inner {
     fold_seq: AtomicU64,
     /// Packing of the account index ([`fold`]).
     index_pass: Mutex<fold::IndexPass>,
+    /// A thread reads spilled due entries back ([`Store::refill_due`]).
+    refilling: AtomicBool,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -448,6 +450,7 @@ impl Store {
             fold_writes: Mutex::new(()),
             fold_seq: AtomicU64::new(0),
             index_pass: Mutex::default(),
+            refilling: AtomicBool::new(false),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -491,25 +494,38 @@ impl Store {
         &self.inner.due
     }
 
-    /// Reads back, each on a thread of its own, the spilled fresh entries of the lanes whose
-    /// entries in memory ran low ([`DueIndex::refills`]); the index wakes its waiters when they
-    /// are in. The engine calls this after each take.
+    /// Reads back the spilled fresh entries of the lanes whose entries in memory ran low
+    /// ([`DueIndex::refills`]), on a thread: one at a time, each walk serving every lane that
+    /// waits; the index wakes its waiters when they are in. The engine calls this after each
+    /// take.
     pub fn refill_due(&self) {
-        for job in self.inner.due.refills() {
-            let inner = self.inner.clone();
-            let started = std::thread::Builder::new()
-                .name("herald-refill".into())
-                .spawn(move || {
-                    if let Err(e) = scan::refill(&inner, job) {
+        if !self.inner.due.has_refills() || self.inner.refilling.swap(true, Ordering::AcqRel) {
+            return; // nothing to do, or the running refiller takes it when it is done
+        }
+        let inner = self.inner.clone();
+        let started = std::thread::Builder::new()
+            .name("herald-refill".into())
+            .spawn(move || loop {
+                let jobs = inner.due.refills();
+                if !jobs.is_empty() {
+                    if let Err(e) = scan::refill(&inner, &jobs) {
                         tracing::error!(error = %e, "cannot read spilled deliveries back; trying again in a second");
                         std::thread::sleep(std::time::Duration::from_secs(1));
-                        inner.due.refill_failed(job);
+                        for job in jobs {
+                            inner.due.refill_failed(job);
+                        }
                     }
-                });
-            if let Err(e) = started {
-                tracing::error!(error = %e, "cannot start a thread to read spilled deliveries back");
-                self.inner.due.refill_failed(job);
-            }
+                    continue;
+                }
+                inner.refilling.store(false, Ordering::Release);
+                // A job queued after the look above, by a take that found this thread running.
+                if !inner.due.has_refills() || inner.refilling.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start a thread to read spilled deliveries back");
+            self.inner.refilling.store(false, Ordering::Release);
         }
     }
 

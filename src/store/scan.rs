@@ -6,12 +6,14 @@
 //! merged pass in key order tells for each delivery whether it has attempts or a pending entry,
 //! with no lookups. The counts of ended deliveries come from their last checkpoint.
 
+use std::collections::HashMap;
 use std::iter::Peekable;
 use std::ops::ControlFlow;
 
 use super::codec::{self, EventRecord};
 use super::key;
-use super::{meta_keys, Entry, Inner, Place, Refill, StoreError};
+use super::{meta_keys, Entry, Inner, Lane, Place, Refill, StoreError};
+use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
 
@@ -197,26 +199,53 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Reads a lane's spilled fresh deliveries back into the due index ([`super::due`]): the walk
-/// starts at the job's first delivery's event and stops past its bound or once it has found
-/// what the job wants. Only hot events are walked (a fresh delivery's event is never folded).
-pub(super) fn refill(inner: &Inner, job: Refill) -> Result<(), StoreError> {
-    let start = ids::event_of(job.from).map_or(job.from, |(event, _)| event);
-    let mut found = Vec::with_capacity(job.want.min(4096));
-    let mut next = job.bound.saturating_add(1);
+/// Reads spilled fresh deliveries back into the due index ([`super::due`]), for several lanes
+/// in one walk of the log: from the earliest job's first delivery's event, until every job has
+/// what it wants or the walk is past every job's bound. Only hot events are walked (a fresh
+/// delivery's event is never folded).
+pub(super) fn refill(inner: &Inner, jobs: &[Refill]) -> Result<(), StoreError> {
+    let Some(from) = jobs.iter().map(|j| j.from).min() else {
+        return Ok(());
+    };
+    let bound = jobs.iter().map(|j| j.bound).max().unwrap_or(from);
+    let start = ids::event_of(from).map_or(from, |(event, _)| event);
+    // Per job: what it found and where its next refill reads from (past its bound if this one
+    // read everything up to it).
+    let mut found: Vec<(Vec<(Millis, u128)>, u128)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                Vec::with_capacity(j.want.min(4096)),
+                j.bound.saturating_add(1),
+            )
+        })
+        .collect();
+    // A lane has one refill at a time.
+    let by_lane: HashMap<Lane, usize> = jobs.iter().enumerate().map(|(i, j)| (j.lane, i)).collect();
+    let mut open = jobs.len();
     walk(inner, start, |s| {
-        if s.delivery > job.bound {
+        if s.delivery > bound {
             return ControlFlow::Break(());
         }
-        if s.delivery >= job.from && s.target == job.lane && s.is_fresh() {
-            found.push((s.event.meta.received_at, s.delivery));
-            if found.len() == job.want {
-                next = s.delivery + 1;
-                return ControlFlow::Break(());
+        let Some(&i) = by_lane.get(&s.target) else {
+            return ControlFlow::Continue(());
+        };
+        let (job, (got, next)) = (&jobs[i], &mut found[i]);
+        let wanted = got.len() < job.want && (job.from..=job.bound).contains(&s.delivery);
+        if wanted && s.is_fresh() {
+            got.push((s.event.meta.received_at, s.delivery));
+            if got.len() == job.want {
+                *next = s.delivery + 1;
+                open -= 1;
+                if open == 0 {
+                    return ControlFlow::Break(());
+                }
             }
         }
         ControlFlow::Continue(())
     })?;
-    inner.due.refilled(job, &found, next);
+    for (job, (got, next)) in jobs.iter().zip(&found) {
+        inner.due.refilled(*job, got, *next);
+    }
     Ok(())
 }
