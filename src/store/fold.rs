@@ -416,13 +416,16 @@ impl Inner {
 
     /// Packs one account's index rows that start at or after `lo` and before `upper` (and the
     /// row before them, which may have room) into as few rows as [`codec::INDEX_PER_ROW`]
-    /// allows, in one batch. Returns (rows read, rows removed).
+    /// allows, in one batch, reading about `budget` rows. Returns the rows read and removed,
+    /// and where to go on if the budget ran out first (the row before it, where this call's
+    /// last run went, has room for the next if any).
     fn pack_account(
         &self,
         account: &[u8],
         lo: u128,
         upper: u128,
-    ) -> Result<(usize, usize), StoreError> {
+        budget: usize,
+    ) -> Result<(usize, usize, Option<u128>), StoreError> {
         let log = &self.trees.log;
         let at = |ulid: u128| {
             let mut k = account.to_vec();
@@ -433,9 +436,13 @@ impl Inner {
             0 => None,
             _ => log.range(at(0)..at(lo)).next_back().transpose()?,
         };
-        let rows = prev.into_iter().map(Ok).chain(log.range(at(lo)..at(upper)));
+        let mut rows = prev
+            .into_iter()
+            .map(Ok)
+            .chain(log.range(at(lo)..at(upper)))
+            .peekable();
         let mut batch = sled::Batch::default();
-        let (mut read, mut removed) = (0, 0);
+        let (mut read, mut removed, mut resume) = (0, 0, None);
         // The run being packed: its first row's key, how many rows, its events.
         let mut run: Option<(sled::IVec, usize, Vec<u128>)> = None;
         let mut flush = |run: Option<(sled::IVec, usize, Vec<u128>)>, batch: &mut sled::Batch| {
@@ -444,9 +451,12 @@ impl Inner {
                 removed += n - 1;
             }
         };
-        for item in rows {
+        while let Some(item) = rows.next() {
             let (k, v) = item?;
             read += 1;
+            if read >= budget && rows.peek().is_some() {
+                resume = key::ulid(&k[16..]).map(|u| u + 1);
+            }
             let mut events = Vec::new();
             codec::decode_targets(&v, &mut events)?;
             match &mut run {
@@ -460,12 +470,15 @@ impl Inner {
                     run = Some((k, 1, events));
                 }
             }
+            if resume.is_some() {
+                break;
+            }
         }
         flush(run, &mut batch);
         if removed > 0 {
             self.apply_marked(batch)?;
         }
-        Ok((read, removed))
+        Ok((read, removed, resume))
     }
 
     /// Runs `read` (which only reads) until no batch that moves events between hot rows and
@@ -821,11 +834,19 @@ impl Store {
                 return Ok(false);
             };
             let account = &k[..17];
-            let (r, removed) = inner.pack_account(account, lo, upper)?;
+            // Within an account a slice stopped in, or from the pass's start.
+            let start = match from.len() == k.len() && from[..17] == *account {
+                true => key::ulid(&from[16..]).unwrap_or(lo),
+                false => lo,
+            };
+            let (r, removed, resume) = inner.pack_account(account, start, upper, max - read)?;
             read += r.max(1);
             pass.packed += removed;
             from = account.to_vec();
-            from.extend_from_slice(&[0xff; 17]);
+            match resume {
+                Some(u) => from.extend_from_slice(&u.to_be_bytes()),
+                None => from.extend_from_slice(&[0xff; 17]),
+            }
         }
         pass.current = Some((lo, upper, from));
         Ok(true)
