@@ -135,8 +135,8 @@ pub async fn history(opts: &Opts) -> Result<History> {
     eprintln!("  empty store");
     let receiver = Receiver::start().await?;
     let herald = Herald::start(&opts.herald, &opts.storage()).await?;
-    herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
-    let empty = ingest_then_e2e(opts, herald, receiver).await?;
+    let ep = herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    let empty = ingest_then_e2e(opts, herald, receiver, ep).await?;
 
     let receiver = Receiver::start().await?;
     let (dir, reuse) = match &opts.history_dir {
@@ -159,9 +159,30 @@ pub async fn history(opts: &Opts) -> Result<History> {
         herald.pid
     );
     let account_log = account_log(&herald).await?;
-    // The prefilled endpoint points nowhere (its receiver is gone): a new one for this run.
-    herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
-    let full = ingest_then_e2e(opts, herald, receiver).await?;
+    // The prefilled endpoint points nowhere (its receiver is gone), and every event of this
+    // run would fan out to it too: deleted (which ends what a kept store still had pending for
+    // it), and a new one for this run.
+    let (status, list) = herald
+        .admin(
+            "GET",
+            &format!("/v1/accounts/{ACCOUNT}/endpoints"),
+            Value::Null,
+        )
+        .await?;
+    if status != 200 {
+        bail!("listing {ACCOUNT}'s endpoints: {status} {list}");
+    }
+    for old in list["items"].as_array().into_iter().flatten() {
+        let id = old["id"].as_str().unwrap_or_default();
+        let (status, answer) = herald
+            .admin("DELETE", &format!("/v1/endpoints/{id}"), Value::Null)
+            .await?;
+        if !(200..300).contains(&status) {
+            bail!("deleting the prefilled endpoint: {status} {answer}");
+        }
+    }
+    let ep = herald.create_endpoint(ACCOUNT, &receiver.url()).await?;
+    let full = ingest_then_e2e(opts, herald, receiver, ep).await?;
     Ok(History {
         attempts,
         prefill_s,
@@ -227,10 +248,13 @@ async fn account_log(herald: &Herald) -> Result<Option<AccountLog>> {
 
 /// Closed-loop single ingest, then (once its deliveries are done) end-to-end at
 /// [`HISTORY_E2E_RATE`]; stops herald.
+/// Single ingest, then end-to-end, to `endpoint`; then deletes it, which ends what is still
+/// pending for it, so a store kept for the next run (`--history-dir`) holds only history.
 async fn ingest_then_e2e(
     opts: &Opts,
     herald: Herald,
     receiver: Receiver,
+    endpoint: String,
 ) -> Result<(Ingest, EndToEnd)> {
     let mut s = Setup {
         herald,
@@ -249,6 +273,13 @@ async fn ingest_then_e2e(
         opts.e2e_batch
     );
     let e2e = phases::end_to_end_on(opts, &s, true, HISTORY_E2E_RATE).await?;
+    let (status, answer) = s
+        .herald
+        .admin("DELETE", &format!("/v1/endpoints/{endpoint}"), Value::Null)
+        .await?;
+    if !(200..300).contains(&status) {
+        bail!("deleting the run's endpoint: {status} {answer}");
+    }
     s.herald.stop(true).await?;
     Ok((single, e2e))
 }
