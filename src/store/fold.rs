@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Reader, Writer, MAX_ROW};
 use super::key;
-use super::{Claim, Inner, Store, StoreError};
+use super::{meta_keys, Claim, Inner, Store, StoreError};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
@@ -61,9 +61,10 @@ const FRAME_RAW: usize = 8 * 1024;
 /// Where packing the account index stands ([`Store::pack_account_index`]).
 #[derive(Default)]
 pub(super) struct IndexPass {
-    /// Rows starting before this are packed (kept in memory: after a restart the first pass
-    /// reads every row once, finding them packed).
+    /// Rows starting before this are packed (in `meta` too, read by the first pass after
+    /// a start; without it, as in a store older than packing, the first pass reads every row).
     done: u128,
+    loaded: bool,
     /// A pass under way: its lower and upper bounds and the key to go on from.
     current: Option<(u128, u128, Vec<u8>)>,
     /// Rows removed since the store opened.
@@ -807,6 +808,12 @@ impl Store {
         let inner = &self.inner;
         let _writes = inner.lock_fold_writes();
         let mut pass = inner.lock_index_pass();
+        if !pass.loaded {
+            if let Some(v) = inner.trees.meta.get(meta_keys::INDEX_PACKED)? {
+                pass.done = u128::from_be_bytes(v.as_ref().try_into().unwrap_or_default());
+            }
+            pass.loaded = true;
+        }
         let (lo, upper, mut from) = match pass.current.take() {
             Some(p) => p,
             // Never past the newest event: rows written later start after the pass.
@@ -831,6 +838,10 @@ impl Store {
                 .transpose()?;
             let Some(k) = next else {
                 pass.done = upper;
+                inner
+                    .trees
+                    .meta
+                    .insert(meta_keys::INDEX_PACKED, &upper.to_be_bytes())?;
                 return Ok(false);
             };
             let account = &k[..17];

@@ -342,6 +342,8 @@ mod meta_keys {
     pub const FORMAT: &[u8] = b"format";
     pub const COUNTS: &[u8] = b"counts";
     pub const FRESH_FROM: &[u8] = b"fresh_from";
+    /// Account index rows starting before this ULID are packed ([`super::fold`]).
+    pub const INDEX_PACKED: &[u8] = b"index_packed";
 }
 
 pub struct Store {
