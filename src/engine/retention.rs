@@ -32,8 +32,9 @@ pub struct FoldCursor {
 const FOLD_SLICE: usize = 2_000;
 /// Folds retention removes per slice.
 const FOLD_PRUNE_SLICE: usize = 200;
-/// Account index rows a packing slice reads (about).
-const INDEX_SLICE: usize = 20_000;
+/// Account index rows a packing slice reads (about): it holds the fold writers, and readers
+/// that overlap its batch wait for it, so it stays as short as a folding slice.
+const INDEX_SLICE: usize = 2_000;
 /// Events looked at per slice.
 const SLICE: usize = 500;
 /// Idempotency keys and debounce windows removed per slice.
