@@ -67,14 +67,6 @@ async fn pending_deliveries(herald: &Herald) -> Vec<Value> {
     }
 }
 
-/// The webhook-ids a receiver has seen.
-fn seen_ids(recv: &Receiver) -> HashSet<String> {
-    recv.requests()
-        .iter()
-        .filter_map(|r| r.header("webhook-id").map(str::to_string))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck() {
     let seed: u64 = std::env::var("HERALD_CRASH_SEED")
@@ -186,7 +178,7 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
         let deadline = Duration::from_secs(45);
         let waited = tokio::time::timeout(deadline, async {
             loop {
-                let seen = seen_ids(recv);
+                let seen = recv.webhook_ids();
                 missing = want.difference(&seen).cloned().collect::<Vec<_>>();
                 if missing.is_empty() {
                     return;
@@ -308,7 +300,7 @@ async fn store_opens_after_a_kill_during_a_snapshot_write() {
         Duration::from_secs(15),
         "the new event and every earlier one arrived",
         || async {
-            let seen = seen_ids(&recv);
+            let seen = recv.webhook_ids();
             seen.contains(&id) && events.iter().all(|(e, _)| seen.contains(e))
         },
     )

@@ -386,12 +386,7 @@ async fn a_backlog_past_what_herald_keeps_in_memory_arrives_whole_after_a_restar
     w.herald.restart().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let seen: std::collections::HashSet<String> = recv
-            .requests()
-            .iter()
-            .filter_map(|r| r.header("webhook-id").map(str::to_string))
-            .collect();
-        let missing = ids.difference(&seen).count();
+        let missing = ids.difference(&recv.webhook_ids()).count();
         if missing == 0 {
             break;
         }

@@ -67,14 +67,7 @@ async fn every_acknowledged_event_is_delivered_after_kill9_under_16_producers() 
     common::wait_until(
         Duration::from_secs(60),
         "every acknowledged event arrived",
-        || async {
-            let seen: HashSet<String> = recv
-                .requests()
-                .iter()
-                .filter_map(|r| r.header("webhook-id").map(str::to_string))
-                .collect();
-            want.is_subset(&seen)
-        },
+        || async { want.is_subset(&recv.webhook_ids()) },
     )
     .await;
 }

@@ -763,14 +763,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     common::wait_until(
         Duration::from_secs(30),
         "every acknowledged event arrived after the restart",
-        || async {
-            let seen: HashSet<String> = recv
-                .requests()
-                .iter()
-                .filter_map(|r| r.header("webhook-id").map(str::to_string))
-                .collect();
-            want.is_subset(&seen)
-        },
+        || async { want.is_subset(&recv.webhook_ids()) },
     )
     .await;
 }

@@ -296,11 +296,7 @@ async fn order_holds_across_kill9_and_nothing_acknowledged_is_lost() {
 
     let want_total = acked.len();
     common::wait_until(SETTLE, "every acknowledged event arrived", || async {
-        let got = recv.requests();
-        let seen: std::collections::HashSet<String> = got
-            .iter()
-            .filter_map(|r| r.header("webhook-id").map(str::to_string))
-            .collect();
+        let seen = recv.webhook_ids();
         acked.iter().all(|(_, id)| seen.contains(id))
     })
     .await;

@@ -281,13 +281,6 @@ fn fails_first_attempt(webhook_id: &str) -> bool {
     webhook_id.bytes().map(u32::from).sum::<u32>() % 4 == 0
 }
 
-fn seen_ids(recv: &Receiver) -> HashSet<String> {
-    recv.requests()
-        .iter()
-        .filter_map(|r| r.header("webhook-id").map(str::to_string))
-        .collect()
-}
-
 /// The ids among `ids` that herald does not know (`GET /v1/events/{id}` answers 404), asked by
 /// 8 tasks at once; panics on any other answer.
 async fn unknown_events(base: &str, ids: &[String]) -> Vec<String> {
@@ -517,7 +510,7 @@ async fn acknowledged_events_survive_power_cuts() {
     let mut missing: Vec<String> = Vec::new();
     let arrived = tokio::time::timeout(deadline, async {
         loop {
-            let seen = seen_ids(&recv);
+            let seen = recv.webhook_ids();
             missing = want.difference(&seen).cloned().collect();
             if missing.is_empty() {
                 return;

@@ -194,8 +194,11 @@ impl Engine {
             }
             let room = self.global.available_permits().min(POP_BATCH);
             let due = self.store.due().take(now, room);
-            self.store.refill_due();
             let got = due.len();
+            // Refills are asked for by the entries a take hands out.
+            if got > 0 {
+                self.store.refill_due();
+            }
             for d in due {
                 match self.global.clone().try_acquire_owned() {
                     Ok(permit) => self.start(d, permit),

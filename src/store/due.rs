@@ -568,11 +568,7 @@ impl DueIndex {
     /// sled. The caller reads each one's entries and hands them to [`Self::refilled`] (or
     /// [`Self::refill_failed`]).
     pub fn refills(&self) -> Vec<Refill> {
-        let mut inner = self.lock();
-        if inner.refills.is_empty() {
-            return Vec::new();
-        }
-        std::mem::take(&mut inner.refills)
+        std::mem::take(&mut self.lock().refills)
     }
 
     /// Whether refills wait to be handed out.

@@ -499,7 +499,7 @@ impl Store {
     /// Reads back the spilled fresh entries of the lanes whose entries in memory ran low
     /// ([`DueIndex::refills`]), on a thread: one at a time, each walk serving every lane that
     /// waits; the index wakes its waiters when they are in. The engine calls this after each
-    /// take.
+    /// take that handed out entries (a take is what asks for refills).
     pub fn refill_due(&self) {
         if !self.inner.due.has_refills() || self.inner.refilling.swap(true, Ordering::AcqRel) {
             return; // nothing to do, or the running refiller takes it when it is done

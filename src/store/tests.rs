@@ -1168,7 +1168,6 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
     let mut all = Vec::new();
-    let mut delivered_while_out = None;
     for batch in 0..20 {
         let news = (0..500)
             .map(|j| {
@@ -1198,7 +1197,7 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
     // Attempted while spilled (as a manual retry would, or an attempt before a restart).
     let d = &all[total - 100];
     deliver(&store, d, T0 + 20_000);
-    delivered_while_out.get_or_insert(d.id.clone());
+    let delivered_while_out = d.id.clone();
     close(store);
 
     let store = open(dir.path(), &clock);
@@ -1232,7 +1231,7 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
     }
     let mut want: Vec<u128> = all
         .iter()
-        .filter(|d| Some(&d.id) != delivered_while_out.as_ref())
+        .filter(|d| d.id != delivered_while_out)
         .map(|d| ids::parse(ids::DELIVERY, &d.id).unwrap())
         .collect();
     // The second delivery of an event goes to LANE + 1.

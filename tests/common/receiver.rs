@@ -189,6 +189,17 @@ impl Receiver {
         self.shared.requests.lock().unwrap().clone()
     }
 
+    /// The `webhook-id`s of the requests so far (each event's id once, however often it came).
+    pub fn webhook_ids(&self) -> std::collections::HashSet<String> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.header("webhook-id").map(str::to_string))
+            .collect()
+    }
+
     pub fn count(&self) -> usize {
         self.shared.requests.lock().unwrap().len()
     }
