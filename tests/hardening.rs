@@ -401,3 +401,30 @@ async fn failed_authentications_are_logged_once_a_second_without_the_token() {
         "the admin token was logged"
     );
 }
+
+/// herald's binary runs its allocator with the options in `src/main.rs`, not jemalloc's
+/// defaults (which hold freed memory longer: the README's memory figures depend on them). One
+/// of those options starts jemalloc's background thread, which returns freed pages; a binary
+/// whose options did not reach jemalloc runs without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allocator_runs_with_herald_s_options() {
+    let h = Herald::start("").await;
+    let pid = h.pid().expect("herald runs");
+    let threads = format!("/proc/{pid}/task");
+    common::wait_until(
+        Duration::from_secs(10),
+        "jemalloc's background thread runs in herald",
+        || {
+            let names: Vec<String> = std::fs::read_dir(&threads)
+                .map(|tasks| {
+                    tasks
+                        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                        .map(|n| n.trim().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            async move { names.iter().any(|n| n == "jemalloc_bg_thd") }
+        },
+    )
+    .await;
+}
