@@ -23,7 +23,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// workers, sled's flushers, the committer) freed but the process still holds. Two arenas,
 /// freed pages returned after half a second by jemalloc's own thread, and only blocks up to
 /// 4 KiB cached per thread: measured with `cargo bench --bench load`, a million pending
-/// deliveries peak at 143–148 MiB (164–169 before), a store of 10,000,000 folded attempts
+/// deliveries peak at 144–148 MiB (164–169 before), a store of 10,000,000 folded attempts
 /// serves at 121 MiB ingesting and 143 MiB delivering (135 and 171 before), and ingest and
 /// delivery rates stay where they were.
 #[cfg(feature = "jemalloc")]

@@ -1,6 +1,7 @@
 //! The API server's limits and the data directory's privacy (SPEC §9, issue 9): nobody without
 //! a token can exhaust herald, a client cannot hold up its shutdown, and the files that hold
-//! secrets are private whatever the umask.
+//! secrets are private whatever the umask; and the binary's allocator runs with the options
+//! that keep its memory where the README's figures say.
 
 mod common;
 
@@ -406,6 +407,7 @@ async fn failed_authentications_are_logged_once_a_second_without_the_token() {
 /// defaults (which hold freed memory longer: the README's memory figures depend on them). One
 /// of those options starts jemalloc's background thread, which returns freed pages; a binary
 /// whose options did not reach jemalloc runs without it.
+#[cfg(feature = "jemalloc")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_allocator_runs_with_herald_s_options() {
     let h = Herald::start("").await;
