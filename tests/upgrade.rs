@@ -1,5 +1,5 @@
 //! Installs upgrade, they do not start over: data directories written by earlier heralds
-//! (storage formats 2 to 5, kept in `tests/fixtures/format2` to `format5`) open
+//! (storage formats 2 to 6, kept in `tests/fixtures/format2` to `format6`) open
 //! in this one, are migrated in place, and keep their log, their endpoints and their pending
 //! deliveries.
 
@@ -87,9 +87,9 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
     assert_eq!(got[0].header("webhook-id"), Some(event));
 }
 
-/// Waits for each migration step from `format` to format 6 in the log.
-async fn migrated_through_6(h: &Herald, format: u8) {
-    for from in format..6 {
+/// Waits for each migration step from `format` to format 7 in the log.
+async fn migrated_through_7(h: &Herald, format: u8) {
+    for from in format..7 {
         h.wait_for_log(
             &format!("storage migrated from format {from} to format {}", from + 1),
             Duration::from_secs(5),
@@ -114,7 +114,7 @@ async fn restarted_migrations(h: &mut Herald) -> usize {
 async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     let recv = Receiver::ok_http();
     let (mut h, data) = on_fixture(FIXTURE_TABLES, "format2").await;
-    migrated_through_6(&h, 2).await;
+    migrated_through_7(&h, 2).await;
 
     // The whole log reads.
     let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
@@ -163,14 +163,14 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 6 (no migration again).
+    // The files are private now, and the next start finds format 7 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
     let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 4,
-        "four steps at the first start, none at the second"
+        migrations, 5,
+        "five steps at the first start, none at the second"
     );
     let (_, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 11);
@@ -187,8 +187,9 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         )
         .await;
     assert!(line.contains("idempotency_keys=2"), "{line}");
-    assert!(data.join("keys").is_dir());
-    migrated_through_6(&h, 4).await;
+    migrated_through_7(&h, 4).await;
+    assert!(data.join("idempotency").is_dir());
+    assert!(!data.join("keys").exists());
 
     assert_eq!(states(&h).await, ["delivered", "skipped", "delivered"]);
 
@@ -203,8 +204,8 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
 
     let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 3,
-        "three steps at the first start, none at the second"
+        migrations, 4,
+        "four steps at the first start, none at the second"
     );
 }
 
@@ -215,7 +216,7 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     let recv = Receiver::ok_http();
     let tables = format!("{FIXTURE_TABLES}[storage]\nfold_after = \"1s\"\n");
     let (h, _) = on_fixture(&tables, "format4").await;
-    migrated_through_6(&h, 4).await;
+    migrated_through_7(&h, 4).await;
     let line = h
         .wait_for_log("history folded", Duration::from_secs(10))
         .await;
@@ -252,38 +253,45 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     .await;
 }
 
-/// Format 5 (tests/fixtures/format5, see its README) opens in format 6: its 210 idempotency
-/// keys, a row each, are packed many to a row; its folded and hot log reads as it did, and a
-/// second start migrates nothing. (That every packed key still answers `duplicate` is
-/// `a_format_5_store_packs_its_keys` in the store's tests, on a clock at the fixture's time:
-/// the keys' 24 hours have passed for a test run later.)
+/// Format 5 (tests/fixtures/format5, see its README) opens in format 7: its 210 idempotency
+/// keys, a sled row each, move to tables of their own; its folded and hot log reads as it did,
+/// and a second start migrates nothing. Format 6 (tests/fixtures/format6), the same keys packed
+/// many to a sled row, too. (That every key still answers `duplicate` is
+/// `format_5_and_6_stores_move_their_keys_to_tables` in the store's tests, on a clock at the
+/// fixtures' time: the keys' 24 hours have passed for a test run later.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_format_5_data_directory_packs_its_keys_and_keeps_working() {
-    let (mut h, _) = on_fixture(FIXTURE_TABLES, "format5").await;
-    let line = h
-        .wait_for_log(
-            "storage migrated from format 5 to format 6",
-            Duration::from_secs(5),
-        )
-        .await;
-    assert!(line.contains("idempotency_keys=210"), "{line}");
+async fn format_5_and_6_data_directories_move_their_keys_and_keep_working() {
+    for (fixture, format, first) in [
+        ("format5", 5, "evt_01M8ZD18X9EV1TH0JA66BFWR00"),
+        ("format6", 6, "evt_01M904VQQG0R52WGC4GCM1JM00"),
+    ] {
+        let (mut h, data) = on_fixture(FIXTURE_TABLES, fixture).await;
+        migrated_through_7(&h, format).await;
+        let line = h
+            .wait_for_log(
+                "storage migrated from format 6 to format 7",
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(line.contains("idempotency_keys=210"), "{fixture}: {line}");
+        assert!(!data.join("keys").exists(), "{fixture}");
 
-    let (status, list) = h.admin("GET", "/v1/deliveries?limit=500", None).await;
-    assert_eq!(status, 200, "{list}");
-    let items = list["items"].as_array().unwrap();
-    assert_eq!(items.len(), 211, "{list}");
-    let delivered = items.iter().filter(|d| d["state"] == "delivered").count();
-    assert_eq!(delivered, 151, "{list}");
-    let (status, event) = h
-        .admin("GET", "/v1/events/evt_01M8ZD18X9EV1TH0JA66BFWR00", None)
-        .await;
-    assert_eq!(status, 200, "{event}");
-    assert_eq!(event["payload"], json!({"n": 0}), "{event}");
-    assert_eq!(event["idempotency_key"], json!("idem-1-0"), "{event}");
+        let (status, list) = h.admin("GET", "/v1/deliveries?limit=500", None).await;
+        assert_eq!(status, 200, "{list}");
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items.len(), 211, "{fixture}: {list}");
+        let delivered = items.iter().filter(|d| d["state"] == "delivered").count();
+        assert_eq!(delivered, 151, "{fixture}: {list}");
+        let (status, event) = h.admin("GET", &format!("/v1/events/{first}"), None).await;
+        assert_eq!(status, 200, "{event}");
+        assert_eq!(event["payload"], json!({"n": 0}), "{event}");
+        assert_eq!(event["idempotency_key"], json!("idem-1-0"), "{event}");
 
-    let migrations = restarted_migrations(&mut h).await;
-    assert_eq!(
-        migrations, 1,
-        "one step at the first start, none at the second"
-    );
+        let migrations = restarted_migrations(&mut h).await;
+        assert_eq!(
+            migrations,
+            usize::from(7 - format),
+            "{fixture}: its steps at the first start, none at the second"
+        );
+    }
 }

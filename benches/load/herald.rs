@@ -357,9 +357,9 @@ impl Herald {
         dir_size(&self.data)
     }
 
-    /// The idempotency keys' database (`keys/` in the data directory): (apparent, allocated).
+    /// The idempotency keys' tables (`idempotency/` in the data directory): (apparent, allocated).
     pub fn keys_bytes(&self) -> (u64, u64) {
-        dir_size(&self.data.join("keys"))
+        dir_size(&self.data.join("idempotency"))
     }
 }
 

@@ -608,7 +608,7 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
         if let Some(per_key) = k.keys_db_per_key() {
             row(
                 format!(
-                    "  disk per live idempotency key (keys' database / {} keys)",
+                    "  disk per live idempotency key (keys' tables / {} keys)",
                     thousands(k.keyed.acked as f64)
                 ),
                 format!("{per_key:.0} bytes"),

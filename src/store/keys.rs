@@ -1,56 +1,67 @@
-//! Idempotency keys, in a sled database of their own (`keys/` in the data directory), packed
-//! many to a row.
+//! Idempotency keys, in tables of their own beside sled (`idempotency/` in the data
+//! directory): fixed-size slots in plain files, a day's keys in one table or a few.
 //!
 //! # Layout
 //!
 //! A key is (claim day, the first [`DIGEST`] bytes of a digest of account and key) — a
-//! [`KeyRow`] — and what it names is the first event's ULID. A day's keys are split by digest
-//! into *chunks*: rows keyed by the day and the chunk's upper bound (its greatest digest, the
-//! day's last chunk `FF…`), each holding its keys sorted by digest, [`ENTRY`] bytes apiece, at
-//! most [`MAX_ENTRIES`] of them (a chunk that outgrows it splits in two in the same batch, the
-//! lower half under the key of its own last digest). A lookup is one range read (the first row
-//! at or after the key, within the day) and a binary search. Days sort in time order, so a
-//! day's keys expire whole, a key range, with no decoding.
+//! [`KeyRow`] — and what it names is the first event's ULID. A day's keys live in *tables*,
+//! files named `DAY-GEN` (the day's number, then the table's generation within the day, both
+//! in decimal): a [`BLOCK`]-byte header (magic, version, slot count, slots used at the last
+//! sync), then blocks of [`BLOCK`] bytes, each [`PER_BLOCK`] slots of [`SLOT`] bytes: the
+//! digest, then the ULID (big-endian). An all-zero slot is empty; a digest with ULID zero is a
+//! key released. A key's slot is found by open addressing: from the digest modulo the slot
+//! count, the first slot holding the digest or empty (linear probing, a block a read). A
+//! released key's slot is taken by the next new key whose probe passes it (in any of the day's
+//! tables), so keys that retention releases early free their room for the day's later keys.
+//! A table takes keys until three quarters of its slots are used; then the day gets a
+//! new generation half as large as its tables together (so a day's tables hold 37 to 56 bytes
+//! a key), and a day's first table is sized for one and a half times the day before's keys (a
+//! steady day is one table). A lookup probes the day's tables newest first; a claim updates the
+//! key's slot wherever it is, so a digest is in one table at most. Days expire whole: a file
+//! removed. A slot never straddles two blocks, so a write that a power cut tears (disks write
+//! 512-byte sectors whole) leaves each slot old or new, never an old digest naming a new event.
 //!
-//! Why packed: sled's costs are per row (a leaf splits at 16 rows, every write is a delta until
-//! its leaf is rewritten, and it keeps bookkeeping in memory for every page), so a row per key
-//! cost 161–180 bytes of disk for a 36-byte row. Packed ~45 to a row, 1,200,000 keys take
-//! 27,000 rows and 97–113 bytes a key on disk (measured the same way, issue 11): what remains is
-//! sled's, which writes every change of a chunk as a new version and reuses a segment of its
-//! file only once half of it is dead (a chunk written once and never changed still costs
-//! 2.6 times its bytes).
+//! Why not sled: its costs are per row and per write (a leaf splits at 16 rows, a changed row
+//! is written again whole, and a segment of its file is reused only once half of it is dead),
+//! so a key cost 161–180 bytes on disk with a row each and 97–113 packed ~45 to a row (storage
+//! format 6, measured in issue 11), against 28 bytes of data. Here a key is written once, in
+//! place, and its memory is the kernel's page cache, which gives way under pressure, not
+//! herald's heap. They live apart from the log because their lifetime is not the log's.
 //!
-//! They live apart from the log because their lifetime is not the log's: sled reuses a segment
-//! of its file only once at most half of it is live, and key rows that stay for their day among
-//! event rows that retention frees (or event rows kept for 30 days among key rows that expire in
-//! two) keep whole segments from being reused. On their own, a day's keys go together and free
-//! their segments together.
-//!
-//! One writer at a time changes chunks (`writes`): the committer adding keys, retention
-//! releasing them, expiry. Readers need no lock: a chunk, and a split's two chunks, change in one
-//! sled batch, which readers see whole or not at all.
+//! One writer at a time changes slots (`writes`): the committer adding keys, retention
+//! releasing them, expiry. Lookups take no lock and run on the committer (the only thread that
+//! inserts): a slot being filled was empty until then, so no probe passes it to a key beyond;
+//! a release only zeroes the ULID of a key whose event retention is removing.
 //!
 //! # Durability without a second fsync per commit
 //!
-//! The event row holds its idempotency key, so the log is the record and this database an
-//! index of it. The committer adds a cycle's keys here after the cycle's fsync (before it
-//! answers, so the next cycle sees them) without syncing; once a second the checkpoint syncs
-//! this database and then records the *watermark*: the last event whose key is here durably.
-//! At open, the keys of the events after the watermark are read from their event rows and
-//! written again, so keys that a crash took from here come back before the first ingest. An
+//! The event row holds its idempotency key, so the log is the record and the tables an index
+//! of it. The committer adds a cycle's keys here after the cycle's fsync (before it answers,
+//! so the next cycle sees them) without syncing; once a second the checkpoint syncs the tables
+//! it changed (headers with their counts, and the directory if a table was created) and then
+//! records the *watermark* (a file, `watermark`, replaced by rename): the last event whose key
+//! is here durably. At open, the keys of the events after the watermark are read from their
+//! event rows and written again, so keys that a crash took come back before the first ingest;
+//! a table whose header did not reach the disk can only hold such keys and is removed. An
 //! insert that fails stops the watermark where it was (the next open rebuilds from there).
 //!
 //! # A digest of 12 bytes
 //!
 //! Two different keys of a day with the same 96-bit digest would answer one as the other's
 //! duplicate. Among a hundred million keys a day (over 1,000 keyed events a second) the chance
-//! that any two share a digest is about 10⁻¹³ a day.
+//! that any two share a digest is about 10⁻¹³ a day. (A digest of twelve zero bytes, as likely,
+//! reads as an empty slot: its key would not be found.)
 
-use std::fs::File;
-use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::codec;
+use super::files::FILE_MODE;
 use super::key;
 use super::StoreError;
 use crate::clock::Millis;
@@ -58,38 +69,42 @@ use crate::ids;
 
 /// Bytes of a key's digest kept (see the module's doc).
 pub const DIGEST: usize = 12;
-/// A key: the day it was claimed ([`key::idempotency_day`], big-endian), then its digest. A
-/// chunk's row key has the same shape: the day, then the chunk's upper bound.
+/// A key: the day it was claimed ([`key::idempotency_day`], big-endian), then its digest.
 pub type KeyRow = [u8; 4 + DIGEST];
-/// A key in a chunk: its digest, then the event's ULID (big-endian).
-const ENTRY: usize = DIGEST + 16;
-/// Keys in a chunk at most (1.8 KB): a new key rewrites its chunk, so this bounds what a key
-/// costs to write, while the row's own cost is shared by the ~45 keys a chunk holds on average
-/// (chunks split in halves, so they are half to wholly full).
-const MAX_ENTRIES: usize = 64;
-/// Keys released per sled batch (see [`Keys::release`]).
-const RELEASE_GROUP: usize = 256;
-/// A chunk's first byte: the layout's version.
-const CHUNK_V1: u8 = 1;
-/// Storage format 5's rows: a row per key, the day and a 16-byte digest → the ULID (read only
-/// by the migration, [`Keys::pack_format_5`]).
-const FORMAT_5_ROW: usize = 4 + 16;
-
-const WATERMARK: &[u8] = b"watermark";
+/// A slot: the digest, then the event's ULID (big-endian).
+const SLOT: usize = DIGEST + 16;
+/// A table's unit of reads and of layout (a disk sector): the header, then blocks of slots.
+const BLOCK: u64 = 512;
+/// Slots in a block (504 of its bytes; the rest is zero).
+const PER_BLOCK: u64 = BLOCK / SLOT as u64;
+const MAGIC: &[u8; 8] = b"herald-k";
+const VERSION: u32 = 1;
+/// A table's blocks at least (36,864 slots, 1 MiB, written sparsely: a table of few keys
+/// costs the pages they land on).
+const MIN_BLOCKS: u64 = 1 << 11;
+const WATERMARK: &str = "watermark";
+/// The next watermark is written to `watermark.new.N` and renamed (a name of its own for each
+/// write: a store closed in a test may still be finishing a checkpoint when the next opens).
+const WATERMARK_NEW: &str = "watermark.new";
+static WATERMARK_WRITES: AtomicU64 = AtomicU64::new(0);
 
 pub(super) struct Keys {
-    db: sled::Db,
-    /// The watermark (and nothing else).
-    meta: sled::Tree,
-    data_file: File,
+    dir: PathBuf,
+    /// The directory itself, to sync the names of tables created.
+    dir_file: File,
+    /// Each day's tables, oldest generation first.
+    days: RwLock<BTreeMap<u32, Vec<Arc<Table>>>>,
+    /// A table was created or the watermark replaced since the last sync of the directory.
+    names_changed: AtomicBool,
     marks: Mutex<Marks>,
-    /// Held by whoever changes chunks (a read, change and write of a chunk must not interleave
-    /// with another's).
+    /// Held by whoever changes slots or tables.
     writes: Mutex<()>,
+    /// Held through a checkpoint, so watermarks are recorded in order.
+    checkpoints: Mutex<()>,
 }
 
 struct Marks {
-    /// The last event whose key (if it has one) is in `db`; `None` once an insert failed.
+    /// The last event whose key (if it has one) is here; `None` once an insert failed.
     through: Option<u128>,
     /// The watermark last recorded.
     recorded: u128,
@@ -104,34 +119,214 @@ enum Change {
     Release(u128),
 }
 
+struct Table {
+    file: File,
+    path: PathBuf,
+    generation: u32,
+    slots: u64,
+    /// Slots used (keys and released keys).
+    used: AtomicU64,
+    /// Written since its last sync.
+    dirty: AtomicBool,
+}
+
+/// Where a probe ended.
+enum Probe {
+    /// The digest's slot and the ULID it holds (zero: released).
+    Found(u64, u128),
+    /// The empty slot where the digest would go.
+    Vacant(u64),
+}
+
+impl Table {
+    fn create(dir: &Path, day: u32, generation: u32, slots: u64) -> Result<Table, StoreError> {
+        let path = dir.join(format!("{day}-{generation}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&path)?;
+        file.set_len(BLOCK + slots / PER_BLOCK * BLOCK)?;
+        let table = Table {
+            file,
+            path,
+            generation,
+            slots,
+            used: AtomicU64::new(0),
+            dirty: AtomicBool::new(true),
+        };
+        table.write_header()?;
+        Ok(table)
+    }
+
+    /// The table at `path`, or `None` if its header or length is not a whole table's (one a
+    /// crash cut short: it holds only keys after the watermark, see the module's doc).
+    fn open(path: PathBuf, generation: u32) -> Result<Option<Table>, StoreError> {
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let mut h = [0u8; BLOCK as usize];
+        if file.read_exact_at(&mut h, 0).is_err() || &h[..8] != MAGIC {
+            return Ok(None);
+        }
+        if u32::from_be_bytes(h[8..12].try_into().unwrap_or_default()) != VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "idempotency table {} has a layout this herald does not know",
+                path.display()
+            )));
+        }
+        let slots = u64::from_be_bytes(h[12..20].try_into().unwrap_or_default());
+        let used = u64::from_be_bytes(h[20..28].try_into().unwrap_or_default());
+        if slots == 0
+            || slots % PER_BLOCK != 0
+            || file.metadata()?.len() != BLOCK + slots / PER_BLOCK * BLOCK
+        {
+            return Ok(None);
+        }
+        Ok(Some(Table {
+            file,
+            path,
+            generation,
+            slots,
+            used: AtomicU64::new(used),
+            dirty: AtomicBool::new(false),
+        }))
+    }
+
+    fn write_header(&self) -> Result<(), StoreError> {
+        let mut h = [0u8; BLOCK as usize];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_be_bytes());
+        h[12..20].copy_from_slice(&self.slots.to_be_bytes());
+        h[20..28].copy_from_slice(&self.used.load(Ordering::Relaxed).to_be_bytes());
+        self.file.write_all_at(&h, 0)?;
+        Ok(())
+    }
+
+    /// Whether one more key would take it past three quarters of its slots.
+    fn full(&self) -> bool {
+        (self.used.load(Ordering::Relaxed) + 1) * 4 > self.slots * 3
+    }
+
+    /// Probes for `digest`: where it is or would go, and the first released key's slot the
+    /// probe passed (a new key may take it).
+    fn probe(&self, digest: &[u8]) -> Result<(Probe, Option<u64>), StoreError> {
+        let mut block = [0u8; BLOCK as usize];
+        let home = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default()) % self.slots;
+        let (mut at, mut seen, mut released) = (home, 0, None);
+        while seen < self.slots {
+            let (b, first) = (at / PER_BLOCK, at % PER_BLOCK);
+            self.file.read_exact_at(&mut block, BLOCK + b * BLOCK)?;
+            for i in first..PER_BLOCK {
+                let slot = &block[(i as usize) * SLOT..(i as usize + 1) * SLOT];
+                let here = b * PER_BLOCK + i;
+                let event = u128::from_be_bytes(slot[DIGEST..].try_into().unwrap_or_default());
+                if slot[..DIGEST] == *digest {
+                    return Ok((Probe::Found(here, event), released));
+                }
+                if event == 0 {
+                    if slot[..DIGEST].iter().all(|b| *b == 0) {
+                        return Ok((Probe::Vacant(here), released));
+                    }
+                    released.get_or_insert(here);
+                }
+            }
+            seen += PER_BLOCK - first;
+            at = (b + 1) * PER_BLOCK % self.slots;
+        }
+        // Never at three quarters full; a table that says otherwise is not ours.
+        Err(StoreError::Corrupt(format!(
+            "idempotency table {} has no empty slot",
+            self.path.display()
+        )))
+    }
+
+    /// Where slot `slot` is in the file.
+    fn offset(slot: u64) -> u64 {
+        BLOCK + slot / PER_BLOCK * BLOCK + slot % PER_BLOCK * SLOT as u64
+    }
+
+    fn write_slot(&self, slot: u64, digest: &[u8], event: u128) -> Result<(), StoreError> {
+        let mut s = [0u8; SLOT];
+        s[..DIGEST].copy_from_slice(digest);
+        s[DIGEST..].copy_from_slice(&event.to_be_bytes());
+        self.file.write_all_at(&s, Table::offset(slot))?;
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn write_event(&self, slot: u64, event: u128) -> Result<(), StoreError> {
+        let at = Table::offset(slot) + DIGEST as u64;
+        self.file.write_all_at(&event.to_be_bytes(), at)?;
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes its count and syncs it, if it changed since the last sync.
+    fn sync(&self) -> Result<(), StoreError> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let synced = self
+            .write_header()
+            .and_then(|()| Ok(self.file.sync_data()?));
+        if synced.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        synced
+    }
+}
+
 impl Keys {
-    pub fn open(path: &Path, cache_capacity: u64) -> Result<Keys, StoreError> {
-        super::files::create_private_dir(path)?;
-        super::remove_partial_snapshots(path)?;
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_capacity)
-            .flush_every_ms(Some(1000))
-            .open()?;
-        let meta = db.open_tree("meta")?;
-        let data_file = File::open(path.join("db"))?;
-        let recorded = match meta.get(WATERMARK)? {
-            Some(v) => u128::from_be_bytes(
-                v.as_ref()
+    /// Opens (or creates) the tables in `dir`.
+    pub fn open(dir: &Path) -> Result<Keys, StoreError> {
+        super::files::create_private_dir(dir)?;
+        let mut days: BTreeMap<u32, Vec<Arc<Table>>> = BTreeMap::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(WATERMARK_NEW) {
+                std::fs::remove_file(entry.path())?;
+                continue;
+            }
+            let Some((day, generation)) = name
+                .split_once('-')
+                .and_then(|(d, g)| Some((d.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+            else {
+                continue;
+            };
+            match Table::open(entry.path(), generation)? {
+                Some(t) => days.entry(day).or_default().push(Arc::new(t)),
+                None => {
+                    tracing::warn!(file = %entry.path().display(), "removing an idempotency table a crash cut short (its keys are written again from the log)");
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+        }
+        for tables in days.values_mut() {
+            tables.sort_by_key(|t| t.generation);
+        }
+        let recorded = match std::fs::read(dir.join(WATERMARK)) {
+            Ok(v) => u128::from_be_bytes(
+                v.as_slice()
                     .try_into()
                     .map_err(|_| StoreError::Corrupt("idempotency keys' watermark".into()))?,
             ),
-            None => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e.into()),
         };
         Ok(Keys {
-            db,
-            meta,
-            data_file,
+            dir: dir.to_path_buf(),
+            dir_file: File::open(dir)?,
+            days: RwLock::new(days),
+            names_changed: AtomicBool::new(false),
             marks: Mutex::new(Marks {
                 through: Some(recorded),
                 recorded,
             }),
             writes: Mutex::new(()),
+            checkpoints: Mutex::new(()),
         })
     }
 
@@ -143,25 +338,18 @@ impl Keys {
         self.writes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The event that claimed the key on the key's day, if any.
-    pub fn get(&self, row: &KeyRow) -> Result<Option<u128>, StoreError> {
-        let Some((_, chunk)) = self.chunk_of(row)? else {
-            return Ok(None);
-        };
-        let entries = entries(&chunk)?;
-        Ok(search(entries, &row[4..])
-            .ok()
-            .map(|i| event_at(entries, i)))
+    /// The day's tables, oldest first (a copy of the list: probes read without the lock).
+    fn tables(&self, day: u32) -> Vec<Arc<Table>> {
+        let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+        days.get(&day).cloned().unwrap_or_default()
     }
 
-    /// The chunk whose range holds `row`: the first chunk row at or after it within its day.
-    fn chunk_of(&self, row: &KeyRow) -> Result<Option<(KeyRow, sled::IVec)>, StoreError> {
-        let last = day_end(row);
-        for item in self.db.range(&row[..]..=&last[..]) {
-            let (k, v) = item?;
-            // A format-5 row the migration has not packed yet is no chunk.
-            if let Ok(upper) = KeyRow::try_from(k.as_ref()) {
-                return Ok(Some((upper, v)));
+    /// The event that claimed the key on the key's day, if any.
+    pub fn get(&self, row: &KeyRow) -> Result<Option<u128>, StoreError> {
+        let (day, digest) = split(row);
+        for t in self.tables(day).iter().rev() {
+            if let (Probe::Found(_, event), _) = t.probe(digest)? {
+                return Ok((event != 0).then_some(event));
             }
         }
         Ok(None)
@@ -171,8 +359,12 @@ impl Keys {
     /// module's doc). If it fails, the watermark stays where it is from then on.
     pub fn add(&self, rows: &[(KeyRow, u128)], through: u128) -> Result<(), StoreError> {
         let mut marks = self.lock_marks();
-        let mut changes: Vec<_> = rows.iter().map(|(k, e)| (*k, Change::Claim(*e))).collect();
-        match self.change(&mut changes, None) {
+        let changed = {
+            let _writes = self.lock_writes();
+            rows.iter()
+                .try_for_each(|(k, e)| self.change(k, Change::Claim(*e)))
+        };
+        match changed {
             Ok(()) => {
                 if let Some(w) = marks.through.as_mut() {
                     *w = (*w).max(through);
@@ -186,61 +378,89 @@ impl Keys {
         }
     }
 
-    /// Removes the keys that still name their events (a later event may have claimed a key
+    /// Releases the keys that still name their events (a later event may have claimed a key
     /// anew): retention's, for the events it pruned.
     pub fn release(&self, rows: &[(KeyRow, u128)]) -> Result<(), StoreError> {
-        let mut changes: Vec<_> = rows
-            .iter()
-            .map(|(k, e)| (*k, Change::Release(*e)))
-            .collect();
-        changes.sort_by_key(|c| c.0);
-        // A group at a time, so the committer adding keys never waits long for the lock.
-        for group in changes.chunks_mut(RELEASE_GROUP) {
-            self.change(group, None)?;
-        }
-        Ok(())
-    }
-
-    /// Applies `changes` to their chunks, in one sled batch with `also`'s own changes: each
-    /// chunk touched is read once, changed, and written back (split if it outgrew
-    /// [`MAX_ENTRIES`], removed if it emptied). Nothing is written when nothing changes (the
-    /// committer calls this every cycle, most with no key).
-    fn change(
-        &self,
-        changes: &mut [(KeyRow, Change)],
-        also: Option<sled::Batch>,
-    ) -> Result<(), StoreError> {
-        // Stable: two changes to one key keep their order.
-        changes.sort_by_key(|c| c.0);
         let _writes = self.lock_writes();
-        let mut write = also.is_some();
-        let mut batch = also.unwrap_or_default();
-        let mut i = 0;
-        while i < changes.len() {
-            let (upper, mut entries) = match self.chunk_of(&changes[i].0)? {
-                Some((upper, chunk)) => (upper, entries(&chunk)?.to_vec()),
-                None => (day_end(&changes[i].0), Vec::new()),
-            };
-            let mut changed = false;
-            // Sorted, so the keys up to the chunk's upper bound are all the chunk's.
-            while let Some((row, change)) = changes.get(i).filter(|(row, _)| *row <= upper) {
-                changed |= apply(&mut entries, &row[4..], *change);
-                i += 1;
+        rows.iter()
+            .try_for_each(|(k, e)| self.change(k, Change::Release(*e)))
+    }
+
+    /// Applies one change, under `writes`.
+    fn change(&self, row: &KeyRow, change: Change) -> Result<(), StoreError> {
+        let (day, digest) = split(row);
+        let tables = self.tables(day);
+        let (mut vacant, mut reuse) = (None, None);
+        for (i, t) in tables.iter().enumerate().rev() {
+            let (probe, released) = t.probe(digest)?;
+            match probe {
+                Probe::Found(slot, event) => {
+                    return match change {
+                        Change::Claim(e) => t.write_event(slot, e),
+                        Change::Release(e) if e == event && e != 0 => t.write_event(slot, 0),
+                        Change::Release(_) => Ok(()),
+                    };
+                }
+                Probe::Vacant(slot) if i + 1 == tables.len() => vacant = Some(slot),
+                Probe::Vacant(_) => {}
             }
-            if changed {
-                write_chunk(&mut batch, &upper, &entries);
-                write = true;
+            if let (None, Some(slot)) = (&reuse, released) {
+                reuse = Some((t.clone(), slot));
             }
         }
-        if write {
-            self.db.apply_batch(batch)?;
+        let Change::Claim(event) = change else {
+            return Ok(());
+        };
+        // A released key's slot first: it is counted as used already.
+        if let Some((t, slot)) = reuse {
+            return t.write_slot(slot, digest, event);
         }
+        let (table, slot) = match (tables.last(), vacant) {
+            (Some(t), Some(slot)) if !t.full() => (t.clone(), slot),
+            _ => {
+                let t = self.new_table(day, &tables)?;
+                let (Probe::Vacant(slot), _) = t.probe(digest)? else {
+                    return Err(StoreError::Corrupt("a new idempotency table".into()));
+                };
+                (t, slot)
+            }
+        };
+        table.write_slot(slot, digest, event)?;
+        table.used.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Syncs the keys and then records the watermark they reached (it reaches disk with the
-    /// next sync or sled's periodic flush; an older one only makes the next open read more).
+    /// The day's next table: half as large as its tables together, or for its first one and a
+    /// half times the day before's keys; [`MIN_BLOCKS`] at least.
+    fn new_table(&self, day: u32, tables: &[Arc<Table>]) -> Result<Arc<Table>, StoreError> {
+        let slots = if tables.is_empty() {
+            let before = self.tables(day.wrapping_sub(1));
+            before
+                .iter()
+                .map(|t| t.used.load(Ordering::Relaxed))
+                .sum::<u64>()
+                * 3
+                / 2
+        } else {
+            tables.iter().map(|t| t.slots).sum::<u64>() / 2
+        };
+        let blocks = slots.div_ceil(PER_BLOCK).max(MIN_BLOCKS);
+        let generation = tables.last().map_or(0, |t| t.generation + 1);
+        let t = Arc::new(Table::create(
+            &self.dir,
+            day,
+            generation,
+            blocks * PER_BLOCK,
+        )?);
+        self.names_changed.store(true, Ordering::Release);
+        let mut days = self.days.write().unwrap_or_else(|e| e.into_inner());
+        days.entry(day).or_default().push(t.clone());
+        Ok(t)
+    }
+
+    /// Syncs the keys and then records the watermark they reached.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let _one = self.checkpoints.lock().unwrap_or_else(|e| e.into_inner());
         let w = match *self.lock_marks() {
             Marks {
                 through: Some(w),
@@ -249,14 +469,37 @@ impl Keys {
             _ => return Ok(()),
         };
         self.sync()?;
-        self.meta.insert(WATERMARK, &w.to_be_bytes())?;
+        let n = WATERMARK_WRITES.fetch_add(1, Ordering::Relaxed);
+        let new = self.dir.join(format!("{WATERMARK_NEW}.{n}"));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&new)?;
+        f.write_all(&w.to_be_bytes())?;
+        f.sync_data()?;
+        std::fs::rename(&new, self.dir.join(WATERMARK))?;
+        self.dir_file.sync_all()?;
         self.lock_marks().recorded = w;
         Ok(())
     }
 
+    /// Syncs every table written since its last sync, and the directory if a table was made.
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
-        self.data_file.sync_data()?;
+        let all: Vec<Arc<Table>> = {
+            let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+            days.values().flatten().cloned().collect()
+        };
+        for t in &all {
+            t.sync()?;
+        }
+        if self.names_changed.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.dir_file.sync_all() {
+                self.names_changed.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+        }
         Ok(())
     }
 
@@ -288,58 +531,30 @@ impl Keys {
         Ok(n)
     }
 
-    /// Removes up to `max` chunks of keys claimed before `day` (in time order). Returns how
+    /// Removes up to `max` tables of keys claimed before `day` (in time order). Returns how
     /// many.
     pub fn expire_before(&self, day: u32, max: usize) -> Result<usize, StoreError> {
         let _writes = self.lock_writes();
+        let mut days = self.days.write().unwrap_or_else(|e| e.into_inner());
         let mut removed = 0;
-        for k in self.db.range(day_start(0)..day_start(day)).keys().take(max) {
-            self.db.remove(k?)?;
-            removed += 1;
+        while removed < max {
+            let Some(mut entry) = days.first_entry().filter(|e| *e.key() < day) else {
+                break;
+            };
+            let tables = entry.get_mut();
+            while removed < max {
+                let Some(t) = tables.first() else {
+                    break;
+                };
+                std::fs::remove_file(&t.path)?;
+                tables.remove(0);
+                removed += 1;
+            }
+            if tables.is_empty() {
+                entry.remove();
+            }
         }
         Ok(removed)
-    }
-
-    /// Packs storage format 5's rows (a row per key) into chunks, up to `max` keys a sled batch
-    /// (their removal in the same batch, so a migration cut short goes on where it stopped).
-    /// Returns how many keys.
-    pub fn pack_format_5(&self, max: usize) -> Result<usize, StoreError> {
-        let mut packed = 0;
-        let mut after: Option<sled::IVec> = None;
-        loop {
-            let rows = match &after {
-                Some(k) => self.db.range::<&[u8], _>((
-                    std::ops::Bound::Excluded(k.as_ref()),
-                    std::ops::Bound::Unbounded,
-                )),
-                None => self.db.iter(),
-            };
-            let mut changes = Vec::new();
-            let mut gone = sled::Batch::default();
-            for item in rows {
-                let (k, v) = item?;
-                // Chunks (today's rows) are passed over.
-                let Some(row) = packed_row(&k) else {
-                    continue;
-                };
-                let event = u128::from_be_bytes(
-                    v.as_ref()
-                        .try_into()
-                        .map_err(|_| StoreError::Corrupt("format 5 idempotency record".into()))?,
-                );
-                changes.push((row, Change::Claim(event)));
-                gone.remove(k.clone());
-                after = Some(k);
-                if changes.len() == max {
-                    break;
-                }
-            }
-            if changes.is_empty() {
-                return Ok(packed);
-            }
-            packed += changes.len();
-            self.change(&mut changes, Some(gone))?;
-        }
     }
 
     /// The watermark last recorded: every key of the events up to it is synced, so the
@@ -348,133 +563,55 @@ impl Keys {
         self.lock_marks().recorded
     }
 
-    /// How many keys (tests and the migration's count).
+    /// Bytes the tables take on disk (allocated: a table is written sparsely).
+    pub fn size_on_disk(&self) -> u64 {
+        let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+        days.values()
+            .flatten()
+            .filter_map(|t| t.file.metadata().ok())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
+
+    /// How many keys (released ones not counted; tests).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.chunks().map(|(_, n)| n).sum()
+        let all: Vec<Arc<Table>> = {
+            let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+            days.values().flatten().cloned().collect()
+        };
+        let mut n = 0;
+        for t in all {
+            let mut buf = vec![0u8; (t.slots / PER_BLOCK * BLOCK) as usize];
+            t.file.read_exact_at(&mut buf, BLOCK).unwrap();
+            n += buf
+                .chunks_exact(BLOCK as usize)
+                .flat_map(|b| b[..(PER_BLOCK as usize) * SLOT].chunks_exact(SLOT))
+                .filter(|s| s[DIGEST..].iter().any(|b| *b != 0))
+                .count();
+        }
+        n
     }
 
-    /// Every chunk's row key and number of keys (tests).
+    /// Every table: (day, generation, slots, slots used) (tests).
     #[cfg(test)]
-    pub fn chunks(&self) -> impl Iterator<Item = (KeyRow, usize)> + '_ {
-        self.db.iter().filter_map(|item| {
-            let (k, v) = item.ok()?;
-            let upper = KeyRow::try_from(k.as_ref()).ok()?;
-            Some((upper, entries(&v).ok()?.len() / ENTRY))
-        })
-    }
-
-    /// Writes a row of storage format 5 (tests of the migration).
-    #[cfg(test)]
-    pub fn put_format_5_row(
-        &self,
-        row: &[u8; FORMAT_5_ROW],
-        event: u128,
-    ) -> Result<(), StoreError> {
-        self.db.insert(&row[..], &event.to_be_bytes()[..])?;
-        Ok(())
-    }
-
-    pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+    pub fn table_sizes(&self) -> Vec<(u32, u32, u64, u64)> {
+        let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+        days.iter()
+            .flat_map(|(day, tables)| {
+                tables
+                    .iter()
+                    .map(|t| (*day, t.generation, t.slots, t.used.load(Ordering::Relaxed)))
+            })
+            .collect()
     }
 }
 
-/// A format-5 row's key (the day, then a 16-byte digest) as a key of today's layout: the same
-/// day and the digest's first [`DIGEST`] bytes, which sort as the whole digests did.
-pub fn packed_row(format_5: &[u8]) -> Option<KeyRow> {
-    if format_5.len() != FORMAT_5_ROW {
-        return None;
-    }
-    format_5[..4 + DIGEST].try_into().ok()
-}
-
-/// A chunk's keys, [`ENTRY`] bytes each, sorted by digest.
-fn entries(chunk: &[u8]) -> Result<&[u8], StoreError> {
-    match chunk.split_first() {
-        Some((&CHUNK_V1, e)) if e.len() % ENTRY == 0 => Ok(e),
-        _ => Err(StoreError::Corrupt("idempotency keys' chunk".into())),
-    }
-}
-
-/// Where `digest` is among `entries` (`Err`: where it would go).
-fn search(entries: &[u8], digest: &[u8]) -> Result<usize, usize> {
-    let (mut lo, mut hi) = (0, entries.len() / ENTRY);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match entries[mid * ENTRY..mid * ENTRY + DIGEST].cmp(digest) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Ok(mid),
-        }
-    }
-    Err(lo)
-}
-
-fn event_at(entries: &[u8], i: usize) -> u128 {
-    let at = i * ENTRY + DIGEST;
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&entries[at..at + 16]);
-    u128::from_be_bytes(b)
-}
-
-/// Applies one change to a chunk's entries; whether it changed them.
-fn apply(entries: &mut Vec<u8>, digest: &[u8], change: Change) -> bool {
-    let found = search(entries, digest);
-    match (found, change) {
-        (Ok(i), Change::Claim(event)) => {
-            let at = i * ENTRY + DIGEST;
-            entries[at..at + 16].copy_from_slice(&event.to_be_bytes());
-            true
-        }
-        (Err(i), Change::Claim(event)) => {
-            let at = i * ENTRY;
-            let mut entry = [0u8; ENTRY];
-            entry[..DIGEST].copy_from_slice(digest);
-            entry[DIGEST..].copy_from_slice(&event.to_be_bytes());
-            entries.splice(at..at, entry);
-            true
-        }
-        (Ok(i), Change::Release(event)) if event_at(entries, i) == event => {
-            entries.drain(i * ENTRY..(i + 1) * ENTRY);
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Writes a changed chunk into `batch`: removed if empty, in `ceil(n / MAX_ENTRIES)` equal
-/// pieces if it outgrew [`MAX_ENTRIES`], each but the last keyed by its own last digest (the
-/// last keeps the chunk's upper bound).
-fn write_chunk(batch: &mut sled::Batch, upper: &KeyRow, entries: &[u8]) {
-    let n = entries.len() / ENTRY;
-    if n == 0 {
-        batch.remove(&upper[..]);
-        return;
-    }
-    let pieces = n.div_ceil(MAX_ENTRIES);
-    for p in 0..pieces {
-        let (from, to) = (p * n / pieces, (p + 1) * n / pieces);
-        let mut key = *upper;
-        if p + 1 < pieces {
-            let last = (to - 1) * ENTRY;
-            key[4..].copy_from_slice(&entries[last..last + DIGEST]);
-        }
-        let mut value = Vec::with_capacity(1 + (to - from) * ENTRY);
-        value.push(CHUNK_V1);
-        value.extend_from_slice(&entries[from * ENTRY..to * ENTRY]);
-        batch.insert(&key[..], value);
-    }
-}
-
-/// The day's last possible key: the upper bound of its last chunk.
-fn day_end(row: &KeyRow) -> KeyRow {
-    let mut k = [0xFF; 4 + DIGEST];
-    k[..4].copy_from_slice(&row[..4]);
-    k
-}
-
-/// The first row of `day` (days sort in time order).
-fn day_start(day: u32) -> [u8; 4] {
-    day.to_be_bytes()
+/// A key's day and digest.
+fn split(row: &KeyRow) -> (u32, &[u8]) {
+    let (day, digest) = row.split_at(4);
+    (
+        u32::from_be_bytes(day.try_into().unwrap_or_default()),
+        digest,
+    )
 }

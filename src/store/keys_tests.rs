@@ -1,6 +1,8 @@
-//! Idempotency keys packed into chunks ([`crate::store::keys`]): every key answers while its
-//! chunk splits, claims anew, releases and expiry change only what they name, and a format-5
-//! store's keys (a row per key) are packed at open and keep answering with their first events.
+//! Idempotency keys in tables of their own ([`crate::store::keys`]): every key answers while a
+//! day's tables grow, claims anew, releases and expiry change only what they name, a table a
+//! crash cut short is dropped (its keys come back from the log), and the keys of format-5 and
+//! format-6 stores (sled rows, one per key or packed) move to tables at open and keep answering
+//! with their first events.
 
 use std::sync::atomic::AtomicUsize;
 
@@ -8,30 +10,35 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::store::keys::{self, KeyRow, Keys};
+use crate::store::keys::{KeyRow, Keys};
 
 const DAY: u32 = 20_000;
+/// A table's block and the slots it holds (see the module's doc).
+const BLOCK: u64 = 512;
+const PER_BLOCK: u64 = 18;
 
 fn row(day: u32, n: u64) -> KeyRow {
     key::idempotency(day, "acct", &format!("k-{n}"))
 }
 
-/// The chunks' sizes: each holds 1 to 64 keys.
-fn chunk_sizes(keys: &Keys) -> Vec<usize> {
-    let sizes: Vec<usize> = keys.chunks().map(|(_, n)| n).collect();
-    assert!(sizes.iter().all(|n| (1..=64).contains(n)), "{sizes:?}");
-    sizes
+/// The day's tables: (generation, slots, slots used).
+fn tables_of(keys: &Keys, day: u32) -> Vec<(u32, u64, u64)> {
+    keys.table_sizes()
+        .into_iter()
+        .filter(|t| t.0 == day)
+        .map(|(_, g, s, u)| (g, s, u))
+        .collect()
 }
 
 #[test]
-fn keys_pack_into_chunks_that_split_and_answer_every_lookup() {
+fn a_day_s_tables_grow_by_half_and_answer_every_lookup() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = Keys::open(dir.path(), 1 << 20).unwrap();
+    let keys = Keys::open(dir.path()).unwrap();
     let mut rng = StdRng::seed_from_u64(7);
-    // 10,000 keys today and 3,000 yesterday, in commit-like batches of 1 to 300.
-    let mut all: Vec<(KeyRow, u128)> = (0..10_000u64)
-        .map(|n| (row(DAY, n), n as u128 + 1))
-        .chain((0..3_000u64).map(|n| (row(DAY - 1, n), 1_000_000 + n as u128)))
+    // 3,000 keys yesterday and 100,000 today, in commit-like batches of 1 to 300.
+    let mut all: Vec<(KeyRow, u128)> = (0..3_000u64)
+        .map(|n| (row(DAY - 1, n), 1_000_000 + n as u128))
+        .chain((0..100_000u64).map(|n| (row(DAY, n), n as u128 + 1)))
         .collect();
     let mut i = 0;
     while i < all.len() {
@@ -42,29 +49,37 @@ fn keys_pack_into_chunks_that_split_and_answer_every_lookup() {
     for (k, event) in &all {
         assert_eq!(keys.get(k).unwrap(), Some(*event));
     }
-    for n in 10_000..11_000 {
+    for n in 100_000..101_000 {
         assert_eq!(keys.get(&row(DAY, n)).unwrap(), None, "never added");
         assert_eq!(
-            keys.get(&row(DAY + 1, n - 10_000)).unwrap(),
+            keys.get(&row(DAY + 1, n - 100_000)).unwrap(),
             None,
             "another day"
         );
     }
-    assert_eq!(keys.len(), 13_000);
-    let chunks = chunk_sizes(&keys).len();
-    // Halves of 64 and fuller: ~45 keys a chunk, not a row per key.
-    assert!(
-        (13_000 / 64..=13_000 / 32 + 2).contains(&chunks),
-        "{chunks}"
-    );
+    assert_eq!(keys.len(), 103_000);
+    // Yesterday's 3,000 fit the smallest table (2,048 blocks); today's grew by half its slots
+    // each time a table reached three quarters.
+    assert_eq!(tables_of(&keys, DAY - 1), [(0, 36_864, 3_000)]);
+    let today = tables_of(&keys, DAY);
+    let slots: Vec<u64> = today.iter().map(|t| t.1).collect();
+    assert_eq!(slots, [36_864, 36_864, 36_864, 55_296], "{today:?}");
+    assert!(today.iter().all(|t| t.2 * 4 <= t.1 * 3), "{today:?}");
+    assert_eq!(today.iter().map(|t| t.2).sum::<u64>(), 100_000);
+    let per_key = slots.iter().sum::<u64>() / PER_BLOCK * BLOCK / 100_000;
+    assert!((38..=57).contains(&per_key), "{per_key} bytes a key");
 
-    // A key claimed anew names its new event.
+    // A key claimed anew names its new event, in its slot.
     keys.add(&[(row(DAY, 5), 77)], 0).unwrap();
     assert_eq!(keys.get(&row(DAY, 5)).unwrap(), Some(77));
-    all[5].1 = 77;
-    assert_eq!(keys.len(), 13_000);
+    all[3_005].1 = 77;
+    assert_eq!(keys.len(), 103_000);
+    assert_eq!(
+        tables_of(&keys, DAY).iter().map(|t| t.2).sum::<u64>(),
+        100_000
+    );
 
-    // Release: only keys that still name the event go (key 6 is released with another event).
+    // Release: only keys that still name the event go (key 7 is released with another event).
     let mut released: Vec<_> = all.iter().step_by(2).copied().collect();
     released.push((row(DAY, 7), 12345));
     keys.release(&released).unwrap();
@@ -72,49 +87,75 @@ fn keys_pack_into_chunks_that_split_and_answer_every_lookup() {
         let want = (i % 2 == 1).then_some(*event);
         assert_eq!(keys.get(k).unwrap(), want, "key {i}");
     }
-    assert_eq!(keys.len(), 6_500);
-    chunk_sizes(&keys);
+    assert_eq!(keys.len(), 51_500);
+    // A released key claimed again takes its old slot.
+    keys.add(&[all[0]], 0).unwrap();
+    assert_eq!(keys.get(&all[0].0).unwrap(), Some(all[0].1));
+    assert_eq!(tables_of(&keys, DAY - 1), [(0, 36_864, 3_000)]);
 
-    // Keys come back after a sync and a reopen.
+    // Keys and counts come back after a sync and a reopen.
     keys.sync().unwrap();
     drop(keys);
-    let keys = Keys::open(dir.path(), 1 << 20).unwrap();
-    assert_eq!(keys.len(), 6_500);
+    let keys = Keys::open(dir.path()).unwrap();
+    assert_eq!(keys.len(), 51_501);
     assert_eq!(keys.get(&all[1].0).unwrap(), Some(all[1].1));
+    assert_eq!(tables_of(&keys, DAY), today);
 
-    // Expiry removes yesterday's chunks whole, and nothing of today's.
-    let yesterday = keys
-        .chunks()
-        .filter(|(k, _)| k[..4] == (DAY - 1).to_be_bytes())
-        .count();
-    assert_eq!(keys.expire_before(DAY, 1_000).unwrap(), yesterday);
-    assert_eq!(keys.len(), 5_000);
-    assert_eq!(keys.get(&all[10_001].0).unwrap(), None);
-    assert_eq!(keys.get(&all[9_999].0).unwrap(), Some(all[9_999].1));
+    // A new day's first table is sized for one and a half times the day before's keys.
+    keys.add(&[(row(DAY + 1, 1), 1)], 0).unwrap();
+    assert_eq!(tables_of(&keys, DAY + 1), [(0, 150_012, 1)]);
 
-    // Releasing every key of a day leaves no chunk of it.
-    let today: Vec<_> = all[..10_000].to_vec();
-    keys.release(&today).unwrap();
+    // Expiry removes yesterday's tables whole, and nothing of today's.
+    assert_eq!(keys.expire_before(DAY, 1_000).unwrap(), 1);
+    assert_eq!(keys.get(&all[1].0).unwrap(), None);
+    assert_eq!(keys.get(&all[3_001].0).unwrap(), Some(all[3_001].1));
+    assert_eq!(keys.len(), 50_001);
+    assert_eq!(keys.expire_before(DAY + 1, 2).unwrap(), 2, "at most max");
+    assert_eq!(keys.expire_before(DAY + 1, 10).unwrap(), 2);
+    assert_eq!(keys.len(), 1);
+    let files = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(files, 1, "one table left");
+}
+
+/// Keys that retention releases early make room for the day's later keys: ten rounds of
+/// 20,000 keys, each released before the next, fit in a few tables, where keeping every slot
+/// for the day would take 200,000 keys' worth.
+#[test]
+fn released_keys_make_room_for_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = Keys::open(dir.path()).unwrap();
+    for round in 0..10u64 {
+        let batch: Vec<_> = (round * 20_000..(round + 1) * 20_000)
+            .map(|n| (row(DAY, n), n as u128 + 1))
+            .collect();
+        keys.add(&batch, 0).unwrap();
+        for (k, e) in batch.iter().step_by(97) {
+            assert_eq!(keys.get(k).unwrap(), Some(*e));
+        }
+        keys.release(&batch).unwrap();
+        assert_eq!(keys.get(&batch[5].0).unwrap(), None);
+    }
+    let today = tables_of(&keys, DAY);
+    let slots: u64 = today.iter().map(|t| t.1).sum();
+    eprintln!("{today:?}");
+    assert!(slots <= 3 * 36_864, "{today:?}");
     assert_eq!(keys.len(), 0);
-    assert_eq!(keys.chunks().count(), 0);
-    keys.add(&[(row(DAY, 3), 3)], 0).unwrap();
-    assert_eq!(keys.get(&row(DAY, 3)).unwrap(), Some(3));
 }
 
 /// Readers take no lock: a key added earlier is found by every lookup while the writer adds
-/// more and its chunk splits.
+/// more and the day gets new tables.
 #[test]
-fn a_lookup_never_misses_while_chunks_split() {
+fn a_lookup_never_misses_while_tables_are_added() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = Arc::new(Keys::open(dir.path(), 1 << 20).unwrap());
+    let keys = Arc::new(Keys::open(dir.path()).unwrap());
     let added = Arc::new(AtomicUsize::new(0));
-    let total = 20_000u64;
+    let total = 60_000u64;
     let writer = {
         let (keys, added) = (keys.clone(), added.clone());
         std::thread::spawn(move || {
             for from in (0..total).step_by(50) {
                 let batch: Vec<_> = (from..from + 50)
-                    .map(|n| (row(DAY, n), n as u128))
+                    .map(|n| (row(DAY, n), n as u128 + 1))
                     .collect();
                 keys.add(&batch, 0).unwrap();
                 added.store((from + 50) as usize, Ordering::SeqCst);
@@ -127,7 +168,11 @@ fn a_lookup_never_misses_while_chunks_split() {
         let done = added.load(Ordering::SeqCst) as u64;
         if done > 0 {
             let n = rng.gen_range(0..done);
-            assert_eq!(keys.get(&row(DAY, n)).unwrap(), Some(n as u128), "key {n}");
+            assert_eq!(
+                keys.get(&row(DAY, n)).unwrap(),
+                Some(n as u128 + 1),
+                "key {n}"
+            );
             looked += 1;
         }
         if done == total {
@@ -137,74 +182,105 @@ fn a_lookup_never_misses_while_chunks_split() {
     writer.join().unwrap();
     assert!(looked > 1_000, "{looked}");
     assert_eq!(keys.len(), total as usize);
+    assert!(tables_of(&keys, DAY).len() >= 3);
 }
 
-/// The format-5 fixture (tests/fixtures/format5, see its README): its 210 keys, a row each, are
-/// packed into chunks at open; every one answers `duplicate` with its first event, folded or
-/// hot; a format-5 row written after a packing (a migration cut short by a crash) is packed by
-/// the next one and found meanwhile by no lookup.
-#[tokio::test]
-async fn a_format_5_store_packs_its_keys() {
+/// The checkpoint records the watermark after the tables' sync; a table whose creation a crash
+/// cut short (here: its length, then its header) is removed at open, and the watermark read
+/// back is the last one recorded, so the rebuild writes those keys again from the log.
+#[test]
+fn a_table_a_crash_cut_short_is_dropped_and_the_watermark_holds() {
     let dir = tempfile::tempdir().unwrap();
-    copy_fixture("format5", dir.path());
-    let late = "evt_01M8ZD1MKSDS4MPJVNQATSX400";
-    let written = ids::ulid_ms(ids::parse(ids::EVENT, late).unwrap());
-    let clock = Arc::new(ManualClock::new(written + 60_000));
-    let store = open(dir.path(), &clock);
-    let format = store.inner.trees.meta.get(meta_keys::FORMAT).unwrap();
-    assert_eq!(format.unwrap().as_ref(), [FORMAT]);
-    assert_eq!(store.inner.keys.len(), 210);
-    assert_eq!(
-        store.inner.keys.pack_format_5(100).unwrap(),
-        0,
-        "all packed"
-    );
-    assert!(store.inner.keys.chunks().count() <= 7);
-
-    let (page, next) = store
-        .list_deliveries(&DeliveryFilter::default(), 500, None)
-        .unwrap();
-    assert_eq!((page.len(), next), (211, None));
-    let mut keyed = Vec::new();
-    for d in &page {
-        let (meta, _, _) = store.event_with_deliveries(&d.event_id).unwrap().unwrap();
-        if let Some(k) = meta.idempotency_key {
-            keyed.push((meta.account_id, k, meta.id));
-        }
-    }
-    assert_eq!(keyed.len(), 210);
-    let again: Vec<_> = keyed
-        .iter()
-        .map(|(account, k, _)| {
-            let mut e = event(account, &[NO_LANE], clock.now_ms());
-            e.idempotency_key = Some(k.clone());
-            e
-        })
+    let keys = Keys::open(dir.path()).unwrap();
+    let first: Vec<_> = (0..20_000u64)
+        .map(|n| (row(DAY, n), n as u128 + 1))
         .collect();
-    let outcomes = store.ingest(again).await.unwrap();
-    for ((_, k, first), outcome) in keyed.iter().zip(&outcomes) {
-        match outcome {
-            IngestOutcome::Duplicate { event_id } => assert_eq!(event_id, first, "{k}"),
-            IngestOutcome::Created { .. } => panic!("{k} was not found"),
+    keys.add(&first, 20_000).unwrap();
+    keys.checkpoint().unwrap();
+    assert_eq!(keys.recorded(), 20_000);
+    // Past the first table's three quarters: a second one, not synced.
+    let more: Vec<_> = (20_000..30_000u64)
+        .map(|n| (row(DAY, n), n as u128 + 1))
+        .collect();
+    keys.add(&more, 30_000).unwrap();
+    assert_eq!(tables_of(&keys, DAY).len(), 2);
+    drop(keys);
+    let second = dir.path().join(format!("{DAY}-1"));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .unwrap();
+    f.set_len(1_000).unwrap();
+    drop(f);
+
+    let keys = Keys::open(dir.path()).unwrap();
+    assert!(!second.exists());
+    assert_eq!(keys.recorded(), 20_000);
+    assert_eq!(tables_of(&keys, DAY).len(), 1);
+    assert_eq!(keys.get(&first[7].0).unwrap(), Some(first[7].1));
+    // The table comes again with the keys after the watermark.
+    keys.add(&more, 30_000).unwrap();
+    keys.checkpoint().unwrap();
+    drop(keys);
+    std::fs::write(&second, b"not a table").unwrap();
+    let keys = Keys::open(dir.path()).unwrap();
+    assert!(!second.exists());
+    assert_eq!(keys.recorded(), 30_000);
+    assert_eq!(keys.get(&first[7].0).unwrap(), Some(first[7].1));
+}
+
+/// The format-5 and format-6 fixtures (tests/fixtures/format5 and format6, see their READMEs):
+/// their 210 keys, sled rows one per key or packed into chunks, move to tables at open and the
+/// old database goes; every key answers `duplicate` with its first event, folded or hot.
+#[tokio::test]
+async fn format_5_and_6_stores_move_their_keys_to_tables() {
+    for (fixture, late) in [
+        ("format5", "evt_01M8ZD1MKSDS4MPJVNQATSX400"),
+        ("format6", "evt_01M904W3ZR4RNQSQMJ8AH9HW00"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        copy_fixture(fixture, dir.path());
+        assert!(dir.path().join("keys/db").is_file());
+        let written = ids::ulid_ms(ids::parse(ids::EVENT, late).unwrap());
+        let clock = Arc::new(ManualClock::new(written + 60_000));
+        let store = open(dir.path(), &clock);
+        let format = store.inner.trees.meta.get(meta_keys::FORMAT).unwrap();
+        assert_eq!(format.unwrap().as_ref(), [FORMAT]);
+        assert!(!dir.path().join("keys").exists(), "{fixture}");
+        assert_eq!(store.inner.keys.len(), 210, "{fixture}");
+
+        let (page, next) = store
+            .list_deliveries(&DeliveryFilter::default(), 500, None)
+            .unwrap();
+        assert_eq!((page.len(), next), (211, None));
+        let mut keyed = Vec::new();
+        for d in &page {
+            let (meta, _, _) = store.event_with_deliveries(&d.event_id).unwrap().unwrap();
+            if let Some(k) = meta.idempotency_key {
+                keyed.push((meta.account_id, k, meta.id));
+            }
         }
+        assert_eq!(keyed.len(), 210);
+        let again: Vec<_> = keyed
+            .iter()
+            .map(|(account, k, _)| {
+                let mut e = event(account, &[NO_LANE], clock.now_ms());
+                e.idempotency_key = Some(k.clone());
+                e
+            })
+            .collect();
+        let outcomes = store.ingest(again).await.unwrap();
+        for ((_, k, first), outcome) in keyed.iter().zip(&outcomes) {
+            match outcome {
+                IngestOutcome::Duplicate { event_id } => assert_eq!(event_id, first, "{k}"),
+                IngestOutcome::Created { .. } => panic!("{fixture}: {k} was not found"),
+            }
+        }
+        close(store);
+
+        // Opened again: nothing to move, every key still there.
+        let store = open(dir.path(), &clock);
+        assert_eq!(store.inner.keys.len(), 210);
+        close(store);
     }
-
-    // A format-5 row among chunks is no claim until it is packed.
-    let mut old = [0u8; 20];
-    old[..4].copy_from_slice(&key::idempotency_day(clock.now_ms()).to_be_bytes());
-    old[4..].copy_from_slice(&key::digest(&[b"acct-9", b"late"]));
-    let first = ids::parse(ids::EVENT, late).unwrap();
-    store.inner.keys.put_format_5_row(&old, first).unwrap();
-    let packed = keys::packed_row(&old).unwrap();
-    assert_eq!(store.inner.keys.get(&packed).unwrap(), None);
-    assert_eq!(store.inner.keys.pack_format_5(100).unwrap(), 1);
-    assert_eq!(store.inner.keys.get(&packed).unwrap(), Some(first));
-    assert_eq!(store.inner.keys.len(), 211);
-    close(store);
-
-    // Opened again: format 6, nothing to pack.
-    let store = open(dir.path(), &clock);
-    assert_eq!(store.inner.keys.len(), 211);
-    assert_eq!(store.inner.keys.pack_format_5(100).unwrap(), 0);
-    close(store);
 }

@@ -1,5 +1,5 @@
 //! Upgrades a data directory in place from the storage format an older herald wrote, one
-//! format at a time (2 → 3 → 4 → 5 → 6).
+//! format at a time (2 → 3 → 4 → 5 → 6 → 7).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::path::Path;
 
 use super::codec;
 use super::key;
@@ -47,7 +48,7 @@ pub(super) fn from_format_3(trees: &Trees, keys: &Keys) -> Result<(), StoreError
         let mut gone = sled::Batch::default();
         for item in trees.log.scan_prefix([key::IDEMPOTENCY]).take(BATCH) {
             let (k, v) = item?;
-            let row: KeyRow = keys::packed_row(&k[1..])
+            let row: KeyRow = packed_row(&k[1..])
                 .ok_or_else(|| StoreError::Corrupt("format 3 idempotency key".into()))?;
             let event = u128::from_be_bytes(
                 v.as_ref()
@@ -232,16 +233,97 @@ pub(super) fn from_format_4() {
     tracing::info!("storage migrated from format 4 to format 5 (history is folded from now on)");
 }
 
-/// Format 5 to 6: idempotency keys, a row per key in format 5, are packed many to a row
-/// ([`super::keys`]), their digests cut from 16 bytes to 12 (which keeps their order), in
-/// batches that each write the chunks and remove the old rows together, so a migration cut
-/// short goes on where it stopped. The keys' database holds two days of keys at most.
-pub(super) fn from_format_5(keys: &Keys) -> Result<(), StoreError> {
-    let packed = keys.pack_format_5(BATCH * 10)?;
+/// Format 5 to 6: format 6 packed format 5's idempotency keys (a row per key) many to a sled
+/// row; both layouts are read by the next step, which moves them out of sled, so nothing is
+/// rewritten here.
+pub(super) fn from_format_5() {
+    tracing::info!(
+        "storage migrated from format 5 to format 6 (its idempotency keys move in the next step)"
+    );
+}
+
+/// Format 6 to 7: idempotency keys leave their sled database (`old`, `keys/` in the data
+/// directory, formats 4 to 6) for tables of their own ([`super::keys`]). Both of its layouts
+/// are read: a row per key (formats 4 and 5: the day and a 16-byte digest → the ULID) and
+/// chunks (format 6: the day and the chunk's upper digest → [`CHUNK_V1`] and entries of a
+/// 12-byte digest and the ULID). Keys are added as they are read and synced at the end with the
+/// old database's watermark; the old directory is removed by the caller once the format is
+/// recorded, so a migration cut short runs again whole (adding a key twice is adding it once).
+pub(super) fn from_format_6(old: &Path, keys: &Keys) -> Result<(), StoreError> {
+    let mut moved = 0usize;
+    let mut watermark = 0;
+    if old.join("db").is_file() {
+        super::remove_partial_snapshots(old)?;
+        let db = sled::Config::new()
+            .path(old)
+            .cache_capacity(1 << 20)
+            .open()?;
+        if let Some(v) = db.open_tree("meta")?.get(b"watermark")? {
+            watermark = u128::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("format 6 keys' watermark".into()))?,
+            );
+        }
+        let mut rows = Vec::with_capacity(BATCH * 10);
+        for item in db.iter() {
+            let (k, v) = item?;
+            old_keys(&k, &v, &mut rows)?;
+            if rows.len() >= BATCH * 10 {
+                moved += rows.len();
+                keys.add(&std::mem::take(&mut rows), 0)?;
+            }
+        }
+        moved += rows.len();
+        keys.add(&rows, watermark)?;
+    }
+    keys.checkpoint()?;
     keys.sync()?;
     tracing::info!(
-        idempotency_keys = packed,
-        "storage migrated from format 5 to format 6 (idempotency keys packed)"
+        idempotency_keys = moved,
+        "storage migrated from format 6 to format 7 (idempotency keys in tables of their own)"
     );
+    Ok(())
+}
+
+/// A key of the row-per-key layouts (formats 3 to 5: the day, then a 16-byte digest) as
+/// today's: the same day and the digest's first [`keys::DIGEST`] bytes.
+fn packed_row(k: &[u8]) -> Option<KeyRow> {
+    if k.len() != 20 {
+        return None;
+    }
+    k[..4 + keys::DIGEST].try_into().ok()
+}
+
+/// Format 6's chunk layout version (its first byte).
+const CHUNK_V1: u8 = 1;
+
+/// The keys of one row of formats 4 to 6's keys database, appended to `rows`.
+fn old_keys(k: &[u8], v: &[u8], rows: &mut Vec<(KeyRow, u128)>) -> Result<(), StoreError> {
+    let corrupt = || StoreError::Corrupt("format 6 idempotency keys".into());
+    let ulid = |b: &[u8]| -> Result<u128, StoreError> {
+        Ok(u128::from_be_bytes(b.try_into().map_err(|_| corrupt())?))
+    };
+    match k.len() {
+        // A row per key: the day and a 16-byte digest, whose first 12 bytes are today's.
+        20 => rows.push((packed_row(k).ok_or_else(corrupt)?, ulid(v)?)),
+        // A chunk: its entries, each a 12-byte digest and the ULID.
+        16 => {
+            let (&CHUNK_V1, entries) = v.split_first().ok_or_else(corrupt)? else {
+                return Err(corrupt());
+            };
+            let entry = keys::DIGEST + 16;
+            if entries.len() % entry != 0 {
+                return Err(corrupt());
+            }
+            for e in entries.chunks_exact(entry) {
+                let mut row: KeyRow = [0; 4 + keys::DIGEST];
+                row[..4].copy_from_slice(&k[..4]);
+                row[4..].copy_from_slice(&e[..keys::DIGEST]);
+                rows.push((row, ulid(&e[keys::DIGEST..])?));
+            }
+        }
+        _ => return Err(corrupt()),
+    }
     Ok(())
 }

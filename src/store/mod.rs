@@ -22,7 +22,7 @@
 //! - folds: the rows above of many consecutive ended events, packed into one compressed row
 //!   once they are older than `storage.fold_after` ([`fold`]).
 //!
-//! Idempotency keys live in a sled database of their own, `keys/` ([`keys`]).
+//! Idempotency keys live beside sled, in tables of their own in `idempotency/` ([`keys`]).
 //!
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
@@ -122,14 +122,14 @@ impl From<std::io::Error> for StoreError {
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
-/// idempotency key) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 6;
+/// idempotency key), 6 (idempotency keys in a sled database of their own) are migrated at open
+/// ([`migrate`]).
+const FORMAT: u8 = 7;
 
-/// The share of `storage.cache_capacity` that goes to the idempotency keys' database (the rest
-/// is the log's): a sixty-fourth, 1 MiB of the default. Key lookups land at random in two
-/// days of keys, so a larger cache would hit little more and only hold memory (sled keeps
-/// about twice its nominal cache in memory; measured in issue 11).
-const KEYS_CACHE_SHARE: u64 = 64;
+/// The idempotency keys' tables ([`keys`]), in the data directory.
+const KEYS_DIR: &str = "idempotency";
+/// Formats 4 to 6's sled database of idempotency keys, removed once migrated.
+const OLD_KEYS_DIR: &str = "keys";
 
 pub(crate) struct Trees {
     /// Events, payload chunks, attempts, pending entries, debounce windows ([`codec::key`]):
@@ -373,10 +373,9 @@ impl Store {
     ) -> Result<Arc<Store>, StoreError> {
         files::create_private_dir(path)?;
         remove_partial_snapshots(path)?;
-        let keys_cache = cache_capacity / KEYS_CACHE_SHARE;
         let db = sled::Config::new()
             .path(path)
-            .cache_capacity(cache_capacity - keys_cache)
+            .cache_capacity(cache_capacity)
             .flush_every_ms(Some(500))
             .open()?;
         let format = check_format(&db)?;
@@ -393,7 +392,7 @@ impl Store {
             client_certs: tree("client_certs")?,
         };
         let data_file = File::open(path.join("db"))?;
-        let keys = keys::Keys::open(&path.join("keys"), keys_cache)?;
+        let keys = keys::Keys::open(&path.join(KEYS_DIR))?;
         if format == Some(2) {
             migrate::from_format_2(&db, &trees, &data_file, clock.now_ms())?;
         }
@@ -404,12 +403,21 @@ impl Store {
             migrate::from_format_4();
         }
         if matches!(format, Some(2..=5)) {
-            migrate::from_format_5(&keys)?;
+            migrate::from_format_5();
+        }
+        let old_keys = path.join(OLD_KEYS_DIR);
+        if matches!(format, Some(2..=6)) {
+            migrate::from_format_6(&old_keys, &keys)?;
         }
         if format != Some(FORMAT) {
             trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
             db.flush()?;
             data_file.sync_data()?;
+        }
+        // Formats 4 to 6's keys database, moved by the migration (left behind if a crash
+        // came between the format's record and this).
+        if old_keys.exists() {
+            std::fs::remove_dir_all(&old_keys)?;
         }
         // Keys a crash took from their database come back from the log before any ingest.
         let rebuilt = keys.rebuild(&trees.log, clock.now_ms())?;
@@ -633,14 +641,14 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2..=5)` for one the
+/// The data directory's storage format: `None` for a new one, `Some(2..=6)` for one the
 /// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
 /// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if matches!(v.as_ref(), [2..=5]) => Ok(Some(v[0])),
+        Some(v) if matches!(v.as_ref(), [2..=6]) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
             "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",

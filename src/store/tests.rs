@@ -1118,7 +1118,7 @@ async fn lost_idempotency_keys_are_rebuilt_from_the_log() {
         .unwrap();
     let firsts: Vec<_> = out.iter().map(|o| created(o).0.to_string()).collect();
     close(store);
-    std::fs::remove_dir_all(dir.path().join("keys")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("idempotency")).unwrap();
 
     let store = open(dir.path(), &clock);
     // "old" is past its window: not written again.

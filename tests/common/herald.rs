@@ -507,9 +507,9 @@ pub async fn post_event(
 }
 
 /// A producer of the crash tests: posts events of `account` and `event_type` (payload
-/// `{"p": producer, "n": n}`) until `stop` is set or herald goes away, and pushes every event
-/// id acknowledged with `202` to `acked`. A `503` or a connection error is not an
-/// acknowledgement.
+/// `{"p": producer, "n": n}`, each with an idempotency key of its own) until `stop` is set or
+/// herald goes away, and pushes every event id acknowledged with `202` to `acked`. A `503` or a
+/// connection error is not an acknowledgement.
 pub async fn produce(
     base: String,
     (account, event_type): (&'static str, &'static str),
@@ -518,11 +518,13 @@ pub async fn produce(
     acked: Arc<Mutex<Vec<String>>>,
 ) {
     let client = new_client();
+    let run: u64 = rand::random();
     let mut n = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         n += 1;
         let body = serde_json::json!({"account_id": account, "type": event_type,
-                                      "payload": {"p": producer, "n": n}});
+                                      "payload": {"p": producer, "n": n},
+                                      "idempotency_key": format!("{run:016x}-{producer}-{n}")});
         match post_event(&client, &base, &body).await {
             Ok(Some(id)) => acked.lock().unwrap().push(id),
             Ok(None) => continue, // not an acknowledgement (e.g. 503 while stopping)
