@@ -490,7 +490,7 @@ impl Keys {
         (self.keyed.acked > 0).then(|| (with as f64 - without as f64) / self.keyed.acked as f64)
     }
 
-    /// The keys' own database per key at the end of the keyed run (keys live apart from the
+    /// The keys' own tables per key at the end of the keyed run (keys live apart from the
     /// log, so this is their whole cost on disk, with none of the log's run-to-run spread).
     pub fn keys_db_per_key(&self) -> Option<f64> {
         (self.keyed.acked > 0).then(|| self.keyed.keys_bytes as f64 / self.keyed.acked as f64)
