@@ -29,9 +29,10 @@
 //! herald's heap. They live apart from the log because their lifetime is not the log's.
 //!
 //! One writer at a time changes slots (`writes`): the committer adding keys, retention
-//! releasing them, expiry. Lookups take no lock and run on the committer (the only thread that
-//! inserts): a slot being filled was empty until then, so no probe passes it to a key beyond;
-//! a release only zeroes the ULID of a key whose event retention is removing.
+//! releasing them, expiry. Lookups take no lock; they run on the committer, the only thread
+//! that fills slots, so none runs while a slot fills. A release (retention's thread) only
+//! zeroes the ULID of a key whose event retention is removing: a lookup that reads it half
+//! zeroed names an event that does not exist, which the committer takes as no claim.
 //!
 //! # Durability without a second fsync per commit
 //!

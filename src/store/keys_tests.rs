@@ -2,7 +2,7 @@
 //! day's tables grow, claims anew, releases and expiry change only what they name, a table a
 //! crash cut short is dropped (its keys come back from the log), and the keys of format-5 and
 //! format-6 stores (sled rows, one per key or packed) move to tables at open and keep answering
-//! with their first events.
+//! with their first events, once each even when a migration cut short runs again.
 
 use std::sync::atomic::AtomicUsize;
 
@@ -283,4 +283,32 @@ async fn format_5_and_6_stores_move_their_keys_to_tables() {
         assert_eq!(store.inner.keys.len(), 210);
         close(store);
     }
+}
+
+/// A migration from format 6 cut short after the keys reached their tables (the format not yet
+/// recorded) runs again whole at the next open: every key once, none twice.
+#[tokio::test]
+async fn a_format_6_migration_cut_short_runs_again_and_adds_each_key_once() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_fixture("format6", dir.path());
+    {
+        let keys = Keys::open(&dir.path().join("idempotency")).unwrap();
+        crate::store::migrate::from_format_6(&dir.path().join("keys"), &keys).unwrap();
+        assert_eq!(keys.len(), 210);
+    }
+    let late = "evt_01M904W3ZR4RNQSQMJ8AH9HW00";
+    let written = ids::ulid_ms(ids::parse(ids::EVENT, late).unwrap());
+    let clock = Arc::new(ManualClock::new(written + 60_000));
+    let store = open(dir.path(), &clock);
+    assert!(!dir.path().join("keys").exists());
+    assert_eq!(store.inner.keys.len(), 210);
+    let used: u64 = store.inner.keys.table_sizes().iter().map(|t| t.3).sum();
+    assert_eq!(used, 210);
+    let mut again = event("acct-2", &[NO_LANE], clock.now_ms());
+    again.idempotency_key = Some("idem-2-late-9".into());
+    match &store.ingest(vec![again]).await.unwrap()[0] {
+        IngestOutcome::Duplicate { event_id } => assert_eq!(event_id, late),
+        IngestOutcome::Created { .. } => panic!("idem-2-late-9 was not found"),
+    }
+    close(store);
 }
