@@ -334,8 +334,7 @@ async fn unknown_events(base: &str, ids: &[String]) -> (Vec<String>, Vec<(String
 
 /// The events whose idempotency key, sent again, does not answer `duplicate` with the event
 /// itself (batches of 1,000): `(event id, what herald answered)`.
-async fn forgotten_keys(base: &str, keyed: &[(String, String)]) -> Vec<(String, String)> {
-    let client = new_client();
+async fn forgotten_keys(herald: &Herald, keyed: &[(String, String)]) -> Vec<(String, String)> {
     let mut forgotten = Vec::new();
     for batch in keyed.chunks(1000) {
         let events: Vec<_> = batch
@@ -345,20 +344,9 @@ async fn forgotten_keys(base: &str, keyed: &[(String, String)]) -> Vec<(String, 
                        "idempotency_key": key})
             })
             .collect();
-        let body = json!({"events": events}).to_string().into_bytes();
-        let headers = [("content-type", "application/json")];
-        let (status, _, answer) = http_call(
-            &client,
-            base,
-            "POST",
-            "/v1/events/batch",
-            Some(ADMIN_TOKEN),
-            &headers,
-            body,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("POST /v1/events/batch: {e:#}"));
-        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        let (status, answer) = herald
+            .admin("POST", "/v1/events/batch", Some(json!({"events": events})))
+            .await;
         assert_eq!(status, 202, "{answer}");
         let results = answer["results"].as_array().expect("results");
         for ((id, _), r) in batch.iter().zip(results) {
@@ -552,7 +540,7 @@ async fn acknowledged_events_survive_power_cuts() {
     // ...every idempotency key it acknowledged still names its event (the keys' tables are
     // synced apart from the log: a cut loses what they had not synced, and the next start
     // writes it again from the log)...
-    let forgotten = forgotten_keys(&herald.base_url(), &keyed).await;
+    let forgotten = forgotten_keys(&herald, &keyed).await;
     assert!(
         forgotten.is_empty(),
         "{} of {} acknowledged idempotency keys were forgotten after the power cuts (seed \

@@ -486,13 +486,15 @@ impl Keys {
         Ok(())
     }
 
+    /// Every table (a copy of the list, to work on them without the lock).
+    fn all_tables(&self) -> Vec<Arc<Table>> {
+        let days = self.days.read().unwrap_or_else(|e| e.into_inner());
+        days.values().flatten().cloned().collect()
+    }
+
     /// Syncs every table written since its last sync, and the directory if a table was made.
     pub fn sync(&self) -> Result<(), StoreError> {
-        let all: Vec<Arc<Table>> = {
-            let days = self.days.read().unwrap_or_else(|e| e.into_inner());
-            days.values().flatten().cloned().collect()
-        };
-        for t in &all {
+        for t in &self.all_tables() {
             t.sync()?;
         }
         if self.names_changed.swap(false, Ordering::AcqRel) {
@@ -577,12 +579,8 @@ impl Keys {
     /// How many keys (released ones not counted; tests).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        let all: Vec<Arc<Table>> = {
-            let days = self.days.read().unwrap_or_else(|e| e.into_inner());
-            days.values().flatten().cloned().collect()
-        };
         let mut n = 0;
-        for t in all {
+        for t in self.all_tables() {
             let mut buf = vec![0u8; (t.slots / PER_BLOCK * BLOCK) as usize];
             t.file.read_exact_at(&mut buf, BLOCK).unwrap();
             n += buf
