@@ -29,6 +29,7 @@
 //! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
 //! - [`metrics`]: Prometheus counters and histograms, rendered at `GET /metrics`.
 //! - [`telemetry`]: tracing setup.
+//! - [`tls`]: the TLS client setup deliveries and the cluster's database share (roots, CA file).
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -46,6 +47,7 @@ pub mod shutdown;
 pub mod signing;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 /// The version in `user-agent` and `/v1/status`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use herald::clock::SystemClock;
-use herald::config::{Config, ConfigError};
+use herald::config::{Backend, Config, ConfigError};
 
 /// jemalloc instead of the system allocator: sled, hyper and serde allocate per request and per
 /// row, and glibc's malloc took about a fifth of herald's CPU under load. Measured here (sled,
@@ -72,6 +72,12 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Apply the cluster database's schema (storage.backend = "postgres") and exit.
+    Migrate {
+        /// The TOML config file naming the database.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// A receiver for trying herald out: verifies signatures and prints what arrives.
     Receive {
         /// Address to listen on, such as 127.0.0.1:9000.
@@ -95,6 +101,7 @@ fn main() -> ExitCode {
             Err(errors) => report(&errors),
         },
         Command::Receive { listen, secret } => receive(&listen, secret),
+        Command::Migrate { config } => migrate(config),
         Command::Openapi { config } => {
             let loaded = match &config {
                 Some(p) => Config::load(p),
@@ -118,6 +125,74 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The config at `path` (built-in defaults without one), loaded and validated.
+fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
+    match path {
+        Some(p) => Config::load(p),
+        None => Config::from_toml("").and_then(|c| c.validate().map(|()| c)),
+    }
+    .map_err(|errors| report(&errors))
+}
+
+/// `herald migrate`: the cluster schema brought to this herald's version (SPEC §16).
+fn migrate(path: Option<PathBuf>) -> ExitCode {
+    let config = match load(path.as_ref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if config.storage.backend != Backend::Postgres {
+        eprintln!(
+            "herald migrate: storage.backend is \"sled\"; migrate applies a PostgreSQL \
+             cluster's schema (a sled store is migrated when herald serve opens it)"
+        );
+        return ExitCode::from(2);
+    }
+    migrate_postgres(&config)
+}
+
+#[cfg(feature = "postgres")]
+fn migrate_postgres(config: &Config) -> ExitCode {
+    use herald::store::postgres::{migrate, Database};
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald migrate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let done = rt.block_on(async {
+        let db = Database::new(config)?;
+        let mut client = db.dedicated().await?;
+        migrate(&mut client).await
+    });
+    match done {
+        Ok(m) if m.from == m.to => {
+            println!(
+                "herald migrate: the schema is at version {}; nothing to do",
+                m.to
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(m) => {
+            println!(
+                "herald migrate: the schema went from version {} to {}",
+                m.from, m.to
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald migrate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn migrate_postgres(_config: &Config) -> ExitCode {
+    eprintln!("herald migrate: this herald was built without the `postgres` feature");
+    ExitCode::from(2)
 }
 
 fn report(errors: &[ConfigError]) -> ExitCode {
@@ -151,6 +226,13 @@ fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
     }
     if let Err(errors) = config.validate() {
         return report(&errors);
+    }
+    if config.storage.backend == Backend::Postgres {
+        eprintln!(
+            "herald serve: storage.backend = \"postgres\" (cluster mode, docs/cluster.md) cannot \
+             serve in this build yet; `herald migrate` prepares its database"
+        );
+        return ExitCode::from(2);
     }
     herald::telemetry::init(&config.log);
     if dev {

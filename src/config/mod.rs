@@ -108,6 +108,8 @@ pub struct Storage {
     pub cache_capacity: u64,
     /// Ended events older than this are folded many to a row (src/store/fold.rs).
     pub fold_after: Dur,
+    pub backend: Backend,
+    pub postgres: Postgres,
 }
 
 impl Default for Storage {
@@ -117,7 +119,61 @@ impl Default for Storage {
             retention: secs(30 * 86_400),
             cache_capacity: 64 * 1024 * 1024,
             fold_after: secs(600),
+            backend: Backend::Sled,
+            postgres: Postgres::default(),
         }
+    }
+}
+
+/// Where herald keeps its state (SPEC §16): sled in `storage.path` (one node, the default) or a
+/// PostgreSQL database shared by any number of nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sled,
+    Postgres,
+}
+
+/// `[storage.postgres]`: the cluster's database. The URL holds a password, so this type's
+/// `Debug` never shows it.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Postgres {
+    /// A libpq connection string: `postgres://user:password@host:port/db?sslmode=require` or
+    /// `host=... user=... dbname=...`.
+    pub url: Option<String>,
+    /// A file holding the URL (systemd credentials), read at start.
+    pub url_file: Option<PathBuf>,
+    /// Connections this node keeps to the database.
+    pub pool_size: usize,
+    /// How long a node's claim on a delivery lasts unless renewed.
+    pub lease: Dur,
+    /// PEM certificates of the CA that signed the database's certificate, trusted besides the
+    /// bundled web roots (a managed service's or a private CA).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for Postgres {
+    fn default() -> Self {
+        Self {
+            url: None,
+            url_file: None,
+            pool_size: 16,
+            lease: secs(30),
+            ca_file: None,
+        }
+    }
+}
+
+impl fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Postgres")
+            .field("url", &self.url.as_ref().map(|_| "(hidden)"))
+            .field("url_file", &self.url_file)
+            .field("pool_size", &self.pool_size)
+            .field("lease", &self.lease)
+            .field("ca_file", &self.ca_file)
+            .finish()
     }
 }
 
@@ -538,6 +594,9 @@ fn one_line(msg: &str) -> String {
     msg.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+mod postgres;
+#[cfg(feature = "postgres")]
+pub use postgres::parse_url;
 #[cfg(test)]
 mod tests;
 mod validate;

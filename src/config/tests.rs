@@ -124,3 +124,76 @@ fn the_proxy_is_an_http_host_and_port() {
         assert!(!e[0].message.contains("secret"), "{bad}: {e:?}");
     }
 }
+
+#[test]
+fn the_postgres_backend_needs_one_url_and_sane_limits() {
+    let problems = |toml: &str| -> Vec<(String, String)> {
+        let c = Config::from_toml(toml).unwrap();
+        c.validate()
+            .err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.key, e.message))
+            .collect()
+    };
+    // The default backend reads nothing of [storage.postgres].
+    assert!(problems("[storage.postgres]\npool_size = 0\n").is_empty());
+    let c = Config::from_toml("").unwrap();
+    assert_eq!(c.storage.backend, Backend::Sled);
+    assert_eq!(c.storage.postgres.pool_size, 16);
+    assert_eq!(c.storage.postgres.lease, secs(30));
+
+    let p = problems("[storage]\nbackend = \"postgres\"\n");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, "storage.postgres.url");
+    assert!(p[0].1.contains("is required"), "{p:?}");
+
+    let p = problems(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\n\
+         url = \"postgres://u:sekrit@h/db\"\nurl_file = \"/nonexistent\"\n",
+    );
+    assert_eq!(p[0].0, "storage.postgres.url", "{p:?}");
+    assert!(p[0].1.contains("both set"), "{p:?}");
+
+    let p = problems(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\n\
+         url = \"postgres://u:sekrit@h:notaport/db\"\npool_size = 0\nlease = \"1s\"\n\
+         ca_file = \"/nonexistent/ca.pem\"\n",
+    );
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "storage.postgres.url",
+            "storage.postgres.pool_size",
+            "storage.postgres.lease",
+            "storage.postgres.ca_file"
+        ],
+        "{p:?}"
+    );
+    assert!(
+        p.iter().all(|(_, m)| !m.contains("sekrit")),
+        "a message quoted the password: {p:?}"
+    );
+    let e = Config::from_toml("[storage]\nbackend = \"mysql\"\n").unwrap_err();
+    assert_eq!(e[0].key, "storage.backend", "{e:?}");
+}
+
+#[test]
+fn the_database_url_can_come_from_a_file_and_never_shows_in_debug() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("url");
+    std::fs::write(&file, "\n  postgres://u:sekrit@db/herald  \n").unwrap();
+    let c = Config::from_toml(&format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl_file = {:?}\n",
+        file.display().to_string()
+    ))
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.postgres_url().unwrap(), "postgres://u:sekrit@db/herald");
+    let c = Config::from_toml(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = \"postgres://u:sekrit@db/h\"\n",
+    )
+    .unwrap();
+    assert!(!format!("{c:?}").contains("sekrit"));
+}

@@ -435,6 +435,7 @@ impl Config {
                 ),
             );
         }
+        errors.extend(self.postgres_problems());
         if errors.is_empty() {
             Ok(())
         } else {

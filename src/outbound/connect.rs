@@ -12,7 +12,6 @@ use http_body_util::Full;
 use hyper::client::conn::http1;
 use hyper::header::HOST;
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -65,26 +64,13 @@ impl Connector {
         extra_ca_file: Option<&Path>,
         proxy: Option<Proxy>,
     ) -> Result<Connector, ClientSetupError> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(path) = extra_ca_file {
-            let ca_err = |reason: String| ClientSetupError::CaFile {
-                path: path.display().to_string(),
+        let roots =
+            crate::tls::roots(extra_ca_file).map_err(|reason| ClientSetupError::CaFile {
+                path: extra_ca_file.map_or_else(String::new, |p| p.display().to_string()),
                 reason,
-            };
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| ca_err(e.to_string()))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ca_err(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(ca_err("no PEM certificate in the file".into()));
-            }
-            for cert in certs {
-                roots.add(cert).map_err(|e| ca_err(e.to_string()))?;
-            }
-        }
+            })?;
         let roots = Arc::new(roots);
-        let tls = tls_builder(&roots)
+        let tls = crate::tls::client_builder(&roots)
             .map_err(ClientSetupError::Tls)?
             .with_no_client_auth();
         Ok(Connector {
@@ -102,7 +88,7 @@ impl Connector {
         chain: Vec<CertificateDer<'static>>,
         key: PrivateKeyDer<'static>,
     ) -> Result<TlsConnector, rustls::Error> {
-        let tls = tls_builder(&self.roots)?.with_client_auth_cert(chain, key)?;
+        let tls = crate::tls::client_builder(&self.roots)?.with_client_auth_cert(chain, key)?;
         Ok(TlsConnector::from(Arc::new(tls)))
     }
 
@@ -168,18 +154,6 @@ impl Connector {
         let driver = tokio::spawn(conn);
         Ok((sender, driver))
     }
-}
-
-fn tls_builder(
-    roots: &Arc<rustls::RootCertStore>,
-) -> Result<
-    rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
-    rustls::Error,
-> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_root_certificates(roots.clone()))
 }
 
 async fn open_tcp(a: SocketAddr) -> Result<TcpStream, String> {

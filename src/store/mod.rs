@@ -59,6 +59,8 @@ mod fold;
 pub mod key;
 mod keys;
 mod migrate;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod retention;
 mod scan;
 pub mod sessions;

@@ -8,6 +8,7 @@
 //! - [`receiver::Receiver`]: a real HTTP(S)/1.1 webhook receiver that records requests.
 //! - [`herald::Herald`]: runs the real herald binary on a temp config + data dir.
 //! - [`sig`]: an independent Standard Webhooks signature verifier.
+//! - [`postgres::Postgres`]: a real PostgreSQL server of the test's own (cluster mode).
 //!
 //! Rule for everything in here: no sleeps as synchronization. Waits are either
 //! notifications or polling with a deadline that panics with a clear message.
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod herald;
 pub mod inproc;
+pub mod postgres;
 pub mod receiver;
 pub mod sig;
 pub mod tls;

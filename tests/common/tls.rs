@@ -109,10 +109,18 @@ impl TestCa {
         )
     }
 
-    fn server_config_with(
-        &self,
-        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
-    ) -> Arc<rustls::ServerConfig> {
+    /// A server certificate chain (leaf then CA, PEM) for `localhost`, 127.0.0.1 and ::1, and
+    /// its PKCS#8 key PEM: for servers that read files, such as PostgreSQL.
+    pub fn server_identity_pem(&self) -> (String, String) {
+        let (leaf, key) = self.server_leaf();
+        (
+            format!("{}{}", leaf.pem(), self.ca_pem()),
+            key.serialize_pem(),
+        )
+    }
+
+    /// A leaf certificate signed by this CA for `localhost`, 127.0.0.1 and ::1, and its key.
+    fn server_leaf(&self) -> (Certificate, KeyPair) {
         let leaf_key = KeyPair::generate().expect("generate leaf key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -131,7 +139,14 @@ impl TestCa {
         let leaf = params
             .signed_by(&leaf_key, &self.cert, &self.key)
             .expect("sign leaf");
+        (leaf, leaf_key)
+    }
 
+    fn server_config_with(
+        &self,
+        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Arc<rustls::ServerConfig> {
+        let (leaf, leaf_key) = self.server_leaf();
         let chain = vec![leaf.der().clone(), self.ca_der()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(ring_provider()))

@@ -1,0 +1,115 @@
+//! The cluster schema's migrations, compiled in and applied in order (SPEC §16): at start and
+//! by `herald migrate`. All of them run in one transaction that first takes an advisory lock, so
+//! nodes starting together apply each migration once and the others wait, then find it done.
+//! Each applied migration is recorded with a digest of its text: a database whose recorded
+//! migration differs from this binary's, or that has one this binary does not know (a newer
+//! herald migrated it), is refused with a sentence saying so, never used half-understood.
+
+use sha2::{Digest, Sha256};
+
+use super::DbError;
+
+/// The advisory lock migrations hold ("herald" in ASCII): one key, so any herald process on
+/// the database serializes on it and nothing else is likely to use it.
+const LOCK: i64 = 0x6865_7261_6c64;
+
+/// The oldest PostgreSQL herald runs on (SPEC §16).
+const MIN_SERVER_VERSION: i32 = 130000;
+
+/// The migrations, in order: (version, name, SQL).
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "schema", include_str!("schema_0001.sql"))];
+
+/// The schema version this herald writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// What a run of [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// The schema version found (0: an empty database).
+    pub from: i32,
+    /// The schema version now.
+    pub to: i32,
+}
+
+fn digest(sql: &str) -> String {
+    Sha256::digest(sql.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Brings the database's schema to [`SCHEMA_VERSION`], or says why it cannot.
+pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<Migrated, DbError> {
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::integer", &[])
+        .await?
+        .get(0);
+    if version < MIN_SERVER_VERSION {
+        return Err(DbError::Schema(format!(
+            "the database runs PostgreSQL {}.{}; herald needs 13 or later",
+            version / 10000,
+            version % 10000 / 100
+        )));
+    }
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS herald_schema (
+             version    integer     PRIMARY KEY,
+             name       text        NOT NULL,
+             digest     text        NOT NULL,
+             herald     text        NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let applied = tx
+        .query(
+            "SELECT version, digest, herald FROM herald_schema ORDER BY version",
+            &[],
+        )
+        .await?;
+    let mut from = 0;
+    for row in &applied {
+        let (v, d, by): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
+        match MIGRATIONS.iter().find(|m| m.0 == v) {
+            None => {
+                return Err(DbError::Schema(format!(
+                    "the database's schema is at version {v} (applied by herald {by}); this \
+                     herald {} knows versions up to {SCHEMA_VERSION}: run a herald at least as \
+                     new as the one that migrated it",
+                    env!("CARGO_PKG_VERSION")
+                )))
+            }
+            Some(m) if digest(m.2) != d => {
+                return Err(DbError::Schema(format!(
+                    "the database's schema version {v} was applied by herald {by} from a \
+                     different definition than this herald {}'s; the database was made by \
+                     another build: restore it from a backup made with this herald's schema, \
+                     or use an empty database",
+                    env!("CARGO_PKG_VERSION")
+                )))
+            }
+            Some(_) => from = from.max(v),
+        }
+    }
+    for (v, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > from) {
+        tx.batch_execute(sql).await.map_err(|e| {
+            DbError::Schema(format!(
+                "migration {v} ({name}) failed: {}",
+                super::describe(&e)
+            ))
+        })?;
+        tx.execute(
+            "INSERT INTO herald_schema (version, name, digest, herald) VALUES ($1, $2, $3, $4)",
+            &[v, name, &digest(sql), &env!("CARGO_PKG_VERSION")],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(Migrated {
+        from,
+        to: SCHEMA_VERSION,
+    })
+}

@@ -1,0 +1,178 @@
+//! Cluster mode's database (SPEC §16): connecting to PostgreSQL (TLS through rustls with the
+//! bundled web roots and `storage.postgres.ca_file`), the pool every node query goes through, and
+//! the compiled-in schema ([`migrate`]).
+//!
+//! The client is `tokio-postgres` with a `deadpool-postgres` pool: it pipelines queries on one
+//! connection, caches prepared statements per connection, takes our own rustls config (so the
+//! database is verified with the roots and CA file we choose, not a second TLS stack's), and
+//! hands out a plain connection for `LISTEN`, whose notifications arrive on the connection
+//! itself. See docs/cluster.md for the choice and the layout of the tables.
+
+mod migrate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::config::Config;
+pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
+
+/// How long a connection may take to open, and a query to get a connection from the pool,
+/// before the caller hears that the database is unreachable (ingest answers `503`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("cannot set up TLS for the database: {0}")]
+    Tls(String),
+    #[error("database: {0}")]
+    Postgres(String),
+    #[error("{0}")]
+    Schema(String),
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        DbError::Postgres(describe(&e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for DbError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => DbError::Postgres(other.to_string()),
+        }
+    }
+}
+
+/// A PostgreSQL error in one line: the server's own message when it sent one (with its
+/// SQLSTATE), else the client's (which names the cause, never the connection string).
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// `host:port/database` of a connection config (every host, if it names several).
+fn target(pg: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let ports = pg.get_ports();
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+            }
+        })
+        .collect();
+    let user = pg.get_user().unwrap_or("(no user)");
+    let db = pg.get_dbname().unwrap_or(user);
+    format!("{}/{db}", hosts.join(","))
+}
+
+/// A node's connections to the cluster's database.
+#[derive(Clone)]
+pub struct Database {
+    pool: Pool,
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    /// Where the database is, for messages: hosts, port and database, never the password.
+    target: Arc<str>,
+}
+
+impl Database {
+    /// Sets up the pool for the config's database; connections open on first use.
+    pub fn new(config: &Config) -> Result<Database, DbError> {
+        let url = config
+            .postgres_url()
+            .map_err(|e| DbError::Schema(e.to_string()))?;
+        let mut pg = crate::config::parse_url(&url)
+            .map_err(|e| DbError::Schema(format!("storage.postgres.url {e}")))?;
+        if pg.get_connect_timeout().is_none() {
+            pg.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if pg.get_application_name().is_none() {
+            pg.application_name("herald");
+        }
+        let pgc = &config.storage.postgres;
+        let roots = crate::tls::roots(pgc.ca_file.as_deref())
+            .map_err(|e| DbError::Tls(format!("storage.postgres.ca_file: {e}")))?;
+        let tls = crate::tls::client_builder(&Arc::new(roots))
+            .map_err(|e| DbError::Tls(e.to_string()))?
+            .with_no_client_auth();
+        let tls = MakeRustlsConnect::new(tls);
+        let manager = Manager::from_config(
+            pg.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pgc.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| DbError::Postgres(e.to_string()))?;
+        Ok(Database {
+            pool,
+            target: target(&pg).into(),
+            config: pg,
+            tls,
+        })
+    }
+
+    /// Where the database is (`host:port/database`), as messages name it.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn unreachable(&self, e: DbError) -> DbError {
+        match e {
+            DbError::Postgres(why) => {
+                DbError::Postgres(format!("cannot use {}: {why}", self.target))
+            }
+            other => other,
+        }
+    }
+
+    /// A pooled connection.
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| self.unreachable(e.into()))
+    }
+
+    /// A connection of its own, outside the pool (the schema's migration, `LISTEN`), and the
+    /// task driving it; the connection closes when the client is dropped.
+    pub async fn dedicated(&self) -> Result<tokio_postgres::Client, DbError> {
+        let (client, connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| self.unreachable(e.into()))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %describe(&e), "database connection closed");
+            }
+        });
+        Ok(client)
+    }
+}
