@@ -112,6 +112,14 @@ pub enum StoreError {
     },
     #[error("storage is closed")]
     Closed,
+    /// Cluster mode's database refused or could not be reached (the message names the database
+    /// and PostgreSQL's reason, never the password).
+    #[error("{0}")]
+    Database(String),
+    /// Cluster mode: the delivery's lease lapsed and another node may hold it now, so the
+    /// attempt's result was not recorded (that node attempts it again: at least once).
+    #[error("the delivery's lease passed to another node")]
+    LeaseLost,
     #[error("{0}")]
     Format(String),
 }

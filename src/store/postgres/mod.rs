@@ -8,7 +8,12 @@
 //! hands out a plain connection for `LISTEN`, whose notifications arrive on the connection
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
 
+mod ingest;
 mod migrate;
+mod node;
+mod queue;
+mod quota;
+pub mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +22,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::Config;
+pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
+pub use node::PgStore;
+pub use queue::Leased;
 
 /// How long a connection may take to open, and a query to get a connection from the pool,
 /// before the caller hears that the database is unreachable (ingest answers `503`).
@@ -160,14 +168,10 @@ impl Database {
             .map_err(|e| self.unreachable(e.into()))
     }
 
-    /// A connection of its own, outside the pool (the schema's migration, `LISTEN`), and the
-    /// task driving it; the connection closes when the client is dropped.
+    /// A connection of its own, outside the pool (the schema's migration), driven by a task;
+    /// it closes when the client is dropped.
     pub async fn dedicated(&self) -> Result<tokio_postgres::Client, DbError> {
-        let (client, connection) = self
-            .config
-            .connect(self.tls.clone())
-            .await
-            .map_err(|e| self.unreachable(e.into()))?;
+        let (client, connection) = self.connect_raw().await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %describe(&e), "database connection closed");
@@ -175,4 +179,19 @@ impl Database {
         });
         Ok(client)
     }
+
+    /// A connection and the half that must be polled to drive it (`LISTEN`'s notifications
+    /// arrive there).
+    pub async fn connect_raw(&self) -> Result<(tokio_postgres::Client, RawConnection), DbError> {
+        self.config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| self.unreachable(e.into()))
+    }
 }
+
+/// The driving half of a connection of ours.
+pub type RawConnection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;

@@ -19,10 +19,12 @@ CREATE TABLE events (
 CREATE INDEX events_account ON events (account_id, id);
 
 -- Deliveries: one per event and endpoint (or a single no_endpoint / not_entitled record).
--- While a delivery waits for an attempt `due_at` is set; it is NULL once the delivery ended.
--- `lane` is the ordering lane (endpoint and ordering key) of an ordered endpoint's delivery.
--- A node works on a delivery only while it holds its lease: `leased_by` (the node's id) and
--- `lease_until`; every write the attempt makes is fenced by both.
+-- `due_at` is when a node may next take the delivery: its due time while it waits, the end of
+-- its lease while a node holds it (so a lease that lapses makes it due again by itself), NULL
+-- once it ended. A node's claim stamps `leased_by` (the node) and `claim` (a token of that
+-- claim); every write the attempt makes is fenced by the token. `lane` is the ordering lane
+-- (endpoint and ordering key) of an ordered endpoint's delivery. Times come from the nodes'
+-- clocks, which must agree (NTP) to well within the lease.
 CREATE TABLE deliveries (
     id               bytea    PRIMARY KEY,
     event_id         bytea    NOT NULL REFERENCES events (id) ON DELETE CASCADE,
@@ -34,16 +36,17 @@ CREATE TABLE deliveries (
     last_http_status integer,
     attempt_count    integer  NOT NULL DEFAULT 0,
     due_at           bigint,
+    next_attempt_at  bigint,
     lane             bytea,
     manual           boolean  NOT NULL DEFAULT false,
     queued           boolean  NOT NULL DEFAULT false,
-    leased_by        uuid,
-    lease_until      bigint,
+    leased_by        text,
+    claim            bigint,
     created_at       bigint   NOT NULL
 );
 CREATE INDEX deliveries_due ON deliveries (due_at) WHERE due_at IS NOT NULL;
 CREATE INDEX deliveries_lane ON deliveries (lane, id) WHERE lane IS NOT NULL AND due_at IS NOT NULL;
-CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE leased_by IS NOT NULL;
+CREATE INDEX deliveries_leased ON deliveries (leased_by) WHERE leased_by IS NOT NULL;
 CREATE INDEX deliveries_event ON deliveries (event_id);
 CREATE INDEX deliveries_account ON deliveries (account_id, id);
 CREATE INDEX deliveries_endpoint ON deliveries (endpoint_id, id);
@@ -51,6 +54,7 @@ CREATE INDEX deliveries_endpoint ON deliveries (endpoint_id, id);
 CREATE TABLE attempts (
     delivery_id     bytea    NOT NULL REFERENCES deliveries (id) ON DELETE CASCADE,
     number          integer  NOT NULL,
+    id              text     NOT NULL,
     at              bigint   NOT NULL,
     duration_ms     bigint   NOT NULL,
     status          text     NOT NULL,
@@ -135,7 +139,7 @@ CREATE INDEX portal_sessions_expiry ON portal_sessions (expires_at);
 
 -- The nodes that run on this database: what `/v1/status` shows of the cluster.
 CREATE TABLE nodes (
-    id         uuid   PRIMARY KEY,
+    id         text   PRIMARY KEY,
     name       text   NOT NULL,
     started_at bigint NOT NULL,
     seen_at    bigint NOT NULL

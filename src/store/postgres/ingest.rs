@@ -1,0 +1,238 @@
+//! Ingest on PostgreSQL (SPEC §2, §16): a request's events, their deliveries and idempotency
+//! keys in one transaction, answered after it commits (synchronous commit, so after the
+//! database's WAL flush). Each table gets one statement for the whole request (arrays
+//! unnested), whatever its number of events.
+//!
+//! Idempotency keys are claimed first, with a conditional upsert: the key is ours if no row
+//! has it or its row is older than the window; otherwise the event is a duplicate of the row's
+//! event. Two nodes claiming one key at once are serialized by the key's row: the second
+//! waits for the first's commit and then sees its claim (or, if it rolled back, takes the key).
+
+use std::collections::HashMap;
+
+use super::PgStore;
+use crate::ids::{self, EVENT};
+use crate::model::{Delivery, DeliveryState};
+use crate::store::{IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE};
+
+/// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
+pub const DUE_CHANNEL: &str = "herald_due";
+
+impl PgStore {
+    /// Stores the events (or finds them duplicates) in one transaction.
+    pub async fn ingest(&self, events: Vec<NewEvent>) -> Result<Vec<IngestOutcome>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now_ms();
+        let ulids: Vec<u128> = events
+            .iter()
+            .map(|e| self.next_event_id(e.received_at.max(now)))
+            .collect();
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+
+        // Idempotency keys: the first event of a key in this request claims it for the request.
+        let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut duplicate_of: Vec<Option<String>> = vec![None; events.len()];
+        let (mut k_accounts, mut k_keys, mut k_events) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, ev) in events.iter().enumerate() {
+            let Some(key) = ev.idempotency_key.as_deref() else {
+                continue;
+            };
+            match first_in_request.get(&(ev.account_id.as_str(), key)) {
+                Some(&first) => duplicate_of[i] = Some(ids::format(EVENT, ulids[first])),
+                None => {
+                    first_in_request.insert((ev.account_id.as_str(), key), i);
+                    k_accounts.push(ev.account_id.as_str());
+                    k_keys.push(key);
+                    k_events.push(ulids[i].to_be_bytes().to_vec());
+                }
+            }
+        }
+        if !k_keys.is_empty() {
+            let expired_before = now - IDEMPOTENCY_WINDOW_MS;
+            let rows = tx
+                .query(
+                    "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
+                     SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
+                     ON CONFLICT (account_id, key) DO UPDATE
+                         SET event_id = excluded.event_id, created_at = excluded.created_at
+                         WHERE k.created_at <= $5
+                     RETURNING account_id, key",
+                    &[&k_accounts, &k_keys, &k_events, &now, &expired_before],
+                )
+                .await?;
+            let won: std::collections::HashSet<(String, String)> =
+                rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            let lost: Vec<usize> = (0..k_keys.len())
+                .filter(|&j| !won.contains(&(k_accounts[j].to_string(), k_keys[j].to_string())))
+                .collect();
+            if !lost.is_empty() {
+                let accounts: Vec<&str> = lost.iter().map(|&j| k_accounts[j]).collect();
+                let keys: Vec<&str> = lost.iter().map(|&j| k_keys[j]).collect();
+                let rows = tx
+                    .query(
+                        "SELECT k.account_id, k.key, k.event_id FROM idempotency_keys k
+                         JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON k.account_id = t.a AND k.key = t.k",
+                        &[&accounts, &keys],
+                    )
+                    .await?;
+                for r in rows {
+                    let (account, key, first): (String, String, Vec<u8>) =
+                        (r.get(0), r.get(1), r.get(2));
+                    let first = ulid_from(&first)?;
+                    if let Some(&i) = first_in_request.get(&(account.as_str(), key.as_str())) {
+                        duplicate_of[i] = Some(ids::format(EVENT, first));
+                    }
+                }
+            }
+            // A key's later events in this request are duplicates of what its first turned
+            // out to be: the event it created, or the one that held the key already.
+            for (i, ev) in events.iter().enumerate() {
+                let Some(key) = ev.idempotency_key.as_deref() else {
+                    continue;
+                };
+                let first = first_in_request[&(ev.account_id.as_str(), key)];
+                if first != i {
+                    if let Some(existing) = duplicate_of[first].clone() {
+                        duplicate_of[i] = Some(existing);
+                    }
+                }
+            }
+        }
+
+        let mut e_rows = EventRows::default();
+        let mut d_rows = DeliveryRows::default();
+        let mut outcomes = Vec::with_capacity(events.len());
+        for (i, ev) in events.iter().enumerate() {
+            if let Some(first) = duplicate_of[i].take() {
+                outcomes.push(IngestOutcome::Duplicate { event_id: first });
+                continue;
+            }
+            let ulid = ulids[i];
+            let event_id = ids::format(EVENT, ulid);
+            let at = ev.received_at.max(now);
+            e_rows.push(ulid, ev, at);
+            let mut deliveries = Vec::with_capacity(ev.targets.len());
+            for (n, lane) in ev.targets.iter().enumerate() {
+                let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
+                let d = Delivery {
+                    id: ids::format(ids::DELIVERY, ids::delivery_of(ulid, n)),
+                    event_id: event_id.clone(),
+                    endpoint_id,
+                    account_id: ev.account_id.clone(),
+                    event_type: ev.event_type.clone(),
+                    state: DeliveryState::Pending,
+                    last_status: None,
+                    last_http_status: None,
+                    attempt_count: 0,
+                    next_attempt_at: Some(at),
+                    created_at: at,
+                    manual: false,
+                    queued: false,
+                };
+                d_rows.push(ids::delivery_of(ulid, n), ulid, &d);
+                deliveries.push(d);
+            }
+            outcomes.push(IngestOutcome::Created {
+                event_id,
+                deliveries,
+            });
+        }
+        if !e_rows.id.is_empty() {
+            tx.execute(
+                "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
+                                     debounce_key, ordering_key, payload)
+                 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
+                                      $5::text[], $6::text[], $7::text[], $8::bytea[])",
+                &[
+                    &e_rows.id,
+                    &e_rows.account,
+                    &e_rows.event_type,
+                    &e_rows.received_at,
+                    &e_rows.idempotency_key,
+                    &e_rows.debounce_key,
+                    &e_rows.ordering_key,
+                    &e_rows.payload,
+                ],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
+                                         due_at, next_attempt_at, created_at)
+                 SELECT id, ev, ep, a, t, 'pending', at, at, at
+                 FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
+                             $6::bigint[]) AS d(id, ev, ep, a, t, at)",
+                &[
+                    &d_rows.id,
+                    &d_rows.event,
+                    &d_rows.endpoint,
+                    &d_rows.account,
+                    &d_rows.event_type,
+                    &d_rows.at,
+                ],
+            )
+            .await?;
+            // Delivered with the commit: idle nodes take the new work at once.
+            tx.execute("SELECT pg_notify($1, '')", &[&DUE_CHANNEL])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+}
+
+pub(super) fn ulid_from(bytes: &[u8]) -> Result<u128, StoreError> {
+    let b: [u8; 16] = bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt(format!("an id of {} bytes", bytes.len())))?;
+    Ok(u128::from_be_bytes(b))
+}
+
+/// The request's events as columns (one array per column, unnested by one statement).
+#[derive(Default)]
+struct EventRows<'a> {
+    id: Vec<Vec<u8>>,
+    account: Vec<&'a str>,
+    event_type: Vec<&'a str>,
+    received_at: Vec<i64>,
+    idempotency_key: Vec<Option<&'a str>>,
+    debounce_key: Vec<Option<&'a str>>,
+    ordering_key: Vec<Option<&'a str>>,
+    payload: Vec<&'a [u8]>,
+}
+
+impl<'a> EventRows<'a> {
+    fn push(&mut self, ulid: u128, ev: &'a NewEvent, at: i64) {
+        self.id.push(ulid.to_be_bytes().to_vec());
+        self.account.push(&ev.account_id);
+        self.event_type.push(&ev.event_type);
+        self.received_at.push(at);
+        self.idempotency_key.push(ev.idempotency_key.as_deref());
+        self.debounce_key.push(ev.debounce_key.as_deref());
+        self.ordering_key.push(ev.ordering_key.as_deref());
+        self.payload.push(&ev.payload);
+    }
+}
+
+#[derive(Default)]
+struct DeliveryRows {
+    id: Vec<Vec<u8>>,
+    event: Vec<Vec<u8>>,
+    endpoint: Vec<Option<String>>,
+    account: Vec<String>,
+    event_type: Vec<String>,
+    at: Vec<i64>,
+}
+
+impl DeliveryRows {
+    fn push(&mut self, ulid: u128, event: u128, d: &Delivery) {
+        self.id.push(ulid.to_be_bytes().to_vec());
+        self.event.push(event.to_be_bytes().to_vec());
+        self.endpoint.push(d.endpoint_id.clone());
+        self.account.push(d.account_id.clone());
+        self.event_type.push(d.event_type.clone());
+        self.at.push(d.created_at);
+    }
+}

@@ -1,0 +1,107 @@
+//! A node's handle on the cluster's database: [`PgStore`] opens it (migrating the schema and
+//! registering the node), and carries what every query needs: the pool, this node's id, the
+//! clock and the lease. Ingest, the delivery queue and quotas are in their own files.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{migrate, Database, DbError};
+use crate::clock::{Clock, Millis};
+use crate::config::Config;
+use crate::store::StoreError;
+
+impl From<DbError> for StoreError {
+    fn from(e: DbError) -> Self {
+        StoreError::Database(e.to_string())
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        DbError::from(e).into()
+    }
+}
+
+/// Cluster mode's store: one per node.
+pub struct PgStore {
+    pub(super) db: Database,
+    /// This node's id: stamps its leases (`deliveries.leased_by`) and its `nodes` row.
+    pub(super) node: String,
+    pub(super) clock: Arc<dyn Clock>,
+    /// `storage.postgres.lease` in milliseconds.
+    pub(super) lease_ms: Millis,
+    /// The last event id this node minted: ids grow on each node (ULIDs, so they stay unique
+    /// across nodes by their random part).
+    pub(super) last_event: Mutex<u128>,
+    /// Woken when this or another node may have made work due ([`super::wake`]).
+    pub(super) wake: Arc<Notify>,
+}
+
+impl PgStore {
+    /// Connects, brings the schema to this herald's version (under the advisory lock) and
+    /// registers this node.
+    pub async fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<PgStore, StoreError> {
+        let db = Database::new(config)?;
+        let mut client = db.dedicated().await?;
+        let migrated = migrate(&mut client).await?;
+        if migrated.from != migrated.to {
+            tracing::info!(
+                from = migrated.from,
+                to = migrated.to,
+                "migrated the cluster schema"
+            );
+        }
+        drop(client);
+        let lease = config.storage.postgres.lease.0;
+        Self::with_database(db, clock, lease).await
+    }
+
+    /// A node on an already migrated database (tests choose the lease freely).
+    pub async fn with_database(
+        db: Database,
+        clock: Arc<dyn Clock>,
+        lease: Duration,
+    ) -> Result<PgStore, StoreError> {
+        let node = crate::ids::random_hex(8);
+        let now = clock.now_ms();
+        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "herald".into());
+        db.client()
+            .await?
+            .execute(
+                "INSERT INTO nodes (id, name, started_at, seen_at) VALUES ($1, $2, $3, $3)",
+                &[&node, &name, &now],
+            )
+            .await?;
+        Ok(PgStore {
+            db,
+            node,
+            clock,
+            lease_ms: lease.as_millis() as Millis,
+            last_event: Mutex::new(0),
+            wake: Arc::new(Notify::new()),
+        })
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Notified when work may have become due on any node (new events; released leases).
+    pub fn wake(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// A fresh event id after the last this node minted.
+    pub(super) fn next_event_id(&self, now: Millis) -> u128 {
+        let mut last = self.last_event.lock().unwrap_or_else(|e| e.into_inner());
+        *last = crate::ids::event_after(*last, now);
+        *last
+    }
+}

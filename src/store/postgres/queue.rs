@@ -1,0 +1,247 @@
+//! The shared delivery queue (SPEC §16): work is leased, never owned.
+//!
+//! A node claims due deliveries with `FOR UPDATE SKIP LOCKED` (claimers never wait on each
+//! other's rows) and stamps each with its id and a claim token; the claim moves the delivery's
+//! `due_at` to the lease's end, so a lease that lapses (its node died or stalled) makes the
+//! delivery due again for any node, with no sweep. A node renews the leases it is still working
+//! on, and every write of an attempt's result is fenced by the token: a node whose lease passed
+//! to another learns so ([`StoreError::LeaseLost`]) and records nothing (the other node
+//! attempts it: at least once). `SIGTERM` releases the node's leases at once ([`release_all`]).
+//!
+//! [`release_all`]: PgStore::release_all
+
+use bytes::Bytes;
+use tokio_postgres::Row;
+
+use super::ingest::{ulid_from, DUE_CHANNEL};
+use super::PgStore;
+use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use crate::store::{DueDelivery, StoreError};
+
+/// A delivery this node holds: what to attempt, and the claim that fences its writes.
+pub struct Leased {
+    pub claim: i64,
+    pub due: DueDelivery,
+}
+
+/// The columns a claimed delivery comes back with (and its event's).
+const CLAIMED: &str = "d.id, d.endpoint_id, d.state, d.last_status, d.last_http_status,
+    d.attempt_count, d.next_attempt_at, d.created_at, d.manual, d.queued,
+    e.id, e.account_id, e.type, e.received_at, e.idempotency_key, e.debounce_key,
+    e.ordering_key, e.payload";
+
+impl PgStore {
+    /// Claims up to `max` deliveries due now, oldest due first, for this node's lease.
+    pub async fn claim_due(&self, max: i64) -> Result<Vec<Leased>, StoreError> {
+        let now = self.clock.now_ms();
+        let claim: i64 = rand::random();
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "WITH due AS (
+                         SELECT id FROM deliveries WHERE due_at <= $1
+                         ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
+                     ), leased AS (
+                         UPDATE deliveries d SET due_at = $1 + $3, leased_by = $4, claim = $5
+                         FROM due WHERE d.id = due.id
+                         RETURNING d.*
+                     )
+                     SELECT {CLAIMED} FROM leased d JOIN events e ON e.id = d.event_id
+                     ORDER BY d.id"
+                ),
+                &[&now, &max, &self.lease_ms, &self.node, &claim],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Leased {
+                    claim,
+                    due: due_from(r)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Extends the leases this node still works on; returns the deliveries whose lease it no
+    /// longer holds (lapsed and claimed by another node), whose attempts' results will not count.
+    pub async fn renew(&self, leases: &[(&str, i64)]) -> Result<Vec<String>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Vec<u8>> = leases
+            .iter()
+            .map(|(id, _)| delivery_key(id))
+            .collect::<Result<_, _>>()?;
+        let claims: Vec<i64> = leases.iter().map(|(_, c)| *c).collect();
+        let until = self.clock.now_ms() + self.lease_ms;
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "UPDATE deliveries d SET due_at = $1
+                 FROM unnest($2::bytea[], $3::bigint[]) AS l(id, claim)
+                 WHERE d.id = l.id AND d.claim = l.claim
+                 RETURNING d.id",
+                &[&until, &ids, &claims],
+            )
+            .await?;
+        let held: std::collections::HashSet<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(leases
+            .iter()
+            .zip(&ids)
+            .filter(|(_, k)| !held.contains(*k))
+            .map(|((id, _), _)| id.to_string())
+            .collect())
+    }
+
+    /// Records an attempt's result (`now`, and the attempt if one was made) and gives the lease
+    /// up, in one transaction fenced by the claim: [`StoreError::LeaseLost`] if the lease
+    /// passed to another node, and then nothing is written.
+    pub async fn finish(
+        &self,
+        claim: i64,
+        now: &Delivery,
+        attempt: Option<&Attempt>,
+    ) -> Result<(), StoreError> {
+        let id = delivery_key(&now.id)?;
+        let due = match now.state {
+            DeliveryState::Pending => now.next_attempt_at,
+            _ => None,
+        };
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        let updated = tx
+            .execute(
+                "UPDATE deliveries SET state = $3, last_status = $4, last_http_status = $5,
+                     attempt_count = $6, next_attempt_at = $7, due_at = $7, manual = $8,
+                     queued = $9, leased_by = NULL, claim = NULL
+                 WHERE id = $1 AND claim = $2",
+                &[
+                    &id,
+                    &claim,
+                    &now.state.as_str(),
+                    &now.last_status.map(Status::as_str),
+                    &now.last_http_status.map(i32::from),
+                    &(now.attempt_count as i32),
+                    &due,
+                    &now.manual,
+                    &now.queued,
+                ],
+            )
+            .await?;
+        if updated == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        if let Some(a) = attempt {
+            let headers = serde_json::to_value(&a.request_headers)
+                .map_err(|e| StoreError::Encode(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                       http_status, error, request_headers, response_body)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                &[
+                    &id,
+                    &(a.number as i32),
+                    &a.id,
+                    &a.at,
+                    &(a.duration_ms.min(i64::MAX as u64) as i64),
+                    &a.status.as_str(),
+                    &a.http_status.map(i32::from),
+                    &a.error,
+                    &headers,
+                    &a.response_body,
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Gives up every lease this node holds (`SIGTERM`): its deliveries are due at once for the
+    /// other nodes, which are woken. Returns how many there were.
+    pub async fn release_all(&self) -> Result<u64, StoreError> {
+        let now = self.clock.now_ms();
+        let client = self.db.client().await?;
+        let n = client
+            .execute(
+                "UPDATE deliveries SET due_at = LEAST(next_attempt_at, $2), leased_by = NULL,
+                     claim = NULL
+                 WHERE leased_by = $1",
+                &[&self.node, &now],
+            )
+            .await?;
+        if n > 0 {
+            client
+                .execute("SELECT pg_notify($1, '')", &[&DUE_CHANNEL])
+                .await?;
+        }
+        Ok(n)
+    }
+
+    /// When the next delivery falls due (or a lease lapses), if any does: an idle node sleeps
+    /// until then unless woken first.
+    pub async fn next_due(&self) -> Result<Option<Millis>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT due_at FROM deliveries WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1",
+                &[],
+            )
+            .await?
+            .map(|r| r.get(0)))
+    }
+}
+
+/// A delivery id's key column (its ULID's 16 bytes).
+fn delivery_key(id: &str) -> Result<Vec<u8>, StoreError> {
+    ids::parse(DELIVERY, id)
+        .map(|u| u.to_be_bytes().to_vec())
+        .ok_or_else(|| StoreError::Corrupt(format!("delivery id {id}")))
+}
+
+fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
+    let delivery = ulid_from(r.get(0))?;
+    let event = ulid_from(r.get(10))?;
+    let state: &str = r.get(2);
+    let last_status: Option<&str> = r.get(3);
+    let meta = EventMeta {
+        id: ids::format(EVENT, event),
+        account_id: r.get(11),
+        event_type: r.get(12),
+        received_at: r.get(13),
+        idempotency_key: r.get(14),
+        debounce_key: r.get(15),
+        ordering_key: r.get(16),
+        deliveries: Vec::new(),
+    };
+    let payload: Vec<u8> = r.get(17);
+    Ok(DueDelivery {
+        delivery: Delivery {
+            id: ids::format(DELIVERY, delivery),
+            event_id: meta.id.clone(),
+            endpoint_id: r.get(1),
+            account_id: meta.account_id.clone(),
+            event_type: meta.event_type.clone(),
+            state: DeliveryState::parse(state)
+                .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
+            last_status: last_status.and_then(Status::parse),
+            last_http_status: r.get::<_, Option<i32>>(4).map(|s| s as u16),
+            attempt_count: r.get::<_, i32>(5) as u32,
+            next_attempt_at: r.get(6),
+            created_at: r.get(7),
+            manual: r.get(8),
+            queued: r.get(9),
+        },
+        event: meta,
+        payload: Bytes::from(payload),
+    })
+}

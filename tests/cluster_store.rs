@@ -1,0 +1,381 @@
+//! Cluster mode's shared state on a real PostgreSQL (SPEC §16), through the store's own
+//! interface, with several nodes (each a [`PgStore`] with its own pool and id) on one
+//! database: ingest and idempotency across nodes, leased claims that never overlap, leases
+//! that lapse and pass to another node, fenced writes, release at shutdown, exact quotas, and
+//! the notification that wakes idle nodes. Lease expiry runs on a manual clock shared by the
+//! nodes (the nodes' clocks must agree in production too: docs/cluster.md).
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::postgres::Postgres;
+use herald::clock::{Clock, ManualClock};
+use herald::config::Config;
+use herald::model::{Attempt, DeliveryState, Status};
+use herald::policy::quota::{windows, Limits};
+use herald::store::postgres::{migrate, Database, PgStore};
+use herald::store::{lane_of, IngestOutcome, NewEvent, StoreError};
+
+const START: i64 = 1_800_000_000_000;
+const LEASE: Duration = Duration::from_secs(30);
+const ENDPOINTS: [&str; 2] = [
+    "ep_01HZZZZZZZZZZZZZZZZZZZZZZA",
+    "ep_01HZZZZZZZZZZZZZZZZZZZZZZB",
+];
+
+struct Cluster {
+    pg: Postgres,
+    url: String,
+    clock: Arc<ManualClock>,
+}
+
+impl Cluster {
+    async fn new() -> Cluster {
+        let pg = Postgres::start();
+        let url = pg.database("herald");
+        let cluster = Cluster {
+            pg,
+            url,
+            clock: Arc::new(ManualClock::new(START)),
+        };
+        let db = cluster.database();
+        migrate(&mut db.dedicated().await.expect("connect"))
+            .await
+            .expect("migrate");
+        cluster
+    }
+
+    fn database(&self) -> Database {
+        let config = Config::from_toml(&format!(
+            "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {:?}\npool_size = 8\n",
+            self.url
+        ))
+        .expect("config");
+        Database::new(&config).expect("database")
+    }
+
+    async fn node(&self) -> Arc<PgStore> {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        Arc::new(
+            PgStore::with_database(self.database(), clock, LEASE)
+                .await
+                .expect("node"),
+        )
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.pg.sql(sql, "herald").parse().expect("a count")
+    }
+}
+
+fn event(account: &str, key: Option<&str>) -> NewEvent {
+    let endpoints: Vec<_> = ENDPOINTS.iter().map(|e| lane_of(Some(e))).collect();
+    NewEvent {
+        account_id: account.into(),
+        event_type: "order.created".into(),
+        received_at: START,
+        payload: Bytes::from_static(b"{\"n\":1}"),
+        targets: endpoints,
+        idempotency_key: key.map(str::to_string),
+        debounce_key: None,
+        ordering_key: None,
+        debounce: None,
+    }
+}
+
+fn created(outcomes: &[IngestOutcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter_map(|o| match o {
+            IngestOutcome::Created { event_id, .. } => Some(event_id.clone()),
+            IngestOutcome::Duplicate { .. } => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ingest_commits_the_event_and_a_pending_delivery_per_endpoint() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    let out = node
+        .ingest(vec![event("acct_1", None), event("acct_2", None)])
+        .await
+        .unwrap();
+    assert_eq!(created(&out).len(), 2);
+    let IngestOutcome::Created { deliveries, .. } = &out[0] else {
+        panic!("created");
+    };
+    assert_eq!(deliveries.len(), 2);
+    assert_eq!(deliveries[0].endpoint_id.as_deref(), Some(ENDPOINTS[0]));
+    assert_eq!(deliveries[0].state, DeliveryState::Pending);
+    // Committed: another connection sees every row.
+    assert_eq!(c.count("SELECT count(*) FROM events"), 2);
+    assert_eq!(
+        c.count("SELECT count(*) FROM deliveries WHERE state = 'pending' AND due_at IS NOT NULL"),
+        4
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_idempotency_key_on_several_nodes_makes_one_event() {
+    let c = Cluster::new().await;
+    let nodes = [c.node().await, c.node().await, c.node().await];
+    let mut tasks = Vec::new();
+    for round in 0..8 {
+        for node in &nodes {
+            let node = node.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("key-{round}");
+                // Twice in one request too: the request's second is its first's duplicate.
+                node.ingest(vec![
+                    event("acct_1", Some(&key)),
+                    event("acct_1", Some(&key)),
+                ])
+                .await
+                .unwrap()
+            }));
+        }
+    }
+    let mut by_key: std::collections::HashMap<usize, HashSet<String>> = Default::default();
+    let mut made = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        for o in t.await.unwrap() {
+            let id = match o {
+                IngestOutcome::Created { event_id, .. } => {
+                    made += 1;
+                    event_id
+                }
+                IngestOutcome::Duplicate { event_id } => event_id,
+            };
+            by_key.entry(i / 3).or_default().insert(id);
+        }
+    }
+    assert_eq!(made, 8, "one event per key");
+    for (round, ids) in by_key {
+        assert_eq!(
+            ids.len(),
+            1,
+            "key-{round} answered with several events: {ids:?}"
+        );
+    }
+    assert_eq!(c.count("SELECT count(*) FROM events"), 8);
+    // Another account's same key is its own.
+    let out = nodes[0]
+        .ingest(vec![event("acct_2", Some("key-0"))])
+        .await
+        .unwrap();
+    assert_eq!(created(&out).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idempotency_key_older_than_the_window_makes_a_new_event() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    let first = created(&node.ingest(vec![event("a", Some("k"))]).await.unwrap());
+    c.clock.advance(Duration::from_secs(24 * 3600 - 1));
+    let again = node.ingest(vec![event("a", Some("k"))]).await.unwrap();
+    assert!(
+        matches!(&again[0], IngestOutcome::Duplicate { event_id } if *event_id == first[0]),
+        "{again:?}"
+    );
+    c.clock.advance(Duration::from_secs(1));
+    let later = created(&node.ingest(vec![event("a", Some("k"))]).await.unwrap());
+    assert_eq!(later.len(), 1);
+    assert_ne!(later[0], first[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_claiming_at_once_never_hold_the_same_delivery() {
+    let c = Cluster::new().await;
+    let nodes = [c.node().await, c.node().await, c.node().await];
+    let batch: Vec<NewEvent> = (0..150).map(|_| event("a", None)).collect();
+    nodes[0].ingest(batch).await.unwrap();
+    let mut tasks = Vec::new();
+    for node in &nodes {
+        for _ in 0..4 {
+            let node = node.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                loop {
+                    let leased = node.claim_due(7).await.unwrap();
+                    if leased.is_empty() {
+                        return got;
+                    }
+                    got.extend(leased.into_iter().map(|l| l.due.delivery.id));
+                }
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let distinct: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 300, "every delivery claimed");
+    assert_eq!(distinct.len(), 300, "no delivery claimed twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_lease_passes_to_another_node_and_fences_the_first() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    a.ingest(vec![event("a", None)]).await.unwrap();
+    let held = a.claim_due(10).await.unwrap();
+    assert_eq!(held.len(), 2);
+    assert!(b.claim_due(10).await.unwrap().is_empty(), "leased: not due");
+
+    // A renews in time: still not due for B.
+    c.clock.advance(LEASE - Duration::from_secs(1));
+    let leases: Vec<(&str, i64)> = held
+        .iter()
+        .map(|l| (l.due.delivery.id.as_str(), l.claim))
+        .collect();
+    assert!(a.renew(&leases).await.unwrap().is_empty());
+    c.clock.advance(Duration::from_secs(2));
+    assert!(
+        b.claim_due(10).await.unwrap().is_empty(),
+        "renewed: not due"
+    );
+
+    // A stalls past its lease: B takes the deliveries.
+    c.clock.advance(LEASE);
+    let taken = b.claim_due(10).await.unwrap();
+    assert_eq!(taken.len(), 2);
+    assert_eq!(
+        a.renew(&leases).await.unwrap().len(),
+        2,
+        "A learns it lost both leases"
+    );
+
+    // A's late result is refused and records nothing; B's counts.
+    let mut done = held[0].due.delivery.clone();
+    done.state = DeliveryState::Delivered;
+    done.last_status = Some(Status::Delivered);
+    done.attempt_count = 1;
+    done.next_attempt_at = None;
+    let attempt = Attempt {
+        id: herald::ids::new_id(herald::ids::ATTEMPT, c.clock.now_ms()),
+        number: 1,
+        at: c.clock.now_ms(),
+        duration_ms: 12,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: vec![("webhook-id".into(), "msg".into())],
+        response_body: "ok".into(),
+    };
+    let late = a.finish(held[0].claim, &done, Some(&attempt)).await;
+    assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
+    assert_eq!(c.count("SELECT count(*) FROM attempts"), 0);
+    let b_claim = taken
+        .iter()
+        .find(|l| l.due.delivery.id == done.id)
+        .unwrap()
+        .claim;
+    b.finish(b_claim, &done, Some(&attempt)).await.unwrap();
+    assert_eq!(c.count("SELECT count(*) FROM attempts"), 1);
+    assert_eq!(
+        c.count(
+            "SELECT count(*) FROM deliveries WHERE state = 'delivered' AND due_at IS NULL \
+             AND leased_by IS NULL"
+        ),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_is_due_at_its_time_and_a_stopping_node_releases_its_leases() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    a.ingest(vec![event("a", None)]).await.unwrap();
+    let held = a.claim_due(10).await.unwrap();
+
+    // The first delivery fails and is due again in a minute.
+    let mut retry = held[0].due.delivery.clone();
+    retry.last_status = Some(Status::HttpError);
+    retry.attempt_count = 1;
+    retry.queued = true;
+    retry.next_attempt_at = Some(c.clock.now_ms() + 60_000);
+    a.finish(held[0].claim, &retry, None).await.unwrap();
+    // What falls due first is A's lease on the other delivery, should A die.
+    assert_eq!(a.next_due().await.unwrap(), Some(START + 30_000));
+
+    // A stops: the other delivery it held is due at once for B; the retry keeps its time.
+    assert_eq!(a.release_all().await.unwrap(), 1);
+    let taken = b.claim_due(10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].due.delivery.id, held[1].due.delivery.id);
+    assert!(b.claim_due(10).await.unwrap().is_empty());
+    let mut done = taken[0].due.delivery.clone();
+    done.state = DeliveryState::Delivered;
+    done.next_attempt_at = None;
+    b.finish(taken[0].claim, &done, None).await.unwrap();
+    c.clock.advance(Duration::from_secs(60));
+    let taken = b.claim_due(10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].due.delivery.id, retry.id);
+    assert_eq!(taken[0].due.delivery.attempt_count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_minute_quota_holds_exactly_across_nodes() {
+    let c = Cluster::new().await;
+    let nodes = [c.node().await, c.node().await, c.node().await];
+    let limits = Limits {
+        per_minute: Some(3),
+        per_day: Some(5),
+    };
+    let w = windows(START);
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let node = nodes[i % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            node.quota_take("acct_q", w, limits).await.unwrap()
+        }));
+    }
+    let mut taken = 0;
+    for t in tasks {
+        taken += usize::from(t.await.unwrap());
+    }
+    assert_eq!(taken, 3, "exactly the minute's 3");
+    assert_eq!(nodes[0].quota_usage("acct_q", w).await.unwrap(), (3, 3));
+
+    // The next minute: the day's 5 cap it at 2, and a refusal counts in neither window.
+    let next = windows(START + 60_000);
+    let mut taken = 0;
+    for node in nodes.iter().cycle().take(9) {
+        taken += usize::from(node.quota_take("acct_q", next, limits).await.unwrap());
+    }
+    assert_eq!(taken, 2);
+    assert_eq!(nodes[1].quota_usage("acct_q", next).await.unwrap(), (2, 5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_node_is_woken_by_another_nodes_ingest() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let (trigger, shutdown) = herald::shutdown::channel();
+    let wake = b.wake();
+    let listener = tokio::spawn(herald::store::postgres::wake::listen(
+        b.database().clone(),
+        wake.clone(),
+        shutdown,
+    ));
+    // The listener wakes once when it starts listening (news may have been missed before).
+    tokio::time::timeout(Duration::from_secs(10), wake.notified())
+        .await
+        .expect("the listener starts");
+    let woken = tokio::spawn(async move { wake.notified().await });
+    a.ingest(vec![event("a", None)]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), woken)
+        .await
+        .expect("B is woken by A's ingest")
+        .unwrap();
+    assert_eq!(b.claim_due(10).await.unwrap().len(), 2);
+    trigger.fire();
+    listener.await.unwrap();
+}
