@@ -379,3 +379,50 @@ async fn an_idle_node_is_woken_by_another_nodes_ingest() {
     trigger.fire();
     listener.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ingest_fails_while_the_database_is_down_and_recovers_by_itself() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    node.ingest(vec![event("a", None)]).await.unwrap();
+    c.pg.stop();
+    let refused = node.ingest(vec![event("a", Some("during"))]).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Database(why)) if why.contains("herald")),
+        "{refused:?}"
+    );
+    c.pg.restart();
+    // The pool replaces its broken connections: the next requests succeed, and the refused
+    // one stored nothing (its key is free).
+    let mut ok = None;
+    for _ in 0..50 {
+        match node.ingest(vec![event("a", Some("during"))]).await {
+            Ok(out) => {
+                ok = Some(out);
+                break;
+            }
+            Err(StoreError::Database(_)) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let out = ok.expect("ingest works again after the restart");
+    assert_eq!(created(&out).len(), 1, "{out:?}");
+    assert_eq!(c.count("SELECT count(*) FROM events"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn herald_commits_synchronously_even_where_the_database_says_otherwise() {
+    let c = Cluster::new().await;
+    c.pg.sql(
+        "ALTER DATABASE herald SET synchronous_commit = off",
+        "postgres",
+    );
+    let node = c.node().await;
+    let client = node.database().client().await.unwrap();
+    let setting: String = client
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(setting, "on", "a `202` must wait for the WAL flush");
+}

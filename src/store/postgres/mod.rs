@@ -117,6 +117,14 @@ impl Database {
         if pg.get_application_name().is_none() {
             pg.application_name("herald");
         }
+        // `202` means committed durably (SPEC §16): a database (or role) set to
+        // `synchronous_commit = off` would acknowledge commits its crash can lose, so herald's
+        // sessions turn it on, unless the URL's options choose a level themselves (such as
+        // `remote_apply` with a synchronous standby).
+        let options = pg.get_options().unwrap_or("").to_string();
+        if !options.contains("synchronous_commit") {
+            pg.options(format!("{options} -c synchronous_commit=on").trim());
+        }
         let pgc = &config.storage.postgres;
         let roots = crate::tls::roots(pgc.ca_file.as_deref())
             .map_err(|e| DbError::Tls(format!("storage.postgres.ca_file: {e}")))?;

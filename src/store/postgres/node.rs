@@ -2,11 +2,12 @@
 //! registering the node), and carries what every query needs: the pool, this node's id, the
 //! clock and the lease. Ingest, the delivery queue and quotas are in their own files.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 
+use super::ingest::{Committer, Job};
 use super::{migrate, Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -32,9 +33,8 @@ pub struct PgStore {
     pub(super) clock: Arc<dyn Clock>,
     /// `storage.postgres.lease` in milliseconds.
     pub(super) lease_ms: Millis,
-    /// The last event id this node minted: ids grow on each node (ULIDs, so they stay unique
-    /// across nodes by their random part).
-    pub(super) last_event: Mutex<u128>,
+    /// The committer tasks' queue ([`super::ingest`]).
+    pub(super) ingest: mpsc::Sender<Job>,
     /// Woken when this or another node may have made work due ([`super::wake`]).
     pub(super) wake: Arc<Notify>,
 }
@@ -75,11 +75,11 @@ impl PgStore {
             )
             .await?;
         Ok(PgStore {
+            ingest: Committer::start(db.clone(), clock.clone()),
             db,
             node,
             clock,
             lease_ms: lease.as_millis() as Millis,
-            last_event: Mutex::new(0),
             wake: Arc::new(Notify::new()),
         })
     }
@@ -96,12 +96,5 @@ impl PgStore {
     /// Notified when work may have become due on any node (new events; released leases).
     pub fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
-    }
-
-    /// A fresh event id after the last this node minted.
-    pub(super) fn next_event_id(&self, now: Millis) -> u128 {
-        let mut last = self.last_event.lock().unwrap_or_else(|e| e.into_inner());
-        *last = crate::ids::event_after(*last, now);
-        *last
     }
 }
