@@ -15,7 +15,9 @@ use bytes::Bytes;
 use common::postgres::Postgres;
 use herald::clock::{Clock, ManualClock};
 use herald::config::Config;
-use herald::model::{Attempt, DeliveryState, Status};
+use herald::model::{
+    Attempt, DeliveryState, Endpoint, EndpointState, PortalSession, SignatureKind, Status,
+};
 use herald::policy::quota::{windows, Limits};
 use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::{lane_of, IngestOutcome, NewEvent, StoreError};
@@ -360,11 +362,7 @@ async fn an_idle_node_is_woken_by_another_nodes_ingest() {
     let (a, b) = (c.node().await, c.node().await);
     let (trigger, shutdown) = herald::shutdown::channel();
     let wake = b.wake();
-    let listener = tokio::spawn(herald::store::postgres::wake::listen(
-        b.database().clone(),
-        wake.clone(),
-        shutdown,
-    ));
+    let listener = tokio::spawn(herald::store::postgres::wake::listen(b.clone(), shutdown));
     // The listener wakes once when it starts listening (news may have been missed before).
     tokio::time::timeout(Duration::from_secs(10), wake.notified())
         .await
@@ -425,4 +423,195 @@ async fn herald_commits_synchronously_even_where_the_database_says_otherwise() {
         .unwrap()
         .get(0);
     assert_eq!(setting, "on", "a `202` must wait for the WAL flush");
+}
+
+fn endpoint(id: &str, account: &str) -> Endpoint {
+    Endpoint {
+        id: id.into(),
+        account_id: account.into(),
+        url: "https://example.com/hook".into(),
+        description: String::new(),
+        event_types: Vec::new(),
+        headers: Default::default(),
+        retry_policy: "standard".into(),
+        signature: SignatureKind::Hmac,
+        state: EndpointState::Active,
+        verified: true,
+        created_at: START,
+        updated_at: START,
+        secrets: Vec::new(),
+        ordering: None,
+        rate_limit: None,
+        client_certificate: None,
+    }
+}
+
+/// A node listening to the others' notices (as a serving node does).
+async fn listening(c: &Cluster) -> (Arc<PgStore>, herald::shutdown::Trigger) {
+    let node = c.node().await;
+    let (trigger, shutdown) = herald::shutdown::channel();
+    tokio::spawn(herald::store::postgres::wake::listen(
+        node.clone(),
+        shutdown,
+    ));
+    (node, trigger)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn endpoint_changes_on_one_node_reach_the_others() {
+    let c = Cluster::new().await;
+    let (a, _ta) = listening(&c).await;
+    let (b, _tb) = listening(&c).await;
+    a.create_endpoint(endpoint(ENDPOINTS[0], "acct"), 10)
+        .await
+        .unwrap()
+        .expect("created");
+    common::wait_until(
+        Duration::from_secs(10),
+        "B knows the new endpoint",
+        || async { b.endpoint(ENDPOINTS[0]).is_some() },
+    )
+    .await;
+    let (changed, did) = b
+        .change_endpoint::<StoreError>(ENDPOINTS[0], |ep| {
+            ep.state = EndpointState::Paused;
+            Ok(true)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(did);
+    assert_eq!(changed.state, EndpointState::Paused);
+    common::wait_until(Duration::from_secs(10), "A sees it paused", || async {
+        a.endpoint(ENDPOINTS[0])
+            .is_some_and(|e| e.state == EndpointState::Paused)
+    })
+    .await;
+    assert!(a.delete_endpoint(ENDPOINTS[0]).await.unwrap());
+    common::wait_until(Duration::from_secs(10), "B forgets it", || async {
+        b.endpoint(ENDPOINTS[0]).is_none()
+    })
+    .await;
+    assert!(!b.delete_endpoint(ENDPOINTS[0]).await.unwrap());
+
+    // Plans travel the same way.
+    a.set_account_plan("acct", Some("pro".into()))
+        .await
+        .unwrap();
+    common::wait_until(Duration::from_secs(10), "B knows the plan", || async {
+        b.account_plan("acct").as_deref() == Some("pro")
+    })
+    .await;
+    assert_eq!(b.account_ids(), vec!["acct".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn endpoint_changes_made_at_once_on_two_nodes_both_hold() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    a.create_endpoint(endpoint(ENDPOINTS[0], "acct"), 10)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let node = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            node.change_endpoint::<StoreError>(ENDPOINTS[0], |ep| {
+                ep.event_types.push(format!("type.{i}"));
+                Ok(true)
+            })
+            .await
+            .unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ep = c.node().await.endpoint(ENDPOINTS[0]).unwrap();
+    assert_eq!(
+        ep.event_types.len(),
+        20,
+        "no change lost: {:?}",
+        ep.event_types
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_endpoint_limit_per_account_holds_across_nodes() {
+    let c = Cluster::new().await;
+    let nodes = [c.node().await, c.node().await, c.node().await];
+    let mut tasks = Vec::new();
+    for i in 0..9 {
+        let node = nodes[i % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("ep_01HZZZZZZZZZZZZZZZZZZZZZ{i:02}");
+            node.create_endpoint(endpoint(&id, "acct"), 4)
+                .await
+                .unwrap()
+                .is_some()
+        }));
+    }
+    let mut made = 0;
+    for t in tasks {
+        made += usize::from(t.await.unwrap());
+    }
+    assert_eq!(made, 4);
+    assert_eq!(c.count("SELECT count(*) FROM endpoints"), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn portal_sessions_breakers_and_secrets_are_shared() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let session = PortalSession {
+        id: "ps_1".into(),
+        account_id: "acct".into(),
+        read_only: false,
+        created_at: START,
+        expires_at: START + 3_600_000,
+    };
+    let token = "hps_token";
+    a.create_portal_session(&session, herald::store::sessions::token_hash(token))
+        .await
+        .unwrap();
+    let found = b.portal_session(token, START + 1).await.unwrap().unwrap();
+    assert_eq!(found.account_id, "acct");
+    assert!(
+        b.portal_session(token, START + 3_600_000)
+            .await
+            .unwrap()
+            .is_none(),
+        "expired"
+    );
+    assert!(b
+        .portal_session("hps_other", START)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(b.revoke_portal_session("ps_1").await.unwrap());
+    assert!(
+        a.portal_session(token, START + 1).await.unwrap().is_none(),
+        "revoked"
+    );
+
+    let mut breaker = herald::policy::breaker::Breaker::default();
+    breaker.consecutive_failures = 7;
+    a.put_breaker(ENDPOINTS[0], &breaker).await.unwrap();
+    assert_eq!(b.breaker(ENDPOINTS[0]).await.unwrap(), Some(breaker));
+    b.put_breaker(ENDPOINTS[0], &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(a.breaker(ENDPOINTS[0]).await.unwrap(), None);
+
+    a.set_account_secret("acct", "api_key", "s3cret")
+        .await
+        .unwrap();
+    assert_eq!(
+        b.account_secret("acct", "api_key")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("s3cret")
+    );
+    assert_eq!(b.account_secret("acct", "other").await.unwrap(), None);
 }

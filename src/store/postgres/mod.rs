@@ -8,11 +8,14 @@
 //! hands out a plain connection for `LISTEN`, whose notifications arrive on the connection
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
 
+mod accounts;
+mod endpoints;
 mod ingest;
 mod migrate;
 mod node;
 mod queue;
 mod quota;
+mod sessions;
 pub mod wake;
 
 use std::sync::Arc;
@@ -26,6 +29,27 @@ pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
 pub use node::PgStore;
 pub use queue::Leased;
+
+/// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan).
+/// Every node keeps endpoints and plans in memory and reloads what a notice names.
+pub const CHANGED_CHANNEL: &str = "herald_changed";
+
+/// A change notice's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice<'a> {
+    Endpoint(&'a str),
+    Plan(&'a str),
+}
+
+impl<'a> Notice<'a> {
+    pub fn parse(payload: &'a str) -> Option<Notice<'a>> {
+        match payload.split_once(':')? {
+            ("e", id) => Some(Notice::Endpoint(id)),
+            ("p", account) => Some(Notice::Plan(account)),
+            _ => None,
+        }
+    }
+}
 
 /// How long a connection may take to open, and a query to get a connection from the pool,
 /// before the caller hears that the database is unreachable (ingest answers `503`).

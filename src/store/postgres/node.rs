@@ -2,7 +2,8 @@
 //! registering the node), and carries what every query needs: the pool, this node's id, the
 //! clock and the lease. Ingest, the delivery queue and quotas are in their own files.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
@@ -11,6 +12,7 @@ use super::ingest::{Committer, Job};
 use super::{migrate, Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
+use crate::model::Endpoint;
 use crate::store::StoreError;
 
 impl From<DbError> for StoreError {
@@ -37,6 +39,10 @@ pub struct PgStore {
     pub(super) ingest: mpsc::Sender<Job>,
     /// Woken when this or another node may have made work due ([`super::wake`]).
     pub(super) wake: Arc<Notify>,
+    /// Every endpoint, by id ([`super::endpoints`]).
+    pub(super) endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
+    /// Every synced plan, by account ([`super::accounts`]).
+    pub(super) plans: RwLock<HashMap<String, String>>,
 }
 
 impl PgStore {
@@ -74,14 +80,18 @@ impl PgStore {
                 &[&node, &name, &now],
             )
             .await?;
-        Ok(PgStore {
+        let store = PgStore {
             ingest: Committer::start(db.clone(), clock.clone()),
             db,
             node,
             clock,
             lease_ms: lease.as_millis() as Millis,
             wake: Arc::new(Notify::new()),
-        })
+            endpoints: RwLock::default(),
+            plans: RwLock::default(),
+        };
+        store.reload().await?;
+        Ok(store)
     }
 
     /// This node's id.
@@ -96,5 +106,12 @@ impl PgStore {
     /// Notified when work may have become due on any node (new events; released leases).
     pub fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
+    }
+
+    /// Reloads what every node keeps in memory (at start, and when the listener reconnects:
+    /// change notices may have been missed meanwhile).
+    pub(super) async fn reload(&self) -> Result<(), StoreError> {
+        self.load_endpoints().await?;
+        self.load_plans().await
     }
 }

@@ -1,28 +1,31 @@
-//! Waking idle nodes (SPEC §16): a connection of its own `LISTEN`s on the due channel, and
-//! every notification (another node's new events or released leases) wakes this node's engine
-//! through [`PgStore::wake`](super::PgStore::wake). Notifications arrive on the listening
-//! connection itself, so it is driven here rather than pooled. If the connection drops, the
-//! engine is woken (it may have missed news) and the listener reconnects, backing off.
+//! A node's ear on the cluster (SPEC §16): a connection of its own `LISTEN`s on the due channel
+//! (another node's new events or released leases wake this node's engine through
+//! [`PgStore::wake`]) and on the change channel (an endpoint or plan another node changed is
+//! reloaded into this node's memory). Notifications arrive on the listening connection itself,
+//! so it is driven here rather than pooled. Whenever the listener (re)connects it reloads
+//! endpoints and plans and wakes the engine, since news may have been missed meanwhile; if the
+//! connection drops it listens again, backing off.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use super::ingest::DUE_CHANNEL;
-use super::Database;
+use super::{Notice, PgStore, CHANGED_CHANNEL};
 use crate::shutdown::Shutdown;
 
 /// The longest wait between two attempts to listen again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Listens until shutdown, waking `wake` on each notification.
-pub async fn listen(db: Database, wake: Arc<Notify>, mut shutdown: Shutdown) {
+/// Listens until shutdown.
+pub async fn listen(store: Arc<PgStore>, mut shutdown: Shutdown) {
+    let wake = store.wake();
     let mut backoff = Duration::from_millis(100);
     loop {
         tokio::select! {
-            ended = listen_once(&db, &wake) => {
+            ended = listen_once(&store) => {
                 if let Err(e) = ended {
                     tracing::warn!(error = %e, "lost the database's notifications; listening again");
                 }
@@ -39,14 +42,21 @@ pub async fn listen(db: Database, wake: Arc<Notify>, mut shutdown: Shutdown) {
 }
 
 /// One listening connection, until it fails.
-async fn listen_once(db: &Database, wake: &Arc<Notify>) -> Result<(), super::DbError> {
-    let (client, mut connection) = db.connect_raw().await?;
-    // Notifications arrive as the connection is polled: a task drives it and wakes the node.
-    let waker = wake.clone();
+async fn listen_once(store: &PgStore) -> Result<(), super::DbError> {
+    let (client, mut connection) = store.db.connect_raw().await?;
+    // Notifications arrive as the connection is polled: a task drives it, wakes the engine on
+    // the due channel and passes change notices on.
+    let waker = store.wake();
+    let (changes, mut changed) = mpsc::unbounded_channel::<String>();
     let mut driver = tokio::spawn(async move {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notification(_))) => waker.notify_one(),
+                Some(Ok(AsyncMessage::Notification(n))) if n.channel() == DUE_CHANNEL => {
+                    waker.notify_one()
+                }
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    let _ = changes.send(n.payload().to_string());
+                }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
                 None => return Ok(()),
@@ -54,14 +64,27 @@ async fn listen_once(db: &Database, wake: &Arc<Notify>) -> Result<(), super::DbE
         }
     });
     client
-        .batch_execute(&format!("LISTEN {DUE_CHANNEL}"))
+        .batch_execute(&format!("LISTEN {DUE_CHANNEL}; LISTEN {CHANGED_CHANNEL}"))
         .await?;
     // News may have come while nobody listened.
-    wake.notify_one();
-    // The client stays alive (and the connection open) until the connection ends.
-    let ended = (&mut driver)
-        .await
-        .map_err(|e| super::DbError::Postgres(e.to_string()))?;
-    drop(client);
-    Ok(ended?)
+    if let Err(e) = store.reload().await {
+        tracing::warn!(error = %e, "cannot reload endpoints and plans");
+    }
+    store.wake.notify_one();
+    loop {
+        tokio::select! {
+            ended = &mut driver => {
+                drop(client);
+                return ended.map_err(|e| super::DbError::Postgres(e.to_string()))?.map_err(Into::into);
+            }
+            Some(payload) = changed.recv() => {
+                let Some(notice) = Notice::parse(&payload) else {
+                    continue;
+                };
+                if let Err(e) = store.refresh(notice).await {
+                    tracing::warn!(error = %e, notice = %payload, "cannot reload a change");
+                }
+            }
+        }
+    }
 }

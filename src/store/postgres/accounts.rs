@@ -1,0 +1,175 @@
+//! Accounts on PostgreSQL: synced plans (kept in every node's memory like endpoints, and
+//! refreshed by `p:` + account notices), account secrets for header macros, and endpoints'
+//! circuit breakers (shared, so every node holds a failing endpoint's deliveries alike).
+
+use std::collections::HashMap;
+
+use super::PgStore;
+use crate::policy::breaker::Breaker;
+use crate::store::StoreError;
+
+impl PgStore {
+    /// Every account with a synced plan or an endpoint, sorted.
+    pub fn account_ids(&self) -> Vec<String> {
+        let mut ids: std::collections::BTreeSet<String> =
+            self.read_plans().keys().cloned().collect();
+        ids.extend(
+            self.endpoints
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .map(|e| e.account_id.clone()),
+        );
+        ids.into_iter().collect()
+    }
+
+    /// The account's synced plan; `None` when none was synced (or it was removed).
+    pub fn account_plan(&self, account_id: &str) -> Option<String> {
+        self.read_plans().get(account_id).cloned()
+    }
+
+    /// Syncs the account's plan (`None` removes it).
+    pub async fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO accounts (account_id, plan) VALUES ($1, $2)
+             ON CONFLICT (account_id) DO UPDATE SET plan = excluded.plan",
+            &[&account_id, &plan],
+        )
+        .await?;
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&super::CHANGED_CHANNEL, &format!("p:{account_id}")],
+        )
+        .await?;
+        tx.commit().await?;
+        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
+        match plan {
+            Some(p) => plans.insert(account_id.to_string(), p),
+            None => plans.remove(account_id),
+        };
+        Ok(())
+    }
+
+    /// An account secret for header macros.
+    pub async fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT value FROM account_secrets WHERE account_id = $1 AND name = $2",
+                &[&account_id, &name],
+            )
+            .await?
+            .map(|r| r.get(0)))
+    }
+
+    pub async fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        self.db
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO account_secrets (account_id, name, value) VALUES ($1, $2, $3)
+                 ON CONFLICT (account_id, name) DO UPDATE SET value = excluded.value",
+                &[&account_id, &name, &value],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// An endpoint's stored breaker state (none: closed, never failed).
+    pub async fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT record FROM breakers WHERE endpoint_id = $1",
+                &[&endpoint_id],
+            )
+            .await?;
+        match row {
+            Some(r) => Ok(Some(serde_json::from_value(r.get(0)).map_err(|e| {
+                StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}"))
+            })?)),
+            None => Ok(None),
+        }
+    }
+
+    pub async fn put_breaker(&self, endpoint_id: &str, b: &Breaker) -> Result<(), StoreError> {
+        let client = self.db.client().await?;
+        if *b == Breaker::default() {
+            client
+                .execute(
+                    "DELETE FROM breakers WHERE endpoint_id = $1",
+                    &[&endpoint_id],
+                )
+                .await?;
+        } else {
+            let record = serde_json::to_value(b).map_err(|e| StoreError::Encode(e.to_string()))?;
+            client
+                .execute(
+                    "INSERT INTO breakers (endpoint_id, record) VALUES ($1, $2)
+                     ON CONFLICT (endpoint_id) DO UPDATE SET record = excluded.record",
+                    &[&endpoint_id, &record],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Reloads every plan.
+    pub(super) async fn load_plans(&self) -> Result<(), StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT account_id, plan FROM accounts WHERE plan IS NOT NULL",
+                &[],
+            )
+            .await?;
+        let all: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        *self.plans.write().unwrap_or_else(|e| e.into_inner()) = all;
+        Ok(())
+    }
+
+    /// Reloads one account's plan.
+    pub(super) async fn load_plan(&self, account_id: &str) -> Result<(), StoreError> {
+        let plan: Option<String> = self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT plan FROM accounts WHERE account_id = $1",
+                &[&account_id],
+            )
+            .await?
+            .and_then(|r| r.get(0));
+        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
+        match plan {
+            Some(p) => plans.insert(account_id.to_string(), p),
+            None => plans.remove(account_id),
+        };
+        Ok(())
+    }
+
+    fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, String>> {
+        self.plans.read().unwrap_or_else(|e| e.into_inner())
+    }
+}

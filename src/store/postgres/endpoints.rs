@@ -1,0 +1,259 @@
+//! Endpoints on PostgreSQL: every node keeps them all in memory, as on sled (every ingest fans
+//! out over them), loaded at start and kept fresh by the change notifications every write sends
+//! (`herald_changed`, payload `e:` + the endpoint's id; the listener reloads that endpoint, and
+//! everything after it reconnects). A change is read, applied and written in one transaction
+//! holding the endpoint's row, so changes made on two nodes at once never lose one another;
+//! creations of one account are serialized by an advisory lock on the account, so
+//! `endpoints.max_per_account` holds across nodes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Notice, PgStore};
+use crate::model::{ClientCertificate, Endpoint};
+use crate::store::StoreError;
+
+impl PgStore {
+    pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+        self.read_endpoints().get(id).cloned()
+    }
+
+    /// The account's endpoints, oldest first.
+    pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
+        let mut eps: Vec<_> = self
+            .read_endpoints()
+            .values()
+            .filter(|e| e.account_id == account_id)
+            .cloned()
+            .collect();
+        eps.sort_by(|a, b| a.id.cmp(&b.id));
+        eps
+    }
+
+    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
+    pub async fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&format!("herald endpoints of {}", ep.account_id)],
+        )
+        .await?;
+        let count: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM endpoints WHERE account_id = $1",
+                &[&ep.account_id],
+            )
+            .await?
+            .get(0);
+        if count as usize >= max_per_account {
+            return Ok(None);
+        }
+        write_endpoint(&tx, &ep).await?;
+        tx.commit().await?;
+        Ok(Some(self.cache_endpoint(ep)))
+    }
+
+    /// Changes the endpoint `id` with `f` (see the sled store's `change_endpoint`): `f` sees
+    /// the endpoint as committed, under its row's lock, and says whether it changed it.
+    pub async fn change_endpoint<E: From<StoreError>>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
+    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
+        let mut client = self.db.client().await.map_err(StoreError::from)?;
+        let tx = client.transaction().await.map_err(StoreError::from)?;
+        let Some(mut ep) = read_endpoint(&tx, id, true).await? else {
+            return Ok(None);
+        };
+        if !f(&mut ep)? {
+            let current = self.cache_endpoint(ep);
+            return Ok(Some((current, false)));
+        }
+        write_endpoint(&tx, &ep).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Some((self.cache_endpoint(ep), true)))
+    }
+
+    /// Stores an endpoint as given (created or replaced).
+    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        write_endpoint(&tx, &ep).await?;
+        tx.commit().await?;
+        Ok(self.cache_endpoint(ep))
+    }
+
+    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let client = self.db.client().await?;
+        let n = client
+            .execute(
+                "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id)
+                 SELECT pg_notify($2, 'e:' || id) FROM gone",
+                &[&id, &super::CHANGED_CHANNEL],
+            )
+            .await?;
+        self.write_endpoints().remove(id);
+        Ok(n > 0)
+    }
+
+    /// Sets (or with `None` removes) the endpoint's client certificate; `Ok(None)` if there is
+    /// no such endpoint.
+    pub async fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: crate::clock::Millis,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        let Some(mut ep) = read_endpoint(&tx, id, true).await? else {
+            return Ok(None);
+        };
+        ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
+        ep.updated_at = now;
+        write_endpoint(&tx, &ep).await?;
+        match pair {
+            Some((certificate, private_key, _)) => {
+                tx.execute(
+                    "INSERT INTO client_certificates (endpoint_id, certificate, private_key)
+                     VALUES ($1, $2, $3)
+                     ON CONFLICT (endpoint_id) DO UPDATE
+                         SET certificate = excluded.certificate, private_key = excluded.private_key",
+                    &[&id, &certificate, &private_key],
+                )
+                .await?;
+            }
+            None => {
+                tx.execute(
+                    "DELETE FROM client_certificates WHERE endpoint_id = $1",
+                    &[&id],
+                )
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(Some(self.cache_endpoint(ep)))
+    }
+
+    /// The endpoint's client certificate chain and key (PEM), if it has them.
+    pub async fn client_certificate_pem(
+        &self,
+        id: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT certificate, private_key FROM client_certificates WHERE endpoint_id = $1",
+                &[&id],
+            )
+            .await?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// Reloads every endpoint (at start, and when notifications may have been missed).
+    pub(super) async fn load_endpoints(&self) -> Result<(), StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query("SELECT id, record FROM endpoints", &[])
+            .await?;
+        let mut all = HashMap::with_capacity(rows.len());
+        for r in rows {
+            let id: String = r.get(0);
+            let ep = decode(&id, r.get(1))?;
+            all.insert(id, Arc::new(ep));
+        }
+        *self.write_endpoints() = all;
+        Ok(())
+    }
+
+    /// Applies another node's change notice to this node's copies.
+    pub(super) async fn refresh(&self, notice: Notice<'_>) -> Result<(), StoreError> {
+        match notice {
+            Notice::Endpoint(id) => {
+                let client = self.db.client().await?;
+                match read_endpoint(&client, id, false).await? {
+                    Some(ep) => {
+                        self.cache_endpoint(ep);
+                    }
+                    None => {
+                        self.write_endpoints().remove(id);
+                    }
+                }
+            }
+            Notice::Plan(account) => self.load_plan(account).await?,
+        }
+        Ok(())
+    }
+
+    fn cache_endpoint(&self, ep: Endpoint) -> Arc<Endpoint> {
+        let ep = Arc::new(ep);
+        self.write_endpoints().insert(ep.id.clone(), ep.clone());
+        ep
+    }
+
+    fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
+        self.endpoints.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
+        self.endpoints.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn decode(id: &str, record: serde_json::Value) -> Result<Endpoint, StoreError> {
+    serde_json::from_value(record).map_err(|e| StoreError::Corrupt(format!("endpoint {id}: {e}")))
+}
+
+/// The endpoint as committed (locking its row when `lock`).
+async fn read_endpoint(
+    c: &impl deadpool_postgres::GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<Endpoint>, StoreError> {
+    let sql = if lock {
+        "SELECT record FROM endpoints WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT record FROM endpoints WHERE id = $1"
+    };
+    match c.query_opt(sql, &[&id]).await? {
+        Some(r) => Ok(Some(decode(id, r.get(0))?)),
+        None => Ok(None),
+    }
+}
+
+/// Writes the endpoint and tells the other nodes (the notice goes out with the commit).
+async fn write_endpoint(
+    tx: &tokio_postgres::Transaction<'_>,
+    ep: &Endpoint,
+) -> Result<(), StoreError> {
+    let size = crate::store::Store::endpoint_row_size(ep);
+    if size > crate::store::codec::MAX_ROW {
+        return Err(StoreError::TooLarge {
+            what: "the endpoint",
+            size,
+            max: crate::store::codec::MAX_ROW,
+        });
+    }
+    let record = serde_json::to_value(ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+    tx.execute(
+        "INSERT INTO endpoints (id, account_id, record, updated_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+        &[&ep.id, &ep.account_id, &record, &ep.updated_at],
+    )
+    .await?;
+    tx.execute(
+        "SELECT pg_notify($1, $2)",
+        &[&super::CHANGED_CHANNEL, &format!("e:{}", ep.id)],
+    )
+    .await?;
+    Ok(())
+}
