@@ -594,8 +594,10 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
         "revoked"
     );
 
-    let mut breaker = herald::policy::breaker::Breaker::default();
-    breaker.consecutive_failures = 7;
+    let breaker = herald::policy::breaker::Breaker {
+        consecutive_failures: 7,
+        ..Default::default()
+    };
     a.put_breaker(ENDPOINTS[0], &breaker).await.unwrap();
     assert_eq!(b.breaker(ENDPOINTS[0]).await.unwrap(), Some(breaker));
     b.put_breaker(ENDPOINTS[0], &Default::default())
