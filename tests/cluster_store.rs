@@ -617,3 +617,193 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
     );
     assert_eq!(b.account_secret("acct", "other").await.unwrap(), None);
 }
+
+/// Claims every due delivery on `node` and ends each as `state` with one attempt.
+async fn end_all(node: &PgStore, clock: &ManualClock, state: DeliveryState) -> usize {
+    let leased = node.claim_due(1000).await.unwrap();
+    for l in &leased {
+        let mut d = l.due.delivery.clone();
+        d.state = state;
+        d.last_status = Some(if state == DeliveryState::Delivered {
+            Status::Delivered
+        } else {
+            Status::HttpError
+        });
+        d.last_http_status = Some(if state == DeliveryState::Delivered {
+            200
+        } else {
+            500
+        });
+        d.attempt_count = 1;
+        d.next_attempt_at = None;
+        let attempt = Attempt {
+            id: herald::ids::new_id(herald::ids::ATTEMPT, clock.now_ms()),
+            number: 1,
+            at: clock.now_ms(),
+            duration_ms: 5,
+            status: d.last_status.unwrap(),
+            http_status: d.last_http_status,
+            error: None,
+            request_headers: vec![("webhook-id".into(), d.id.clone())],
+            response_body: "{}".into(),
+        };
+        node.finish(l.claim, &d, Some(&attempt)).await.unwrap();
+    }
+    leased.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_log_reads_back_what_was_stored_newest_first_with_filters_and_cursors() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    let mut ev = event("acct_a", None);
+    ev.payload = Bytes::from_static(b"{ \"kept\" :  \"byte for byte\" }");
+    let first = created(&node.ingest(vec![ev]).await.unwrap())[0].clone();
+    assert_eq!(end_all(&node, &c.clock, DeliveryState::Delivered).await, 2);
+    c.clock.advance(Duration::from_secs(1));
+    node.ingest(vec![event("acct_a", None), event("acct_b", None)])
+        .await
+        .unwrap();
+
+    let (meta, payload, deliveries) = node.event_with_deliveries(&first).await.unwrap().unwrap();
+    assert_eq!(&payload[..], b"{ \"kept\" :  \"byte for byte\" }");
+    assert_eq!(meta.account_id, "acct_a");
+    assert_eq!(deliveries.len(), 2);
+    assert_eq!(
+        meta.deliveries,
+        vec![deliveries[0].id.clone(), deliveries[1].id.clone()]
+    );
+    assert_eq!(
+        deliveries[1].endpoint_id.as_deref(),
+        Some(ENDPOINTS[1]),
+        "fan-out order"
+    );
+    assert!(deliveries
+        .iter()
+        .all(|d| d.state == DeliveryState::Delivered));
+    let one = node.delivery(&deliveries[0].id).await.unwrap().unwrap();
+    assert_eq!(one.last_http_status, Some(200));
+    let attempts = node.attempts(&deliveries[0].id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].status, Status::Delivered);
+    assert_eq!(attempts[0].request_headers[0].1, deliveries[0].id);
+    assert!(node.event("evt_nope").await.unwrap().is_none());
+    assert!(node
+        .delivery("dlv_01HZZZZZZZZZZZZZZZZZZZZZZZ")
+        .await
+        .unwrap()
+        .is_none());
+
+    // Newest first, two a page.
+    let all = herald::store::DeliveryFilter::default();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let (page, next) = node
+            .list_deliveries(&all, 2, cursor.as_deref())
+            .await
+            .unwrap();
+        seen.extend(page.into_iter().map(|d| (d.id, d.account_id)));
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 6);
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.0.cmp(&a.0));
+    assert_eq!(seen, sorted, "newest first");
+
+    let only = |f: herald::store::DeliveryFilter| {
+        let node = node.clone();
+        async move { node.list_deliveries(&f, 100, None).await.unwrap().0.len() }
+    };
+    let f = herald::store::DeliveryFilter::default;
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            account_id: Some("acct_b".into()),
+            ..f()
+        })
+        .await,
+        2
+    );
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            endpoint_id: Some(ENDPOINTS[0].into()),
+            ..f()
+        })
+        .await,
+        3
+    );
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            state: Some(DeliveryState::Pending),
+            ..f()
+        })
+        .await,
+        4
+    );
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            status: Some(Status::Delivered),
+            ..f()
+        })
+        .await,
+        2
+    );
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            since: Some(START + 1000),
+            ..f()
+        })
+        .await,
+        4
+    );
+    assert_eq!(
+        only(herald::store::DeliveryFilter {
+            until: Some(START + 1000),
+            ..f()
+        })
+        .await,
+        2
+    );
+
+    let stats = node.stats().await.unwrap();
+    assert_eq!(stats.get(DeliveryState::Pending), 4);
+    assert_eq!(stats.get(DeliveryState::Delivered), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_prunes_ended_events_in_bounded_batches_and_keeps_pending_ones() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    node.ingest((0..5).map(|i| event("a", Some(&format!("k{i}")))).collect())
+        .await
+        .unwrap();
+    assert_eq!(end_all(&node, &c.clock, DeliveryState::Failed).await, 10);
+    node.ingest(vec![event("a", None)]).await.unwrap(); // stays pending
+    c.clock.advance(Duration::from_secs(3600));
+    let cutoff = c.clock.now_ms();
+    assert_eq!(node.prune_events(cutoff, 3).await.unwrap(), 3);
+    assert_eq!(node.prune_events(cutoff, 3).await.unwrap(), 2);
+    assert_eq!(
+        node.prune_events(cutoff, 3).await.unwrap(),
+        0,
+        "the pending event stays"
+    );
+    assert_eq!(c.count("SELECT count(*) FROM events"), 1);
+    assert_eq!(c.count("SELECT count(*) FROM deliveries"), 2);
+    assert_eq!(
+        c.count("SELECT count(*) FROM attempts"),
+        0,
+        "attempts go with their events"
+    );
+
+    assert_eq!(
+        node.prune_keys(c.clock.now_ms(), 100).await.unwrap(),
+        0,
+        "keys live 24 h"
+    );
+    c.clock.advance(Duration::from_secs(24 * 3600));
+    assert_eq!(node.prune_keys(c.clock.now_ms(), 100).await.unwrap(), 5);
+}

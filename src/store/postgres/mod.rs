@@ -15,6 +15,8 @@ mod migrate;
 mod node;
 mod queue;
 mod quota;
+mod reads;
+mod retention;
 mod sessions;
 pub mod wake;
 

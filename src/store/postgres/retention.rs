@@ -1,0 +1,59 @@
+//! Retention on PostgreSQL (SPEC §8, §16): the log is pruned in bounded batches, each its own
+//! short transaction, so a sweep never holds locks on much at once and any node may run one
+//! (two nodes pruning together each skip the other's rows). An event goes once it is older than
+//! the retention and none of its deliveries is pending; its deliveries and their attempts go
+//! with it (the foreign keys cascade). Idempotency keys outlive their window by nothing, and
+//! quota counters of past windows are dropped.
+
+use super::PgStore;
+use crate::clock::Millis;
+use crate::ids;
+use crate::store::{StoreError, IDEMPOTENCY_WINDOW_MS};
+
+impl PgStore {
+    /// Removes up to `max` ended events received before `cutoff` (with their deliveries and
+    /// attempts). Returns how many went.
+    pub async fn prune_events(&self, cutoff: Millis, max: i64) -> Result<u64, StoreError> {
+        let below = ids::ulid_floor(cutoff).to_be_bytes().to_vec();
+        Ok(self
+            .db
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM events WHERE id IN (
+                     SELECT e.id FROM events e
+                     WHERE e.id < $1 AND NOT EXISTS (
+                         SELECT 1 FROM deliveries d
+                         WHERE d.event_id = e.id AND d.state = 'pending')
+                     ORDER BY e.id LIMIT $2
+                     FOR UPDATE SKIP LOCKED)",
+                &[&below, &max],
+            )
+            .await?)
+    }
+
+    /// Removes up to `max` idempotency keys past their window, and quota counters of windows
+    /// before the current ones. Returns how many keys went.
+    pub async fn prune_keys(&self, now: Millis, max: i64) -> Result<u64, StoreError> {
+        let client = self.db.client().await?;
+        let keys = client
+            .execute(
+                "DELETE FROM idempotency_keys WHERE (account_id, key) IN (
+                     SELECT account_id, key FROM idempotency_keys WHERE created_at <= $1
+                     LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&(now - IDEMPOTENCY_WINDOW_MS), &max],
+            )
+            .await?;
+        let w = crate::policy::quota::windows(now);
+        client
+            .execute(
+                "DELETE FROM quota_counters WHERE (account_id, kind, window_no) IN (
+                     SELECT account_id, kind, window_no FROM quota_counters
+                     WHERE (kind = 'minute' AND window_no < $1) OR (kind = 'day' AND window_no < $2)
+                     LIMIT $3 FOR UPDATE SKIP LOCKED)",
+                &[&w.minute, &w.day, &max],
+            )
+            .await?;
+        Ok(keys)
+    }
+}
