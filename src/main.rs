@@ -78,6 +78,18 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Copy a stopped single-node store into an empty cluster database.
+    Copy {
+        /// The store: sled:PATH (the data directory).
+        #[arg(long)]
+        from: String,
+        /// The database: postgres:URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE).
+        #[arg(long)]
+        to: String,
+        /// PEM certificates of the CA that signed the database's certificate.
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+    },
     /// A receiver for trying herald out: verifies signatures and prints what arrives.
     Receive {
         /// Address to listen on, such as 127.0.0.1:9000.
@@ -102,6 +114,7 @@ fn main() -> ExitCode {
         },
         Command::Receive { listen, secret } => receive(&listen, secret),
         Command::Migrate { config } => migrate(config),
+        Command::Copy { from, to, ca_file } => copy(&from, &to, ca_file),
         Command::Openapi { config } => {
             let loaded = match &config {
                 Some(p) => Config::load(p),
@@ -187,6 +200,113 @@ fn migrate_postgres(config: &Config) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `herald copy`: a stopped sled store into an empty cluster database (SPEC §16).
+#[cfg(feature = "postgres")]
+fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
+    use herald::store::postgres::copy::{copy, Copied};
+    use herald::store::postgres::{migrate, Database};
+    use std::io::IsTerminal;
+
+    let (Some(path), Some(url)) = (from.strip_prefix("sled:"), to.strip_prefix("postgres:")) else {
+        eprintln!("herald copy: write --from sled:PATH --to postgres:URL");
+        return ExitCode::from(2);
+    };
+    let mut config = match Config::from_toml("") {
+        Ok(c) => c,
+        Err(errors) => return report(&errors),
+    };
+    config.storage.backend = Backend::Postgres;
+    config.storage.postgres.url = Some(url.to_string());
+    config.storage.postgres.ca_file = ca_file;
+    if let Err(errors) = config.validate() {
+        return report(&errors);
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald copy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let source = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+    let done = rt.block_on(async {
+        if !source.join("conf").exists() {
+            return Err(format!("{} holds no herald store", source.display()));
+        }
+        let store = herald::store::Store::open(
+            &source,
+            config.storage.cache_capacity,
+            Arc::new(SystemClock),
+            Arc::new(herald::metrics::Metrics::default()),
+        )
+        .map_err(|e| {
+            format!(
+                "cannot open the store at {} (stop the herald that runs on it first): {e}",
+                source.display()
+            )
+        })?;
+        let db = Database::new(&config).map_err(|e| e.to_string())?;
+        let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
+        migrate(&mut client).await.map_err(|e| e.to_string())?;
+        drop(client);
+        let terminal = std::io::stderr().is_terminal();
+        let mut last_line = std::time::Instant::now();
+        let now = herald::clock::Clock::now_ms(&SystemClock);
+        let copied = copy(&store, &source.display().to_string(), &db, now, |p| {
+            let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
+            let line = format!(
+                "{}/{} deliveries, {:.0}/s, {} left",
+                p.deliveries,
+                p.total,
+                p.rate,
+                humantime::format_duration(std::time::Duration::from_secs(left as u64))
+            );
+            if terminal {
+                eprint!("\r\x1b[2K{line}");
+            } else if last_line.elapsed() >= std::time::Duration::from_secs(5) {
+                eprintln!("{line}");
+                last_line = std::time::Instant::now();
+            }
+        })
+        .await
+        .map_err(|e| e.to_string());
+        if terminal {
+            eprintln!();
+        }
+        let _ = store.close();
+        copied
+    });
+    match done {
+        Ok(Copied::Done {
+            deliveries,
+            resumed,
+        }) => {
+            println!(
+                "herald copy: {} {deliveries} deliveries with their events and attempts, and every \
+                 endpoint, plan and account secret",
+                if resumed { "finished the copy:" } else { "copied" }
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Copied::AlreadyDone) => {
+            println!(
+                "herald copy: this store was copied into this database already; nothing to do"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald copy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn copy(_from: &str, _to: &str, _ca_file: Option<PathBuf>) -> ExitCode {
+    eprintln!("herald copy: this herald was built without the `postgres` feature");
+    ExitCode::from(2)
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -1,14 +1,17 @@
 //! Cluster mode on PostgreSQL (SPEC §16), on a real PostgreSQL server each test starts
-//! ([`common::postgres`]): the compiled-in schema and `herald migrate`, TLS to the database.
+//! ([`common::postgres`]): the compiled-in schema and `herald migrate`, TLS to the database,
+//! `herald copy` of a real herald's stopped store.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::herald::herald_bin;
 use common::postgres::{PgOptions, Postgres};
-use common::{toml_string, TestCa};
+use common::{behaviour, toml_string, Receiver, Reply, TestCa, World};
+use serde_json::json;
 
 /// A config file in `dir` for a node of the cluster on `url`, plus `extra` keys of
 /// `[storage.postgres]`.
@@ -246,4 +249,159 @@ fn the_database_is_reached_over_tls_verified_with_the_configured_ca() {
         ),
         "1"
     );
+}
+
+fn herald_copy(store: &Path, url: &str) -> Output {
+    Command::new(herald_bin())
+        .args(["copy", "--from"])
+        .arg(format!("sled:{}", store.display()))
+        .arg("--to")
+        .arg(format!("postgres:{url}"))
+        .output()
+        .expect("run herald copy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
+    // A real herald on sled with delivered, failed and pending deliveries.
+    let mut world = World::start(
+        "",
+        "[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n",
+    )
+    .await;
+    let ok = Receiver::https(&world.ca, behaviour(|_, _| Reply::status(200)));
+    let bad = Receiver::https(&world.ca, behaviour(|_, _| Reply::status(500)));
+    world.endpoint("acct_ok", &ok.url("/"), json!({})).await;
+    world
+        .endpoint("acct_fail", &bad.url("/"), json!({"retry_policy": "none"}))
+        .await;
+    world
+        .endpoint("acct_wait", &bad.url("/"), json!({"retry_policy": "slow"}))
+        .await;
+    let mut ids = Vec::new();
+    for (account, n) in [("acct_ok", 3), ("acct_fail", 2), ("acct_wait", 2)] {
+        for i in 0..n {
+            let (status, answer) = world
+                .herald
+                .ingest(json!({"account_id": account, "type": "order.created",
+                               "payload": {"n": i}, "idempotency_key": format!("{account}-{i}")}))
+                .await;
+            assert_eq!(status, 202, "{answer}");
+            ids.push((account, common::first_delivery(&answer)));
+        }
+    }
+    for (account, id) in &ids {
+        match *account {
+            "acct_ok" => drop(
+                world
+                    .wait_state(id, "delivered", Duration::from_secs(20))
+                    .await,
+            ),
+            "acct_fail" => drop(
+                world
+                    .wait_state(id, "failed", Duration::from_secs(20))
+                    .await,
+            ),
+            _ => {
+                common::wait_until(
+                    Duration::from_secs(20),
+                    "the first attempt fails",
+                    || async { world.delivery(id).await["attempt_count"] == 1 },
+                )
+                .await
+            }
+        }
+    }
+    let waiting = world.delivery(&ids[5].1).await;
+    assert_eq!(waiting["state"], "pending");
+    world.herald.sigterm().await;
+    let store = world.herald.storage_path();
+
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let out = herald_copy(&store, &url);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("copied 7 deliveries"), "{}", text(&out));
+    let counts = |pg: &Postgres| {
+        pg.sql(
+            "SELECT (SELECT count(*) FROM events) || ',' || (SELECT count(*) FROM deliveries) || ','
+                 || (SELECT count(*) FROM attempts) || ',' || (SELECT count(*) FROM endpoints) || ','
+                 || (SELECT count(*) FROM idempotency_keys)",
+            "herald",
+        )
+    };
+    assert_eq!(counts(&pg), "7,7,7,3,7");
+    assert_eq!(
+        pg.sql(
+            "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM
+                 (SELECT state, count(*) AS n FROM deliveries GROUP BY state) s",
+            "herald"
+        ),
+        "delivered:3,failed:2,pending:2"
+    );
+    // The pending ones are due when they were due on sled (their retry, an hour on).
+    let due = waiting["next_attempt_at"].as_str().expect("a retry time");
+    let due_ms = herald::clock::parse_rfc3339(due).expect("an RFC 3339 time");
+    assert_eq!(
+        pg.sql(
+            &format!("SELECT count(*) FROM deliveries WHERE due_at = {due_ms}"),
+            "herald"
+        ),
+        "1"
+    );
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM deliveries WHERE state = 'pending' AND due_at = next_attempt_at
+                 AND attempt_count = 1 AND leased_by IS NULL",
+            "herald"
+        ),
+        "2"
+    );
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM deliveries WHERE due_at IS NOT NULL AND state <> 'pending'",
+            "herald"
+        ),
+        "0"
+    );
+
+    // Again: nothing to do, nothing doubled.
+    let again = herald_copy(&store, &url);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(text(&again).contains("nothing to do"), "{}", text(&again));
+    // Cut short (as if interrupted after its first page): it goes on, doubling nothing.
+    pg.sql(
+        "UPDATE herald_copy SET finished = false, cursor = NULL, copied = 0",
+        "herald",
+    );
+    let resumed = herald_copy(&store, &url);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("finished the copy: 7 deliveries"),
+        "{}",
+        text(&resumed)
+    );
+    assert_eq!(counts(&pg), "7,7,7,3,7");
+
+    // A database with other data is refused, and left as it was.
+    let other = pg.database("other");
+    assert!(herald_migrate(&node_config(
+        tempfile::tempdir().unwrap().path(),
+        &other,
+        ""
+    ))
+    .status
+    .success());
+    pg.sql(
+        "INSERT INTO accounts (account_id, plan) VALUES ('someone', 'pro')",
+        "other",
+    );
+    let refused = herald_copy(&store, &other);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("is not empty"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(pg.sql("SELECT count(*) FROM events", "other"), "0");
 }

@@ -120,6 +120,21 @@ impl Store {
             .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
+    /// Every account secret: (account, name, value), for `herald copy`.
+    pub fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.inner.trees.account_secrets.iter() {
+            let (k, v) = item?;
+            let k = String::from_utf8_lossy(&k);
+            let Some((account, name)) = k.split_once('\0') else {
+                return Err(StoreError::Corrupt(format!("account secret key {k:?}")));
+            };
+            let value = String::from_utf8_lossy(&v).into_owned();
+            out.push((account.to_string(), name.to_string(), value));
+        }
+        Ok(out)
+    }
+
     pub async fn set_account_secret(
         &self,
         account_id: &str,

@@ -144,3 +144,12 @@ CREATE TABLE nodes (
     started_at bigint NOT NULL,
     seen_at    bigint NOT NULL
 );
+
+-- `herald copy` (a sled store moved into this database): where it came from, how far it got.
+CREATE TABLE herald_copy (
+    source     text    PRIMARY KEY,
+    cursor     text,
+    copied     bigint  NOT NULL DEFAULT 0,
+    finished   boolean NOT NULL DEFAULT false,
+    started_at bigint  NOT NULL
+);

@@ -1,0 +1,324 @@
+//! `herald copy --from sled:PATH --to postgres:URL` (SPEC §16): a stopped single-node store
+//! moved into an empty cluster database, page by page, each page one transaction that also
+//! records how far the copy got (`herald_copy`). Run again after an interruption it goes on
+//! from there; rows copied twice are skipped (every insert is `ON CONFLICT DO NOTHING`), so
+//! nothing is ever doubled. It refuses a database that holds anything it did not copy, and a
+//! database another store was copied into.
+//!
+//! Copied: endpoints (secrets included) and their client certificates, plans, account secrets,
+//! every event with its payload, deliveries (pending ones due when they were due) and attempts,
+//! and the idempotency keys still inside their window. Not copied: quota counters (the current
+//! minute and day start counting anew), breakers (an endpoint's failures are counted again)
+//! and portal sessions (issue new links).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use super::Database;
+use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::{Attempt, Delivery, DeliveryState, EventMeta};
+use crate::store::{DeliveryFilter, Store, StoreError, IDEMPOTENCY_WINDOW_MS};
+
+/// Deliveries read from the sled store per transaction.
+const PAGE: usize = 500;
+
+/// How far a copy is.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Deliveries copied (with their events and attempts).
+    pub deliveries: u64,
+    /// Deliveries in the store.
+    pub total: u64,
+    /// Deliveries a second since this run started.
+    pub rate: f64,
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Copied {
+    /// Copied (or finished after an interruption): this many deliveries in all.
+    Done { deliveries: u64, resumed: bool },
+    /// This store had been copied into this database already: nothing was written.
+    AlreadyDone,
+}
+
+/// Copies the store at `source` (its canonical path names it) into `db`.
+pub async fn copy(
+    from: &Store,
+    source: &str,
+    db: &Database,
+    now: Millis,
+    mut report: impl FnMut(Progress),
+) -> Result<Copied, StoreError> {
+    let mut client = db.client().await?;
+    let marks = client
+        .query(
+            "SELECT source, cursor, copied, finished FROM herald_copy",
+            &[],
+        )
+        .await?;
+    let (mut cursor, mut copied, resumed) = match marks.first() {
+        Some(r) if r.get::<_, &str>(0) != source => {
+            return Err(StoreError::Format(format!(
+                "the database holds a copy of another store ({}); copy into an empty database",
+                r.get::<_, &str>(0)
+            )))
+        }
+        Some(r) if r.get::<_, bool>(3) => return Ok(Copied::AlreadyDone),
+        Some(r) => (
+            r.get::<_, Option<String>>(1),
+            r.get::<_, i64>(2) as u64,
+            true,
+        ),
+        None => {
+            let used: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
+                         OR EXISTS (SELECT 1 FROM accounts)",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if used {
+                return Err(StoreError::Format(
+                    "the database is not empty (it has events, endpoints or accounts); copy \
+                     into an empty database"
+                        .into(),
+                ));
+            }
+            client
+                .execute(
+                    "INSERT INTO herald_copy (source, started_at) VALUES ($1, $2)",
+                    &[&source, &now],
+                )
+                .await?;
+            (None, 0, false)
+        }
+    };
+
+    copy_accounts(from, &mut client).await?;
+
+    let total: u64 = DeliveryState::ALL
+        .iter()
+        .map(|s| from.stats().get(*s).max(0) as u64)
+        .sum();
+    let started = Instant::now();
+    let at_start = copied;
+    let filter = DeliveryFilter::default();
+    loop {
+        let (page, next) = from.list_deliveries(&filter, PAGE, cursor.as_deref())?;
+        let mut rows = Rows::default();
+        let mut events_seen = HashSet::new();
+        for d in &page {
+            if !events_seen.insert(d.event_id.clone()) {
+                continue;
+            }
+            let Some((meta, payload, deliveries)) = from.event_with_deliveries(&d.event_id)? else {
+                continue;
+            };
+            let mut attempts = Vec::new();
+            for del in &deliveries {
+                attempts.push(from.attempts(&del.id)?);
+            }
+            rows.add(meta, payload.to_vec(), deliveries, attempts, now)?;
+        }
+        copied += page.len() as u64;
+        let tx = client.transaction().await?;
+        rows.write(&tx).await?;
+        tx.execute(
+            "UPDATE herald_copy SET cursor = $2, copied = $3, finished = $4 WHERE source = $1",
+            &[&source, &next, &(copied as i64), &next.is_none()],
+        )
+        .await?;
+        tx.commit().await?;
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        report(Progress {
+            deliveries: copied,
+            total: total.max(copied),
+            rate: (copied - at_start) as f64 / secs,
+        });
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    Ok(Copied::Done {
+        deliveries: copied,
+        resumed,
+    })
+}
+
+/// Endpoints, client certificates, plans and account secrets, in one transaction.
+async fn copy_accounts(
+    from: &Store,
+    client: &mut deadpool_postgres::Object,
+) -> Result<(), StoreError> {
+    let tx = client.transaction().await?;
+    for account in from.account_ids() {
+        if let Some(plan) = from.account_plan(&account) {
+            tx.execute(
+                "INSERT INTO accounts (account_id, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&account, &plan],
+            )
+            .await?;
+        }
+        for ep in from.account_endpoints(&account) {
+            let record =
+                serde_json::to_value(&*ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO endpoints (id, account_id, record, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT DO NOTHING",
+                &[&ep.id, &ep.account_id, &record, &ep.updated_at],
+            )
+            .await?;
+            if let Some((certificate, key)) = from.client_certificate_pem(&ep.id)? {
+                tx.execute(
+                    "INSERT INTO client_certificates (endpoint_id, certificate, private_key)
+                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    &[&ep.id, &certificate, &key],
+                )
+                .await?;
+            }
+        }
+    }
+    for (account, name, value) in from.account_secrets()? {
+        tx.execute(
+            "INSERT INTO account_secrets (account_id, name, value) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+            &[&account, &name, &value],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn key16(prefix: &str, id: &str) -> Result<Vec<u8>, StoreError> {
+    ids::parse(prefix, id)
+        .map(|u| u.to_be_bytes().to_vec())
+        .ok_or_else(|| StoreError::Corrupt(format!("id {id}")))
+}
+
+/// One page's rows, as columns.
+#[derive(Default)]
+struct Rows {
+    events: Vec<(Vec<u8>, EventMeta, Vec<u8>)>,
+    deliveries: Vec<(Vec<u8>, Vec<u8>, Delivery)>,
+    attempts: Vec<(Vec<u8>, Attempt)>,
+    keys: Vec<(String, String, Vec<u8>, Millis)>,
+}
+
+impl Rows {
+    fn add(
+        &mut self,
+        meta: EventMeta,
+        payload: Vec<u8>,
+        deliveries: Vec<Delivery>,
+        attempts: Vec<Vec<Attempt>>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let event = key16(EVENT, &meta.id)?;
+        if let Some(k) = &meta.idempotency_key {
+            if meta.received_at > now - IDEMPOTENCY_WINDOW_MS {
+                self.keys.push((
+                    meta.account_id.clone(),
+                    k.clone(),
+                    event.clone(),
+                    meta.received_at,
+                ));
+            }
+        }
+        for (d, atts) in deliveries.into_iter().zip(attempts) {
+            let id = key16(DELIVERY, &d.id)?;
+            for a in atts {
+                self.attempts.push((id.clone(), a));
+            }
+            self.deliveries.push((id, event.clone(), d));
+        }
+        self.events.push((event, meta, payload));
+        Ok(())
+    }
+
+    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        for (id, m, payload) in &self.events {
+            tx.execute(
+                "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
+                                     debounce_key, ordering_key, payload)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                &[
+                    id,
+                    &m.account_id,
+                    &m.event_type,
+                    &m.received_at,
+                    &m.idempotency_key,
+                    &m.debounce_key,
+                    &m.ordering_key,
+                    payload,
+                ],
+            )
+            .await?;
+        }
+        for (id, event, d) in &self.deliveries {
+            let due = match d.state {
+                DeliveryState::Pending => Some(d.next_attempt_at.unwrap_or(d.created_at)),
+                _ => None,
+            };
+            tx.execute(
+                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
+                     last_status, last_http_status, attempt_count, due_at, next_attempt_at,
+                     manual, queued, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                 ON CONFLICT DO NOTHING",
+                &[
+                    id,
+                    event,
+                    &d.endpoint_id,
+                    &d.account_id,
+                    &d.event_type,
+                    &d.state.as_str(),
+                    &d.last_status.map(|s| s.as_str()),
+                    &d.last_http_status.map(i32::from),
+                    &(d.attempt_count as i32),
+                    &due,
+                    &d.next_attempt_at,
+                    &d.manual,
+                    &d.queued,
+                    &d.created_at,
+                ],
+            )
+            .await?;
+        }
+        for (delivery, a) in &self.attempts {
+            let headers = serde_json::to_value(&a.request_headers)
+                .map_err(|e| StoreError::Encode(e.to_string()))?;
+            tx.execute(
+                "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                       http_status, error, request_headers, response_body)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+                &[
+                    delivery,
+                    &(a.number as i32),
+                    &a.id,
+                    &a.at,
+                    &(a.duration_ms.min(i64::MAX as u64) as i64),
+                    &a.status.as_str(),
+                    &a.http_status.map(i32::from),
+                    &a.error,
+                    &headers,
+                    &a.response_body,
+                ],
+            )
+            .await?;
+        }
+        for (account, key, event, at) in &self.keys {
+            tx.execute(
+                "INSERT INTO idempotency_keys (account_id, key, event_id, created_at)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                &[account, key, event, at],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
