@@ -807,3 +807,104 @@ async fn retention_prunes_ended_events_in_bounded_batches_and_keeps_pending_ones
     c.clock.advance(Duration::from_secs(24 * 3600));
     assert_eq!(node.prune_keys(c.clock.now_ms(), 100).await.unwrap(), 5);
 }
+
+fn debounced(key: &str, trailing: bool) -> NewEvent {
+    let mut ev = event("acct_d", None);
+    ev.debounce_key = Some(key.into());
+    ev.debounce = Some(herald::store::DebounceRule {
+        key: format!("acct_d\u{0}order.created\u{0}{key}"),
+        window_ms: 60_000,
+        trailing,
+    });
+    ev
+}
+
+fn deliveries_of(out: &[IngestOutcome]) -> Vec<herald::model::Delivery> {
+    match &out[0] {
+        IngestOutcome::Created { deliveries, .. } => deliveries.clone(),
+        other => panic!("not created: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_debounce_window_holds_across_nodes() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let first = deliveries_of(&a.ingest(vec![debounced("loc1", false)]).await.unwrap());
+    assert!(first.iter().all(|d| d.state == DeliveryState::Pending));
+    c.clock.advance(Duration::from_secs(1));
+    let second = deliveries_of(&b.ingest(vec![debounced("loc1", false)]).await.unwrap());
+    assert!(second
+        .iter()
+        .all(|d| d.state == DeliveryState::Skipped && d.last_status == Some(Status::Debounced)));
+    let stored = b.attempts(&second[0].id).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].status, Status::Debounced);
+    // Another key has its own window; after the window a new one opens.
+    let other = deliveries_of(&b.ingest(vec![debounced("loc2", false)]).await.unwrap());
+    assert_eq!(other[0].state, DeliveryState::Pending);
+    c.clock.advance(Duration::from_secs(60));
+    let later = deliveries_of(&b.ingest(vec![debounced("loc1", false)]).await.unwrap());
+    assert_eq!(later[0].state, DeliveryState::Pending);
+
+    // Many at once on three nodes, for a new key: exactly one event is delivered.
+    let nodes = [a.clone(), b.clone(), c.node().await];
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let node = nodes[i % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            deliveries_of(&node.ingest(vec![debounced("loc3", false)]).await.unwrap())
+        }));
+    }
+    let mut pending = 0;
+    for t in tasks {
+        pending += usize::from(t.await.unwrap()[0].state == DeliveryState::Pending);
+    }
+    assert_eq!(pending, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_trailing_candidate_is_replaced_by_the_next_event_across_nodes() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let end = START + 60_000;
+    let first = deliveries_of(&a.ingest(vec![debounced("k", true)]).await.unwrap());
+    assert_eq!(
+        first[0].next_attempt_at,
+        Some(START),
+        "the leading event goes at once"
+    );
+    c.clock.advance(Duration::from_secs(1));
+    let second = deliveries_of(&b.ingest(vec![debounced("k", true)]).await.unwrap());
+    assert_eq!(second[0].state, DeliveryState::Pending);
+    assert_eq!(
+        second[0].next_attempt_at,
+        Some(end),
+        "the candidate waits for the end"
+    );
+    c.clock.advance(Duration::from_secs(1));
+    // Two more in one request: the last is the candidate, the others end debounced.
+    let out = a
+        .ingest(vec![debounced("k", true), debounced("k", true)])
+        .await
+        .unwrap();
+    let (third, fourth) = (deliveries_of(&out[..1]), deliveries_of(&out[1..]));
+    assert_eq!(fourth[0].next_attempt_at, Some(end));
+    for d in second.iter().chain(&third) {
+        let now = a.delivery(&d.id).await.unwrap().unwrap();
+        assert_eq!(now.state, DeliveryState::Skipped, "{now:?}");
+        assert_eq!(now.last_status, Some(Status::Debounced));
+        assert_eq!(a.attempts(&d.id).await.unwrap().len(), 1);
+    }
+    // At the window's end only the leading event's and the last candidate's deliveries are due.
+    c.clock.set(end);
+    let due: HashSet<String> = b
+        .claim_due(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.due.delivery.event_id)
+        .collect();
+    let expected: HashSet<String> = [first[0].event_id.clone(), fourth[0].event_id.clone()].into();
+    assert_eq!(due, expected);
+}

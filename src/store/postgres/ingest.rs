@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::debounce::Debouncer;
 use super::{Database, PgStore};
 use crate::clock::{Clock, Millis};
 use crate::ids::{self, EVENT};
-use crate::model::{Delivery, DeliveryState};
+use crate::model::{Delivery, DeliveryState, Status};
+use crate::policy::debounce::{Candidate, Decision, Window};
 use crate::store::{IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE};
 
 /// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
@@ -182,6 +184,8 @@ impl Committer {
 
         let mut e_rows = EventRows::default();
         let mut d_rows = DeliveryRows::default();
+        let mut attempts = NewAttempts::default();
+        let mut debouncer = Debouncer::default();
         let mut outcomes = Vec::with_capacity(events.len());
         for (i, ev) in events.iter().enumerate() {
             if let Some(first) = duplicate_of[i].take() {
@@ -192,32 +196,52 @@ impl Committer {
             let event_id = ids::format(EVENT, ulid);
             let at = ev.received_at.max(now);
             e_rows.push(ulid, ev, at);
-            let mut deliveries = Vec::with_capacity(ev.targets.len());
+            let first_row = d_rows.id.len();
             for (n, lane) in ev.targets.iter().enumerate() {
                 let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
-                let d = Delivery {
-                    id: ids::format(ids::DELIVERY, ids::delivery_of(ulid, n)),
-                    event_id: event_id.clone(),
-                    endpoint_id,
-                    account_id: ev.account_id.clone(),
-                    event_type: ev.event_type.clone(),
-                    state: DeliveryState::Pending,
-                    last_status: None,
-                    last_http_status: None,
-                    attempt_count: 0,
-                    next_attempt_at: Some(at),
-                    created_at: at,
-                    manual: false,
-                    queued: false,
-                };
-                d_rows.push(ids::delivery_of(ulid, n), ulid, &d);
-                deliveries.push(d);
+                d_rows.push(ids::delivery_of(ulid, n), ulid, endpoint_id, ev, at);
             }
+            if let Some(rule) = &ev.debounce {
+                match debouncer.decide(&tx, rule, now).await? {
+                    Decision::Open(w) => debouncer.set(&rule.key, w),
+                    Decision::Debounce => {
+                        for r in first_row..d_rows.id.len() {
+                            d_rows.debounce(r, 1);
+                            attempts.debounced(d_rows.id[r].clone(), 1, now);
+                        }
+                    }
+                    Decision::Trail { due, supersedes } => {
+                        if let Some(c) = supersedes {
+                            debouncer
+                                .supersede(&tx, c, &mut d_rows, &mut attempts, now)
+                                .await?;
+                        }
+                        for r in first_row..d_rows.id.len() {
+                            d_rows.trail(r, due);
+                        }
+                        debouncer.candidate_rows(ulid, first_row);
+                        debouncer.set(
+                            &rule.key,
+                            Window {
+                                end: due,
+                                candidate: Some(Candidate {
+                                    event: ulid,
+                                    deliveries: ev.targets.len(),
+                                }),
+                            },
+                        );
+                    }
+                }
+            }
+            let deliveries = (first_row..d_rows.id.len())
+                .map(|r| d_rows.delivery(r, &event_id))
+                .collect();
             outcomes.push(IngestOutcome::Created {
                 event_id,
                 deliveries,
             });
         }
+        debouncer.write(&tx).await?;
         if !e_rows.id.is_empty() {
             tx.execute(
                 "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
@@ -236,22 +260,8 @@ impl Committer {
                 ],
             )
             .await?;
-            tx.execute(
-                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
-                                         due_at, next_attempt_at, created_at)
-                 SELECT id, ev, ep, a, t, 'pending', at, at, at
-                 FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
-                             $6::bigint[]) AS d(id, ev, ep, a, t, at)",
-                &[
-                    &d_rows.id,
-                    &d_rows.event,
-                    &d_rows.endpoint,
-                    &d_rows.account,
-                    &d_rows.event_type,
-                    &d_rows.at,
-                ],
-            )
-            .await?;
+            d_rows.write(&tx).await?;
+            attempts.write(&tx).await?;
             // Delivered with the commit: idle nodes take the new work at once.
             tx.execute("SELECT pg_notify($1, '')", &[&DUE_CHANNEL])
                 .await?;
@@ -328,23 +338,132 @@ impl<'a> EventRows<'a> {
     }
 }
 
+/// The transaction's deliveries as columns (one array per column, unnested by one statement).
 #[derive(Default)]
-struct DeliveryRows {
-    id: Vec<Vec<u8>>,
+pub(super) struct DeliveryRows {
+    pub(super) id: Vec<Vec<u8>>,
     event: Vec<Vec<u8>>,
     endpoint: Vec<Option<String>>,
     account: Vec<String>,
     event_type: Vec<String>,
-    at: Vec<i64>,
+    state: Vec<&'static str>,
+    last_status: Vec<Option<&'static str>>,
+    attempt_count: Vec<i32>,
+    /// When a node may take it: its due time while pending, none once ended.
+    due: Vec<Option<i64>>,
+    queued: Vec<bool>,
+    created: Vec<i64>,
 }
 
 impl DeliveryRows {
-    fn push(&mut self, ulid: u128, event: u128, d: &Delivery) {
+    /// A pending delivery, due at once.
+    fn push(&mut self, ulid: u128, event: u128, endpoint: Option<String>, ev: &NewEvent, at: i64) {
         self.id.push(ulid.to_be_bytes().to_vec());
         self.event.push(event.to_be_bytes().to_vec());
-        self.endpoint.push(d.endpoint_id.clone());
-        self.account.push(d.account_id.clone());
-        self.event_type.push(d.event_type.clone());
-        self.at.push(d.created_at);
+        self.endpoint.push(endpoint);
+        self.account.push(ev.account_id.clone());
+        self.event_type.push(ev.event_type.clone());
+        self.state.push(DeliveryState::Pending.as_str());
+        self.last_status.push(None);
+        self.attempt_count.push(0);
+        self.due.push(Some(at));
+        self.queued.push(false);
+        self.created.push(at);
+    }
+
+    /// Row `i` ends `skipped` by a `debounced` attempt numbered `number`.
+    pub(super) fn debounce(&mut self, i: usize, number: i32) {
+        self.state[i] = DeliveryState::Skipped.as_str();
+        self.last_status[i] = Some(Status::Debounced.as_str());
+        self.attempt_count[i] = number;
+        self.due[i] = None;
+        self.queued[i] = false;
+    }
+
+    /// Row `i` waits for its window's end (a trailing candidate).
+    fn trail(&mut self, i: usize, due: i64) {
+        self.due[i] = Some(due);
+        self.queued[i] = true;
+    }
+
+    /// Row `i` as the API shows it.
+    fn delivery(&self, i: usize, event_id: &str) -> Delivery {
+        let ulid = u128::from_be_bytes(self.id[i][..].try_into().unwrap_or_default());
+        Delivery {
+            id: ids::format(ids::DELIVERY, ulid),
+            event_id: event_id.to_string(),
+            endpoint_id: self.endpoint[i].clone(),
+            account_id: self.account[i].clone(),
+            event_type: self.event_type[i].clone(),
+            state: DeliveryState::parse(self.state[i]).unwrap_or(DeliveryState::Pending),
+            last_status: self.last_status[i].and_then(Status::parse),
+            last_http_status: None,
+            attempt_count: self.attempt_count[i] as u32,
+            next_attempt_at: self.due[i],
+            created_at: self.created[i],
+            manual: false,
+            queued: self.queued[i],
+        }
+    }
+
+    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
+                                     last_status, attempt_count, due_at, next_attempt_at, queued,
+                                     created_at)
+             SELECT id, ev, ep, a, t, st, ls, n, due, due, q, at
+             FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::integer[], $9::bigint[], $10::boolean[],
+                         $11::bigint[]) AS d(id, ev, ep, a, t, st, ls, n, due, q, at)",
+            &[
+                &self.id,
+                &self.event,
+                &self.endpoint,
+                &self.account,
+                &self.event_type,
+                &self.state,
+                &self.last_status,
+                &self.attempt_count,
+                &self.due,
+                &self.queued,
+                &self.created,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Attempt records the transaction makes itself (`debounced` ones).
+#[derive(Default)]
+pub(super) struct NewAttempts {
+    delivery: Vec<Vec<u8>>,
+    number: Vec<i32>,
+    id: Vec<String>,
+    at: Vec<i64>,
+}
+
+impl NewAttempts {
+    /// A `debounced` attempt numbered `number` of the delivery whose key is `delivery`.
+    pub(super) fn debounced(&mut self, delivery: Vec<u8>, number: u32, now: Millis) {
+        self.delivery.push(delivery);
+        self.number.push(number as i32);
+        self.id.push(super::debounce::attempt_id(now));
+        self.at.push(now);
+    }
+
+    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        if self.id.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status, http_status,
+                                   error, request_headers, response_body)
+             SELECT d, n, i, at, 0, 'debounced', NULL, NULL, '[]'::jsonb, ''
+             FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[]) AS t(d, n, i, at)",
+            &[&self.delivery, &self.number, &self.id, &self.at],
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@
 
 mod accounts;
 pub mod copy;
+mod debounce;
 mod endpoints;
 mod ingest;
 mod migrate;

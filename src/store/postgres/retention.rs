@@ -2,8 +2,8 @@
 //! short transaction, so a sweep never holds locks on much at once and any node may run one
 //! (two nodes pruning together each skip the other's rows). An event goes once it is older than
 //! the retention and none of its deliveries is pending; its deliveries and their attempts go
-//! with it (the foreign keys cascade). Idempotency keys outlive their window by nothing, and
-//! quota counters of past windows are dropped.
+//! with it (the foreign keys cascade). Idempotency keys outlive their window by nothing; ended
+//! debounce windows and quota counters of past windows are dropped.
 
 use super::PgStore;
 use crate::clock::Millis;
@@ -32,8 +32,8 @@ impl PgStore {
             .await?)
     }
 
-    /// Removes up to `max` idempotency keys past their window, and quota counters of windows
-    /// before the current ones. Returns how many keys went.
+    /// Removes up to `max` idempotency keys past their window, debounce windows that ended, and
+    /// quota counters of windows before the current ones. Returns how many keys went.
     pub async fn prune_keys(&self, now: Millis, max: i64) -> Result<u64, StoreError> {
         let client = self.db.client().await?;
         let keys = client
@@ -42,6 +42,14 @@ impl PgStore {
                      SELECT account_id, key FROM idempotency_keys WHERE created_at <= $1
                      LIMIT $2 FOR UPDATE SKIP LOCKED)",
                 &[&(now - IDEMPOTENCY_WINDOW_MS), &max],
+            )
+            .await?;
+        client
+            .execute(
+                "DELETE FROM debounce_windows WHERE key IN (
+                     SELECT key FROM debounce_windows WHERE ends_at < $1
+                     LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&now, &max],
             )
             .await?;
         let w = crate::policy::quota::windows(now);

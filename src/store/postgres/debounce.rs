@@ -1,0 +1,151 @@
+//! Debounce on PostgreSQL (SPEC §5, §16): a window per (account, type, key) in
+//! `debounce_windows`, decided inside the ingest transaction under the window row's lock, so
+//! events of one key on several nodes are decided one after another, as on one node. A
+//! window's row is made (expired) before it is locked, so even the first two events of a key
+//! find a row to wait on. The decision is [`crate::policy::debounce`]'s.
+//!
+//! Events of one key in the same transaction see each other's decisions through this
+//! transaction's copy of their windows. A trailing candidate superseded by a newer event ends
+//! `skipped` with a `debounced` attempt; one a node holds a lease on (being attempted now) is
+//! left to its attempt, so the log never says `debounced` for a request a receiver got.
+
+use std::collections::HashMap;
+
+use super::ingest::{DeliveryRows, NewAttempts};
+use crate::clock::Millis;
+use crate::ids;
+use crate::policy::debounce::{self, Candidate, Decision, Window};
+use crate::store::{DebounceRule, StoreError};
+
+/// One transaction's windows and what they decided.
+#[derive(Default)]
+pub(super) struct Debouncer {
+    /// The windows this transaction read or changed, by key, and whether it changed them.
+    windows: HashMap<String, (Window, bool)>,
+    /// Candidates made in this transaction: event → the index of its first delivery row.
+    candidates: HashMap<u128, usize>,
+}
+
+impl Debouncer {
+    /// The decision for an event of `rule` at `now`, reading (and locking) its window first.
+    pub(super) async fn decide(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        rule: &DebounceRule,
+        now: Millis,
+    ) -> Result<Decision, StoreError> {
+        if !self.windows.contains_key(&rule.key) {
+            let key = rule.key.as_bytes();
+            tx.execute(
+                "INSERT INTO debounce_windows (key, ends_at) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+                &[&key],
+            )
+            .await?;
+            let row = tx
+                .query_one(
+                    "SELECT ends_at, candidate_event, candidate_count FROM debounce_windows
+                     WHERE key = $1 FOR UPDATE",
+                    &[&key],
+                )
+                .await?;
+            let candidate = match (
+                row.get::<_, Option<Vec<u8>>>(1),
+                row.get::<_, Option<i32>>(2),
+            ) {
+                (Some(e), Some(n)) => Some(Candidate {
+                    event: super::ingest::ulid_from(&e)?,
+                    deliveries: n.max(0) as usize,
+                }),
+                _ => None,
+            };
+            let window = Window {
+                end: row.get(0),
+                candidate,
+            };
+            self.windows.insert(rule.key.clone(), (window, false));
+        }
+        let (window, _) = &self.windows[&rule.key];
+        Ok(debounce::decide(
+            Some(window),
+            now,
+            rule.window_ms,
+            rule.trailing,
+        ))
+    }
+
+    /// Keeps the window's new state (written by [`Debouncer::write`]).
+    pub(super) fn set(&mut self, key: &str, window: Window) {
+        self.windows.insert(key.to_string(), (window, true));
+    }
+
+    /// Notes that `event`'s deliveries, from row `first` on, are a trailing candidate.
+    pub(super) fn candidate_rows(&mut self, event: u128, first: usize) {
+        self.candidates.insert(event, first);
+    }
+
+    /// Ends the candidate's deliveries `debounced`: in this transaction's rows if it was made
+    /// here, else in the table (those not leased and still pending).
+    pub(super) async fn supersede(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        candidate: Candidate,
+        rows: &mut DeliveryRows,
+        attempts: &mut NewAttempts,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        if let Some(&first) = self.candidates.get(&candidate.event) {
+            for i in first..first + candidate.deliveries {
+                rows.debounce(i, 1);
+                attempts.debounced(rows.id[i].clone(), 1, now);
+            }
+            return Ok(());
+        }
+        let event = candidate.event.to_be_bytes().to_vec();
+        let ended = tx
+            .query(
+                "UPDATE deliveries SET state = 'skipped', last_status = 'debounced',
+                     attempt_count = attempt_count + 1, due_at = NULL, next_attempt_at = NULL,
+                     queued = false
+                 WHERE event_id = $1 AND state = 'pending' AND leased_by IS NULL
+                 RETURNING id, attempt_count",
+                &[&event],
+            )
+            .await?;
+        for r in ended {
+            attempts.debounced(r.get(0), r.get::<_, i32>(1) as u32, now);
+        }
+        Ok(())
+    }
+
+    /// Writes the windows this transaction changed.
+    pub(super) async fn write(
+        self,
+        tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<(), StoreError> {
+        for (key, (w, changed)) in self.windows {
+            if !changed {
+                continue;
+            }
+            let (event, count) = match w.candidate {
+                Some(c) => (
+                    Some(c.event.to_be_bytes().to_vec()),
+                    Some(c.deliveries as i32),
+                ),
+                None => (None, None),
+            };
+            tx.execute(
+                "UPDATE debounce_windows SET ends_at = $2, candidate_event = $3,
+                     candidate_count = $4
+                 WHERE key = $1",
+                &[&key.as_bytes(), &w.end, &event, &count],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The id of a `debounced` attempt made at `now`.
+pub(super) fn attempt_id(now: Millis) -> String {
+    ids::new_id(ids::ATTEMPT, now)
+}
