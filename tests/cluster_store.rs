@@ -908,3 +908,115 @@ async fn a_trailing_candidate_is_replaced_by_the_next_event_across_nodes() {
     let expected: HashSet<String> = [first[0].event_id.clone(), fourth[0].event_id.clone()].into();
     assert_eq!(due, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ordered_key_has_one_delivery_in_flight_in_the_whole_cluster() {
+    let c = Cluster::new().await;
+    let setup = c.node().await;
+    let mut ordered = endpoint(ENDPOINTS[0], "acct_o");
+    ordered.ordering = Some(herald::model::Ordering {
+        key: Some("order".into()),
+    });
+    setup.create_endpoint(ordered, 10).await.unwrap();
+    let nodes = [c.node().await, c.node().await, c.node().await];
+    let ordered_event = |order: &str| {
+        let mut ev = event("acct_o", None);
+        ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
+        ev.payload = Bytes::from(format!("{{\"order\":\"{order}\"}}"));
+        ev
+    };
+    // 30 events of key "a" and 30 of "b", posted on all three nodes in turn.
+    let mut expected: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for i in 0..60 {
+        let key = if i % 2 == 0 { "a" } else { "b" };
+        let out = nodes[i % 3].ingest(vec![ordered_event(key)]).await.unwrap();
+        expected
+            .entry(key.to_string())
+            .or_default()
+            .push(deliveries_of(&out)[0].id.clone());
+    }
+    // The ingest field overrides the payload's key.
+    let mut ev = ordered_event("a");
+    ev.ordering_key = Some("c".into());
+    let c_id = deliveries_of(&nodes[0].ingest(vec![ev]).await.unwrap())[0]
+        .id
+        .clone();
+    expected.insert("c".into(), vec![c_id]);
+
+    // Three nodes, four workers each, claiming and finishing as fast as they can.
+    let in_flight = Arc::new(std::sync::Mutex::new(HashSet::<String>::new()));
+    let done = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let key_of = |payload: &[u8]| -> String {
+        serde_json::from_slice::<serde_json::Value>(payload).unwrap()["order"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut tasks = Vec::new();
+    for node in &nodes {
+        for _ in 0..4 {
+            let (node, in_flight, done) = (node.clone(), in_flight.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut idle = 0;
+                while idle < 20 {
+                    let leased = node.claim_due(3).await.unwrap();
+                    if leased.is_empty() {
+                        idle += 1;
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    idle = 0;
+                    for l in leased {
+                        let key = match l.due.event.ordering_key.clone() {
+                            Some(k) => k,
+                            None => key_of(&l.due.payload),
+                        };
+                        assert!(
+                            in_flight.lock().unwrap().insert(key.clone()),
+                            "two deliveries of key {key} in flight at once"
+                        );
+                        let mut d = l.due.delivery.clone();
+                        d.state = DeliveryState::Delivered;
+                        d.next_attempt_at = None;
+                        done.lock().unwrap().push(d.id.clone());
+                        in_flight.lock().unwrap().remove(&key);
+                        node.finish(l.claim, &d, None).await.unwrap();
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let done = done.lock().unwrap().clone();
+    assert_eq!(done.len(), 61, "every delivery attempted once");
+    for (key, ids) in expected {
+        let order: Vec<&String> = done.iter().filter(|d| ids.contains(d)).collect();
+        assert_eq!(
+            order,
+            ids.iter().collect::<Vec<_>>(),
+            "key {key} in commit order"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_taking_the_same_keys_in_opposite_orders_never_deadlock() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    for round in 0..30 {
+        let (k1, k2) = (format!("x{round}"), format!("y{round}"));
+        let mut forward = vec![event("acct", Some(&k1)), event("acct", Some(&k2))];
+        forward.extend([debounced(&k1, false), debounced(&k2, false)]);
+        let mut backward = vec![event("acct", Some(&k2)), event("acct", Some(&k1))];
+        backward.extend([debounced(&k2, false), debounced(&k1, false)]);
+        let (x, y) = tokio::join!(a.ingest(forward), b.ingest(backward));
+        let (x, y) = (x.expect("no deadlock"), y.expect("no deadlock"));
+        assert_eq!(
+            created(&x[..2]).len() + created(&y[..2]).len(),
+            2,
+            "one event per key"
+        );
+    }
+}

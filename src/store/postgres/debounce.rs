@@ -27,43 +27,29 @@ pub(super) struct Debouncer {
 }
 
 impl Debouncer {
-    /// The decision for an event of `rule` at `now`, reading (and locking) its window first.
+    /// Locks (and reads) the windows of `keys`, in sorted order: every ingest transaction takes
+    /// its windows' locks in the same order, so none deadlocks another.
+    pub(super) async fn lock_all(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        mut keys: Vec<&str>,
+    ) -> Result<(), StoreError> {
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            self.read(tx, key).await?;
+        }
+        Ok(())
+    }
+
+    /// The decision for an event of `rule` at `now` (its window read by [`Debouncer::lock_all`]).
     pub(super) async fn decide(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         rule: &DebounceRule,
         now: Millis,
     ) -> Result<Decision, StoreError> {
-        if !self.windows.contains_key(&rule.key) {
-            let key = rule.key.as_bytes();
-            tx.execute(
-                "INSERT INTO debounce_windows (key, ends_at) VALUES ($1, 0) ON CONFLICT DO NOTHING",
-                &[&key],
-            )
-            .await?;
-            let row = tx
-                .query_one(
-                    "SELECT ends_at, candidate_event, candidate_count FROM debounce_windows
-                     WHERE key = $1 FOR UPDATE",
-                    &[&key],
-                )
-                .await?;
-            let candidate = match (
-                row.get::<_, Option<Vec<u8>>>(1),
-                row.get::<_, Option<i32>>(2),
-            ) {
-                (Some(e), Some(n)) => Some(Candidate {
-                    event: super::ingest::ulid_from(&e)?,
-                    deliveries: n.max(0) as usize,
-                }),
-                _ => None,
-            };
-            let window = Window {
-                end: row.get(0),
-                candidate,
-            };
-            self.windows.insert(rule.key.clone(), (window, false));
-        }
+        self.read(tx, &rule.key).await?;
         let (window, _) = &self.windows[&rule.key];
         Ok(debounce::decide(
             Some(window),
@@ -71,6 +57,46 @@ impl Debouncer {
             rule.window_ms,
             rule.trailing,
         ))
+    }
+
+    /// Reads and locks the window of `rule_key` unless this transaction has it already.
+    async fn read(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        rule_key: &str,
+    ) -> Result<(), StoreError> {
+        if self.windows.contains_key(rule_key) {
+            return Ok(());
+        }
+        let key = rule_key.as_bytes();
+        tx.execute(
+            "INSERT INTO debounce_windows (key, ends_at) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+            &[&key],
+        )
+        .await?;
+        let row = tx
+            .query_one(
+                "SELECT ends_at, candidate_event, candidate_count FROM debounce_windows
+                 WHERE key = $1 FOR UPDATE",
+                &[&key],
+            )
+            .await?;
+        let candidate = match (
+            row.get::<_, Option<Vec<u8>>>(1),
+            row.get::<_, Option<i32>>(2),
+        ) {
+            (Some(e), Some(n)) => Some(Candidate {
+                event: super::ingest::ulid_from(&e)?,
+                deliveries: n.max(0) as usize,
+            }),
+            _ => None,
+        };
+        let window = Window {
+            end: row.get(0),
+            candidate,
+        };
+        self.windows.insert(rule_key.to_string(), (window, false));
+        Ok(())
     }
 
     /// Keeps the window's new state (written by [`Debouncer::write`]).

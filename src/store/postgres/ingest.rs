@@ -23,6 +23,7 @@ use crate::clock::{Clock, Millis};
 use crate::ids::{self, EVENT};
 use crate::model::{Delivery, DeliveryState, Status};
 use crate::policy::debounce::{Candidate, Decision, Window};
+use crate::policy::ordering;
 use crate::store::{IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE};
 
 /// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
@@ -37,6 +38,8 @@ const MAX_EVENTS_PER_COMMIT: usize = 4096;
 /// One request's events and where its answer goes.
 pub(super) struct Job {
     events: Vec<NewEvent>,
+    /// Each event's deliveries' ordering lanes ([`lane`]), in target order.
+    lanes: Vec<Vec<Option<Vec<u8>>>>,
     reply: oneshot::Sender<Result<Vec<IngestOutcome>, StoreError>>,
 }
 
@@ -77,7 +80,11 @@ impl Committer {
             .iter_mut()
             .flat_map(|j| std::mem::take(&mut j.events))
             .collect();
-        match self.commit(&events).await {
+        let lanes: Vec<Vec<Option<Vec<u8>>>> = jobs
+            .iter_mut()
+            .flat_map(|j| std::mem::take(&mut j.lanes))
+            .collect();
+        match self.commit(&events, &lanes).await {
             Ok(outcomes) => {
                 let mut outcomes = outcomes.into_iter();
                 for (job, n) in jobs.into_iter().zip(counts) {
@@ -100,7 +107,11 @@ impl Committer {
         *last
     }
     /// Stores the events (or finds them duplicates) in one transaction.
-    async fn commit(&self, events: &[NewEvent]) -> Result<Vec<IngestOutcome>, StoreError> {
+    async fn commit(
+        &self,
+        events: &[NewEvent],
+        lanes: &[Vec<Option<Vec<u8>>>],
+    ) -> Result<Vec<IngestOutcome>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -111,6 +122,25 @@ impl Committer {
             .collect();
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
+        // Locks are taken class by class, each class in sorted order (lanes, then idempotency
+        // keys, then debounce windows), so ingest transactions never deadlock one another.
+        // A lane's lock is held to the commit: its deliveries' places (`lane_seq`) follow the
+        // order of commits.
+        let mut lane_locks: Vec<i64> = lanes
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|l| lane_lock(l))
+            .collect();
+        lane_locks.sort_unstable();
+        lane_locks.dedup();
+        if !lane_locks.is_empty() {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest($1::bigint[]) AS k ORDER BY 1) l",
+                &[&lane_locks],
+            )
+            .await?;
+        }
 
         // Idempotency keys: the first event of a key in this request claims it for the request.
         let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
@@ -136,6 +166,7 @@ impl Committer {
                 .query(
                     "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
                      SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
+                     ORDER BY a, k
                      ON CONFLICT (account_id, key) DO UPDATE
                          SET event_id = excluded.event_id, created_at = excluded.created_at
                          WHERE k.created_at <= $5
@@ -186,6 +217,15 @@ impl Committer {
         let mut d_rows = DeliveryRows::default();
         let mut attempts = NewAttempts::default();
         let mut debouncer = Debouncer::default();
+        debouncer
+            .lock_all(
+                &tx,
+                events
+                    .iter()
+                    .filter_map(|e| e.debounce.as_ref().map(|r| r.key.as_str()))
+                    .collect(),
+            )
+            .await?;
         let mut outcomes = Vec::with_capacity(events.len());
         for (i, ev) in events.iter().enumerate() {
             if let Some(first) = duplicate_of[i].take() {
@@ -199,7 +239,8 @@ impl Committer {
             let first_row = d_rows.id.len();
             for (n, lane) in ev.targets.iter().enumerate() {
                 let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
-                d_rows.push(ids::delivery_of(ulid, n), ulid, endpoint_id, ev, at);
+                let lane = lanes.get(i).and_then(|l| l.get(n)).cloned().flatten();
+                d_rows.push(ids::delivery_of(ulid, n), ulid, endpoint_id, lane, ev, at);
             }
             if let Some(rule) = &ev.debounce {
                 match debouncer.decide(&tx, rule, now).await? {
@@ -271,6 +312,23 @@ impl Committer {
     }
 }
 
+/// The ordering lane of a delivery to an ordered endpoint (SPEC §15): the endpoint's ULID and
+/// the first 16 bytes of the SHA-256 of its ordering key. Stored, so it must not change between
+/// builds (unlike a std hasher).
+pub(super) fn lane(endpoint: u128, key: &str) -> Vec<u8> {
+    use sha2::Digest;
+    let mut out = endpoint.to_be_bytes().to_vec();
+    out.extend_from_slice(&sha2::Sha256::digest(key.as_bytes())[..16]);
+    out
+}
+
+/// The advisory lock of a lane (its key's bytes after the endpoint's).
+fn lane_lock(lane: &[u8]) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&lane[16..24]);
+    i64::from_be_bytes(b)
+}
+
 /// Every job waiting (at least one), up to [`MAX_EVENTS_PER_COMMIT`] events; `None` once the
 /// store is gone.
 async fn gather(rx: &tokio::sync::Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
@@ -296,9 +354,28 @@ impl PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let lanes = events
+            .iter()
+            .map(|ev| {
+                ev.targets
+                    .iter()
+                    .map(|t| {
+                        let id = ids::format(ids::ENDPOINT, *t);
+                        let ordering = self.endpoint(&id)?.ordering.clone()?;
+                        let key =
+                            ordering::key_of(&ordering, ev.ordering_key.as_deref(), &ev.payload);
+                        Some(lane(*t, &key))
+                    })
+                    .collect()
+            })
+            .collect();
         let (reply, answer) = oneshot::channel();
         self.ingest
-            .send(Job { events, reply })
+            .send(Job {
+                events,
+                lanes,
+                reply,
+            })
             .await
             .map_err(|_| StoreError::Closed)?;
         answer.await.map_err(|_| StoreError::Closed)?
@@ -344,6 +421,7 @@ pub(super) struct DeliveryRows {
     pub(super) id: Vec<Vec<u8>>,
     event: Vec<Vec<u8>>,
     endpoint: Vec<Option<String>>,
+    lane: Vec<Option<Vec<u8>>>,
     account: Vec<String>,
     event_type: Vec<String>,
     state: Vec<&'static str>,
@@ -357,10 +435,19 @@ pub(super) struct DeliveryRows {
 
 impl DeliveryRows {
     /// A pending delivery, due at once.
-    fn push(&mut self, ulid: u128, event: u128, endpoint: Option<String>, ev: &NewEvent, at: i64) {
+    fn push(
+        &mut self,
+        ulid: u128,
+        event: u128,
+        endpoint: Option<String>,
+        lane: Option<Vec<u8>>,
+        ev: &NewEvent,
+        at: i64,
+    ) {
         self.id.push(ulid.to_be_bytes().to_vec());
         self.event.push(event.to_be_bytes().to_vec());
         self.endpoint.push(endpoint);
+        self.lane.push(lane);
         self.account.push(ev.account_id.clone());
         self.event_type.push(ev.event_type.clone());
         self.state.push(DeliveryState::Pending.as_str());
@@ -410,11 +497,14 @@ impl DeliveryRows {
         tx.execute(
             "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
                                      last_status, attempt_count, due_at, next_attempt_at, queued,
-                                     created_at)
-             SELECT id, ev, ep, a, t, st, ls, n, due, due, q, at
+                                     created_at, lane, lane_seq)
+             SELECT id, ev, ep, a, t, st, ls, n, due, due, q, at, l,
+                    CASE WHEN l IS NULL THEN NULL ELSE nextval('herald_lane_seq') END
              FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::integer[], $9::bigint[], $10::boolean[],
-                         $11::bigint[]) AS d(id, ev, ep, a, t, st, ls, n, due, q, at)",
+                         $11::bigint[], $12::bytea[])
+                  WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, i)
+             ORDER BY i",
             &[
                 &self.id,
                 &self.event,
@@ -427,6 +517,7 @@ impl DeliveryRows {
                 &self.due,
                 &self.queued,
                 &self.created,
+                &self.lane,
             ],
         )
         .await?;

@@ -8,6 +8,14 @@
 //! to another learns so ([`StoreError::LeaseLost`]) and records nothing (the other node
 //! attempts it: at least once). `SIGTERM` releases the node's leases at once ([`release_all`]).
 //!
+//! Ordered endpoints (SPEC §15): a delivery with a lane (its endpoint and ordering key) is
+//! claimed only when no earlier delivery of its lane is unfinished (pending, whether due, waiting
+//! for a retry or leased), so a key has one delivery in flight in the whole cluster and the next
+//! waits until the one ahead has ended. Two nodes claiming at once cannot both pass a head: the
+//! head is pending until the transaction that ends it commits. "Ahead" is by `lane_seq`, which
+//! ingest takes under the lane's lock: the order of commits, whichever nodes made them (event
+//! ids, minted by each node's clock, are not).
+//!
 //! [`release_all`]: PgStore::release_all
 
 use bytes::Bytes;
@@ -44,7 +52,11 @@ impl PgStore {
             .query(
                 &format!(
                     "WITH due AS (
-                         SELECT id FROM deliveries WHERE due_at <= $1
+                         SELECT id FROM deliveries d WHERE due_at <= $1
+                           AND (lane IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM deliveries ahead
+                               WHERE ahead.lane = d.lane AND ahead.lane_seq < d.lane_seq
+                                 AND ahead.due_at IS NOT NULL))
                          ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
                      ), leased AS (
                          UPDATE deliveries d SET due_at = $1 + $3, leased_by = $4, claim = $5

@@ -23,7 +23,9 @@ CREATE INDEX events_account ON events (account_id, id);
 -- its lease while a node holds it (so a lease that lapses makes it due again by itself), NULL
 -- once it ended. A node's claim stamps `leased_by` (the node) and `claim` (a token of that
 -- claim); every write the attempt makes is fenced by the token. `lane` is the ordering lane
--- (endpoint and ordering key) of an ordered endpoint's delivery. Times come from the nodes'
+-- (endpoint and ordering key) of an ordered endpoint's delivery and `lane_seq` its place in
+-- the lane: taken at insert while the ingest transaction holds the lane's advisory lock, so
+-- within a lane it is the order of commits. Times come from the nodes'
 -- clocks, which must agree (NTP) to well within the lease.
 CREATE TABLE deliveries (
     id               bytea    PRIMARY KEY,
@@ -38,6 +40,7 @@ CREATE TABLE deliveries (
     due_at           bigint,
     next_attempt_at  bigint,
     lane             bytea,
+    lane_seq         bigint,
     manual           boolean  NOT NULL DEFAULT false,
     queued           boolean  NOT NULL DEFAULT false,
     leased_by        text,
@@ -45,7 +48,8 @@ CREATE TABLE deliveries (
     created_at       bigint   NOT NULL
 );
 CREATE INDEX deliveries_due ON deliveries (due_at) WHERE due_at IS NOT NULL;
-CREATE INDEX deliveries_lane ON deliveries (lane, id) WHERE lane IS NOT NULL AND due_at IS NOT NULL;
+CREATE SEQUENCE herald_lane_seq;
+CREATE INDEX deliveries_lane ON deliveries (lane, lane_seq) WHERE lane IS NOT NULL AND due_at IS NOT NULL;
 CREATE INDEX deliveries_leased ON deliveries (leased_by) WHERE leased_by IS NOT NULL;
 CREATE INDEX deliveries_event ON deliveries (event_id);
 CREATE INDEX deliveries_account ON deliveries (account_id, id);
