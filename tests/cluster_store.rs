@@ -1020,3 +1020,92 @@ async fn requests_taking_the_same_keys_in_opposite_orders_never_deadlock() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn manual_retries_recoveries_and_waiting_deliveries_on_the_shared_queue() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let mut ordered = endpoint(ENDPOINTS[0], "acct_o");
+    ordered.ordering = Some(herald::model::Ordering { key: None });
+    a.create_endpoint(ordered, 10).await.unwrap();
+    let b = {
+        drop(b);
+        c.node().await // knows the endpoint from the start
+    };
+    let one = |n: u32| {
+        let mut ev = event("acct_o", None);
+        ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
+        ev.payload = Bytes::from(format!("{{\"n\":{n}}}"));
+        ev
+    };
+    let ids: Vec<String> = {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            ids.push(
+                deliveries_of(&b.ingest(vec![one(n)]).await.unwrap())[0]
+                    .id
+                    .clone(),
+            );
+        }
+        ids
+    };
+    let third = b.delivery(&ids[2]).await.unwrap().unwrap();
+    let (key, waiting_for) = b.ordering_of(&third).await.unwrap().unwrap();
+    assert_eq!(key, "", "the whole endpoint is one sequence");
+    assert_eq!(waiting_for.as_deref(), Some(ids[1].as_str()));
+
+    // The head is attempted: while leased, a change is refused as busy.
+    let head = a.claim_due(10).await.unwrap();
+    assert_eq!(head.len(), 1, "one in flight");
+    assert_eq!(head[0].due.delivery.id, ids[0]);
+    let busy = b
+        .change_delivery(&ids[0], |d| Some((d.clone(), ())))
+        .await
+        .unwrap();
+    assert_eq!(busy, herald::store::Changed::Busy);
+    // It fails for good: the next goes.
+    let mut failed = head[0].due.delivery.clone();
+    failed.state = DeliveryState::Failed;
+    failed.next_attempt_at = None;
+    a.finish(head[0].claim, &failed, None).await.unwrap();
+    let second = a.claim_due(10).await.unwrap();
+    assert_eq!(second[0].due.delivery.id, ids[1]);
+    // It waits for a retry an hour on; the third waits behind it.
+    let mut retry = second[0].due.delivery.clone();
+    retry.queued = true;
+    retry.attempt_count = 1;
+    retry.next_attempt_at = Some(c.clock.now_ms() + 3_600_000);
+    a.finish(second[0].claim, &retry, None).await.unwrap();
+    assert!(a.claim_due(10).await.unwrap().is_empty());
+
+    // A manual retry of the failed head is sent at once, out of order.
+    let now = c.clock.now_ms();
+    let changed = b
+        .change_delivery(&ids[0], |d| {
+            let mut d = d.clone();
+            d.state = DeliveryState::Pending;
+            d.next_attempt_at = Some(now);
+            d.manual = true;
+            d.queued = true;
+            Some((d, ()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(changed, herald::store::Changed::Yes(()));
+    let manual = a.claim_due(10).await.unwrap();
+    assert_eq!(manual.len(), 1);
+    assert_eq!(manual[0].due.delivery.id, ids[0]);
+    assert!(manual[0].due.delivery.manual);
+
+    // The endpoint is deleted: what waits for a later time is due now.
+    assert_eq!(b.expedite_endpoint(ENDPOINTS[0], now).await.unwrap(), 1);
+    let expedited = a.claim_due(10).await.unwrap();
+    assert_eq!(expedited.len(), 1);
+    assert_eq!(expedited[0].due.delivery.id, ids[1]);
+    assert_eq!(
+        b.change_delivery("dlv_nope", |d| Some((d.clone(), ())))
+            .await
+            .unwrap(),
+        herald::store::Changed::NotFound
+    );
+}

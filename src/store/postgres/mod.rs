@@ -9,6 +9,7 @@
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
 
 mod accounts;
+mod changes;
 pub mod copy;
 mod debounce;
 mod endpoints;
