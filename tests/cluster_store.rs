@@ -1109,3 +1109,57 @@ async fn manual_retries_recoveries_and_waiting_deliveries_on_the_shared_queue() 
         herald::store::Changed::NotFound
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    a.ingest(vec![event("acct", None)]).await.unwrap();
+    assert_eq!(a.claim_due(1).await.unwrap().len(), 1);
+    let nodes = b.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    let of_a = nodes.iter().find(|n| n.id == a.node()).unwrap();
+    assert_eq!(of_a.leases, 1);
+    assert!(!of_a.name.is_empty());
+
+    // A stops beating (it died): after a while it is no longer listed; B keeps beating.
+    c.clock.advance(Duration::from_secs(20));
+    b.heartbeat().await.unwrap();
+    assert_eq!(
+        b.nodes().await.unwrap().len(),
+        2,
+        "20 s without a beat: still listed"
+    );
+    c.clock.advance(Duration::from_secs(20));
+    b.heartbeat().await.unwrap();
+    let ids: Vec<String> = b.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, vec![b.node().to_string()]);
+    // It comes back (a long pause, not a death): its next beat lists it again.
+    a.heartbeat().await.unwrap();
+    assert_eq!(b.nodes().await.unwrap().len(), 2);
+
+    // B leaves: its lease (it took the other delivery) is given up and it is not listed.
+    assert_eq!(b.claim_due(1).await.unwrap().len(), 1);
+    assert_eq!(b.leave().await.unwrap(), 1);
+    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    assert_eq!(ids, vec![a.node().to_string()]);
+    assert_eq!(
+        a.claim_due(10).await.unwrap().len(),
+        2,
+        "B's released delivery, and A's own whose lease lapsed during its pause"
+    );
+
+    assert!(a.healthy().await);
+    c.pg.stop();
+    assert!(
+        !a.healthy().await,
+        "healthz fails while the database is down"
+    );
+    c.pg.restart();
+    common::wait_until(
+        Duration::from_secs(15),
+        "the node is healthy again",
+        || async { a.healthy().await },
+    )
+    .await;
+}

@@ -16,6 +16,7 @@ mod endpoints;
 mod ingest;
 mod migrate;
 mod node;
+pub mod nodes;
 mod queue;
 mod quota;
 mod reads;

@@ -32,6 +32,8 @@ pub struct PgStore {
     pub(super) db: Database,
     /// This node's id: stamps its leases (`deliveries.leased_by`) and its `nodes` row.
     pub(super) node: String,
+    /// The machine's name, as the node list shows it.
+    pub(super) name: String,
     pub(super) clock: Arc<dyn Clock>,
     /// `storage.postgres.lease` in milliseconds.
     pub(super) lease_ms: Millis,
@@ -72,7 +74,7 @@ impl PgStore {
     ) -> Result<PgStore, StoreError> {
         let node = crate::ids::random_hex(8);
         let now = clock.now_ms();
-        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "herald".into());
+        let name = host_name();
         db.client()
             .await?
             .execute(
@@ -84,6 +86,7 @@ impl PgStore {
             ingest: Committer::start(db.clone(), clock.clone()),
             db,
             node,
+            name,
             clock,
             lease_ms: lease.as_millis() as Millis,
             wake: Arc::new(Notify::new()),
@@ -114,4 +117,14 @@ impl PgStore {
         self.load_endpoints().await?;
         self.load_plans().await
     }
+}
+
+/// The machine's name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else "herald").
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "herald".into())
 }

@@ -1,0 +1,100 @@
+//! The nodes of a cluster (SPEC §16: `/v1/status` shows the shared queue and this node;
+//! `/healthz` fails when the database is unreachable): each node has a row it refreshes
+//! (`seen_at`) while it runs and removes when it stops; a node that died stops refreshing and
+//! drops out of the list once it has not been seen for [`GONE_AFTER_BEATS`] beats.
+
+use std::time::Duration;
+
+use super::PgStore;
+use crate::clock::Millis;
+use crate::store::StoreError;
+
+/// How often a node refreshes its row.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Beats missed before a node is no longer listed (and its row is removed).
+const GONE_AFTER_BEATS: i64 = 6;
+/// How long `/healthz` waits for the database.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A node as the cluster sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    pub started_at: Millis,
+    pub seen_at: Millis,
+    /// Deliveries it holds leases on now.
+    pub leases: i64,
+}
+
+impl PgStore {
+    /// Refreshes this node's row (making it again if it was removed, as after a long pause),
+    /// and removes the rows of nodes gone for good.
+    pub async fn heartbeat(&self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let gone = now - GONE_AFTER_BEATS * HEARTBEAT.as_millis() as Millis;
+        let client = self.db.client().await?;
+        client
+            .execute(
+                "INSERT INTO nodes (id, name, started_at, seen_at) VALUES ($1, $2, $3, $3)
+                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+                &[&self.node, &self.name, &now],
+            )
+            .await?;
+        client
+            .execute("DELETE FROM nodes WHERE seen_at < $1", &[&gone])
+            .await?;
+        Ok(())
+    }
+
+    /// The nodes seen lately, oldest first, with the leases each holds.
+    pub async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        let since = self.clock.now_ms() - GONE_AFTER_BEATS * HEARTBEAT.as_millis() as Millis;
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT n.id, n.name, n.started_at, n.seen_at,
+                        (SELECT count(*) FROM deliveries d WHERE d.leased_by = n.id)
+                 FROM nodes n WHERE n.seen_at >= $1 ORDER BY n.started_at, n.id",
+                &[&since],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Node {
+                id: r.get(0),
+                name: r.get(1),
+                started_at: r.get(2),
+                seen_at: r.get(3),
+                leases: r.get(4),
+            })
+            .collect())
+    }
+
+    /// Whether the database answers now (within a short timeout).
+    pub async fn healthy(&self) -> bool {
+        let check = async {
+            let client = self.db.client().await?;
+            client.query_one("SELECT 1", &[]).await?;
+            Ok::<(), StoreError>(())
+        };
+        matches!(
+            tokio::time::timeout(HEALTH_TIMEOUT, check).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// A stopping node: gives up its leases (waking the others) and its row. Returns how many
+    /// leases it gave up.
+    pub async fn leave(&self) -> Result<u64, StoreError> {
+        let released = self.release_all().await?;
+        self.db
+            .client()
+            .await?
+            .execute("DELETE FROM nodes WHERE id = $1", &[&self.node])
+            .await?;
+        Ok(released)
+    }
+}
