@@ -13,9 +13,9 @@ mod changes;
 pub mod copy;
 mod debounce;
 mod endpoints;
+mod handle;
 mod ingest;
 mod migrate;
-mod node;
 pub mod nodes;
 mod queue;
 mod quota;
@@ -31,9 +31,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::Config;
+pub use handle::PgStore;
 pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
-pub use node::PgStore;
 pub use queue::Leased;
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan).
@@ -67,8 +67,12 @@ pub enum DbError {
     Tls(String),
     #[error("database: {0}")]
     Postgres(String),
+    /// The schema cannot be used or brought up to date ([`migrate`]).
     #[error("{0}")]
     Schema(String),
+    /// The database's URL cannot be used.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl From<tokio_postgres::Error> for DbError {
@@ -138,9 +142,9 @@ impl Database {
     pub fn new(config: &Config) -> Result<Database, DbError> {
         let url = config
             .postgres_url()
-            .map_err(|e| DbError::Schema(e.to_string()))?;
+            .map_err(|e| DbError::Config(e.to_string()))?;
         let mut pg = crate::config::parse_url(&url)
-            .map_err(|e| DbError::Schema(format!("storage.postgres.url {e}")))?;
+            .map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(CONNECT_TIMEOUT);
         }
