@@ -1,6 +1,6 @@
 //! `herald copy --from sled:PATH --to postgres:URL` (SPEC §16): a stopped single-node store
-//! moved into an empty cluster database, page by page, each page one transaction that also
-//! records how far the copy got (`herald_copy`). Run again after an interruption it goes on
+//! moved into an empty cluster database, page by page, each page one transaction (a statement
+//! per table, arrays unnested) that also records how far the copy got (`herald_copy`). Run again after an interruption it goes on
 //! from there; rows copied twice are skipped (every insert is `ON CONFLICT DO NOTHING`), so
 //! nothing is ever doubled. It refuses a database that holds anything it did not copy, and a
 //! database another store was copied into.
@@ -240,82 +240,113 @@ impl Rows {
         Ok(())
     }
 
+    /// The page's rows, one statement per table (arrays unnested).
     async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
-        for (id, m, payload) in &self.events {
-            tx.execute(
-                "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                     debounce_key, ordering_key, payload)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-                &[
-                    id,
-                    &m.account_id,
-                    &m.event_type,
-                    &m.received_at,
-                    &m.idempotency_key,
-                    &m.debounce_key,
-                    &m.ordering_key,
-                    payload,
-                ],
-            )
-            .await?;
-        }
-        for (id, event, d) in &self.deliveries {
-            let due = match d.state {
+        let ev = &self.events;
+        tx.execute(
+            "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
+                                 debounce_key, ordering_key, payload)
+             SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+                                  $6::text[], $7::text[], $8::bytea[])
+             ON CONFLICT DO NOTHING",
+            &[
+                &ev.iter().map(|e| &e.0).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.1.account_id).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.1.event_type).collect::<Vec<_>>(),
+                &ev.iter().map(|e| e.1.received_at).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.1.idempotency_key).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.1.debounce_key).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.1.ordering_key).collect::<Vec<_>>(),
+                &ev.iter().map(|e| &e.2).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+        let ds = &self.deliveries;
+        let due: Vec<Option<i64>> = ds
+            .iter()
+            .map(|(_, _, d)| match d.state {
                 DeliveryState::Pending => Some(d.next_attempt_at.unwrap_or(d.created_at)),
                 _ => None,
-            };
-            tx.execute(
-                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
-                     last_status, last_http_status, attempt_count, due_at, next_attempt_at,
-                     manual, queued, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                 ON CONFLICT DO NOTHING",
-                &[
-                    id,
-                    event,
-                    &d.endpoint_id,
-                    &d.account_id,
-                    &d.event_type,
-                    &d.state.as_str(),
-                    &d.last_status.map(|s| s.as_str()),
-                    &d.last_http_status.map(i32::from),
-                    &(d.attempt_count as i32),
-                    &due,
-                    &d.next_attempt_at,
-                    &d.manual,
-                    &d.queued,
-                    &d.created_at,
-                ],
-            )
-            .await?;
-        }
-        for (delivery, a) in &self.attempts {
-            let headers = serde_json::to_value(&a.request_headers)
+            })
+            .collect();
+        tx.execute(
+            "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
+                 last_status, last_http_status, attempt_count, due_at, next_attempt_at, manual,
+                 queued, created_at)
+             SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::integer[], $9::integer[],
+                                  $10::bigint[], $11::bigint[], $12::boolean[], $13::boolean[],
+                                  $14::bigint[])
+             ON CONFLICT DO NOTHING",
+            &[
+                &ds.iter().map(|d| &d.0).collect::<Vec<_>>(),
+                &ds.iter().map(|d| &d.1).collect::<Vec<_>>(),
+                &ds.iter().map(|d| &d.2.endpoint_id).collect::<Vec<_>>(),
+                &ds.iter().map(|d| &d.2.account_id).collect::<Vec<_>>(),
+                &ds.iter().map(|d| &d.2.event_type).collect::<Vec<_>>(),
+                &ds.iter().map(|d| d.2.state.as_str()).collect::<Vec<_>>(),
+                &ds.iter()
+                    .map(|d| d.2.last_status.map(|s| s.as_str()))
+                    .collect::<Vec<_>>(),
+                &ds.iter()
+                    .map(|d| d.2.last_http_status.map(i32::from))
+                    .collect::<Vec<_>>(),
+                &ds.iter()
+                    .map(|d| d.2.attempt_count as i32)
+                    .collect::<Vec<_>>(),
+                &due,
+                &ds.iter().map(|d| d.2.next_attempt_at).collect::<Vec<_>>(),
+                &ds.iter().map(|d| d.2.manual).collect::<Vec<_>>(),
+                &ds.iter().map(|d| d.2.queued).collect::<Vec<_>>(),
+                &ds.iter().map(|d| d.2.created_at).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+        if !self.attempts.is_empty() {
+            let at = &self.attempts;
+            let headers = at
+                .iter()
+                .map(|(_, a)| serde_json::to_value(&a.request_headers))
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| StoreError::Encode(e.to_string()))?;
             tx.execute(
                 "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
                                        http_status, error, request_headers, response_body)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING",
+                 SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[],
+                                      $5::bigint[], $6::text[], $7::integer[], $8::text[],
+                                      $9::jsonb[], $10::text[])
+                 ON CONFLICT DO NOTHING",
                 &[
-                    delivery,
-                    &(a.number as i32),
-                    &a.id,
-                    &a.at,
-                    &(a.duration_ms.min(i64::MAX as u64) as i64),
-                    &a.status.as_str(),
-                    &a.http_status.map(i32::from),
-                    &a.error,
+                    &at.iter().map(|a| &a.0).collect::<Vec<_>>(),
+                    &at.iter().map(|a| a.1.number as i32).collect::<Vec<_>>(),
+                    &at.iter().map(|a| &a.1.id).collect::<Vec<_>>(),
+                    &at.iter().map(|a| a.1.at).collect::<Vec<_>>(),
+                    &at.iter()
+                        .map(|a| a.1.duration_ms.min(i64::MAX as u64) as i64)
+                        .collect::<Vec<_>>(),
+                    &at.iter().map(|a| a.1.status.as_str()).collect::<Vec<_>>(),
+                    &at.iter()
+                        .map(|a| a.1.http_status.map(i32::from))
+                        .collect::<Vec<_>>(),
+                    &at.iter().map(|a| &a.1.error).collect::<Vec<_>>(),
                     &headers,
-                    &a.response_body,
+                    &at.iter().map(|a| &a.1.response_body).collect::<Vec<_>>(),
                 ],
             )
             .await?;
         }
-        for (account, key, event, at) in &self.keys {
+        if !self.keys.is_empty() {
+            let ks = &self.keys;
             tx.execute(
                 "INSERT INTO idempotency_keys (account_id, key, event_id, created_at)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                &[account, key, event, at],
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &ks.iter().map(|k| &k.0).collect::<Vec<_>>(),
+                    &ks.iter().map(|k| &k.1).collect::<Vec<_>>(),
+                    &ks.iter().map(|k| &k.2).collect::<Vec<_>>(),
+                    &ks.iter().map(|k| k.3).collect::<Vec<_>>(),
+                ],
             )
             .await?;
         }
