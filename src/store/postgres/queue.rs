@@ -113,8 +113,9 @@ impl PgStore {
     }
 
     /// Records an attempt's result (`now`, and the attempt if one was made) and gives the lease
-    /// up, in one transaction fenced by the claim: [`StoreError::LeaseLost`] if the lease
-    /// passed to another node, and then nothing is written.
+    /// up, fenced by the claim: [`StoreError::LeaseLost`] if the lease passed to another node,
+    /// and then nothing is written. One statement (so one round trip, atomic on its own): the
+    /// delivery's update, and the attempt's insert only if the update found the claim.
     pub async fn finish(
         &self,
         claim: i64,
@@ -126,14 +127,31 @@ impl PgStore {
             DeliveryState::Pending => now.next_attempt_at,
             _ => None,
         };
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        let updated = tx
-            .execute(
-                "UPDATE deliveries SET state = $3, last_status = $4, last_http_status = $5,
-                     attempt_count = $6, next_attempt_at = $7, due_at = $7, manual = $8,
-                     queued = $9, leased_by = NULL, claim = NULL
-                 WHERE id = $1 AND claim = $2",
+        let headers = match attempt {
+            Some(a) => Some(
+                serde_json::to_value(&a.request_headers)
+                    .map_err(|e| StoreError::Encode(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let updated: i64 = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "WITH done AS (
+                     UPDATE deliveries SET state = $3, last_status = $4, last_http_status = $5,
+                         attempt_count = $6, next_attempt_at = $7, due_at = $7, manual = $8,
+                         queued = $9, leased_by = NULL, claim = NULL
+                     WHERE id = $1 AND claim = $2
+                     RETURNING id
+                 ), recorded AS (
+                     INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                           http_status, error, request_headers, response_body)
+                     SELECT done.id, $10, $11, $12, $13, $14, $15, $16, $17, $18 FROM done
+                     WHERE $11::text IS NOT NULL
+                 )
+                 SELECT count(*) FROM done",
                 &[
                     &id,
                     &claim,
@@ -144,35 +162,22 @@ impl PgStore {
                     &due,
                     &now.manual,
                     &now.queued,
+                    &attempt.map(|a| a.number as i32),
+                    &attempt.map(|a| a.id.as_str()),
+                    &attempt.map(|a| a.at),
+                    &attempt.map(|a| a.duration_ms.min(i64::MAX as u64) as i64),
+                    &attempt.map(|a| a.status.as_str()),
+                    &attempt.and_then(|a| a.http_status.map(i32::from)),
+                    &attempt.and_then(|a| a.error.as_deref()),
+                    &headers,
+                    &attempt.map(|a| a.response_body.as_str()),
                 ],
             )
-            .await?;
+            .await?
+            .get(0);
         if updated == 0 {
             return Err(StoreError::LeaseLost);
         }
-        if let Some(a) = attempt {
-            let headers = serde_json::to_value(&a.request_headers)
-                .map_err(|e| StoreError::Encode(e.to_string()))?;
-            tx.execute(
-                "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
-                                       http_status, error, request_headers, response_body)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                &[
-                    &id,
-                    &(a.number as i32),
-                    &a.id,
-                    &a.at,
-                    &(a.duration_ms.min(i64::MAX as u64) as i64),
-                    &a.status.as_str(),
-                    &a.http_status.map(i32::from),
-                    &a.error,
-                    &headers,
-                    &a.response_body,
-                ],
-            )
-            .await?;
-        }
-        tx.commit().await?;
         Ok(())
     }
 
