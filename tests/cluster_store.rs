@@ -1163,3 +1163,49 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_renews_the_leases_of_attempts_still_running() {
+    let c = Cluster::new().await;
+    let clock: Arc<dyn Clock> = c.clock.clone();
+    // A short lease, so its renewals (every third of it) come quickly in real time.
+    let a = Arc::new(
+        PgStore::with_database(c.database(), clock, Duration::from_millis(600))
+            .await
+            .unwrap(),
+    );
+    let b = c.node().await;
+    a.ingest(vec![event("acct", None)]).await.unwrap();
+    let held = a.claim_due(10).await.unwrap();
+    assert_eq!(held.len(), 2);
+    // The first attempt finishes; the second keeps running.
+    let mut done = held[0].due.delivery.clone();
+    done.state = DeliveryState::Delivered;
+    done.next_attempt_at = None;
+    a.finish(held[0].claim, &done, None).await.unwrap();
+
+    let (trigger, shutdown) = herald::shutdown::channel();
+    let keeper = tokio::spawn(herald::store::postgres::keep_leases(a.clone(), shutdown));
+    for step in 1..=5 {
+        c.clock.advance(Duration::from_millis(400));
+        let until = c.clock.now_ms() + 600;
+        common::wait_until(Duration::from_secs(10), "the lease is renewed", || async {
+            c.count(&format!(
+                "SELECT count(*) FROM deliveries WHERE due_at = {until} AND leased_by IS NOT NULL"
+            )) == 1
+        })
+        .await;
+        assert!(
+            b.claim_due(10).await.unwrap().is_empty(),
+            "step {step}: still A's"
+        );
+    }
+    trigger.fire();
+    keeper.await.unwrap();
+    // Renewals stopped: the lease lapses and B takes the delivery.
+    c.clock.advance(Duration::from_millis(700));
+    let taken = b.claim_due(10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].due.delivery.id, held[1].due.delivery.id);
+    assert_eq!(a.renew_held().await.unwrap(), 0, "A learns it lost it");
+}

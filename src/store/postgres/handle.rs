@@ -45,6 +45,9 @@ pub struct PgStore {
     pub(super) endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
     /// Every synced plan, by account ([`super::accounts`]).
     pub(super) plans: RwLock<HashMap<String, String>>,
+    /// The leases this node holds: delivery id → claim ([`super::queue`]), renewed by
+    /// [`super::queue::keep_leases`] until their attempts finish.
+    pub(super) held: std::sync::Mutex<HashMap<String, i64>>,
 }
 
 impl PgStore {
@@ -92,6 +95,7 @@ impl PgStore {
             wake: Arc::new(Notify::new()),
             endpoints: RwLock::default(),
             plans: RwLock::default(),
+            held: std::sync::Mutex::default(),
         };
         store.reload().await?;
         Ok(store)

@@ -34,7 +34,7 @@ use crate::config::Config;
 pub use handle::PgStore;
 pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
-pub use queue::Leased;
+pub use queue::{keep_leases, Leased};
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan).
 /// Every node keeps endpoints and plans in memory and reloads what a notice names.

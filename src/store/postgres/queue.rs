@@ -69,14 +69,43 @@ impl PgStore {
                 &[&now, &max, &self.lease_ms, &self.node, &claim],
             )
             .await?;
-        rows.iter()
+        let leased: Vec<Leased> = rows
+            .iter()
             .map(|r| {
                 Ok(Leased {
                     claim,
                     due: due_from(r)?,
                 })
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        let mut held = self.lock_held();
+        for l in &leased {
+            held.insert(l.due.delivery.id.clone(), claim);
+        }
+        Ok(leased)
+    }
+
+    /// Renews every lease this node holds (those whose attempts have not finished); returns
+    /// how many it still holds. A lease found lost is dropped from the set (its attempt's
+    /// result will be refused).
+    pub async fn renew_held(&self) -> Result<usize, StoreError> {
+        let held: Vec<(String, i64)> = self
+            .lock_held()
+            .iter()
+            .map(|(id, c)| (id.clone(), *c))
+            .collect();
+        let pairs: Vec<(&str, i64)> = held.iter().map(|(id, c)| (id.as_str(), *c)).collect();
+        let lost = self.renew(&pairs).await?;
+        let mut set = self.lock_held();
+        for id in &lost {
+            tracing::warn!(delivery_id = %id, "lost the lease of a delivery being attempted; another node attempts it");
+            set.remove(id);
+        }
+        Ok(held.len() - lost.len())
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Extends the leases this node still works on; returns the deliveries whose lease it no
@@ -122,6 +151,7 @@ impl PgStore {
         now: &Delivery,
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
+        self.lock_held().remove(&now.id);
         let id = delivery_key(&now.id)?;
         let due = match now.state {
             DeliveryState::Pending => now.next_attempt_at,
@@ -184,6 +214,7 @@ impl PgStore {
     /// Gives up every lease this node holds (`SIGTERM`): its deliveries are due at once for the
     /// other nodes, which are woken. Returns how many there were.
     pub async fn release_all(&self) -> Result<u64, StoreError> {
+        self.lock_held().clear();
         let now = self.clock.now_ms();
         let client = self.db.client().await?;
         let n = client
@@ -261,4 +292,22 @@ fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
         event: meta,
         payload: Bytes::from(payload),
     })
+}
+
+/// Renews this node's leases every third of the lease until shutdown, so an attempt that runs
+/// long (a slow receiver, retries of a connection) keeps its delivery.
+pub async fn keep_leases(store: std::sync::Arc<PgStore>, mut shutdown: crate::shutdown::Shutdown) {
+    let every = std::time::Duration::from_millis((store.lease_ms / 3).max(1) as u64);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = store.renew_held().await {
+                    tracing::warn!(error = %e, "cannot renew leases; they lapse unless the next renewal succeeds");
+                }
+            }
+            () = shutdown.wait() => return,
+        }
+    }
 }
