@@ -3,7 +3,8 @@
 //! flush). Like the sled store's committer, requests that arrive together share a transaction
 //! (group commit): a few committer tasks each take every request waiting, so one WAL flush
 //! acknowledges them all; measured here with 64 clients posting single events to a durable
-//! PostgreSQL on the same 2 cores, a transaction per request made 1,700 events/s. Each table gets
+//! PostgreSQL on the same 2 cores, a transaction per request made 1,700 events/s and shared
+//! transactions 12,000 (the store alone, without the HTTP layer). Each table gets
 //! one statement per transaction (arrays unnested), whatever its number of events. If the
 //! transaction fails, every request in it gets the error and nothing of it is stored.
 //!

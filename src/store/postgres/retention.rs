@@ -11,25 +11,33 @@ use crate::ids;
 use crate::store::{StoreError, IDEMPOTENCY_WINDOW_MS};
 
 impl PgStore {
-    /// Removes up to `max` ended events received before `cutoff` (with their deliveries and
-    /// attempts). Returns how many went.
+    /// Removes up to `max` ended events received before `cutoff` (with their deliveries,
+    /// attempts and idempotency keys: a key whose event is gone claims nothing). Returns how
+    /// many went.
     pub async fn prune_events(&self, cutoff: Millis, max: i64) -> Result<u64, StoreError> {
         let below = ids::ulid_floor(cutoff).to_be_bytes().to_vec();
         Ok(self
             .db
             .client()
             .await?
-            .execute(
-                "DELETE FROM events WHERE id IN (
-                     SELECT e.id FROM events e
-                     WHERE e.id < $1 AND NOT EXISTS (
-                         SELECT 1 FROM deliveries d
-                         WHERE d.event_id = e.id AND d.state = 'pending')
-                     ORDER BY e.id LIMIT $2
-                     FOR UPDATE SKIP LOCKED)",
+            .query_one(
+                "WITH gone AS (
+                     DELETE FROM events WHERE id IN (
+                         SELECT e.id FROM events e
+                         WHERE e.id < $1 AND NOT EXISTS (
+                             SELECT 1 FROM deliveries d
+                             WHERE d.event_id = e.id AND d.state = 'pending')
+                         ORDER BY e.id LIMIT $2
+                         FOR UPDATE SKIP LOCKED)
+                     RETURNING id
+                 ), keys AS (
+                     DELETE FROM idempotency_keys k USING gone WHERE k.event_id = gone.id
+                 )
+                 SELECT count(*) FROM gone",
                 &[&below, &max],
             )
-            .await?)
+            .await?
+            .get::<_, i64>(0) as u64)
     }
 
     /// Removes up to `max` idempotency keys past their window, debounce windows that ended, and
