@@ -1213,3 +1213,34 @@ async fn a_node_renews_the_leases_of_attempts_still_running() {
     assert_eq!(taken[0].due.delivery.id, held[1].due.delivery.id);
     assert_eq!(a.renew_held().await.unwrap(), 0, "A learns it lost it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listening_node_hears_again_after_the_database_restarts() {
+    let c = Cluster::new().await;
+    let (a, _ta) = listening(&c).await;
+    let (b, _tb) = listening(&c).await;
+    a.create_endpoint(endpoint(ENDPOINTS[0], "acct"), 10)
+        .await
+        .unwrap();
+    common::wait_until(Duration::from_secs(10), "B knows the endpoint", || async {
+        b.endpoint(ENDPOINTS[0]).is_some()
+    })
+    .await;
+    c.pg.stop();
+    c.pg.restart();
+    // Changes made after the restart reach B again: its listener reconnected (and reloaded).
+    common::wait_until(Duration::from_secs(30), "A can write again", || async {
+        a.change_endpoint::<StoreError>(ENDPOINTS[0], |ep| {
+            ep.description = "after the restart".into();
+            Ok(true)
+        })
+        .await
+        .is_ok()
+    })
+    .await;
+    common::wait_until(Duration::from_secs(30), "B sees the change", || async {
+        b.endpoint(ENDPOINTS[0])
+            .is_some_and(|e| e.description == "after the restart")
+    })
+    .await;
+}
