@@ -78,11 +78,7 @@ impl Store {
 
     /// The account's synced plan; `None` when no plan was ever synced (or it was removed).
     pub fn account_plan(&self, account_id: &str) -> Option<String> {
-        self.plans
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(account_id)
-            .cloned()
+        self.directory.plan(account_id)
     }
 
     /// Syncs the account's plan (`None` removes it), durably.
@@ -98,11 +94,7 @@ impl Store {
             .accounts
             .insert(account_id.as_bytes(), rec)?;
         self.sync().await?;
-        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
-        match plan {
-            Some(p) => plans.insert(account_id.to_string(), p),
-            None => plans.remove(account_id),
-        };
+        self.directory.set_plan(account_id, plan);
         Ok(())
     }
 

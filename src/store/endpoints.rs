@@ -5,7 +5,6 @@
 //! durable happens after the lock is released, so changes never queue behind one another's
 //! fsync, and none is lost to another made at the same time.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{codec, Store, StoreError};
@@ -14,31 +13,16 @@ use crate::model::{ClientCertificate, Endpoint, Ordering};
 impl Store {
     /// Every account with a synced plan or an endpoint, sorted.
     pub fn account_ids(&self) -> Vec<String> {
-        let mut ids: std::collections::BTreeSet<String> = self
-            .plans
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        ids.extend(self.read_endpoints().values().map(|e| e.account_id.clone()));
-        ids.into_iter().collect()
+        self.directory.account_ids()
     }
 
     pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        self.read_endpoints().get(id).cloned()
+        self.directory.endpoint(id)
     }
 
     /// The account's endpoints, oldest first.
     pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        let mut eps: Vec<_> = self
-            .read_endpoints()
-            .values()
-            .filter(|e| e.account_id == account_id)
-            .cloned()
-            .collect();
-        eps.sort_by(|a, b| a.id.cmp(&b.id));
-        eps
+        self.directory.account_endpoints(account_id)
     }
 
     /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
@@ -100,7 +84,7 @@ impl Store {
             let _w = self.lock_endpoint_writes();
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
             self.write_client_certificate(id, None)?;
-            self.write_endpoints().remove(id);
+            self.directory.remove_endpoint(id);
             self.set_ordering(id, None);
             existed
         };
@@ -194,9 +178,7 @@ impl Store {
         }
         self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         self.set_ordering(&ep.id, ep.ordering.clone());
-        let ep = Arc::new(ep);
-        self.write_endpoints().insert(ep.id.clone(), ep.clone());
-        Ok(ep)
+        Ok(self.directory.put_endpoint(ep))
     }
 
     /// Keeps the committer's view of which endpoints are ordered in step.
@@ -217,14 +199,6 @@ impl Store {
         self.endpoint_writes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -52,6 +52,7 @@ mod commit;
 mod counts;
 mod debounce;
 mod deliveries;
+pub mod directory;
 mod due;
 mod endpoints;
 pub mod files;
@@ -80,6 +81,7 @@ pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 use counts::Fresh;
 pub use counts::Stats;
 pub use deliveries::{Changed, DeliveryFilter, DueDelivery};
+use directory::Directory;
 pub use due::{Due, DueIndex, Entry, Lane, Refill, NO_LANE};
 pub use fold::Folded;
 use fold::Place;
@@ -363,13 +365,12 @@ pub struct Store {
     /// Fault injection (tests and drills): makes every quota check fail as a storage error.
     quota_fault: AtomicBool,
     commit_tx: mpsc::Sender<commit::Job>,
-    endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
+    /// Endpoints and synced plans in memory ([`directory`]).
+    directory: Directory,
     /// Serializes endpoint changes (API and engine alike): each reads the current endpoint,
     /// changes it and writes both sled and the map under it; the fsync that makes a change
     /// durable happens after it is released, so changes never queue behind one another's fsync.
     endpoint_writes: Mutex<()>,
-    /// Synced plans by account (every attempt asks; few accounts have one).
-    plans: RwLock<HashMap<String, String>>,
     path: PathBuf,
 }
 
@@ -488,9 +489,8 @@ impl Store {
             committer: Mutex::new(Some(committer)),
             quota_fault: AtomicBool::new(false),
             commit_tx,
-            endpoints: RwLock::new(endpoints),
+            directory: Directory::new(endpoints, plans),
             endpoint_writes: Mutex::new(()),
-            plans: RwLock::new(plans),
             path: path.to_path_buf(),
         });
         tokio::spawn(checkpoints(Arc::downgrade(&store)));

@@ -705,7 +705,12 @@ async fn a_format_2_store_is_migrated_in_place() {
     );
     // The retry, the trailing candidate and the never-attempted delivery are due.
     assert_eq!(store.due().len(), 3);
-    assert_eq!(store.endpoints.read().unwrap().len(), 4);
+    let endpoints: usize = store
+        .account_ids()
+        .iter()
+        .map(|a| store.account_endpoints(a).len())
+        .sum();
+    assert_eq!(endpoints, 4);
 
     // idem-1 of acct-1 still answers with the first event.
     let mut again = event("acct-1", &[NO_LANE], clock.now_ms());

@@ -11,21 +11,12 @@ use crate::store::StoreError;
 impl PgStore {
     /// Every account with a synced plan or an endpoint, sorted.
     pub fn account_ids(&self) -> Vec<String> {
-        let mut ids: std::collections::BTreeSet<String> =
-            self.read_plans().keys().cloned().collect();
-        ids.extend(
-            self.endpoints
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .map(|e| e.account_id.clone()),
-        );
-        ids.into_iter().collect()
+        self.directory.account_ids()
     }
 
     /// The account's synced plan; `None` when none was synced (or it was removed).
     pub fn account_plan(&self, account_id: &str) -> Option<String> {
-        self.read_plans().get(account_id).cloned()
+        self.directory.plan(account_id)
     }
 
     /// Syncs the account's plan (`None` removes it).
@@ -48,11 +39,7 @@ impl PgStore {
         )
         .await?;
         tx.commit().await?;
-        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
-        match plan {
-            Some(p) => plans.insert(account_id.to_string(), p),
-            None => plans.remove(account_id),
-        };
+        self.directory.set_plan(account_id, plan);
         Ok(())
     }
 
@@ -145,7 +132,7 @@ impl PgStore {
             )
             .await?;
         let all: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        *self.plans.write().unwrap_or_else(|e| e.into_inner()) = all;
+        self.directory.replace_plans(all);
         Ok(())
     }
 
@@ -161,15 +148,7 @@ impl PgStore {
             )
             .await?
             .and_then(|r| r.get(0));
-        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
-        match plan {
-            Some(p) => plans.insert(account_id.to_string(), p),
-            None => plans.remove(account_id),
-        };
+        self.directory.set_plan(account_id, plan);
         Ok(())
-    }
-
-    fn read_plans(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, String>> {
-        self.plans.read().unwrap_or_else(|e| e.into_inner())
     }
 }

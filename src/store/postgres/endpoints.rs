@@ -15,19 +15,12 @@ use crate::store::StoreError;
 
 impl PgStore {
     pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        self.read_endpoints().get(id).cloned()
+        self.directory.endpoint(id)
     }
 
     /// The account's endpoints, oldest first.
     pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        let mut eps: Vec<_> = self
-            .read_endpoints()
-            .values()
-            .filter(|e| e.account_id == account_id)
-            .cloned()
-            .collect();
-        eps.sort_by(|a, b| a.id.cmp(&b.id));
-        eps
+        self.directory.account_endpoints(account_id)
     }
 
     /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
@@ -97,7 +90,7 @@ impl PgStore {
                 &[&id, &super::CHANGED_CHANNEL],
             )
             .await?;
-        self.write_endpoints().remove(id);
+        self.directory.remove_endpoint(id);
         Ok(n > 0)
     }
 
@@ -171,7 +164,7 @@ impl PgStore {
             let ep = decode(&id, r.get(1))?;
             all.insert(id, Arc::new(ep));
         }
-        *self.write_endpoints() = all;
+        self.directory.replace_endpoints(all);
         Ok(())
     }
 
@@ -184,9 +177,7 @@ impl PgStore {
                     Some(ep) => {
                         self.cache_endpoint(ep);
                     }
-                    None => {
-                        self.write_endpoints().remove(id);
-                    }
+                    None => self.directory.remove_endpoint(id),
                 }
             }
             Notice::Plan(account) => self.load_plan(account).await?,
@@ -195,17 +186,7 @@ impl PgStore {
     }
 
     fn cache_endpoint(&self, ep: Endpoint) -> Arc<Endpoint> {
-        let ep = Arc::new(ep);
-        self.write_endpoints().insert(ep.id.clone(), ep.clone());
-        ep
-    }
-
-    fn read_endpoints(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write_endpoints(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Endpoint>>> {
-        self.endpoints.write().unwrap_or_else(|e| e.into_inner())
+        self.directory.put_endpoint(ep)
     }
 }
 

@@ -3,7 +3,7 @@
 //! clock and the lease. Ingest, the delivery queue and quotas are in their own files.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
@@ -12,7 +12,7 @@ use super::ingest::{Committer, Job};
 use super::{migrate, Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
-use crate::model::Endpoint;
+use crate::store::directory::Directory;
 use crate::store::StoreError;
 
 impl From<DbError> for StoreError {
@@ -41,10 +41,9 @@ pub struct PgStore {
     pub(super) ingest: mpsc::Sender<Job>,
     /// Woken when this or another node may have made work due ([`super::wake`]).
     pub(super) wake: Arc<Notify>,
-    /// Every endpoint, by id ([`super::endpoints`]).
-    pub(super) endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
-    /// Every synced plan, by account ([`super::accounts`]).
-    pub(super) plans: RwLock<HashMap<String, String>>,
+    /// Every endpoint and synced plan, kept in step with the other nodes
+    /// ([`super::endpoints`], [`super::accounts`]).
+    pub(super) directory: Directory,
     /// The leases this node holds: delivery id → claim ([`super::queue`]), renewed by
     /// [`super::queue::keep_leases`] until their attempts finish.
     pub(super) held: std::sync::Mutex<HashMap<String, i64>>,
@@ -93,8 +92,7 @@ impl PgStore {
             clock,
             lease_ms: lease.as_millis() as Millis,
             wake: Arc::new(Notify::new()),
-            endpoints: RwLock::default(),
-            plans: RwLock::default(),
+            directory: Directory::default(),
             held: std::sync::Mutex::default(),
         };
         store.reload().await?;

@@ -21,10 +21,11 @@
 use bytes::Bytes;
 use tokio_postgres::Row;
 
-use super::ingest::{ulid_from, DUE_CHANNEL};
+use super::ingest::DUE_CHANNEL;
+use super::reads::{delivery_from, DELIVERY_COLUMNS};
 use super::PgStore;
 use crate::clock::Millis;
-use crate::ids::{self, DELIVERY, EVENT};
+use crate::ids::{self, DELIVERY};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
 use crate::store::{DueDelivery, StoreError};
 
@@ -34,11 +35,13 @@ pub struct Leased {
     pub due: DueDelivery,
 }
 
-/// The columns a claimed delivery comes back with (and its event's).
-const CLAIMED: &str = "d.id, d.endpoint_id, d.state, d.last_status, d.last_http_status,
-    d.attempt_count, d.next_attempt_at, d.created_at, d.manual, d.queued,
-    e.id, e.account_id, e.type, e.received_at, e.idempotency_key, e.debounce_key,
-    e.ordering_key, e.payload";
+/// The columns a claimed delivery comes back with: [`DELIVERY_COLUMNS`], then its event's.
+fn claimed_columns() -> String {
+    format!(
+        "{DELIVERY_COLUMNS}, e.received_at, e.idempotency_key, e.debounce_key, e.ordering_key,
+         e.payload"
+    )
+}
 
 impl PgStore {
     /// Claims up to `max` deliveries due now, oldest due first, for this node's lease.
@@ -63,8 +66,9 @@ impl PgStore {
                          FROM due WHERE d.id = due.id
                          RETURNING d.*
                      )
-                     SELECT {CLAIMED} FROM leased d JOIN events e ON e.id = d.event_id
-                     ORDER BY d.id"
+                     SELECT {} FROM leased d JOIN events e ON e.id = d.event_id
+                     ORDER BY d.id",
+                    claimed_columns()
                 ),
                 &[&now, &max, &self.lease_ms, &self.node, &claim],
             )
@@ -257,14 +261,11 @@ fn delivery_key(id: &str) -> Result<Vec<u8>, StoreError> {
 }
 
 fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
-    let delivery = ulid_from(r.get(0))?;
-    let event = ulid_from(r.get(10))?;
-    let state: &str = r.get(2);
-    let last_status: Option<&str> = r.get(3);
-    let meta = EventMeta {
-        id: ids::format(EVENT, event),
-        account_id: r.get(11),
-        event_type: r.get(12),
+    let delivery = delivery_from(r)?;
+    let event = EventMeta {
+        id: delivery.event_id.clone(),
+        account_id: delivery.account_id.clone(),
+        event_type: delivery.event_type.clone(),
         received_at: r.get(13),
         idempotency_key: r.get(14),
         debounce_key: r.get(15),
@@ -273,23 +274,8 @@ fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
     };
     let payload: Vec<u8> = r.get(17);
     Ok(DueDelivery {
-        delivery: Delivery {
-            id: ids::format(DELIVERY, delivery),
-            event_id: meta.id.clone(),
-            endpoint_id: r.get(1),
-            account_id: meta.account_id.clone(),
-            event_type: meta.event_type.clone(),
-            state: DeliveryState::parse(state)
-                .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
-            last_status: last_status.and_then(Status::parse),
-            last_http_status: r.get::<_, Option<i32>>(4).map(|s| s as u16),
-            attempt_count: r.get::<_, i32>(5) as u32,
-            next_attempt_at: r.get(6),
-            created_at: r.get(7),
-            manual: r.get(8),
-            queued: r.get(9),
-        },
-        event: meta,
+        delivery,
+        event,
         payload: Bytes::from(payload),
     })
 }
