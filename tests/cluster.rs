@@ -6,6 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::herald::herald_bin;
@@ -364,6 +365,38 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
         ),
         "0"
     );
+
+    // A node on the copied database takes the pending ones when they fall due, and only them.
+    {
+        let config = herald::config::Config::from_toml(&format!(
+            "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+            toml_string(&url)
+        ))
+        .unwrap();
+        let clock = Arc::new(herald::clock::ManualClock::new(due_ms - 1));
+        let node = herald::store::postgres::PgStore::open(&config, clock.clone())
+            .await
+            .unwrap();
+        assert!(node
+            .claim_due(10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|l| l.due.delivery.id != ids[5].1));
+        clock.set(due_ms + 3_600_000);
+        let taken = node.claim_due(10).await.unwrap();
+        let mut taken: Vec<&str> = taken.iter().map(|l| l.due.delivery.id.as_str()).collect();
+        taken.sort();
+        let mut waiting: Vec<&str> = vec![&ids[5].1, &ids[6].1];
+        waiting.sort();
+        assert_eq!(taken, waiting);
+        assert_eq!(
+            node.account_ids(),
+            vec!["acct_fail", "acct_ok", "acct_wait"]
+        );
+        assert_eq!(node.account_endpoints("acct_wait")[0].retry_policy, "slow");
+        node.release_all().await.unwrap();
+    }
 
     // Again: nothing to do, nothing doubled.
     let again = herald_copy(&store, &url);
