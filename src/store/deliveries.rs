@@ -199,12 +199,7 @@ impl Store {
         &self,
         d: &Delivery,
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        let Some(ordering) = d
-            .endpoint_id
-            .as_deref()
-            .and_then(|ep| self.endpoint(ep))
-            .and_then(|ep| ep.ordering.clone())
-        else {
+        let Some(ordering) = self.directory.ordering(d.endpoint_id.as_deref()) else {
             return Ok(None);
         };
         let Some(event) = ids::parse(EVENT, &d.event_id) else {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
-use crate::model::Endpoint;
+use crate::model::{Endpoint, Ordering};
 
 #[derive(Default)]
 pub struct Directory {
@@ -35,6 +35,11 @@ impl Directory {
             .collect();
         eps.sort_by(|a, b| a.id.cmp(&b.id));
         eps
+    }
+
+    /// The ordering (SPEC §15) of the endpoint `id`, if it is an ordered endpoint.
+    pub fn ordering(&self, id: Option<&str>) -> Option<Ordering> {
+        read(&self.endpoints).get(id?)?.ordering.clone()
     }
 
     /// Every account with a synced plan or an endpoint, sorted.

@@ -110,12 +110,7 @@ impl PgStore {
         &self,
         d: &Delivery,
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        let Some(ordering) = d
-            .endpoint_id
-            .as_deref()
-            .and_then(|ep| self.endpoint(ep))
-            .and_then(|ep| ep.ordering.clone())
-        else {
+        let Some(ordering) = self.directory.ordering(d.endpoint_id.as_deref()) else {
             return Ok(None);
         };
         let (Some(event), Some(delivery)) =

@@ -75,15 +75,7 @@ impl PgStore {
         lease: Duration,
     ) -> Result<PgStore, StoreError> {
         let node = crate::ids::random_hex(8);
-        let now = clock.now_ms();
         let name = host_name();
-        db.client()
-            .await?
-            .execute(
-                "INSERT INTO nodes (id, name, started_at, seen_at) VALUES ($1, $2, $3, $3)",
-                &[&node, &name, &now],
-            )
-            .await?;
         let store = PgStore {
             ingest: Committer::start(db.clone(), clock.clone()),
             db,
@@ -95,6 +87,8 @@ impl PgStore {
             directory: Directory::default(),
             held: std::sync::Mutex::default(),
         };
+        // Registered by its first beat.
+        store.heartbeat().await?;
         store.reload().await?;
         Ok(store)
     }

@@ -362,7 +362,7 @@ impl PgStore {
                     .iter()
                     .map(|t| {
                         let id = ids::format(ids::ENDPOINT, *t);
-                        let ordering = self.endpoint(&id)?.ordering.clone()?;
+                        let ordering = self.directory.ordering(Some(&id))?;
                         let key =
                             ordering::key_of(&ordering, ev.ordering_key.as_deref(), &ev.payload);
                         Some(lane(*t, &key))
