@@ -13,9 +13,12 @@
 //! sled recovers all or nothing. If the write or the fsync fails, the cycle's writes are undone
 //! (each overwritten key keeps the value it replaced) and its requests get an error: a request
 //! answered `503` stores nothing, so a retry of it is not answered as a duplicate. The undo is
-//! made durable before the cycle's fresh deliveries leave the fresh watermark's buckets: if the
-//! failed cycle's rows reached the file anyway and the undo did not, the watermark has not
-//! passed them, and the next start finds and delivers those events.
+//! written to a file of its own before it is tried in sled ([`undo`]): if the failed cycle's
+//! rows reached sled's file anyway and the undo did not, the next start applies that file
+//! before it reads anything. Only if that file cannot be written either does a refused cycle
+//! survive; for that last case the undo is made durable before the cycle's fresh deliveries
+//! leave the fresh watermark's buckets, so the watermark has not passed them and the next start
+//! finds and delivers those events (at least once, never a key without its event).
 //!
 //! Debounce windows are decided at the cycle's commit time (the clock read when the cycle
 //! starts), the time the engine's schedule uses too. A trailing candidate that a newer event
@@ -35,6 +38,7 @@ use super::debounce::apply_debounce;
 use super::deliveries::delivery_from;
 use super::key;
 use super::keys::KeyRow;
+use super::undo;
 use super::{Claim, Entry, Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
@@ -317,6 +321,9 @@ impl Cycle {
     /// watermark's buckets (if the undo fails they stay, so the watermark never passes events
     /// that may have reached the file).
     fn undo(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        // The undo goes to its own file first: if the failure that broke the cycle's flush
+        // breaks the undo's too, the next start applies it ([`undo`]).
+        let record = self.undo_record(inner);
         #[cfg(test)]
         inner.faults.check(&inner.faults.undo)?;
         let mut batch = sled::Batch::default();
@@ -328,11 +335,40 @@ impl Cycle {
         }
         inner.trees.log.apply_batch(batch)?;
         inner.sync()?;
+        if let Some(path) = record {
+            undo::discard(&path);
+        }
         let mut fresh = inner.lock_fresh();
         for d in self.fresh.drain(..) {
             fresh.remove(d);
         }
         Ok(())
+    }
+
+    /// Writes the undo of the cycle's writes to its own file; `None` if that failed too (then
+    /// a batch that reached sled's file before the failure is recovered at the next start, and
+    /// the watermark, kept, makes sure its events are delivered: at least once).
+    fn undo_record(&self, inner: &Inner) -> Option<std::path::PathBuf> {
+        let written = || -> Result<_, StoreError> {
+            #[cfg(test)]
+            inner.faults.check(&inner.faults.undo_record)?;
+            let records = self
+                .before
+                .iter()
+                .map(|(k, old)| {
+                    let now = inner.trees.log.get(k)?;
+                    Ok(undo::Record::new(k, now.as_deref(), old.as_ref()))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(undo::write(&inner.path, &records)?)
+        };
+        match written() {
+            Ok(path) => Some(path),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the undo record of a failed commit");
+                None
+            }
+        }
     }
 }
 

@@ -67,6 +67,7 @@ mod scan;
 pub mod sessions;
 #[cfg(test)]
 mod tests;
+mod undo;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -164,6 +165,8 @@ pub(crate) struct Inner {
     db: sled::Db,
     trees: Trees,
     data_file: File,
+    /// The data directory.
+    path: std::path::PathBuf,
     /// Idempotency keys, in their own database ([`keys`]).
     keys: keys::Keys,
     due: Arc<DueIndex>,
@@ -425,6 +428,25 @@ impl Store {
             db.flush()?;
             data_file.sync_data()?;
         }
+        // What commits that failed (answered 503) wrote goes before anything reads the log.
+        let undone = undo::pending(path)?;
+        if !undone.is_empty() {
+            let mut put_back = 0;
+            for file in &undone {
+                put_back += undo::apply(file, &trees.log)?;
+            }
+            db.flush()?;
+            data_file.sync_data()?;
+            for file in &undone {
+                std::fs::remove_file(file)?;
+            }
+            File::open(path.join(undo::UNDO_DIR))?.sync_all()?;
+            tracing::warn!(
+                failed_commits = undone.len(),
+                keys = put_back,
+                "the writes of commits that failed (their requests were answered 503) are undone"
+            );
+        }
         // Formats 4 to 6's keys database, moved by the migration (left behind if a crash
         // came between the format's record and this).
         if old_keys.exists() {
@@ -458,6 +480,7 @@ impl Store {
             db,
             trees,
             data_file,
+            path: path.to_path_buf(),
             keys,
             due: Arc::new(DueIndex::default()),
             stats: Stats::default(),

@@ -25,8 +25,10 @@ mod keys_tests;
 pub(crate) struct Faults {
     /// The committer's flush + fsync.
     pub sync: AtomicBool,
-    /// The committer's undo of a failed cycle.
+    /// The committer's undo of a failed cycle (in sled).
     pub undo: AtomicBool,
+    /// The undo's own file, written before the undo is tried in sled.
+    pub undo_record: AtomicBool,
     /// An engine write of a delivery's change.
     pub delivery_write: AtomicBool,
     /// The folder's batch.
@@ -163,18 +165,61 @@ fn endpoint(id: &str, account: &str) -> Endpoint {
 
 const LANE: Lane = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
 
-/// Issue 9 item 12: if a cycle's fsync fails after its rows reached sled and the undo fails
-/// too, its fresh deliveries must stay under the watermark: after a restart they are found and
-/// delivered (the request was answered 503; at least once, never lost with a key that answers
-/// `duplicate`).
+/// A cycle whose fsync fails is answered 503; when its undo cannot reach sled's file either
+/// (the same full disk), its rows may be recovered by sled at the next start. The undo's own
+/// file puts them back first: the refused request stored nothing, its key is free.
 #[tokio::test]
-async fn a_failed_commit_whose_undo_fails_stays_deliverable() {
+async fn a_failed_commit_whose_undo_fails_in_sled_is_undone_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let kept = store.ingest(vec![event("a", &[LANE], T0)]).await.unwrap();
+    let mut ev = event("a", &[LANE], T0);
+    ev.idempotency_key = Some("k-1".into());
+    store.inner.faults.sync.store(true, Ordering::SeqCst);
+    store.inner.faults.undo.store(true, Ordering::SeqCst);
+    assert!(
+        store.ingest(vec![ev.clone()]).await.is_err(),
+        "the cycle failed"
+    );
+    // sled writes the failed cycle's rows to its file (at close, as its own flush would).
+    close(store);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("undo")).unwrap().count(),
+        1,
+        "the undo waits in its own file"
+    );
+
+    let store = open(dir.path(), &clock);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("undo")).unwrap().count(),
+        0,
+        "an applied undo file is removed"
+    );
+    assert_eq!(store.due().len(), 1, "only the acknowledged event is due");
+    let due = store.due().take(T0 + 1, 10);
+    let found = store.due_delivery(due[0].delivery).unwrap().unwrap();
+    assert_eq!(found.event.id, created(&kept[0]).0);
+    let again = store.ingest(vec![ev]).await.unwrap();
+    assert!(
+        matches!(again[0], IngestOutcome::Created { .. }),
+        "the refused request's key claims nothing: {again:?}"
+    );
+    close(store);
+}
+
+/// Issue 9 item 12: if the undo's own file cannot be written either, the failed cycle's fresh
+/// deliveries stay under the watermark: after a restart they are found and delivered (the
+/// request was answered 503; at least once, never lost with a key that answers `duplicate`).
+#[tokio::test]
+async fn a_failed_commit_whose_undo_cannot_be_recorded_stays_deliverable() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
     let mut ev = event("a", &[LANE], T0);
     ev.idempotency_key = Some("k-1".into());
     store.inner.faults.sync.store(true, Ordering::SeqCst);
+    store.inner.faults.undo_record.store(true, Ordering::SeqCst);
     store.inner.faults.undo.store(true, Ordering::SeqCst);
     assert!(store.ingest(vec![ev]).await.is_err(), "the cycle failed");
     // The watermark is written meanwhile (every second, and at close).
