@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use crate::api::{self, AppState, Tokens};
 use crate::clock::Clock;
 use crate::clock::Millis;
+use crate::config::Backend as StorageBackend;
 use crate::config::{Config, ConfigError};
 use crate::engine::health::OPERATOR_ACCOUNT;
 use crate::engine::{Engine, EngineConfig};
@@ -21,15 +22,16 @@ use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError, Proxy};
 use crate::policy::ssrf::Guard;
 use crate::shutdown::{self, Shutdown, Trigger, GRACE};
-use crate::store::{Store, StoreError};
+use crate::store::{Backend, Store, StoreError};
 
 /// The file holding the generated admin token when the config names none.
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    #[error("cannot open storage at {path}: {source}")]
-    Store { path: PathBuf, source: StoreError },
+    /// `what`: the data directory, or the cluster's database (never its URL).
+    #[error("cannot open storage at {what}: {source}")]
+    Store { what: String, source: StoreError },
     #[error(transparent)]
     Client(#[from] ClientSetupError),
     #[error("{key}: {message}")]
@@ -62,7 +64,7 @@ impl From<ConfigError> for AppError {
 /// A started herald: its parts (for in-process tests and tools) and the task that runs it.
 pub struct Running {
     pub addr: SocketAddr,
-    pub store: Arc<Store>,
+    pub store: Backend,
     pub engine: Arc<Engine>,
     task: tokio::task::JoinHandle<()>,
     /// Why herald stopped on its own (storage), if it did.
@@ -83,7 +85,7 @@ impl Running {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let committer = self.store.take_committer();
+        let committer = self.store.sled().and_then(|s| s.take_committer());
         drop(self.store);
         drop(self.engine);
         if let Some(c) = committer {
@@ -117,22 +119,12 @@ pub async fn start(
         });
     }
     let config = Arc::new(config);
-    let store_path = &config.storage.path;
     let metrics = Arc::new(Metrics::default());
-    let store = Store::open(
-        store_path,
-        config.storage.cache_capacity,
-        clock.clone(),
-        metrics.clone(),
-    )
-    .map_err(|source| AppError::Store {
-        path: store_path.clone(),
-        source,
-    })?;
+    let store = open_store(&config, clock.clone(), metrics.clone(), &shutdown).await?;
     sync_operator_endpoint(&store, &config, clock.now_ms())
         .await
         .map_err(|source| AppError::Store {
-            path: store_path.clone(),
+            what: storage_label(&config),
             source,
         })?;
     let tokens = load_tokens(&config)?;
@@ -198,21 +190,24 @@ pub async fn start(
 
     tracing::info!(
         addr = %addr,
-        data = %store_path.display(),
-        pending = store.due().len(),
+        storage = %storage_label(&config),
         "herald listening"
     );
     notify_systemd("READY=1");
 
     let failure = Arc::new(Mutex::new(None));
-    tokio::spawn(watch_storage(
-        store.clone(),
-        shutdown.clone(),
-        trigger,
-        failure.clone(),
-    ));
+    // The embedded store keeps a write error for good: only a fresh start can use the disk
+    // again. A cluster's database that goes away comes back to the same node.
+    if let Some(s) = store.sled() {
+        tokio::spawn(watch_storage(
+            s.clone(),
+            shutdown.clone(),
+            trigger,
+            failure.clone(),
+        ));
+    }
     let engine_task = tokio::spawn(engine.clone().run(shutdown.clone(), GRACE));
-    let flush_store = store.clone();
+    let flush_store = store.sled().cloned();
     let flush_failure = failure.clone();
     let task = tokio::spawn(async move {
         api::serve(listener, state, shutdown, GRACE).await;
@@ -220,6 +215,11 @@ pub async fn start(
         if let Err(e) = engine_task.await {
             tracing::error!(error = %e, "delivery engine stopped abnormally");
         }
+        let Some(flush_store) = flush_store else {
+            // Everything acknowledged was committed; the engine gave its leases back.
+            tracing::info!("left the cluster; stopped");
+            return;
+        };
         let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
         let error = match flushed {
             Ok(Ok(())) => {
@@ -242,6 +242,65 @@ pub async fn start(
         task,
         failure,
     })
+}
+
+/// Opens the store the config names. A cluster node migrates the schema (under the advisory
+/// lock), registers, and starts its listener, heartbeat and lease renewal until `shutdown`.
+async fn open_store(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    shutdown: &Shutdown,
+) -> Result<Backend, AppError> {
+    let failed = |source| AppError::Store {
+        what: storage_label(config),
+        source,
+    };
+    match config.storage.backend {
+        StorageBackend::Sled => {
+            let path = &config.storage.path;
+            let store =
+                Store::open(path, config.storage.cache_capacity, clock, metrics).map_err(failed)?;
+            Ok(Backend::Sled(store))
+        }
+        #[cfg(feature = "postgres")]
+        StorageBackend::Postgres => {
+            use crate::store::postgres::{keep_leases, nodes, wake, PgStore};
+            let store = Arc::new(
+                PgStore::open(config, clock, metrics)
+                    .await
+                    .map_err(failed)?,
+            );
+            tokio::spawn(wake::listen(store.clone(), shutdown.clone()));
+            tokio::spawn(keep_leases(store.clone(), shutdown.clone()));
+            tokio::spawn(nodes::beat(store.clone(), shutdown.clone()));
+            Ok(Backend::Postgres(store))
+        }
+        #[cfg(not(feature = "postgres"))]
+        StorageBackend::Postgres => {
+            let _ = (clock, metrics, shutdown);
+            Err(AppError::Config {
+                key: "storage.backend".into(),
+                message: "this herald was built without the `postgres` feature".into(),
+            })
+        }
+    }
+}
+
+/// Where herald keeps its data, as logs and errors name it (never a database URL).
+fn storage_label(config: &Config) -> String {
+    match config.storage.backend {
+        StorageBackend::Sled => config.storage.path.display().to_string(),
+        #[cfg(feature = "postgres")]
+        StorageBackend::Postgres => config
+            .postgres_url()
+            .ok()
+            .and_then(|url| crate::config::parse_url(&url).ok())
+            .map(|pg| format!("postgres {}", crate::store::postgres::target_of(&pg)))
+            .unwrap_or_else(|| "the cluster's database".into()),
+        #[cfg(not(feature = "postgres"))]
+        StorageBackend::Postgres => "the cluster's database".into(),
+    }
 }
 
 /// Runs herald until `shutdown` fires and it has stopped.
@@ -293,7 +352,7 @@ async fn watch_storage(
 /// Makes the reserved operator account's one endpoint match `[operator]`: created or updated
 /// when `webhook_url` is set (verified: the operator configured it), removed when it is not.
 async fn sync_operator_endpoint(
-    store: &Store,
+    store: &Backend,
     config: &Config,
     now: Millis,
 ) -> Result<(), StoreError> {

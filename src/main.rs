@@ -347,13 +347,6 @@ fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
     if let Err(errors) = config.validate() {
         return report(&errors);
     }
-    if config.storage.backend == Backend::Postgres {
-        eprintln!(
-            "herald serve: storage.backend = \"postgres\" (cluster mode, docs/cluster.md) cannot \
-             serve in this build yet; `herald migrate` prepares its database"
-        );
-        return ExitCode::from(2);
-    }
     herald::telemetry::init(&config.log);
     if dev {
         tracing::warn!("--dev: plain http and loopback targets allowed, verification skipped; never use this in production");

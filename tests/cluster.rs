@@ -267,7 +267,10 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     // A real herald on sled with delivered, failed and pending deliveries.
     let mut world = World::start(
         "",
-        "[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n",
+        &format!(
+            "[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n{}",
+            common::ON_SLED
+        ),
     )
     .await;
     let ok = Receiver::https(&world.ca, behaviour(|_, _| Reply::status(200)));
@@ -368,15 +371,18 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
 
     // A node on the copied database takes the pending ones when they fall due, and only them.
     {
+        let node_dir = tempfile::tempdir().unwrap();
         let config = herald::config::Config::from_toml(&format!(
-            "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+            "[storage]\nbackend = \"postgres\"\npath = {}\n[storage.postgres]\nurl = {}\n",
+            toml_string(&node_dir.path().display().to_string()),
             toml_string(&url)
         ))
         .unwrap();
         let clock = Arc::new(herald::clock::ManualClock::new(due_ms - 1));
-        let node = herald::store::postgres::PgStore::open(&config, clock.clone())
-            .await
-            .unwrap();
+        let node =
+            herald::store::postgres::PgStore::open(&config, clock.clone(), Default::default())
+                .await
+                .unwrap();
         assert!(node
             .claim_due(10)
             .await

@@ -222,11 +222,17 @@ async fn unsynced_account_is_not_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_quota_check_allows_the_attempt_and_is_counted() {
-    let w = world("", DAY0).await;
+    // The failure is injected into the embedded store's counters.
+    let w = World::start_manual_with_storage("backend = \"sled\"\n", "", PLANS, DAY0).await;
     let recv = Receiver::ok_https(&w.ca);
     w.endpoint("acc", &recv.url("/hook"), json!({})).await;
     sync_plan(&w, "acc", json!("small")).await;
-    w.herald.running().store.set_quota_fault(true);
+    w.herald
+        .running()
+        .store
+        .sled()
+        .expect("the quota fault is the embedded store's")
+        .set_quota_fault(true);
     for _ in 0..3 {
         assert_eq!(deliver_one(&w, "acc").await["state"], "delivered");
     }

@@ -76,7 +76,8 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
     eprintln!("crash test seed: HERALD_CRASH_SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let mut w = World::start("", FAST).await;
+    // Asserts on the embedded store's folding.
+    let mut w = World::start("", &format!("{FAST}{}", common::ON_SLED)).await;
     let ok = Receiver::ok_https(&w.ca);
     // 500 to 3 requests in 10 (by arrival), never two in a row: retries are in flight at every
     // kill, and no endpoint ever fails often enough in a row to trip a circuit breaker.
@@ -254,7 +255,7 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_opens_after_a_kill_during_a_snapshot_write() {
-    let mut w = World::start("", "").await;
+    let mut w = World::start("", common::ON_SLED).await;
     let recv = Receiver::ok_https(&w.ca);
     w.endpoint("acc", &recv.url("/hook"), json!({})).await;
     let mut events = Vec::new();

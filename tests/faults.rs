@@ -595,7 +595,7 @@ async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     let recv = Receiver::ok_https(&ca);
 
     let mut herald = Herald::start_with(
-        &delivery_toml(&ca_file),
+        &format!("{}{}", delivery_toml(&ca_file), common::ON_SLED),
         Launch {
             wrap: Some(limited(FSIZE, ignore_sigxfsz)),
             ..Launch::default()

@@ -333,7 +333,7 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
 async fn the_data_directory_is_private_whatever_the_umask() {
     // herald inherits this process's umask.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
-    let mut h = Herald::start("").await;
+    let mut h = Herald::start(common::ON_SLED).await;
     // A secret worth protecting.
     let (status, _) = h
         .admin(

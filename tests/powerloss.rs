@@ -406,6 +406,7 @@ async fn acknowledged_events_survive_power_cuts() {
         "{}default_retry_policy = \"fast\"\n[retry_policies]\nfast = [\"200ms\", \"500ms\"]\n",
         delivery_toml(&ca_file)
     );
+    let extra = format!("{extra}{}", common::ON_SLED);
     let mut herald = Herald::start_with(
         &extra,
         Launch {

@@ -46,7 +46,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// herald started on a copy of fixture `name` (with `tables` in its config), and its data
 /// directory.
 async fn on_fixture(tables: &str, name: &str) -> (Herald, std::path::PathBuf) {
-    let mut h = Herald::start(tables).await;
+    let mut h = Herald::start(&format!("{tables}{}", common::ON_SLED)).await;
     h.kill9();
     let data = h.storage_path();
     std::fs::remove_dir_all(&data).unwrap();

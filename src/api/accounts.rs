@@ -53,12 +53,12 @@ pub async fn put(
         Some(_) => return Err(ApiError::field("plan", "plan must be a plan name or null")),
     };
     state.store.set_account_plan(account_id, plan).await?;
-    view(state, account_id)
+    view(state, account_id).await
 }
 
-pub fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+pub async fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
-    Ok(json(StatusCode::OK, &account(state, account_id)?))
+    Ok(json(StatusCode::OK, &account(state, account_id).await?))
 }
 
 /// `GET /v1/accounts`: every account herald knows (with a plan synced or an endpoint), with its
@@ -67,7 +67,7 @@ pub fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
 pub async fn list(state: &Arc<AppState>) -> Result<Resp, ApiError> {
     let mut items = Vec::new();
     for id in state.store.account_ids() {
-        let mut v = account(state, &id)?;
+        let mut v = account(state, &id).await?;
         v["endpoints"] = json!(state.store.account_endpoints(&id).len());
         items.push(v);
     }
@@ -77,17 +77,18 @@ pub async fn list(state: &Arc<AppState>) -> Result<Resp, ApiError> {
     ))
 }
 
-fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
-    Ok(json(StatusCode::OK, &account(state, account_id)?))
+async fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
+    Ok(json(StatusCode::OK, &account(state, account_id).await?))
 }
 
 /// The account object (SPEC §10).
-fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> {
+async fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> {
     let plan = state.store.account_plan(account_id);
     let limits = plan.as_ref().and_then(|p| state.config.plans.get(p));
     let (minute, day) = state
         .store
-        .quota_usage(account_id, quota::windows(state.clock.now_ms()))?;
+        .quota_usage(account_id, quota::windows(state.clock.now_ms()))
+        .await?;
     Ok(json!({
         "account_id": account_id,
         "plan": plan,

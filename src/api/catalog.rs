@@ -144,6 +144,7 @@ pub async fn send_test(
                     if state
                         .store
                         .attempts(&delivery_id)
+                        .await
                         .is_ok_and(|a| !a.is_empty())
                     {
                         return true;
@@ -157,7 +158,8 @@ pub async fn send_test(
     .unwrap_or(false);
     let attempt = state
         .store
-        .attempts(&delivery_id)?
+        .attempts(&delivery_id)
+        .await?
         .first()
         .map(|a| a.view());
     let status = if waited {

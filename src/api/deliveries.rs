@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::discard_body;
 use super::error::ApiError;
-use super::{blocking, json, validate, AppState, Resp, Scope};
+use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
@@ -81,10 +81,7 @@ pub async fn list(
     }
     // A portal session sees its own account's log only.
     scope.narrow(&mut filter.account_id)?;
-    let (items, next) = blocking(state, move |s| {
-        s.list_deliveries(&filter, limit, cursor.as_deref())
-    })
-    .await?;
+    let (items, next) = state.store.list_deliveries(filter, limit, cursor).await?;
     let items: Vec<Value> = items.iter().map(|d| view(state, d)).collect();
     Ok(json(
         StatusCode::OK,
@@ -123,17 +120,10 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
     if !ids::is_valid(DELIVERY, id) {
         return Err(not_found());
     }
-    let owned = id.to_string();
-    let found = blocking(state, move |s| {
-        let Some(d) = s.delivery(&owned)? else {
-            return Ok(None);
-        };
-        let ordering = s.ordering_of(&d)?;
-        Ok(Some((d, s.attempts(&owned)?, ordering)))
-    })
-    .await?;
-    let (d, attempts, ordering) = found.ok_or_else(not_found)?;
+    let d = state.store.delivery(id).await?.ok_or_else(not_found)?;
     scope.check(&d.account_id, "delivery")?;
+    let ordering = state.store.ordering_of(&d).await?;
+    let attempts = state.store.attempts(id).await?;
     let attempts: Vec<Value> = attempts.iter().map(|a| a.view()).collect();
     let mut v = view(state, &d);
     let (key, waiting_for) = ordering.unzip();
@@ -154,13 +144,14 @@ pub async fn retry(
         return Err(ApiError::not_found("delivery"));
     }
     if scope.account().is_some() {
-        let owned = id.to_string();
-        let d = blocking(state, move |s| s.delivery(&owned))
+        let d = state
+            .store
+            .delivery(id)
             .await?
             .ok_or_else(|| ApiError::not_found("delivery"))?;
         scope.check(&d.account_id, "delivery")?;
     }
-    match state.engine.retry_now(id) {
+    match state.engine.retry_now(id).await {
         Ok(d) => Ok(json(StatusCode::ACCEPTED, &view(state, &d))),
         Err(RetryError::NotFound) => Err(ApiError::not_found("delivery")),
         Err(RetryError::InFlight) => Err(ApiError::new(
@@ -191,8 +182,9 @@ pub async fn get_event(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result
     if !ids::is_valid(EVENT, id) {
         return Err(not_found());
     }
-    let owned = id.to_string();
-    let (meta, payload, deliveries) = blocking(state, move |s| s.event_with_deliveries(&owned))
+    let (meta, payload, deliveries) = state
+        .store
+        .event_with_deliveries(id)
         .await?
         .ok_or_else(not_found)?;
     scope.check(&meta.account_id, "event")?;

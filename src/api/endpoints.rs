@@ -115,15 +115,12 @@ pub async fn create(
     ))
 }
 
-pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+pub async fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
-    let items: Vec<Value> = state
-        .store
-        .account_endpoints(account_id)
-        .iter()
-        .rev()
-        .map(|e| with_health(state, e))
-        .collect();
+    let mut items: Vec<Value> = Vec::new();
+    for e in state.store.account_endpoints(account_id).iter().rev() {
+        items.push(with_health(state, e).await?);
+    }
     Ok(json(
         StatusCode::OK,
         &json!({"items": items, "next_cursor": null}),
@@ -131,18 +128,22 @@ pub fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
 }
 
 /// The endpoint with its health: the circuit breaker, the last hour's success rate, the last
-/// success and what is pending (all in memory).
-pub fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
+/// success and what is pending.
+pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
     let ep = find(state, scope, id)?;
-    Ok(json(StatusCode::OK, &with_health(state, &ep)))
+    Ok(json(StatusCode::OK, &with_health(state, &ep).await?))
 }
 
-fn with_health(state: &AppState, ep: &Endpoint) -> Value {
+async fn with_health(state: &AppState, ep: &Endpoint) -> Result<Value, ApiError> {
     let mut v = ep.view();
-    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(&ep.id)) {
+    let pending = state.store.endpoint_pending(&ep.id).await?;
+    state.engine.load_breaker(&ep.id).await;
+    if let (Value::Object(v), Value::Object(h)) =
+        (&mut v, state.engine.health_view(&ep.id, pending))
+    {
         v.extend(h);
     }
-    v
+    Ok(v)
 }
 
 pub async fn patch(
@@ -193,7 +194,10 @@ pub async fn delete(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Re
         return Err(ApiError::not_found("endpoint"));
     }
     // Its pending deliveries end now (recorded `no_endpoint`), not at their next retry time.
-    let ended = state.store.expedite_endpoint(id, state.clock.now_ms())?;
+    let ended = state
+        .store
+        .expedite_endpoint(id, state.clock.now_ms())
+        .await?;
     tracing::info!(endpoint_id = %id, pending_ended = ended, "endpoint deleted");
     Ok(no_content())
 }

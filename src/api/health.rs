@@ -9,7 +9,7 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::{blocking, json, validate, AppState, Resp, Scope};
+use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Status};
 use crate::store::DeliveryFilter;
@@ -17,7 +17,11 @@ use crate::store::DeliveryFilter;
 /// `GET /v1/endpoints/{id}/stats`: the endpoint's health (breaker, success rate, last success,
 /// pending) and its last hour, one entry per minute with attempts: counts by status, mean and
 /// max latency of the attempts that were sent.
-pub fn endpoint_stats(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp, ApiError> {
+pub async fn endpoint_stats(
+    state: &Arc<AppState>,
+    scope: &Scope,
+    id: &str,
+) -> Result<Resp, ApiError> {
     let ep = super::endpoints::find(state, scope, id)?;
     let minutes: Vec<Value> = state
         .engine
@@ -38,7 +42,9 @@ pub fn endpoint_stats(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<
             })
         })
         .collect();
-    let mut v = state.engine.health_view(&ep.id);
+    let pending = state.store.endpoint_pending(&ep.id).await?;
+    state.engine.load_breaker(&ep.id).await;
+    let mut v = state.engine.health_view(&ep.id, pending);
     v["endpoint_id"] = json!(ep.id);
     v["minutes"] = json!(minutes);
     Ok(json(StatusCode::OK, &v))
@@ -93,21 +99,21 @@ pub async fn incidents(
     scope.narrow(&mut filter.account_id)?;
     let now = state.clock.now_ms();
     let since = *filter.since.get_or_insert(now - 24 * 3600 * 1000);
-    let (seen, complete) = blocking(state, move |s| {
-        let mut seen = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let room = INCIDENT_SCAN - seen.len();
-            let (items, next) = s.list_deliveries(&filter, room.min(500), cursor.as_deref())?;
-            seen.extend(items);
-            match next {
-                Some(c) if seen.len() < INCIDENT_SCAN => cursor = Some(c),
-                Some(_) => return Ok((seen, false)),
-                None => return Ok((seen, true)),
-            }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let complete = loop {
+        let room = INCIDENT_SCAN - seen.len();
+        let (items, next) = state
+            .store
+            .list_deliveries(filter.clone(), room.min(500), cursor)
+            .await?;
+        seen.extend(items);
+        match next {
+            Some(c) if seen.len() < INCIDENT_SCAN => cursor = Some(c),
+            Some(_) => break false,
+            None => break true,
         }
-    })
-    .await?;
+    };
     let items = group(&seen);
     Ok(json(
         StatusCode::OK,

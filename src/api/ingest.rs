@@ -49,7 +49,10 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
     let item: Item = body::parse(&bytes)?;
     let event = prepare(state, item, state.clock.now_ms())?;
     let outcome = state.store.ingest(vec![event]).await?;
-    Ok(json(StatusCode::ACCEPTED, &answer(state, outcome.first())?))
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &answer(state, outcome.first()).await?,
+    ))
 }
 
 pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
@@ -88,7 +91,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
         state.store.ingest(good).await?
     };
     for (i, outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
-        let mut v = answer(state, outcome)?;
+        let mut v = answer(state, outcome).await?;
         v["status"] = json!(202);
         results[i] = v;
     }
@@ -255,7 +258,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.
-fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
+async fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
     match outcome {
         Some(IngestOutcome::Created {
             event_id,
@@ -268,7 +271,8 @@ fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, Ap
         Some(IngestOutcome::Duplicate { event_id }) => {
             let (meta, _, deliveries) = state
                 .store
-                .event_with_deliveries(event_id)?
+                .event_with_deliveries(event_id)
+                .await?
                 .ok_or_else(ApiError::unavailable)?;
             let deliveries: Vec<Value> = deliveries.iter().map(delivery_ref).collect();
             Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))

@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::policy::ssrf::Guard;
 use crate::shutdown::Shutdown;
-use crate::store::{Store, StoreError};
+use crate::store::Backend;
 use error::ApiError;
 
 pub type Resp = Response<Full<Bytes>>;
@@ -77,7 +77,7 @@ impl Tokens {
 /// Everything a handler may use.
 pub struct AppState {
     pub config: Arc<Config>,
-    pub store: Arc<Store>,
+    pub store: Backend,
     pub engine: Arc<Engine>,
     pub clock: Arc<dyn Clock>,
     pub tokens: Tokens,
@@ -118,14 +118,17 @@ fn bearer(req: &Request<Incoming>) -> Option<String> {
 }
 
 /// The caller's role: a configured token, or a live portal session's.
-fn role_of(state: &AppState, token: &str) -> Result<Option<Role>, ApiError> {
+async fn role_of(state: &AppState, token: &str) -> Result<Option<Role>, ApiError> {
     if let Some(role) = state.tokens.role(token.as_bytes()) {
         return Ok(Some(role));
     }
     if !token.starts_with(PORTAL_TOKEN_PREFIX) {
         return Ok(None);
     }
-    let session = state.store.portal_session(token, state.clock.now_ms())?;
+    let session = state
+        .store
+        .portal_session(token, state.clock.now_ms())
+        .await?;
     Ok(session.map(Role::Portal))
 }
 
@@ -155,7 +158,7 @@ async fn dispatch(
         }
     };
     let role = match bearer(&req) {
-        Some(token) if route.access != Access::Public => role_of(state, &token)?,
+        Some(token) if route.access != Access::Public => role_of(state, &token).await?,
         _ => None,
     };
     let scope = match routes::authorize(route, &params, role.as_ref()) {
@@ -186,8 +189,8 @@ async fn dispatch(
     let s = &scope;
     match route.id {
         Id::Root => Ok(pages::root()),
-        Id::Healthz => Ok(status::healthz(state)),
-        Id::Metrics => Ok(status::metrics(state)),
+        Id::Healthz => Ok(status::healthz(state).await),
+        Id::Metrics => Ok(status::metrics(state).await),
         Id::OpenApi => Ok(openapi::serve(state, &req)),
         Id::Portal => Ok(pages::page(state, &req, pages::Page::Portal)),
         Id::Console => Ok(pages::page(state, &req, pages::Page::Console)),
@@ -195,18 +198,18 @@ async fn dispatch(
         Id::Ingest => ingest::single(state, req).await,
         Id::IngestBatch => ingest::batch(state, req).await,
         Id::Session => Ok(sessions::whoami(role.as_ref())),
-        Id::Status => Ok(status::status(state)),
+        Id::Status => status::status(state).await,
         Id::Accounts => accounts::list(state).await,
         Id::AccountPut => accounts::put(state, req, p("account_id")).await,
-        Id::AccountGet => accounts::get(state, p("account_id")),
+        Id::AccountGet => accounts::get(state, p("account_id")).await,
         Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,
         Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
         Id::EventTypes => catalog::event_types(state),
         Id::RetryPolicies => Ok(catalog::retry_policies(state)),
         Id::EndpointCreate => endpoints::create(state, req, p("account_id")).await,
-        Id::EndpointList => endpoints::list(state, p("account_id")),
-        Id::EndpointGet => endpoints::get(state, s, p("id")),
+        Id::EndpointList => endpoints::list(state, p("account_id")).await,
+        Id::EndpointGet => endpoints::get(state, s, p("id")).await,
         Id::EndpointPatch => endpoints::patch(state, s, req, p("id")).await,
         Id::EndpointDelete => endpoints::delete(state, s, p("id")).await,
         Id::EndpointVerify => endpoints::verify(state, s, req, p("id")).await,
@@ -221,7 +224,7 @@ async fn dispatch(
         Id::EndpointResume => endpoints::set_state(state, s, req, p("id"), "resume").await,
         Id::EndpointTest => catalog::send_test(state, s, req, p("id")).await,
         Id::EndpointRecover => replay::recover(state, s, req, p("id")).await,
-        Id::EndpointStats => health::endpoint_stats(state, s, p("id")),
+        Id::EndpointStats => health::endpoint_stats(state, s, p("id")).await,
         Id::Deliveries => deliveries::list(state, s, req.uri().query()).await,
         Id::DeliveryGet => deliveries::get(state, s, p("id")).await,
         Id::DeliveryRetry => deliveries::retry(state, s, req, p("id")).await,
@@ -236,10 +239,10 @@ async fn owner_of(state: &Arc<AppState>, route: Id, id: &str) -> Result<Option<S
     let id = id.to_string();
     match route {
         Id::DeliveryGet | Id::DeliveryRetry => {
-            blocking(state, move |s| Ok(s.delivery(&id)?.map(|d| d.account_id))).await
+            Ok(state.store.delivery(&id).await?.map(|d| d.account_id))
         }
         Id::EventGet | Id::EventReplay => {
-            blocking(state, move |s| Ok(s.event(&id)?.map(|(m, _)| m.account_id))).await
+            Ok(state.store.event(&id).await?.map(|(m, _)| m.account_id))
         }
         Id::PortalSessionDelete => Ok(None),
         _ => Ok(state.store.endpoint(&id).map(|e| e.account_id.clone())),
@@ -252,22 +255,6 @@ fn object_name(route: Id) -> &'static str {
         Id::EventGet | Id::EventReplay => "event",
         _ => "endpoint",
     }
-}
-
-/// Runs store work that may read many rows (the log, its filters, an event with many
-/// deliveries) on a blocking thread, so it never holds up the async workers.
-pub async fn blocking<T: Send + 'static>(
-    state: &Arc<AppState>,
-    f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let store = state.store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "a storage read failed");
-            ApiError::unavailable()
-        })?
-        .map_err(ApiError::from)
 }
 
 /// A JSON answer.

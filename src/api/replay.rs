@@ -13,12 +13,12 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
-use super::{blocking, json, AppState, Resp, Scope};
+use super::{json, AppState, Resp, Scope};
 use crate::clock::{parse_rfc3339, Millis};
 use crate::engine::RetryError;
 use crate::ids::{self, EVENT};
 use crate::model::DeliveryState;
-use crate::store::{DeliveryFilter, IngestOutcome, NewEvent, Store, StoreError};
+use crate::store::{Backend, DeliveryFilter, IngestOutcome, NewEvent, StoreError};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -39,8 +39,9 @@ pub async fn replay(
     if !ids::is_valid(EVENT, id) {
         return Err(ApiError::not_found("event"));
     }
-    let owned = id.to_string();
-    let (meta, payload) = blocking(state, move |s| s.event(&owned))
+    let (meta, payload) = state
+        .store
+        .event(id)
         .await?
         .ok_or_else(|| ApiError::not_found("event"))?;
     scope.check(&meta.account_id, "event")?;
@@ -129,32 +130,21 @@ pub async fn recover(
         }
     };
     super::endpoints::find(state, scope, id)?;
-    let endpoint = id.to_string();
-    let (found, more) = blocking(state, move |s| {
-        recoverable(s, &endpoint, since, MAX_RECOVER)
-    })
-    .await?;
+    let (found, more) = recoverable(&state.store, id, since, MAX_RECOVER).await?;
     if b.dry_run {
         return Ok(json(
             StatusCode::OK,
             &json!({"dry_run": true, "deliveries": found.len(), "more": more}),
         ));
     }
-    // Up to MAX_RECOVER writes: on a blocking thread too.
-    let engine = state.engine.clone();
-    let recovered = tokio::task::spawn_blocking(move || {
-        let mut recovered = 0;
-        for d in &found {
-            match engine.retry_now(d) {
-                Ok(_) => recovered += 1,
-                Err(RetryError::InFlight | RetryError::NotFound) => {}
-                Err(RetryError::Store(e)) => return Err(e),
-            }
+    let mut recovered = 0;
+    for d in &found {
+        match state.engine.retry_now(d).await {
+            Ok(_) => recovered += 1,
+            Err(RetryError::InFlight | RetryError::NotFound) => {}
+            Err(RetryError::Store(e)) => return Err(e.into()),
         }
-        Ok(recovered)
-    })
-    .await
-    .map_err(|_| ApiError::unavailable())??;
+    }
     tracing::info!(endpoint_id = %id, recovered, more, "endpoint recovered");
     Ok(json(
         StatusCode::ACCEPTED,
@@ -168,8 +158,8 @@ pub const MAX_RECOVER: usize = 10_000;
 
 /// The endpoint's `failed` and `skipped` deliveries created since `since`, newest first, at most
 /// `max`; and whether there are more.
-fn recoverable(
-    store: &Store,
+async fn recoverable(
+    store: &Backend,
     endpoint: &str,
     since: Millis,
     max: usize,
@@ -185,7 +175,9 @@ fn recoverable(
         let mut cursor: Option<String> = None;
         loop {
             let room = max + 1 - found.len();
-            let (items, next) = store.list_deliveries(&filter, room.min(500), cursor.as_deref())?;
+            let (items, next) = store
+                .list_deliveries(filter.clone(), room.min(500), cursor.take())
+                .await?;
             found.extend(items.into_iter().map(|d| d.id));
             if found.len() > max {
                 found.truncate(max);
@@ -208,6 +200,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::metrics::Metrics;
     use crate::model::{Attempt, Status};
+    use crate::store::Store;
 
     /// Recover is bounded: past `max` deliveries it stops and says there are more.
     #[tokio::test]
@@ -251,11 +244,12 @@ mod tests {
             };
             store.update_delivery(&d, &failed, Some(&a)).unwrap();
         }
-        let (found, more) = recoverable(&store, &endpoint, t0, 3).unwrap();
+        let store = Backend::Sled(store);
+        let (found, more) = recoverable(&store, &endpoint, t0, 3).await.unwrap();
         assert_eq!((found.len(), more), (3, true));
-        let (found, more) = recoverable(&store, &endpoint, t0, 5).unwrap();
+        let (found, more) = recoverable(&store, &endpoint, t0, 5).await.unwrap();
         assert_eq!((found.len(), more), (5, false));
-        let (found, more) = recoverable(&store, &endpoint, t0 + 3, 5).unwrap();
+        let (found, more) = recoverable(&store, &endpoint, t0 + 3, 5).await.unwrap();
         assert_eq!((found.len(), more), (2, false));
     }
 }

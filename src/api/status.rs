@@ -15,8 +15,8 @@ use crate::clock::rfc3339;
 use crate::metrics::Gauges;
 use crate::model::DeliveryState;
 
-pub fn healthz(state: &Arc<AppState>) -> Resp {
-    if state.store.healthy() {
+pub async fn healthz(state: &Arc<AppState>) -> Resp {
+    if state.store.healthy().await {
         json(StatusCode::OK, &json!({"status": "ok"}))
     } else {
         json(
@@ -26,9 +26,12 @@ pub fn healthz(state: &Arc<AppState>) -> Resp {
     }
 }
 
-pub fn status(state: &Arc<AppState>) -> Resp {
+pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
     let now = state.clock.now_ms();
-    let stats = state.store.stats();
+    let stats = state.store.stats().await?;
+    let (due, oldest_pending) = state.store.due_summary(now).await?;
+    let storage_bytes = state.store.size_on_disk().await;
+    let nodes = state.store.nodes().await?;
     let queue: Map<String, Value> = DeliveryState::ALL
         .iter()
         .map(|s| (s.as_str().to_string(), json!(stats.get(*s).max(0))))
@@ -42,50 +45,53 @@ pub fn status(state: &Arc<AppState>) -> Resp {
             .map(|(s, n)| (s.as_str().to_string(), json!(n)))
             .collect()
     };
-    json(
-        StatusCode::OK,
-        &json!({
-            "version": crate::VERSION,
-            "uptime_seconds": state.started.elapsed().as_secs(),
-            "queue": queue,
-            "due": state.store.due().len(),
-            "in_flight": state.engine.in_flight(),
-            "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
-            "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
-            "storage_bytes": state.store.size_on_disk(),
-            "dead_letters": stats.get(DeliveryState::Failed).max(0),
-            "endpoints_last_hour": state.engine.success_rates().into_iter().map(|(id, good, all)| json!({
-                "endpoint_id": id,
-                "attempts": all,
-                "success_rate": f64::from(good) / f64::from(all),
-            })).collect::<Vec<_>>(),
-            "oldest_pending_at": state.store.due().oldest().map(rfc3339),
-            "open_breakers": state.engine.open_breakers().into_iter().map(|(id, b)| json!({
-                "endpoint_id": id,
-                "state": b.phase,
-                "consecutive_failures": b.consecutive_failures,
-                "next_probe_at": b.next_probe_at.map(rfc3339),
-            })).collect::<Vec<_>>(),
-            "attempts_by_minute": state.engine.recent.by_minute(now, 60).into_iter().map(|(at, counts)| json!({
-                "at": rfc3339(at),
-                "attempts": counts.into_iter().map(|(s, n)| (s.as_str().to_string(), json!(n))).collect::<Map<String, Value>>(),
-            })).collect::<Vec<_>>(),
-        }),
-    )
+    let mut v = json!({
+        "version": crate::VERSION,
+        "uptime_seconds": state.started.elapsed().as_secs(),
+        "queue": queue,
+        "due": due,
+        "in_flight": state.engine.in_flight(),
+        "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
+        "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
+        "storage_bytes": storage_bytes,
+        "dead_letters": stats.get(DeliveryState::Failed).max(0),
+        "endpoints_last_hour": state.engine.success_rates().into_iter().map(|(id, good, all)| json!({
+            "endpoint_id": id,
+            "attempts": all,
+            "success_rate": f64::from(good) / f64::from(all),
+        })).collect::<Vec<_>>(),
+        "oldest_pending_at": oldest_pending.map(rfc3339),
+        "open_breakers": state.engine.open_breakers().into_iter().map(|(id, b)| json!({
+            "endpoint_id": id,
+            "state": b.phase,
+            "consecutive_failures": b.consecutive_failures,
+            "next_probe_at": b.next_probe_at.map(rfc3339),
+        })).collect::<Vec<_>>(),
+        "attempts_by_minute": state.engine.recent.by_minute(now, 60).into_iter().map(|(at, counts)| json!({
+            "at": rfc3339(at),
+            "attempts": counts.into_iter().map(|(s, n)| (s.as_str().to_string(), json!(n))).collect::<Map<String, Value>>(),
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(Value::Object(cluster)) = nodes {
+        v["cluster"] = Value::Object(cluster);
+    }
+    Ok(json(StatusCode::OK, &v))
 }
 
 /// `GET /metrics`: the Prometheus text format (no token, like `/healthz`: it holds counts, never
 /// ids or secrets).
-pub fn metrics(state: &Arc<AppState>) -> Resp {
-    let stats = state.store.stats();
+pub async fn metrics(state: &Arc<AppState>) -> Resp {
+    let stats = state.store.stats().await.unwrap_or_default();
+    let now = state.clock.now_ms();
+    let (due, _) = state.store.due_summary(now).await.unwrap_or_default();
     let gauges = Gauges {
         deliveries_by_state: DeliveryState::ALL
             .iter()
             .map(|s| (s.as_str(), stats.get(*s).max(0)))
             .collect(),
-        due: state.store.due().len(),
+        due,
         in_flight: state.engine.in_flight(),
-        storage_bytes: state.store.size_on_disk(),
+        storage_bytes: state.store.size_on_disk().await,
     };
     let mut resp = Response::new(Full::new(Bytes::from(state.metrics.render(&gauges))));
     resp.headers_mut().insert(

@@ -20,7 +20,7 @@ use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
 use crate::policy::tokens::Bucket;
 use crate::policy::{conditions, retry};
-use crate::store::{Changed, Due, DueDelivery};
+use crate::store::{Backend, Changed, Due, DueDelivery, Store};
 
 /// Why a manual retry was refused.
 #[derive(Debug, thiserror::Error)]
@@ -36,16 +36,19 @@ pub enum RetryError {
 impl Engine {
     /// A manual retry: one new attempt of the same event now (same `webhook-id`), without an
     /// automatic schedule after it.
-    pub fn retry_now(&self, delivery_id: &str) -> Result<Delivery, RetryError> {
+    pub async fn retry_now(&self, delivery_id: &str) -> Result<Delivery, RetryError> {
         let now = self.clock.now_ms();
-        let changed = self.store.change_delivery(delivery_id, |d| {
-            let mut d = d.clone();
-            d.state = DeliveryState::Pending;
-            d.next_attempt_at = Some(now);
-            d.manual = true;
-            d.queued = true;
-            Some((d.clone(), d))
-        })?;
+        let changed = self
+            .store
+            .change_delivery(delivery_id, move |d| {
+                let mut d = d.clone();
+                d.state = DeliveryState::Pending;
+                d.next_attempt_at = Some(now);
+                d.manual = true;
+                d.queued = true;
+                Some((d.clone(), d))
+            })
+            .await?;
         match changed {
             Changed::Yes(d) => Ok(d),
             Changed::Busy => Err(RetryError::InFlight),
@@ -53,15 +56,17 @@ impl Engine {
         }
     }
 
-    pub(super) async fn attempt(self: &Arc<Self>, due: Due) -> Handled {
-        let found = match self.store.due_delivery(due.delivery) {
+    /// One due entry of the embedded store's index: its delivery is read, and attempted
+    /// unless the entry is stale.
+    pub(super) async fn attempt(self: &Arc<Self>, store: &Arc<Store>, due: Due) -> Handled {
+        let found = match store.due_delivery(due.delivery) {
             Ok(Some(found)) => found,
             Ok(None) => {
                 // Its event is gone (a commit that never finished): nothing to attempt.
-                if let Err(e) = self.store.drop_orphan(due.delivery) {
+                if let Err(e) = store.drop_orphan(due.delivery) {
                     tracing::error!(error = %e, "cannot drop a pending entry without its event");
                 }
-                self.store.due().ended(due.lane, due.delivery);
+                store.due().ended(due.lane, due.delivery);
                 return Handled::Done;
             }
             Err(e) => {
@@ -69,12 +74,8 @@ impl Engine {
                 return Handled::Done;
             }
         };
-        let DueDelivery {
-            delivery,
-            event,
-            payload,
-        } = found;
         // A stale due entry (the delivery was rescheduled or finished since): nothing to do.
+        let delivery = &found.delivery;
         let current = if due.fresh {
             delivery.is_fresh()
         } else {
@@ -83,10 +84,25 @@ impl Engine {
         if !current {
             if delivery.state != DeliveryState::Pending {
                 // Ended by someone else: its sequence (if it heads one) moves on.
-                self.store.due().ended(due.lane, due.delivery);
+                store.due().ended(due.lane, due.delivery);
             }
             return Handled::Done;
         }
+        self.attempt_due(found, None).await
+    }
+
+    /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `lease` is the
+    /// claim of a cluster node's lease on it, which fences the record (`None` on one box).
+    pub(super) async fn attempt_due(
+        self: &Arc<Self>,
+        found: DueDelivery,
+        lease: Option<i64>,
+    ) -> Handled {
+        let DueDelivery {
+            delivery,
+            event,
+            payload,
+        } = found;
         let endpoint = delivery
             .endpoint_id
             .as_deref()
@@ -102,6 +118,7 @@ impl Engine {
         // breaker is not attempted and not counted; it waits (in memory, with its lane) for the
         // probe.
         if let (None, Some(ep)) = (failing, endpoint.as_deref()) {
+            self.load_breaker(&ep.id).await;
             let gate = self.breaker_gate(&ep.id, started);
             if let Gate::WaitUntil(at) = gate {
                 return Handled::Held(at);
@@ -113,7 +130,7 @@ impl Engine {
                 }
                 return Handled::Held(next);
             }
-            failing = self.over_quota(&delivery.account_id, plan, started);
+            failing = self.over_quota(&delivery.account_id, plan, started).await;
             if failing.is_some() && gate == Gate::Probe {
                 self.release_probe(&ep.id);
             }
@@ -128,7 +145,8 @@ impl Engine {
                 (self.not_sent(&delivery, started, status), None)
             }
         };
-        self.record(delivery, endpoint, attempt, outcome).await;
+        self.record(delivery, endpoint, attempt, outcome, lease)
+            .await;
         Handled::Done
     }
 
@@ -160,7 +178,7 @@ impl Engine {
     /// Condition 5: counts the attempt in the account's windows; `rate_limited` when over. An
     /// account without a plan is not counted. A failing counter store allows the attempt (fail
     /// open) and is counted in `herald_quota_check_failures_total`.
-    fn over_quota(
+    async fn over_quota(
         &self,
         account_id: &str,
         plan: Option<(&str, &Plan)>,
@@ -174,6 +192,7 @@ impl Engine {
         match self
             .store
             .quota_take(account_id, quota::windows(now), limits)
+            .await
         {
             Ok(true) => None,
             Ok(false) => Some(Status::RateLimited),
@@ -241,28 +260,43 @@ impl Engine {
         payload: Bytes,
         at: Millis,
     ) -> (Outcome, Vec<(String, String)>) {
+        // The account secrets the endpoint's header macros name, read before the request is
+        // built (few endpoints name any).
+        let mut secrets = std::collections::HashMap::new();
+        for name in request::secret_names(endpoint) {
+            match self.store.account_secret(&endpoint.account_id, &name).await {
+                Ok(Some(v)) => {
+                    secrets.insert(name, v);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(account_id = %endpoint.account_id, error = %e, "cannot read an account secret");
+                }
+            }
+        }
         let built = request::build(
             endpoint,
             msg,
             payload,
             at,
             self.cfg.hex_header.as_ref(),
-            |name| match self.store.account_secret(&endpoint.account_id, name) {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(account_id = %endpoint.account_id, error = %e, "cannot read an account secret");
-                    None
-                }
-            },
+            |name| secrets.get(name).cloned(),
         );
         let built = built.map_err(|message| Unsent {
             status: Status::ConnectionError,
             message,
         });
-        let built = match built.and_then(|mut b| {
-            b.request.identity = self.identity(endpoint, at)?;
-            Ok(b)
-        }) {
+        let built = match built {
+            Ok(mut b) => match self.identity(endpoint, at).await {
+                Ok(identity) => {
+                    b.request.identity = identity;
+                    Ok(b)
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let built = match built {
             Ok(b) => b,
             Err(e) => {
                 let outcome = Outcome {
@@ -293,7 +327,7 @@ impl Engine {
     /// The client certificate to present to `endpoint` (mutual TLS), if it has one: built from
     /// the stored PEM once per certificate and kept. One that cannot be used, or has expired,
     /// fails the attempt as a `tls_error` naming why (never the key).
-    fn identity(
+    async fn identity(
         &self,
         endpoint: &Endpoint,
         at: Millis,
@@ -318,6 +352,7 @@ impl Engine {
         let pem = self
             .store
             .client_certificate_pem(&endpoint.id)
+            .await
             .map_err(|e| {
                 tls_error(format!(
                     "the endpoint's client certificate cannot be read: {e}"
@@ -348,6 +383,7 @@ impl Engine {
         endpoint: Option<Arc<Endpoint>>,
         attempt: Attempt,
         outcome: Option<Outcome>,
+        lease: Option<i64>,
     ) {
         let now = self.clock.now_ms();
         let mut d = was.clone();
@@ -402,8 +438,19 @@ impl Engine {
             state = d.state.as_str(),
             "attempt"
         );
-        if let Err(e) = self.store.update_delivery(&was, &d, Some(&attempt)) {
-            tracing::error!(delivery_id = %d.id, error = %e, "cannot record attempt");
+        let written = match (&self.store, lease) {
+            (Backend::Sled(s), _) => s.update_delivery(&was, &d, Some(&attempt)),
+            #[cfg(feature = "postgres")]
+            (Backend::Postgres(s), Some(claim)) => s.finish(claim, &d, Some(&attempt)).await,
+            #[cfg(feature = "postgres")]
+            (Backend::Postgres(_), None) => Err(crate::store::StoreError::LeaseLost),
+        };
+        match written {
+            Ok(()) => {}
+            Err(crate::store::StoreError::LeaseLost) => {
+                tracing::warn!(delivery_id = %d.id, "the lease passed to another node before the attempt was recorded; that node attempts it again");
+            }
+            Err(e) => tracing::error!(delivery_id = %d.id, error = %e, "cannot record attempt"),
         }
         // Nobody listening is the normal case.
         if self.attempted.receiver_count() > 0 {

@@ -25,6 +25,8 @@ pub(super) struct Slot {
 }
 
 impl Engine {
+    /// The endpoint's breaker slot. One box reads a breaker it has not seen from its store
+    /// here; a cluster node reads it first ([`load_breaker`](Self::load_breaker)).
     fn with_slot<T>(&self, endpoint_id: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
         let mut slots = lock(&self.breakers);
         let slot = slots
@@ -32,13 +34,32 @@ impl Engine {
             .or_insert_with(|| Slot {
                 breaker: self
                     .store
-                    .breaker(endpoint_id)
-                    .ok()
-                    .flatten()
+                    .sled()
+                    .and_then(|s| s.breaker(endpoint_id).ok().flatten())
                     .unwrap_or_default(),
                 probe_running: false,
             });
         f(slot)
+    }
+
+    /// Reads the endpoint's stored breaker into its slot unless the slot exists already.
+    pub async fn load_breaker(&self, endpoint_id: &str) {
+        if self.store.sled().is_some() || lock(&self.breakers).contains_key(endpoint_id) {
+            return;
+        }
+        let stored = match self.store.breaker(endpoint_id).await {
+            Ok(b) => b.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(endpoint_id, error = %e, "cannot read breaker state");
+                return;
+            }
+        };
+        lock(&self.breakers)
+            .entry(endpoint_id.to_string())
+            .or_insert(Slot {
+                breaker: stored,
+                probe_running: false,
+            });
     }
 
     /// Asks the endpoint's breaker whether an attempt due now may go out.
@@ -77,22 +98,23 @@ impl Engine {
     ) {
         let ok = status == Status::Delivered;
         lock(&self.rates).record(&ep.id, now, status, duration_ms);
-        let (change, was_probe) = self.with_slot(&ep.id, |s| {
+        let (change, was_probe, changed) = self.with_slot(&ep.id, |s| {
             let was_probe = std::mem::take(&mut s.probe_running);
             let before = s.breaker.clone();
             let change = s.breaker.record(ok, now, self.cfg.disable_after_ms);
             // Most attempts leave a closed breaker closed: nothing to write then.
-            if s.breaker != before {
-                if let Err(e) = self.store.put_breaker(&ep.id, &s.breaker) {
-                    tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
-                }
-            }
-            (change, was_probe)
+            let changed = (s.breaker != before).then(|| s.breaker.clone());
+            (change, was_probe, changed)
         });
-        if was_probe {
+        if let Some(b) = changed {
+            if let Err(e) = self.store.put_breaker(&ep.id, &b).await {
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
+            }
+        }
+        if let (true, Some(store)) = (was_probe, self.store.sled()) {
             // The probe decided: its lane's deliveries go, or wait for the next probe (the gate
             // holds them again).
-            self.store.due().release(lane_of(Some(&ep.id)));
+            store.due().release(lane_of(Some(&ep.id)));
         }
         match change {
             Some(Change::Opened) => {
@@ -218,7 +240,8 @@ impl Engine {
     }
 
     /// The breaker as the endpoint view shows it, and the last hour's success rate.
-    pub fn health_view(&self, endpoint_id: &str) -> Value {
+    /// `pending`: how many of the endpoint's deliveries are pending.
+    pub fn health_view(&self, endpoint_id: &str, pending: u64) -> Value {
         let now = self.clock.now_ms();
         let b = self.with_slot(endpoint_id, |s| s.breaker.clone());
         let rate = lock(&self.rates).rate(endpoint_id, now);
@@ -231,7 +254,7 @@ impl Engine {
             "success_rate_1h": rate.map(|(good, all)| f64::from(good) / f64::from(all)),
             "attempts_1h": rate.map_or(0, |(_, all)| all),
             "last_success_at": lock(&self.rates).last_success(endpoint_id).map(rfc3339),
-            "pending": self.store.due().lane_len(lane_of(Some(endpoint_id))),
+            "pending": pending,
         })
     }
 }

@@ -8,6 +8,8 @@
 //! decides what comes next (retry, fail, done) and records it through the store.
 
 mod attempt;
+#[cfg(feature = "postgres")]
+mod cluster;
 mod retention;
 pub use attempt::RetryError;
 pub mod health;
@@ -29,7 +31,7 @@ use crate::config::{Config, Plan};
 use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
-use crate::store::{Due, Store};
+use crate::store::{Backend, Due, Store};
 
 /// Due entries taken from the index per scheduler turn at most.
 const POP_BATCH: usize = 1024;
@@ -94,7 +96,7 @@ impl EngineConfig {
 }
 
 pub struct Engine {
-    store: Arc<Store>,
+    store: Backend,
     client: Client,
     clock: Arc<dyn Clock>,
     cfg: EngineConfig,
@@ -131,13 +133,15 @@ enum Handled {
 
 impl Engine {
     pub fn new(
-        store: Arc<Store>,
+        store: Backend,
         client: Client,
         clock: Arc<dyn Clock>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> Arc<Engine> {
-        store.due().set_lane_limit(cfg.max_in_flight_per_endpoint);
+        if let Some(s) = store.sled() {
+            s.due().set_lane_limit(cfg.max_in_flight_per_endpoint);
+        }
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
             store,
@@ -172,11 +176,29 @@ impl Engine {
 
     /// Whether an attempt of the delivery is running now (or something else holds its claim).
     pub fn is_in_flight(&self, delivery_id: &str) -> bool {
-        self.store.is_claimed(delivery_id)
+        match &self.store {
+            Backend::Sled(s) => s.is_claimed(delivery_id),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => s.holds(delivery_id),
+        }
     }
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
-    pub async fn run(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
+    pub async fn run(self: Arc<Self>, shutdown: Shutdown, grace: Duration) {
+        match self.store.clone() {
+            Backend::Sled(store) => self.run_local(store, shutdown, grace).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => self.run_cluster(store, shutdown, grace).await,
+        }
+    }
+
+    /// The scheduler of one box: takes due entries from the in-memory due index.
+    async fn run_local(
+        self: Arc<Self>,
+        store: Arc<Store>,
+        mut shutdown: Shutdown,
+        grace: Duration,
+    ) {
         let mut next_sweep = self.clock.now_ms();
         loop {
             // Checked every turn: with a large backlog the loop below keeps dispatching without
@@ -188,21 +210,21 @@ impl Engine {
             // Finished attempts' tasks leave the set.
             while lock(&self.attempts).try_join_next().is_some() {}
             if now >= next_sweep {
-                self.clone().start_sweep(now);
+                self.clone().start_sweep(store.clone(), now);
                 next_sweep =
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
             let room = self.global.available_permits().min(POP_BATCH);
-            let due = self.store.due().take(now, room);
+            let due = store.due().take(now, room);
             let got = due.len();
             // Refills are asked for by the entries a take hands out.
             if got > 0 {
-                self.store.refill_due();
+                store.refill_due();
             }
             for d in due {
                 match self.global.clone().try_acquire_owned() {
-                    Ok(permit) => self.start(d, permit),
-                    Err(_) => self.store.due().put_back(d, None),
+                    Ok(permit) => self.start(&store, d, permit),
+                    Err(_) => store.due().put_back(d, None),
                 }
             }
             if got == POP_BATCH {
@@ -214,34 +236,45 @@ impl Engine {
             let wait = if self.global.available_permits() == 0 {
                 None
             } else {
-                let until = self
-                    .store
-                    .due()
-                    .next_due()
-                    .unwrap_or(i64::MAX)
-                    .min(next_sweep);
+                let until = store.due().next_due().unwrap_or(i64::MAX).min(next_sweep);
                 Some(Duration::from_millis((until - now).max(0) as u64))
             };
-            let timer = async {
-                match wait {
-                    Some(w) => tokio::time::sleep(w).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let clock_jump = async {
-                match self.clock.changed() {
-                    Some(n) => n.notified().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = timer => {}
-                _ = self.store.due().changed() => {}
-                _ = clock_jump => {}
-                _ = shutdown.wait() => break,
+            if !self
+                .idle_until(wait, store.due().changed(), &mut shutdown)
+                .await
+            {
+                break;
             }
         }
         self.drain(grace).await;
+    }
+
+    /// A scheduler's sleep: until `wait` has passed (never, if `None`), `woken` resolves or the
+    /// clock jumps. `false` once shutdown fires.
+    async fn idle_until(
+        &self,
+        wait: Option<Duration>,
+        woken: impl std::future::Future,
+        shutdown: &mut Shutdown,
+    ) -> bool {
+        let timer = async {
+            match wait {
+                Some(w) => tokio::time::sleep(w).await,
+                None => std::future::pending().await,
+            }
+        };
+        let clock_jump = async {
+            match self.clock.changed() {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = timer => true,
+            _ = woken => true,
+            _ = clock_jump => true,
+            _ = shutdown.wait() => false,
+        }
     }
 
     /// Waits up to `grace` for running attempts; those still running then are dropped (their
@@ -270,24 +303,25 @@ impl Engine {
 
     /// Runs one due entry's attempt on its own task, holding the delivery's claim throughout
     /// (so a manual retry, retention or the committer cannot change it meanwhile).
-    fn start(self: &Arc<Self>, due: Due, permit: OwnedSemaphorePermit) {
-        let Some(claim) = self.store.claim(due.delivery) else {
+    fn start(self: &Arc<Self>, store: &Arc<Store>, due: Due, permit: OwnedSemaphorePermit) {
+        let Some(claim) = store.claim(due.delivery) else {
             // Someone is changing this delivery now (a manual retry, retention, another attempt
             // of a stale entry): look again shortly; the entry is found stale if it is.
             let again = self.clock.now_ms() + CLAIM_RETRY_MS;
-            self.store.due().put_back(due, Some(again));
+            store.due().put_back(due, Some(again));
             return;
         };
         self.running.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
+        let store = store.clone();
         lock(&self.attempts).spawn(async move {
-            let handled = engine.attempt(due).await;
+            let handled = engine.attempt(&store, due).await;
             drop(claim);
             engine.running.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
             match handled {
-                Handled::Done => engine.store.due().done(due.lane),
-                Handled::Held(until) => engine.store.due().put_back(due, Some(until)),
+                Handled::Done => store.due().done(due.lane),
+                Handled::Held(until) => store.due().put_back(due, Some(until)),
             }
             engine.idle.notify_waiters();
         });

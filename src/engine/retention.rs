@@ -62,7 +62,7 @@ async fn slice<T: Send + 'static>(
 impl Engine {
     /// Drops the rate buckets and client certificates of endpoints deleted or changed since
     /// (each map holds only what an endpoint has now).
-    fn forget_gone_endpoints(&self) {
+    pub(super) fn forget_gone_endpoints(&self) {
         let store = &self.store;
         super::lock(&self.buckets)
             .retain(|id, _| store.endpoint(id).is_some_and(|e| e.rate_limit.is_some()));
@@ -76,7 +76,7 @@ impl Engine {
     }
 
     /// Folds the ended events older than `storage.fold_after`, a slice at a time.
-    async fn fold(&self, now: Millis) {
+    async fn fold(&self, store: &Arc<Store>, now: Millis) {
         let before = now - self.cfg.fold_after_ms;
         let every_full = self.cfg.fold_after_ms.min(600_000);
         let mut from = {
@@ -91,10 +91,7 @@ impl Engine {
         let (mut events, mut folds) = (0, 0);
         while !self.stopping.load(Ordering::Acquire) {
             let start = from;
-            let Some(f) = slice(&self.store, move |s| {
-                s.fold_history(before, start, FOLD_SLICE)
-            })
-            .await
+            let Some(f) = slice(store, move |s| s.fold_history(before, start, FOLD_SLICE)).await
             else {
                 return;
             };
@@ -110,30 +107,27 @@ impl Engine {
             tokio::task::yield_now().await;
         }
         // The account index rows of what is now past the horizon, packed into full rows.
-        let packed_before = self.store.index_rows_packed();
+        let packed_before = store.index_rows_packed();
         while !self.stopping.load(Ordering::Acquire) {
-            let more = slice(&self.store, move |s| {
-                s.pack_account_index(before, INDEX_SLICE)
-            })
-            .await;
+            let more = slice(store, move |s| s.pack_account_index(before, INDEX_SLICE)).await;
             if more != Some(true) {
                 break;
             }
             tokio::task::yield_now().await;
         }
-        let index_rows = self.store.index_rows_packed() - packed_before;
+        let index_rows = store.index_rows_packed() - packed_before;
         if events > 0 || index_rows > 0 {
             tracing::info!(events, folds, index_rows, "history folded");
         }
     }
 
-    pub(super) fn start_sweep(self: Arc<Self>, now: Millis) {
+    pub(super) fn start_sweep(self: Arc<Self>, store: Arc<Store>, now: Millis) {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return; // the previous sweep is still going
         }
         self.forget_gone_endpoints();
         tokio::spawn(async move {
-            self.fold(now).await;
+            self.fold(&store, now).await;
             let cutoff = now - self.cfg.retention_ms;
             let mut from: Option<Vec<u8>> = None;
             let (mut events, mut deliveries, mut attempts) = (0, 0, 0);
@@ -142,7 +136,7 @@ impl Engine {
                     break;
                 }
                 let start = from.take();
-                let Some(p) = slice(&self.store, move |s| {
+                let Some(p) = slice(&store, move |s| {
                     s.prune_events(cutoff, start.as_deref(), SLICE)
                 })
                 .await
@@ -159,10 +153,8 @@ impl Engine {
                 tokio::task::yield_now().await;
             }
             // Folds whose events are all older than the window go whole.
-            while let Some((p, more)) = slice(&self.store, move |s| {
-                s.prune_folds(cutoff, FOLD_PRUNE_SLICE)
-            })
-            .await
+            while let Some((p, more)) =
+                slice(&store, move |s| s.prune_folds(cutoff, FOLD_PRUNE_SLICE)).await
             {
                 events += p.events;
                 deliveries += p.deliveries;
@@ -174,17 +166,17 @@ impl Engine {
             }
             // Expired idempotency keys and closed debounce windows, in slices too.
             let mut other = 0;
-            while let Some(n) = slice(&self.store, move |s| s.prune_keys(now, KEY_SLICE)).await {
+            while let Some(n) = slice(&store, move |s| s.prune_keys(now, KEY_SLICE)).await {
                 other += n;
                 if n < KEY_SLICE || self.stopping.load(Ordering::Acquire) {
                     break;
                 }
                 tokio::task::yield_now().await;
             }
-            other += slice(&self.store, move |s| s.prune_orphans(cutoff))
+            other += slice(&store, move |s| s.prune_orphans(cutoff))
                 .await
                 .unwrap_or(0);
-            other += slice(&self.store, move |s| s.prune_portal_sessions(now))
+            other += slice(&store, move |s| s.prune_portal_sessions(now))
                 .await
                 .unwrap_or(0);
             if events + other > 0 {

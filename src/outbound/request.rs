@@ -111,6 +111,23 @@ pub fn build(
     })
 }
 
+/// The account secrets the endpoint's header macros name (each once).
+pub fn secret_names(endpoint: &Endpoint) -> Vec<String> {
+    let named = std::cell::RefCell::new(Vec::<String>::new());
+    for v in endpoint.headers.values() {
+        if v.contains("{{") {
+            expand_macros(v, |name: &str| {
+                let mut named = named.borrow_mut();
+                if !named.iter().any(|n| n == name) {
+                    named.push(name.to_string());
+                }
+                None
+            });
+        }
+    }
+    named.into_inner()
+}
+
 /// Replaces each `{{ secret.NAME }}` (spaces inside the braces optional) with the account
 /// secret `NAME`; returns the value and the names that had no secret (replaced by nothing).
 /// Anything else between braces is left as written.

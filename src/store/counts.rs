@@ -37,6 +37,15 @@ impl Stats {
         DeliveryState::ALL.map(|s| self.get(s))
     }
 
+    /// The counts as they are now, in a value of their own.
+    pub fn copy(&self) -> Stats {
+        let copy = Stats::default();
+        for s in DeliveryState::ALL {
+            copy.set(s, self.get(s));
+        }
+        copy
+    }
+
     pub(super) fn set(&self, state: DeliveryState, n: i64) {
         self.by_state[state as usize].store(n, Ordering::Relaxed);
     }

@@ -47,6 +47,7 @@
 //! clean stop saves them exactly). Pending deliveries are counted at start.
 
 mod accounts;
+mod backend;
 pub mod codec;
 mod commit;
 mod counts;
@@ -78,6 +79,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
+pub use backend::Backend;
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 use counts::Fresh;
 pub use counts::Stats;

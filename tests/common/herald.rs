@@ -105,14 +105,12 @@ impl Herald {
              admin_tokens = [\"{ADMIN_TOKEN}\"]\n\
              ingest_tokens = [\"{INGEST_TOKEN}\"]\n\
              {server_keys}\
-             [storage]\n\
-             path = {}\n\
-             {storage_keys}\
+             {}\
              [log]\n\
              format = \"text\"\n\
              level = \"info\"\n\
              {}{extra_toml}\n",
-            super::toml_string(&storage.display().to_string()),
+            super::storage_table(&storage, &storage_keys),
             super::endpoints_default(&extra_toml),
         );
         std::fs::write(&config_path, config).expect("write herald.toml");

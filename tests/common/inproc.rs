@@ -39,8 +39,8 @@ impl InProc {
             .expect("temp dir");
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_tokens = [\"{ADMIN_TOKEN}\"]\n\
-             ingest_tokens = [\"{INGEST_TOKEN}\"]\n[storage]\npath = {}\n{storage_keys}\n{}{extra_toml}\n",
-            super::toml_string(&dir.path().join("data").display().to_string()),
+             ingest_tokens = [\"{INGEST_TOKEN}\"]\n{}\n{}{extra_toml}\n",
+            super::storage_table(&dir.path().join("data"), storage_keys),
             super::endpoints_default(extra_toml),
         );
         let mut p = InProc {

@@ -112,3 +112,42 @@ pub fn endpoints_default(extra_toml: &str) -> &'static str {
         "[endpoints]\nrequire_verification = false\n"
     }
 }
+
+/// A `[storage]` table that pins a test to the embedded store: for tests that read, damage or
+/// fill its files (`HERALD_TEST_BACKEND` leaves them on sled).
+pub const ON_SLED: &str = "[storage]\nbackend = \"sled\"\n";
+
+/// The environment variable that runs the harness's heralds on PostgreSQL (cluster mode).
+pub const BACKEND_VAR: &str = "HERALD_TEST_BACKEND";
+
+/// Whether this test run puts herald on PostgreSQL: `HERALD_TEST_BACKEND=postgres`. Any other
+/// value than `sled` or `postgres` fails the test (a typo must not fall back silently).
+pub fn on_postgres() -> bool {
+    match std::env::var(BACKEND_VAR).as_deref() {
+        Err(_) | Ok("") | Ok("sled") => false,
+        Ok("postgres") => true,
+        Ok(other) => panic!("{BACKEND_VAR}={other:?}: write `sled` or `postgres`"),
+    }
+}
+
+/// The `[storage]` table of a harness config: the data directory at `path` and the test's own
+/// `keys`; on PostgreSQL ([`on_postgres`]) also `backend = "postgres"` and a database of its own
+/// on the PostgreSQL this test process shares. A test whose keys name the backend itself (those
+/// that read or damage the embedded store's files write `backend = "sled"`) runs on that one.
+pub fn storage_table(path: &Path, keys: &str) -> String {
+    let mut table = format!(
+        "[storage]\npath = {}\n{keys}",
+        toml_string(&path.display().to_string())
+    );
+    if !keys.is_empty() && !keys.ends_with('\n') {
+        table.push('\n');
+    }
+    if on_postgres() && !keys.contains("backend") {
+        let url = postgres::shared_database();
+        table.push_str(&format!(
+            "backend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+            toml_string(&url)
+        ));
+    }
+    table
+}

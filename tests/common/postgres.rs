@@ -290,3 +290,42 @@ impl Drop for Postgres {
             .output();
     }
 }
+
+/// A new database on the PostgreSQL server this test process shares (started on first use),
+/// for the harness's heralds when `HERALD_TEST_BACKEND=postgres`. The server outlives no test
+/// process: a watcher stops it and removes its directory once the process has ended.
+pub fn shared_database() -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+    static SERVER: OnceLock<Postgres> = OnceLock::new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let pg = SERVER.get_or_init(|| {
+        let pg = Postgres::start();
+        pg.stop_after_process();
+        pg
+    });
+    pg.database(&format!("herald_{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+impl Postgres {
+    /// Starts a watcher that stops the server at once and removes its directory when this
+    /// process has ended (for a server held in a static, which is never dropped).
+    fn stop_after_process(&self) {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             kill -QUIT $(head -1 {data}/postmaster.pid) 2>/dev/null; sleep 2; rm -rf {dir}",
+            pid = std::process::id(),
+            data = self.data().display(),
+            dir = self.dir.path().display(),
+        );
+        // Outlives this process on purpose (it waits for this process to end): never waited on.
+        #[allow(clippy::zombie_processes)]
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the watcher of the shared PostgreSQL");
+    }
+}

@@ -15,6 +15,46 @@ use crate::config::Config;
 use crate::store::directory::Directory;
 use crate::store::StoreError;
 
+/// The file in a node's data directory (`storage.path`) that keeps its id across restarts.
+pub const NODE_ID_FILE: &str = "node-id";
+
+/// This node's id: read from (or, the first time, written to) [`NODE_ID_FILE`] in `dir`, so a
+/// node that restarts after a crash knows which leases it left. The file stays locked while the
+/// node runs: a second node started on the same directory is refused, since two nodes with one
+/// id would take each other's leases.
+fn node_identity(dir: &std::path::Path) -> Result<(String, std::fs::File), StoreError> {
+    use std::io::{Read, Seek, Write};
+    crate::store::files::create_private_dir(dir)?;
+    let path = dir.join(NODE_ID_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |_| {
+            StoreError::Database(format!(
+                "another herald node runs with the data directory {}; each node needs its own \
+                 storage.path",
+                dir.display()
+            ))
+        },
+    )?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let id = text.trim();
+    if id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok((id.to_string(), file));
+    }
+    let id = crate::ids::random_hex(8);
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(format!("{id}\n").as_bytes())?;
+    file.sync_all()?;
+    Ok((id, file))
+}
+
 impl From<DbError> for StoreError {
     fn from(e: DbError) -> Self {
         StoreError::Database(e.to_string())
@@ -47,12 +87,18 @@ pub struct PgStore {
     /// The leases this node holds: delivery id → claim ([`super::queue`]), renewed by
     /// [`super::queue::keep_leases`] until their attempts finish.
     pub(super) held: std::sync::Mutex<HashMap<String, i64>>,
+    /// The locked file holding this node's id in its data directory ([`node_identity`]).
+    _identity: Option<std::fs::File>,
 }
 
 impl PgStore {
     /// Connects, brings the schema to this herald's version (under the advisory lock) and
     /// registers this node.
-    pub async fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<PgStore, StoreError> {
+    pub async fn open(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Result<PgStore, StoreError> {
         let db = Database::new(config)?;
         let mut client = db.dedicated().await?;
         let migrated = migrate(&mut client).await?;
@@ -65,7 +111,19 @@ impl PgStore {
         }
         drop(client);
         let lease = config.storage.postgres.lease.0;
-        Self::with_database(db, clock, lease).await
+        let (node, file) = node_identity(&config.storage.path)?;
+        let mut store = Self::counted(db, clock, lease, metrics, Some(node)).await?;
+        store._identity = Some(file);
+        // Leases a previous run of this node left when it stopped abruptly (kill -9, a crash):
+        // its attempts died with it, so they are given back now, not when the leases end.
+        let released = store.release_all().await?;
+        if released > 0 {
+            tracing::info!(
+                released,
+                "gave back the leases this node held when it last stopped abruptly"
+            );
+        }
+        Ok(store)
     }
 
     /// A node on an already migrated database (tests choose the lease freely).
@@ -74,10 +132,21 @@ impl PgStore {
         clock: Arc<dyn Clock>,
         lease: Duration,
     ) -> Result<PgStore, StoreError> {
-        let node = crate::ids::random_hex(8);
+        Self::counted(db, clock, lease, Arc::default(), None).await
+    }
+
+    /// A node whose ingest is counted in `metrics`.
+    async fn counted(
+        db: Database,
+        clock: Arc<dyn Clock>,
+        lease: Duration,
+        metrics: Arc<crate::metrics::Metrics>,
+        node: Option<String>,
+    ) -> Result<PgStore, StoreError> {
+        let node = node.unwrap_or_else(|| crate::ids::random_hex(8));
         let name = host_name();
         let store = PgStore {
-            ingest: Committer::start(db.clone(), clock.clone()),
+            ingest: Committer::start(db.clone(), clock.clone(), metrics),
             db,
             node,
             name,
@@ -86,6 +155,7 @@ impl PgStore {
             wake: Arc::new(Notify::new()),
             directory: Directory::default(),
             held: std::sync::Mutex::default(),
+            _identity: None,
         };
         // Registered by its first beat.
         store.heartbeat().await?;

@@ -48,6 +48,7 @@ pub(super) struct Job {
 pub(super) struct Committer {
     pub(super) db: Database,
     pub(super) clock: Arc<dyn Clock>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// The last event id this node minted: ids grow on each node (ULIDs, unique across nodes
     /// by their random part).
     last_event: Mutex<u128>,
@@ -55,10 +56,15 @@ pub(super) struct Committer {
 
 impl Committer {
     /// Starts the committer tasks; they end once the returned sender is dropped.
-    pub(super) fn start(db: Database, clock: Arc<dyn Clock>) -> mpsc::Sender<Job> {
+    pub(super) fn start(
+        db: Database,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> mpsc::Sender<Job> {
         let committer = Arc::new(Committer {
             db,
             clock,
+            metrics,
             last_event: Mutex::new(0),
         });
         let (tx, rx) = mpsc::channel::<Job>(4096);
@@ -87,6 +93,14 @@ impl Committer {
             .collect();
         match self.commit(&events, &lanes).await {
             Ok(outcomes) => {
+                let created = outcomes
+                    .iter()
+                    .filter(|o| matches!(o, IngestOutcome::Created { .. }))
+                    .count() as u64;
+                self.metrics.commit_batch_size.observe(created as f64);
+                self.metrics
+                    .events_ingested
+                    .fetch_add(created, std::sync::atomic::Ordering::Relaxed);
                 let mut outcomes = outcomes.into_iter();
                 for (job, n) in jobs.into_iter().zip(counts) {
                     let _ = job.reply.send(Ok(outcomes.by_ref().take(n).collect()));
@@ -116,11 +130,6 @@ impl Committer {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let now = self.clock.now_ms();
-        let ulids: Vec<u128> = events
-            .iter()
-            .map(|e| self.next_event_id(e.received_at.max(now)))
-            .collect();
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         // Locks are taken class by class, each class in sorted order (lanes, then idempotency
@@ -142,6 +151,13 @@ impl Committer {
             )
             .await?;
         }
+        // Ids are minted once the lanes are held: on a node, the events of a lane get ids in
+        // the order of their commits (the order their deliveries are sent in).
+        let now = self.clock.now_ms();
+        let ulids: Vec<u128> = events
+            .iter()
+            .map(|e| self.next_event_id(e.received_at.max(now)))
+            .collect();
 
         // Idempotency keys: the first event of a key in this request claims it for the request.
         let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
@@ -308,7 +324,13 @@ impl Committer {
             tx.execute("SELECT pg_notify($1, '')", &[&DUE_CHANNEL])
                 .await?;
         }
+        // The commit is where the WAL reaches the disk: the cluster's counterpart of sled's
+        // fsync in `herald_fsync_duration_seconds`.
+        let committing = std::time::Instant::now();
         tx.commit().await?;
+        self.metrics
+            .fsync_duration
+            .observe_duration(committing.elapsed());
         Ok(outcomes)
     }
 }

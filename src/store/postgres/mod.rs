@@ -107,7 +107,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 /// `host:port/database` of a connection config (every host, if it names several).
-fn target(pg: &tokio_postgres::Config) -> String {
+pub fn target_of(pg: &tokio_postgres::Config) -> String {
     use tokio_postgres::config::Host;
     let ports = pg.get_ports();
     let hosts: Vec<String> = pg
@@ -182,7 +182,7 @@ impl Database {
             .map_err(|e| DbError::Postgres(e.to_string()))?;
         Ok(Database {
             pool,
-            target: target(&pg).into(),
+            target: target_of(&pg).into(),
             config: pg,
             tls,
         })

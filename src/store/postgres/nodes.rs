@@ -98,3 +98,19 @@ impl PgStore {
         Ok(released)
     }
 }
+
+/// Refreshes this node's row every [`HEARTBEAT`] until shutdown.
+pub async fn beat(store: std::sync::Arc<PgStore>, mut shutdown: crate::shutdown::Shutdown) {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = store.heartbeat().await {
+                    tracing::warn!(error = %e, "cannot refresh this node's row");
+                }
+            }
+            () = shutdown.wait() => return,
+        }
+    }
+}

@@ -46,6 +46,16 @@ fn claimed_columns() -> String {
 impl PgStore {
     /// Claims up to `max` deliveries due now, oldest due first, for this node's lease.
     pub async fn claim_due(&self, max: i64) -> Result<Vec<Leased>, StoreError> {
+        self.claim_due_except(max, &[]).await
+    }
+
+    /// Claims like [`claim_due`](Self::claim_due), leaving the deliveries of the endpoints in
+    /// `full` (those this node attempts `max_in_flight_per_endpoint` of already) to others.
+    pub async fn claim_due_except(
+        &self,
+        max: i64,
+        full: &[String],
+    ) -> Result<Vec<Leased>, StoreError> {
         let now = self.clock.now_ms();
         let claim: i64 = rand::random();
         let rows = self
@@ -56,6 +66,7 @@ impl PgStore {
                 &format!(
                     "WITH due AS (
                          SELECT id FROM deliveries d WHERE due_at <= $1
+                           AND (d.endpoint_id IS NULL OR d.endpoint_id <> ALL($6::text[]))
                            AND (lane IS NULL OR NOT EXISTS (
                                SELECT 1 FROM deliveries ahead
                                WHERE ahead.lane = d.lane AND ahead.lane_seq < d.lane_seq
@@ -70,7 +81,7 @@ impl PgStore {
                      ORDER BY d.id",
                     claimed_columns()
                 ),
-                &[&now, &max, &self.lease_ms, &self.node, &claim],
+                &[&now, &max, &self.lease_ms, &self.node, &claim, &full],
             )
             .await?;
         let leased: Vec<Leased> = rows
@@ -213,6 +224,37 @@ impl PgStore {
             return Err(StoreError::LeaseLost);
         }
         Ok(())
+    }
+
+    /// Gives a lease up without an attempt: the delivery waits until `until` (an open breaker,
+    /// the endpoint's rate limit), then any node may claim it. Fenced like [`finish`](Self::finish).
+    pub async fn hold(
+        &self,
+        claim: i64,
+        delivery_id: &str,
+        until: Millis,
+    ) -> Result<(), StoreError> {
+        self.lock_held().remove(delivery_id);
+        let id = delivery_key(delivery_id)?;
+        let n = self
+            .db
+            .client()
+            .await?
+            .execute(
+                "UPDATE deliveries SET due_at = $3, leased_by = NULL, claim = NULL
+                 WHERE id = $1 AND claim = $2",
+                &[&id, &claim, &until],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    /// Whether this node holds the delivery's lease now (its attempt is running here).
+    pub fn holds(&self, delivery_id: &str) -> bool {
+        self.lock_held().contains_key(delivery_id)
     }
 
     /// Gives up every lease this node holds (`SIGTERM`): its deliveries are due at once for the

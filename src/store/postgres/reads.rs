@@ -3,6 +3,8 @@
 //! on sled (the cursor is the last delivery id of a page).
 
 use bytes::Bytes;
+
+use crate::clock::Millis;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -195,6 +197,50 @@ impl PgStore {
             .then(|| items.last().map(|d| d.id.clone()))
             .flatten();
         Ok((items, next))
+    }
+
+    /// How many deliveries are due now (not leased), and when the oldest pending one fell due.
+    pub async fn due_summary(&self, now: Millis) -> Result<(usize, Option<Millis>), StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT count(*) FILTER (WHERE due_at <= $1 AND leased_by IS NULL),
+                        min(next_attempt_at)
+                 FROM deliveries WHERE state = 'pending'",
+                &[&now],
+            )
+            .await?;
+        Ok((row.get::<_, i64>(0) as usize, row.get(1)))
+    }
+
+    /// How many of the endpoint's deliveries are pending.
+    pub async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND state = 'pending'",
+                &[&endpoint_id],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// The database's size on disk (the cluster's, not this node's).
+    pub async fn size_on_disk(&self) -> u64 {
+        let size = async {
+            let row = self
+                .db
+                .client()
+                .await?
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await?;
+            Ok::<i64, StoreError>(row.get(0))
+        };
+        size.await.map(|n| n.max(0) as u64).unwrap_or(0)
     }
 
     /// The deliveries of the shared queue by state.
