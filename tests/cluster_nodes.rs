@@ -156,3 +156,60 @@ async fn three_nodes_deliver_everything_and_a_killed_node_loses_nothing() {
     assert_eq!(leased(&victim_id), 0, "the dead node still holds leases");
     assert_eq!(count("pending"), "0", "deliveries left pending");
 }
+
+/// A database restart mid-run: while PostgreSQL is down, ingest answers `503` and `/healthz`
+/// fails; the node recovers by itself once it is back, and everything acknowledged before and
+/// after is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_answers_503_meanwhile_and_the_node_recovers_by_itself() {
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let ca = TestCa::new();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let recv = Receiver::ok_https(&ca);
+    let node = Herald::start(&node_toml(&url, &ca_file)).await;
+    let (status, ep) = node
+        .admin(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let post =
+        |i: usize| node.ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": i}}));
+    let mut acked = HashSet::new();
+    for i in 0..10 {
+        let (status, answer) = post(i).await;
+        assert_eq!(status, 202, "{answer}");
+        acked.insert(answer["event_id"].as_str().unwrap().to_string());
+    }
+
+    pg.stop();
+    let (status, answer) = post(100).await;
+    assert_eq!(status, 503, "ingest while the database is down: {answer}");
+    assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
+    let (health, _) = node.call("GET", "/healthz", None, None).await;
+    assert_eq!(health, 503, "/healthz while the database is down");
+
+    pg.restart();
+    wait_until(Duration::from_secs(30), "ingest works again", || async {
+        node.call("GET", "/healthz", None, None).await.0 == 200
+    })
+    .await;
+    for i in 10..20 {
+        let (status, answer) = post(i).await;
+        assert_eq!(status, 202, "after the restart: {answer}");
+        acked.insert(answer["event_id"].as_str().unwrap().to_string());
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "every acknowledged event arrived",
+        || {
+            let all = acked.is_subset(&recv.webhook_ids());
+            async move { all }
+        },
+    )
+    .await;
+}
