@@ -213,3 +213,195 @@ async fn a_database_restart_answers_503_meanwhile_and_the_node_recovers_by_itsel
     )
     .await;
 }
+
+/// Three nodes on one database: a per-minute quota of 3 holds exactly across them; the same
+/// idempotency key on two nodes makes one event; a debounce window spans the nodes; an ordered
+/// key's events posted round robin arrive in the order they were acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let ca = TestCa::new();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let recv = Receiver::ok_https(&ca);
+    let toml = format!(
+        "{}[plans.small]\nper_minute = 3\n\
+         [catalog.events.\"profile.updated\"]\ndescription = \"x\"\n\
+         debounce = {{ window = \"60s\", key = \"location_id\", mode = \"leading\" }}\n",
+        node_toml(&url, &ca_file)
+    );
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Herald::start(&toml).await);
+    }
+    let endpoint = |account: &'static str, body: serde_json::Value| {
+        let node = &nodes[0];
+        let url = recv.url(&format!("/{account}"));
+        async move {
+            let mut body = body;
+            body["url"] = json!(url);
+            let (status, ep) = node
+                .admin(
+                    "POST",
+                    &format!("/v1/accounts/{account}/endpoints"),
+                    Some(body),
+                )
+                .await;
+            assert_eq!(status, 201, "{ep}");
+            ep["endpoint"]["id"].as_str().unwrap().to_string()
+        }
+    };
+    let quota_ep = endpoint("quota", json!({})).await;
+    endpoint("keys", json!({})).await;
+    endpoint("debounce", json!({})).await;
+    let ordered_ep = endpoint("ordered", json!({"ordering": {"key": "customer"}})).await;
+    let (status, a) = nodes[0]
+        .admin("PUT", "/v1/accounts/quota", Some(json!({"plan": "small"})))
+        .await;
+    assert_eq!(status, 200, "{a}");
+    // Every node knows the endpoints and the plan (the database's notices).
+    for n in &nodes {
+        for ep in [&quota_ep, &ordered_ep] {
+            let path = format!("/v1/endpoints/{ep}");
+            wait_until(
+                Duration::from_secs(10),
+                "every node knows the endpoints",
+                || async { n.admin("GET", &path, None).await.0 == 200 },
+            )
+            .await;
+        }
+        wait_until(
+            Duration::from_secs(10),
+            "every node knows the plan",
+            || async { n.admin("GET", "/v1/accounts/quota", None).await.1["plan"] == "small" },
+        )
+        .await;
+    }
+    let post = |node: usize, body: serde_json::Value| nodes[node].ingest(body);
+
+    // Quota: nine events round robin within one minute; exactly three are sent. (Started
+    // early in a minute, so the attempts cannot straddle two windows.)
+    wait_until(Duration::from_secs(60), "a minute has just begun", || {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 60_000;
+        async move { ms < 30_000 }
+    })
+    .await;
+    let mut quota_deliveries = Vec::new();
+    for i in 0..9 {
+        let (status, answer) = post(
+            i % 3,
+            json!({"account_id": "quota", "type": "t.x", "payload": {"n": i}}),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+        quota_deliveries.push(common::first_delivery(&answer));
+    }
+    let mut outcomes = Vec::new();
+    for d in &quota_deliveries {
+        let path = format!("/v1/deliveries/{d}");
+        wait_until(
+            Duration::from_secs(20),
+            "the quota's deliveries settle",
+            || async { nodes[0].admin("GET", &path, None).await.1["state"] != "pending" },
+        )
+        .await;
+        let v = nodes[0].admin("GET", &path, None).await.1;
+        outcomes.push((
+            v["state"].as_str().unwrap().to_string(),
+            v["last_status"].clone(),
+        ));
+    }
+    let sent = outcomes.iter().filter(|(s, _)| s == "delivered").count();
+    let limited = outcomes
+        .iter()
+        .filter(|(_, status)| *status == "rate_limited")
+        .count();
+    assert_eq!((sent, limited), (3, 6), "{outcomes:?}");
+
+    // The same idempotency key on two nodes at once: one event.
+    let body =
+        json!({"account_id": "keys", "type": "t.x", "payload": {}, "idempotency_key": "k-1"});
+    let (a, b) = tokio::join!(post(0, body.clone()), post(1, body.clone()));
+    assert_eq!((a.0, b.0), (202, 202), "{a:?} {b:?}");
+    assert_eq!(
+        a.1["event_id"], b.1["event_id"],
+        "two events for one key: {a:?} {b:?}"
+    );
+    assert_eq!(
+        [&a.1, &b.1]
+            .iter()
+            .filter(|v| v["duplicate"] == true)
+            .count(),
+        1,
+        "{a:?} {b:?}"
+    );
+
+    // Debounce (leading, 60 s): the first event of a location is sent, the next two, posted to
+    // the other nodes within the window, are debounced.
+    let mut debounced = Vec::new();
+    for node in 0..3 {
+        let (status, answer) = post(
+            node,
+            json!({"account_id": "debounce", "type": "profile.updated",
+                   "payload": {"location_id": 7, "n": node}}),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+        debounced.push(common::first_delivery(&answer));
+    }
+    for (i, d) in debounced.iter().enumerate() {
+        let path = format!("/v1/deliveries/{d}");
+        wait_until(
+            Duration::from_secs(20),
+            "the debounced deliveries settle",
+            || async { nodes[0].admin("GET", &path, None).await.1["state"] != "pending" },
+        )
+        .await;
+        let v = nodes[0].admin("GET", &path, None).await.1;
+        let want = if i == 0 {
+            ("delivered", "delivered")
+        } else {
+            ("skipped", "debounced")
+        };
+        assert_eq!(
+            (
+                v["state"].as_str().unwrap(),
+                v["last_status"].as_str().unwrap()
+            ),
+            want,
+            "event {i} of the window: {v}"
+        );
+    }
+
+    // An ordered key: thirty events posted round robin arrive in the order acknowledged.
+    for n in 0..30 {
+        let (status, answer) = post(
+            n % 3,
+            json!({"account_id": "ordered", "type": "t.x", "payload": {"customer": "c1", "n": n}}),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let arrivals = |recv: &Receiver| -> Vec<i64> {
+        recv.requests()
+            .iter()
+            .filter(|r| r.path == "/ordered")
+            .map(|r| r.json()["n"].as_i64().unwrap())
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the ordered events arrived",
+        || {
+            let n = arrivals(&recv).len();
+            async move { n >= 30 }
+        },
+    )
+    .await;
+    assert_eq!(arrivals(&recv), (0..30).collect::<Vec<i64>>());
+}

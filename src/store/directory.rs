@@ -4,6 +4,7 @@
 //! tables and keeps it in step with the other nodes' change notices.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, RwLock};
 
 use crate::model::{Endpoint, Ordering};
@@ -12,6 +13,9 @@ use crate::model::{Endpoint, Ordering};
 pub struct Directory {
     endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
     plans: RwLock<HashMap<String, String>>,
+    /// Bumped by every change of one entry, so a reload from storage can tell that an entry
+    /// changed while it read ([`Directory::replace_endpoints`]).
+    changes: AtomicU64,
 }
 
 impl Directory {
@@ -19,6 +23,7 @@ impl Directory {
         Directory {
             endpoints: RwLock::new(endpoints),
             plans: RwLock::new(plans),
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -57,28 +62,52 @@ impl Directory {
     /// Keeps an endpoint as written; returns it as shared from now on.
     pub fn put_endpoint(&self, ep: Endpoint) -> Arc<Endpoint> {
         let ep = Arc::new(ep);
-        write(&self.endpoints).insert(ep.id.clone(), ep.clone());
+        let mut endpoints = write(&self.endpoints);
+        self.changes.fetch_add(1, AtomicOrdering::AcqRel);
+        endpoints.insert(ep.id.clone(), ep.clone());
         ep
     }
 
     pub fn remove_endpoint(&self, id: &str) {
-        write(&self.endpoints).remove(id);
+        let mut endpoints = write(&self.endpoints);
+        self.changes.fetch_add(1, AtomicOrdering::AcqRel);
+        endpoints.remove(id);
     }
 
     pub fn set_plan(&self, account_id: &str, plan: Option<String>) {
         let mut plans = write(&self.plans);
+        self.changes.fetch_add(1, AtomicOrdering::AcqRel);
         match plan {
             Some(p) => plans.insert(account_id.to_string(), p),
             None => plans.remove(account_id),
         };
     }
 
-    pub fn replace_endpoints(&self, all: HashMap<String, Arc<Endpoint>>) {
-        *write(&self.endpoints) = all;
+    /// The count of changes so far: read before a reload starts reading storage.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(AtomicOrdering::Acquire)
     }
 
-    pub fn replace_plans(&self, all: HashMap<String, String>) {
-        *write(&self.plans) = all;
+    /// Replaces every endpoint with `all`, read from storage after [`changes`](Self::changes)
+    /// said `seen`, unless an entry changed since (that change may be newer than what `all`
+    /// holds): then nothing is replaced and `false` says to read again.
+    pub fn replace_endpoints(&self, all: HashMap<String, Arc<Endpoint>>, seen: u64) -> bool {
+        let mut endpoints = write(&self.endpoints);
+        if self.changes() != seen {
+            return false;
+        }
+        *endpoints = all;
+        true
+    }
+
+    /// Like [`replace_endpoints`](Self::replace_endpoints), for the plans.
+    pub fn replace_plans(&self, all: HashMap<String, String>, seen: u64) -> bool {
+        let mut plans = write(&self.plans);
+        if self.changes() != seen {
+            return false;
+        }
+        *plans = all;
+        true
     }
 }
 
@@ -88,4 +117,33 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(id: &str) -> Endpoint {
+        crate::store::tests::endpoint(id, "a")
+    }
+
+    /// A reload that read storage before an endpoint was written must not drop it: it is
+    /// refused, and the reader reads again.
+    #[test]
+    fn a_reload_older_than_a_change_is_refused() {
+        let d = Directory::default();
+        let seen = d.changes();
+        // Meanwhile: an endpoint is created (by this node, or another node's notice).
+        d.put_endpoint(endpoint("ep_1"));
+        assert!(
+            !d.replace_endpoints(HashMap::new(), seen),
+            "a stale read replaced"
+        );
+        assert!(d.endpoint("ep_1").is_some());
+        let seen = d.changes();
+        let mut fresh = HashMap::new();
+        fresh.insert("ep_1".to_string(), Arc::new(endpoint("ep_1")));
+        assert!(d.replace_endpoints(fresh, seen));
+        assert!(!d.replace_plans(HashMap::new(), seen - 1));
+    }
 }

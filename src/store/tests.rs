@@ -142,7 +142,7 @@ fn deliver(store: &Store, d: &Delivery, at: Millis) {
         .unwrap();
 }
 
-fn endpoint(id: &str, account: &str) -> Endpoint {
+pub(crate) fn endpoint(id: &str, account: &str) -> Endpoint {
     Endpoint {
         id: id.into(),
         account_id: account.into(),

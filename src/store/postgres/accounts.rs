@@ -122,18 +122,23 @@ impl PgStore {
 
     /// Reloads every plan.
     pub(super) async fn load_plans(&self) -> Result<(), StoreError> {
-        let rows = self
-            .db
-            .client()
-            .await?
-            .query(
-                "SELECT account_id, plan FROM accounts WHERE plan IS NOT NULL",
-                &[],
-            )
-            .await?;
-        let all: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        self.directory.replace_plans(all);
-        Ok(())
+        // Read again if a plan changed meanwhile, as endpoints are.
+        loop {
+            let seen = self.directory.changes();
+            let rows = self
+                .db
+                .client()
+                .await?
+                .query(
+                    "SELECT account_id, plan FROM accounts WHERE plan IS NOT NULL",
+                    &[],
+                )
+                .await?;
+            let all: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            if self.directory.replace_plans(all, seen) {
+                return Ok(());
+            }
+        }
     }
 
     /// Reloads one account's plan.

@@ -151,21 +151,27 @@ impl PgStore {
     }
 
     /// Reloads every endpoint (at start, and when notifications may have been missed).
+    /// Reads every endpoint into memory, again if one changed meanwhile (a change this node
+    /// made, or another node's notice, must not be undone by an older read).
     pub(super) async fn load_endpoints(&self) -> Result<(), StoreError> {
-        let rows = self
-            .db
-            .client()
-            .await?
-            .query("SELECT id, record FROM endpoints", &[])
-            .await?;
-        let mut all = HashMap::with_capacity(rows.len());
-        for r in rows {
-            let id: String = r.get(0);
-            let ep = decode(&id, r.get(1))?;
-            all.insert(id, Arc::new(ep));
+        loop {
+            let seen = self.directory.changes();
+            let rows = self
+                .db
+                .client()
+                .await?
+                .query("SELECT id, record FROM endpoints", &[])
+                .await?;
+            let mut all = HashMap::with_capacity(rows.len());
+            for r in rows {
+                let id: String = r.get(0);
+                let ep = decode(&id, r.get(1))?;
+                all.insert(id, Arc::new(ep));
+            }
+            if self.directory.replace_endpoints(all, seen) {
+                return Ok(());
+            }
         }
-        self.directory.replace_endpoints(all);
-        Ok(())
     }
 
     /// Applies another node's change notice to this node's copies.
