@@ -18,6 +18,8 @@ mod drive;
 mod herald;
 #[path = "load/phases.rs"]
 mod phases;
+#[path = "load/postgres.rs"]
+mod postgres;
 #[path = "load/receiver.rs"]
 mod receiver;
 #[path = "load/report.rs"]
@@ -75,6 +77,10 @@ usage: cargo bench --bench load -- [options]
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
   --herald PATH        the herald binary (default: the one cargo built for this bench)
+  --postgres URL       run herald in cluster mode on this PostgreSQL database (one node); each
+                       phase starts on an emptied database. Default phases then: ingest,batch,
+                       e2e,latency. With pg_stat_statements loaded on the server
+                       (shared_preload_libraries), e2e reports SQL statements per delivery
 ";
 
 const PHASES: [&str; 10] = [
@@ -121,6 +127,8 @@ pub struct Opts {
     pub index_pack: bool,
     pub herald: PathBuf,
     pub dump_latency: Option<PathBuf>,
+    /// `--postgres URL`: cluster mode on this database.
+    pub postgres: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts> {
@@ -156,7 +164,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         index_pack: true,
         herald: PathBuf::new(),
         dump_latency: None,
+        postgres: None,
     };
+    let mut phases_given = false;
     let mut herald = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -187,7 +197,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--no-index-pack" => o.index_pack = false,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
+            "--postgres" => o.postgres = Some(value()?.to_string()),
             "--phases" => {
+                phases_given = true;
                 o.phases = value()?.split(',').map(|p| p.trim().to_string()).collect();
                 if let Some(p) = o.phases.iter().find(|p| !PHASES.contains(&p.as_str())) {
                     bail!("unknown phase {p:?}; phases are {}", PHASES.join(","));
@@ -195,6 +207,13 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             }
             other => bail!("unknown option {other:?}"),
         }
+    }
+    if o.postgres.is_some() && !phases_given {
+        // The other phases measure the embedded store's files.
+        o.phases = ["ingest", "batch", "e2e", "latency"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
     }
     if o.keys_s <= 0.0 || o.keys_marginal_s <= 0.0 {
         bail!("--keys-seconds and --keys-marginal must be above 0");
@@ -219,10 +238,24 @@ fn parse_args(args: &[String]) -> Result<Opts> {
 }
 
 impl Opts {
-    /// Lines for herald's `[storage]` table.
+    /// Lines for herald's `[storage]` table. In cluster mode the database is emptied first,
+    /// so every phase starts as on a fresh data directory.
     pub fn storage(&self) -> String {
-        self.cache_capacity
-            .map_or(String::new(), |c| format!("cache_capacity = {c}"))
+        match &self.postgres {
+            Some(url) => {
+                if let Err(e) = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(postgres::empty(url))
+                }) {
+                    eprintln!("load: cannot empty the database: {e:#}");
+                }
+                format!(
+                    "backend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 32\n"
+                )
+            }
+            None => self
+                .cache_capacity
+                .map_or(String::new(), |c| format!("cache_capacity = {c}")),
+        }
     }
 }
 

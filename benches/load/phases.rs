@@ -78,6 +78,8 @@ pub struct EndToEnd {
     /// Connections the dead endpoint accepted (isolation run only).
     pub dead_connections: Option<u64>,
     pub usage: Usage,
+    /// Cluster mode: SQL statements the database ran per event delivered (pg_stat_statements).
+    pub statements_per_delivery: Option<f64>,
 }
 
 /// Ingest → arrival latency at a fixed offered rate.
@@ -272,6 +274,10 @@ pub async fn end_to_end(opts: &Opts, name: &str, target: Target) -> Result<EndTo
     s.herald.stop(!dead).await?;
     if target == Target::Receiver {
         r.disk = Some(s.herald.data_bytes());
+        if let Some(url) = &opts.postgres {
+            let n = crate::postgres::statements(url).await;
+            r.statements_per_delivery = n.map(|n| n as f64 / r.delivered.max(1) as f64);
+        }
     }
     Ok(r)
 }
@@ -338,6 +344,7 @@ pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool, rate: f64) -> Re
         ingested: acked,
         disk: None,
         dead_connections,
+        statements_per_delivery: None,
         usage,
     })
 }

@@ -287,8 +287,13 @@ fn mib(bytes: u64) -> String {
 pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
     println!();
     println!(
-        "herald load benchmark{} — {} s per phase, {} cores, Linux {}, {}",
+        "herald load benchmark{}{} — {} s per phase, {} cores, Linux {}, {}",
         if opts.quick { " (--quick)" } else { "" },
+        if opts.postgres.is_some() {
+            ", cluster mode on PostgreSQL (one node)"
+        } else {
+            ""
+        },
         opts.seconds,
         machine.cores,
         machine.kernel,
@@ -372,6 +377,13 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
             thousands(e.backlog as f64),
             None,
         );
+        if let Some(n) = e.statements_per_delivery {
+            row(
+                "  SQL statements per delivered event".into(),
+                format!("{n:.2}"),
+                None,
+            );
+        }
         if let Some(d) = e.drain_per_s {
             row(
                 "  drain rate, no ingest".into(),
@@ -724,6 +736,7 @@ fn e2e_json(e: &Option<EndToEnd>) -> Value {
             "disk_apparent_bytes": e.disk.map(|d| d.0),
             "disk_allocated_bytes": e.disk.map(|d| d.1),
             "dead_endpoint_connections": e.dead_connections,
+            "statements_per_delivery": e.statements_per_delivery,
             "usage": usage_json(&e.usage),
         })
     })

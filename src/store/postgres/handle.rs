@@ -79,6 +79,8 @@ pub struct PgStore {
     pub(super) lease_ms: Millis,
     /// The committer tasks' queue ([`super::ingest`]).
     pub(super) ingest: mpsc::Sender<Job>,
+    /// The result writers' queue ([`super::results`]).
+    pub(super) results: mpsc::Sender<super::results::Finish>,
     /// Woken when this or another node may have made work due ([`super::wake`]).
     pub(super) wake: Arc<Notify>,
     /// Every endpoint and synced plan, kept in step with the other nodes
@@ -147,6 +149,7 @@ impl PgStore {
         let name = host_name();
         let store = PgStore {
             ingest: Committer::start(db.clone(), clock.clone(), metrics),
+            results: super::results::start(db.clone()),
             db,
             node,
             name,

@@ -20,6 +20,7 @@ pub mod nodes;
 mod queue;
 mod quota;
 mod reads;
+mod results;
 mod retention;
 mod sessions;
 pub mod wake;
@@ -131,6 +132,8 @@ pub fn target_of(pg: &tokio_postgres::Config) -> String {
 #[derive(Clone)]
 pub struct Database {
     pool: Pool,
+    /// Connections whose commits do not wait for the WAL's flush ([`Database::queue_client`]).
+    queue: Pool,
     config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     /// Where the database is, for messages: hosts, port and database, never the password.
@@ -166,22 +169,30 @@ impl Database {
             .map_err(|e| DbError::Tls(e.to_string()))?
             .with_no_client_auth();
         let tls = MakeRustlsConnect::new(tls);
-        let manager = Manager::from_config(
-            pg.clone(),
-            tls.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(pgc.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CONNECT_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .build()
-            .map_err(|e| DbError::Postgres(e.to_string()))?;
+        let pool_of = |pg: tokio_postgres::Config| {
+            let manager = Manager::from_config(
+                pg,
+                tls.clone(),
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(pgc.pool_size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(CONNECT_TIMEOUT))
+                .create_timeout(Some(CONNECT_TIMEOUT))
+                .build()
+                .map_err(|e| DbError::Postgres(e.to_string()))
+        };
+        let pool = pool_of(pg.clone())?;
+        let mut relaxed = pg.clone();
+        let options = relaxed.get_options().unwrap_or("").to_string();
+        relaxed.options(format!("{options} -c synchronous_commit=off").trim());
+        let queue = pool_of(relaxed)?;
         Ok(Database {
             pool,
+            queue,
             target: target_of(&pg).into(),
             config: pg,
             tls,
@@ -205,6 +216,18 @@ impl Database {
     /// A pooled connection.
     pub async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
         self.pool
+            .get()
+            .await
+            .map_err(|e| self.unreachable(e.into()))
+    }
+
+    /// A pooled connection whose commits return before the WAL reaches the disk (PostgreSQL's
+    /// asynchronous commit), for the queue's own bookkeeping: claims, renewals, holds and
+    /// attempts' results. None of them acknowledges anything to a sender; the database's crash
+    /// can lose the last fraction of a second of them, and what they recorded is then attempted
+    /// again (at least once), in order (the WAL keeps commits in order). Ingest never uses it.
+    pub async fn queue_client(&self) -> Result<deadpool_postgres::Object, DbError> {
+        self.queue
             .get()
             .await
             .map_err(|e| self.unreachable(e.into()))

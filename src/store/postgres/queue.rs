@@ -16,7 +16,11 @@
 //! ingest takes under the lane's lock: the order of commits, whichever nodes made them (event
 //! ids, minted by each node's clock, are not).
 //!
+//! Claims, renewals, holds and results commit asynchronously ([`Database::queue_client`]): none
+//! acknowledges anything, and a result the database's crash loses is attempted again.
+//!
 //! [`release_all`]: PgStore::release_all
+//! [`Database::queue_client`]: super::Database::queue_client
 
 use bytes::Bytes;
 use tokio_postgres::Row;
@@ -26,7 +30,7 @@ use super::reads::{delivery_from, DELIVERY_COLUMNS};
 use super::PgStore;
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY};
-use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use crate::model::{Attempt, Delivery, EventMeta};
 use crate::store::{DueDelivery, StoreError};
 
 /// A delivery this node holds: what to attempt, and the claim that fences its writes.
@@ -60,7 +64,7 @@ impl PgStore {
         let claim: i64 = rand::random();
         let rows = self
             .db
-            .client()
+            .queue_client()
             .await?
             .query(
                 &format!(
@@ -137,7 +141,7 @@ impl PgStore {
         let until = self.clock.now_ms() + self.lease_ms;
         let rows = self
             .db
-            .client()
+            .queue_client()
             .await?
             .query(
                 "UPDATE deliveries d SET due_at = $1
@@ -158,8 +162,9 @@ impl PgStore {
 
     /// Records an attempt's result (`now`, and the attempt if one was made) and gives the lease
     /// up, fenced by the claim: [`StoreError::LeaseLost`] if the lease passed to another node,
-    /// and then nothing is written. One statement (so one round trip, atomic on its own): the
-    /// delivery's update, and the attempt's insert only if the update found the claim.
+    /// and then nothing is written. Results finished together share one statement
+    /// ([`super::results`]): the deliveries' update, and the attempts' insert for those whose
+    /// claim held.
     pub async fn finish(
         &self,
         claim: i64,
@@ -167,63 +172,21 @@ impl PgStore {
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
         self.lock_held().remove(&now.id);
-        let id = delivery_key(&now.id)?;
-        let due = match now.state {
-            DeliveryState::Pending => now.next_attempt_at,
-            _ => None,
-        };
-        let headers = match attempt {
-            Some(a) => Some(
-                serde_json::to_value(&a.request_headers)
-                    .map_err(|e| StoreError::Encode(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let updated: i64 = self
-            .db
-            .client()
-            .await?
-            .query_one(
-                "WITH done AS (
-                     UPDATE deliveries SET state = $3, last_status = $4, last_http_status = $5,
-                         attempt_count = $6, next_attempt_at = $7, due_at = $7, manual = $8,
-                         queued = $9, leased_by = NULL, claim = NULL
-                     WHERE id = $1 AND claim = $2
-                     RETURNING id
-                 ), recorded AS (
-                     INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
-                                           http_status, error, request_headers, response_body)
-                     SELECT done.id, $10, $11, $12, $13, $14, $15, $16, $17, $18 FROM done
-                     WHERE $11::text IS NOT NULL
-                 )
-                 SELECT count(*) FROM done",
-                &[
-                    &id,
-                    &claim,
-                    &now.state.as_str(),
-                    &now.last_status.map(Status::as_str),
-                    &now.last_http_status.map(i32::from),
-                    &(now.attempt_count as i32),
-                    &due,
-                    &now.manual,
-                    &now.queued,
-                    &attempt.map(|a| a.number as i32),
-                    &attempt.map(|a| a.id.as_str()),
-                    &attempt.map(|a| a.at),
-                    &attempt.map(|a| a.duration_ms.min(i64::MAX as u64) as i64),
-                    &attempt.map(|a| a.status.as_str()),
-                    &attempt.and_then(|a| a.http_status.map(i32::from)),
-                    &attempt.and_then(|a| a.error.as_deref()),
-                    &headers,
-                    &attempt.map(|a| a.response_body.as_str()),
-                ],
-            )
-            .await?
-            .get(0);
-        if updated == 0 {
-            return Err(StoreError::LeaseLost);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.results
+            .send(super::results::Finish {
+                id: delivery_key(&now.id)?,
+                claim,
+                now: now.clone(),
+                attempt: attempt.cloned(),
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        match answer.await.map_err(|_| StoreError::Closed)?? {
+            true => Ok(()),
+            false => Err(StoreError::LeaseLost),
         }
-        Ok(())
     }
 
     /// Gives a lease up without an attempt: the delivery waits until `until` (an open breaker,
@@ -238,7 +201,7 @@ impl PgStore {
         let id = delivery_key(delivery_id)?;
         let n = self
             .db
-            .client()
+            .queue_client()
             .await?
             .execute(
                 "UPDATE deliveries SET due_at = $3, leased_by = NULL, claim = NULL

@@ -1,0 +1,177 @@
+//! Attempts' results, written together: each finished attempt hands its delivery's new state
+//! and its attempt record to a writer task, which writes every result waiting in one statement
+//! (an update of the deliveries and an insert of the attempts, from arrays), fenced per row by
+//! the lease's claim. On a busy node one round trip records dozens of attempts; an idle node's
+//! single result goes out at once (nothing waits for a batch to fill).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Database;
+use crate::model::{Attempt, Delivery, DeliveryState, Status};
+use crate::store::StoreError;
+
+/// Writer tasks per node.
+const WRITERS: usize = 2;
+/// Results one statement writes at most.
+const MAX_PER_WRITE: usize = 512;
+
+/// One attempt's result.
+pub(super) struct Finish {
+    pub id: Vec<u8>,
+    pub claim: i64,
+    pub now: Delivery,
+    pub attempt: Option<Attempt>,
+    /// `Ok(true)` written; `Ok(false)` the claim no longer held the delivery.
+    pub reply: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// Starts the writer tasks; they end once the returned sender is dropped.
+pub(super) fn start(db: Database) -> mpsc::Sender<Finish> {
+    let (tx, rx) = mpsc::channel::<Finish>(8192);
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    for _ in 0..WRITERS {
+        let (db, rx) = (db.clone(), rx.clone());
+        tokio::spawn(async move {
+            loop {
+                let batch = {
+                    let mut rx = rx.lock().await;
+                    let Some(first) = rx.recv().await else {
+                        return;
+                    };
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_PER_WRITE {
+                        match rx.try_recv() {
+                            Ok(f) => batch.push(f),
+                            Err(_) => break,
+                        }
+                    }
+                    batch
+                };
+                write(&db, batch).await;
+            }
+        });
+    }
+    tx
+}
+
+async fn write(db: &Database, batch: Vec<Finish>) {
+    match write_rows(db, &batch).await {
+        Ok(done) => {
+            for f in batch {
+                let _ = f.reply.send(Ok(done.contains(&f.id)));
+            }
+        }
+        Err(e) => {
+            for f in batch {
+                let _ = f.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// One statement for the whole batch; returns the deliveries whose claim still held.
+async fn write_rows(db: &Database, batch: &[Finish]) -> Result<HashSet<Vec<u8>>, StoreError> {
+    let n = batch.len();
+    let (mut ids, mut claims, mut states) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut last_status, mut last_http, mut counts) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut due, mut manual, mut queued) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut a_delivery = Vec::with_capacity(n);
+    let (mut a_number, mut a_id, mut a_at) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a_duration, mut a_status, mut a_http) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a_error, mut a_headers, mut a_body) = (Vec::new(), Vec::new(), Vec::new());
+    for f in batch {
+        let d = &f.now;
+        ids.push(f.id.clone());
+        claims.push(f.claim);
+        states.push(d.state.as_str());
+        last_status.push(d.last_status.map(Status::as_str));
+        last_http.push(d.last_http_status.map(i32::from));
+        counts.push(d.attempt_count as i32);
+        due.push(match d.state {
+            DeliveryState::Pending => d.next_attempt_at,
+            _ => None,
+        });
+        manual.push(d.manual);
+        queued.push(d.queued);
+        if let Some(a) = &f.attempt {
+            a_delivery.push(f.id.clone());
+            a_number.push(a.number as i32);
+            a_id.push(a.id.as_str());
+            a_at.push(a.at);
+            a_duration.push(a.duration_ms.min(i64::MAX as u64) as i64);
+            a_status.push(a.status.as_str());
+            a_http.push(a.http_status.map(i32::from));
+            a_error.push(a.error.as_deref());
+            a_headers.push(
+                serde_json::to_value(&a.request_headers)
+                    .map_err(|e| StoreError::Encode(e.to_string()))?,
+            );
+            a_body.push(a.response_body.as_str());
+        }
+    }
+    let rows = db
+        .queue_client()
+        .await?
+        .query(
+            "WITH r AS (
+                 SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::text[], $4::text[],
+                                      $5::int[], $6::int[], $7::bigint[], $8::bool[], $9::bool[])
+                     AS r(id, claim, state, last_status, last_http, attempts, due, manual, queued)
+             ), done AS (
+                 UPDATE deliveries d SET state = r.state, last_status = r.last_status,
+                     last_http_status = r.last_http, attempt_count = r.attempts,
+                     next_attempt_at = r.due, due_at = r.due, manual = r.manual,
+                     queued = r.queued, leased_by = NULL, claim = NULL
+                 FROM r WHERE d.id = r.id AND d.claim = r.claim
+                 RETURNING d.id
+             ), recorded AS (
+                 INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                       http_status, error, request_headers, response_body)
+                 SELECT a.* FROM unnest($10::bytea[], $11::int[], $12::text[], $13::bigint[],
+                                        $14::bigint[], $15::text[], $16::int[], $17::text[],
+                                        $18::jsonb[], $19::text[])
+                     AS a(delivery_id, number, id, at, duration_ms, status, http_status, error,
+                          request_headers, response_body)
+                 JOIN done ON done.id = a.delivery_id
+             )
+             SELECT id FROM done",
+            &[
+                &ids,
+                &claims,
+                &states,
+                &last_status,
+                &last_http,
+                &counts,
+                &due,
+                &manual,
+                &queued,
+                &a_delivery,
+                &a_number,
+                &a_id,
+                &a_at,
+                &a_duration,
+                &a_status,
+                &a_http,
+                &a_error,
+                &a_headers,
+                &a_body,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
+}
