@@ -1,8 +1,10 @@
 //! The scheduler of a cluster node (SPEC §16): due work comes from the shared queue as leases.
 //!
 //! Each turn the node claims as many due deliveries as it has room for (`max_in_flight` less
-//! what runs), leaving out the endpoints it already attempts `max_in_flight_per_endpoint` of,
-//! and attempts each on its own task; the result is written fenced by the lease's claim. A
+//! what it holds), at most [`HOLD_PER_SLOT`] times `max_in_flight_per_endpoint` of any one
+//! endpoint, and attempts each on its own task, at most `max_in_flight_per_endpoint` of an
+//! endpoint at once (the others wait on the node, their leases renewed); the result is written
+//! fenced by the lease's claim. A
 //! delivery its breaker or rate limit holds goes back to the queue due at the hold's end. An
 //! idle node sleeps until the next due time, a notice from another node (new events, released
 //! leases), a finished attempt, or at most [`IDLE_POLL`]. The node renews its leases while it
@@ -15,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{lock, retention, Engine, Handled};
 use crate::clock::Millis;
@@ -29,8 +31,15 @@ const CLAIM_BATCH: usize = 256;
 const IDLE_POLL: Duration = Duration::from_secs(2);
 /// How long a node waits before claiming again after the database failed a claim.
 const CLAIM_BACKOFF: Duration = Duration::from_millis(500);
+/// Of an endpoint, a node holds at most this many times `max_in_flight_per_endpoint` leases
+/// (sending or waiting for a slot): enough to keep its slots busy between claims, never a whole
+/// backlog that other nodes could be sending.
+const HOLD_PER_SLOT: usize = 4;
 /// Rows a retention slice removes.
 const PRUNE_SLICE: i64 = 1_000;
+
+/// What this node holds of each endpoint: leases (sending or waiting) and its sending slots.
+type Holding = HashMap<String, (usize, Arc<Semaphore>)>;
 
 impl Engine {
     pub(super) async fn run_cluster(
@@ -40,7 +49,7 @@ impl Engine {
         grace: Duration,
     ) {
         let wake = store.wake();
-        let running: Arc<std::sync::Mutex<HashMap<String, usize>>> = Arc::default();
+        let running: Arc<std::sync::Mutex<Holding>> = Arc::default();
         let mut next_sweep = self.clock.now_ms();
         loop {
             if shutdown.is_fired() {
@@ -59,13 +68,15 @@ impl Engine {
             let room = self.global.available_permits().min(CLAIM_BATCH);
             let mut got = 0;
             if room > 0 {
-                let limit = self.cfg.max_in_flight_per_endpoint;
-                let full: Vec<String> = lock(&running)
+                let cap = self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT;
+                let (endpoints, allowed): (Vec<String>, Vec<i32>) = lock(&running)
                     .iter()
-                    .filter(|(_, n)| **n >= limit)
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                match store.claim_due_except(room as i64, &full).await {
+                    .map(|(id, (n, _))| (id.clone(), cap.saturating_sub(*n) as i32))
+                    .unzip();
+                let claimed = store
+                    .claim_due_within(room as i64, &endpoints, &allowed, cap as i64)
+                    .await;
+                match claimed {
                     Ok(leased) => {
                         got = leased.len();
                         for l in leased {
@@ -125,17 +136,30 @@ impl Engine {
     fn start_leased(
         self: &Arc<Self>,
         store: &Arc<PgStore>,
-        running: &Arc<std::sync::Mutex<HashMap<String, usize>>>,
+        running: &Arc<std::sync::Mutex<Holding>>,
         leased: Leased,
         permit: OwnedSemaphorePermit,
     ) {
         let endpoint = leased.due.delivery.endpoint_id.clone().unwrap_or_default();
-        *lock(running).entry(endpoint.clone()).or_default() += 1;
+        let slots = {
+            let mut running = lock(running);
+            let (n, slots) = running.entry(endpoint.clone()).or_insert_with(|| {
+                (
+                    0,
+                    Arc::new(Semaphore::new(self.cfg.max_in_flight_per_endpoint)),
+                )
+            });
+            *n += 1;
+            slots.clone()
+        };
         self.running.fetch_add(1, Ordering::Relaxed);
         let (engine, store, running) = (self.clone(), store.clone(), running.clone());
         lock(&self.attempts).spawn(async move {
             let Leased { claim, due } = leased;
             let id = due.delivery.id.clone();
+            // At most `max_in_flight_per_endpoint` of the endpoint's attempts at once; the
+            // others wait here, their leases renewed meanwhile.
+            let slot = slots.acquire_owned().await;
             if let Handled::Held(until) = engine.attempt_due(due, Some(claim)).await {
                 match store.hold(claim, &id, until).await {
                     Ok(()) | Err(StoreError::LeaseLost) => {}
@@ -145,8 +169,9 @@ impl Engine {
                 }
             }
             {
+                drop(slot);
                 let mut running = lock(&running);
-                if let Some(n) = running.get_mut(&endpoint) {
+                if let Some((n, _)) = running.get_mut(&endpoint) {
                     *n -= 1;
                     if *n == 0 {
                         running.remove(&endpoint);

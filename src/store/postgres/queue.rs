@@ -50,16 +50,25 @@ fn claimed_columns() -> String {
 impl PgStore {
     /// Claims up to `max` deliveries due now, oldest due first, for this node's lease.
     pub async fn claim_due(&self, max: i64) -> Result<Vec<Leased>, StoreError> {
-        self.claim_due_except(max, &[]).await
+        self.claim_due_within(max, &[], &[], max).await
     }
 
-    /// Claims like [`claim_due`](Self::claim_due), leaving the deliveries of the endpoints in
-    /// `full` (those this node attempts `max_in_flight_per_endpoint` of already) to others.
-    pub async fn claim_due_except(
+    /// Claims like [`claim_due`](Self::claim_due), at most `allowed[i]` deliveries of endpoint
+    /// `endpoints[i]` and at most `others` of any other endpoint (what this node may still
+    /// hold of each): one endpoint's backlog never fills a claim meant for all of them.
+    pub async fn claim_due_within(
         &self,
         max: i64,
-        full: &[String],
+        endpoints: &[String],
+        allowed: &[i32],
+        others: i64,
     ) -> Result<Vec<Leased>, StoreError> {
+        let full: Vec<&str> = endpoints
+            .iter()
+            .zip(allowed)
+            .filter(|(_, a)| **a <= 0)
+            .map(|(e, _)| e.as_str())
+            .collect();
         let now = self.clock.now_ms();
         let claim: i64 = rand::random();
         let rows = self
@@ -68,14 +77,24 @@ impl PgStore {
             .await?
             .query(
                 &format!(
-                    "WITH due AS (
-                         SELECT id FROM deliveries d WHERE due_at <= $1
+                    "WITH candidates AS (
+                         SELECT id, endpoint_id, due_at FROM deliveries d WHERE due_at <= $1
                            AND (d.endpoint_id IS NULL OR d.endpoint_id <> ALL($6::text[]))
                            AND (lane IS NULL OR NOT EXISTS (
                                SELECT 1 FROM deliveries ahead
                                WHERE ahead.lane = d.lane AND ahead.lane_seq < d.lane_seq
                                  AND ahead.due_at IS NOT NULL))
                          ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
+                     ), due AS (
+                         SELECT c.id FROM (
+                             SELECT id, endpoint_id,
+                                    row_number() OVER (PARTITION BY endpoint_id ORDER BY due_at)
+                                        AS place
+                             FROM candidates
+                         ) c
+                         LEFT JOIN unnest($7::text[], $8::int[]) AS h(endpoint_id, allowed)
+                             ON h.endpoint_id = c.endpoint_id
+                         WHERE c.endpoint_id IS NULL OR c.place <= coalesce(h.allowed::bigint, $9::bigint)
                      ), leased AS (
                          UPDATE deliveries d SET due_at = $1 + $3, leased_by = $4, claim = $5
                          FROM due WHERE d.id = due.id
@@ -85,7 +104,17 @@ impl PgStore {
                      ORDER BY d.id",
                     claimed_columns()
                 ),
-                &[&now, &max, &self.lease_ms, &self.node, &claim, &full],
+                &[
+                    &now,
+                    &max,
+                    &self.lease_ms,
+                    &self.node,
+                    &claim,
+                    &full,
+                    &endpoints,
+                    &allowed,
+                    &others,
+                ],
             )
             .await?;
         let leased: Vec<Leased> = rows
