@@ -24,22 +24,46 @@ fn node_toml(url: &str, ca_file: &std::path::Path) -> String {
     )
 }
 
+/// A database, a test CA and the nodes' config.
+struct Setup {
+    pg: Postgres,
+    ca: TestCa,
+    toml: String,
+    _ca_dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let pg = Postgres::start();
+        let url = pg.database("herald");
+        let ca = TestCa::new();
+        let _ca_dir = tempfile::tempdir().unwrap();
+        let toml = node_toml(&url, &ca.write_ca_file(_ca_dir.path()));
+        Setup {
+            pg,
+            ca,
+            toml,
+            _ca_dir,
+        }
+    }
+}
+
 /// Every event posted round robin to three nodes is delivered (at least once), and when one
 /// node is killed with SIGKILL while it holds leases, another node attempts those deliveries
 /// within the lease + 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_deliver_everything_and_a_killed_node_loses_nothing() {
-    let pg = Postgres::start();
-    let url = pg.database("herald");
-    let ca = TestCa::new();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca.write_ca_file(ca_dir.path());
+    let Setup {
+        pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
     // Slow answers keep deliveries leased long enough to kill a node holding some.
     let recv = Receiver::https(
         &ca,
         behaviour(|_, _| Reply::status(200).with_delay(Duration::from_millis(400))),
     );
-    let toml = node_toml(&url, &ca_file);
     let mut nodes = Vec::new();
     for _ in 0..3 {
         nodes.push(Herald::start(&toml).await);
@@ -162,13 +186,14 @@ async fn three_nodes_deliver_everything_and_a_killed_node_loses_nothing() {
 /// after is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restart_answers_503_meanwhile_and_the_node_recovers_by_itself() {
-    let pg = Postgres::start();
-    let url = pg.database("herald");
-    let ca = TestCa::new();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca.write_ca_file(ca_dir.path());
+    let Setup {
+        pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
     let recv = Receiver::ok_https(&ca);
-    let node = Herald::start(&node_toml(&url, &ca_file)).await;
+    let node = Herald::start(&toml).await;
     let (status, ep) = node
         .admin(
             "POST",
@@ -219,17 +244,17 @@ async fn a_database_restart_answers_503_meanwhile_and_the_node_recovers_by_itsel
 /// key's events posted round robin arrive in the order they were acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
-    let pg = Postgres::start();
-    let url = pg.database("herald");
-    let ca = TestCa::new();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let ca_file = ca.write_ca_file(ca_dir.path());
+    let Setup {
+        pg: _pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
     let recv = Receiver::ok_https(&ca);
     let toml = format!(
-        "{}[plans.small]\nper_minute = 3\n\
+        "{toml}[plans.small]\nper_minute = 3\n\
          [catalog.events.\"profile.updated\"]\ndescription = \"x\"\n\
-         debounce = {{ window = \"60s\", key = \"location_id\", mode = \"leading\" }}\n",
-        node_toml(&url, &ca_file)
+         debounce = {{ window = \"60s\", key = \"location_id\", mode = \"leading\" }}\n"
     );
     let mut nodes = Vec::new();
     for _ in 0..3 {
