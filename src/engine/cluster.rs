@@ -29,6 +29,8 @@ use crate::store::StoreError;
 const CLAIM_BATCH: usize = 256;
 /// The longest an idle node sleeps without looking at the queue (a missed notice costs no more).
 const IDLE_POLL: Duration = Duration::from_secs(2);
+/// How long a node waits before claiming again when due work is left that it could not claim.
+const UNCLAIMABLE_POLL: Duration = Duration::from_millis(50);
 /// How long a node waits before claiming again after the database failed a claim.
 const CLAIM_BACKOFF: Duration = Duration::from_millis(500);
 /// Of an endpoint, a node holds at most this many times `max_in_flight_per_endpoint` leases
@@ -108,7 +110,14 @@ impl Engine {
             } else {
                 let next = store.next_due().await.unwrap_or(None);
                 let until = next.unwrap_or(Millis::MAX).min(next_sweep);
-                Some(Duration::from_millis((until - now).max(0) as u64).min(IDLE_POLL))
+                let mut w = Duration::from_millis((until - now).max(0) as u64).min(IDLE_POLL);
+                // Due work the claim left (this node holds its endpoint's share, another node
+                // holds it, or its lane waits for the delivery ahead): claiming again at once
+                // would find the same; a finished attempt or a notice wakes the node sooner.
+                if w.is_zero() {
+                    w = UNCLAIMABLE_POLL;
+                }
+                Some(w)
             };
             let woken = async {
                 tokio::select! {
