@@ -24,6 +24,17 @@ fn node_toml(url: &str, ca_file: &std::path::Path) -> String {
     )
 }
 
+/// The delivery as `node` shows it once it is no longer pending.
+async fn settled(node: &Herald, id: &str) -> serde_json::Value {
+    let path = format!("/v1/deliveries/{id}");
+    let what = format!("delivery {id} settles");
+    wait_until(Duration::from_secs(20), &what, || async {
+        node.admin("GET", &path, None).await.1["state"] != "pending"
+    })
+    .await;
+    node.admin("GET", &path, None).await.1
+}
+
 /// A database, a test CA and the nodes' config.
 struct Setup {
     pg: Postgres,
@@ -328,14 +339,7 @@ async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
     }
     let mut outcomes = Vec::new();
     for d in &quota_deliveries {
-        let path = format!("/v1/deliveries/{d}");
-        wait_until(
-            Duration::from_secs(20),
-            "the quota's deliveries settle",
-            || async { nodes[0].admin("GET", &path, None).await.1["state"] != "pending" },
-        )
-        .await;
-        let v = nodes[0].admin("GET", &path, None).await.1;
+        let v = settled(&nodes[0], d).await;
         outcomes.push((
             v["state"].as_str().unwrap().to_string(),
             v["last_status"].clone(),
@@ -380,14 +384,7 @@ async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
         debounced.push(common::first_delivery(&answer));
     }
     for (i, d) in debounced.iter().enumerate() {
-        let path = format!("/v1/deliveries/{d}");
-        wait_until(
-            Duration::from_secs(20),
-            "the debounced deliveries settle",
-            || async { nodes[0].admin("GET", &path, None).await.1["state"] != "pending" },
-        )
-        .await;
-        let v = nodes[0].admin("GET", &path, None).await.1;
+        let v = settled(&nodes[0], d).await;
         let want = if i == 0 {
             ("delivered", "delivered")
         } else {
