@@ -188,9 +188,16 @@ pub async fn start(
         metrics,
     });
 
+    // What the start replays: the due index's entries on one box, the due deliveries no node
+    // holds in a cluster.
+    let (pending, _) = store
+        .due_summary(state.clock.now_ms())
+        .await
+        .unwrap_or_default();
     tracing::info!(
         addr = %addr,
         storage = %storage_label(&config),
+        pending,
         "herald listening"
     );
     notify_systemd("READY=1");
