@@ -136,10 +136,7 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
 
 async fn with_health(state: &AppState, ep: &Endpoint) -> Result<Value, ApiError> {
     let mut v = ep.view();
-    let pending = state.store.endpoint_pending(&ep.id).await?;
-    state.engine.load_breaker(&ep.id).await;
-    if let (Value::Object(v), Value::Object(h)) =
-        (&mut v, state.engine.health_view(&ep.id, pending))
+    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(&ep.id).await?)
     {
         v.extend(h);
     }

@@ -42,9 +42,7 @@ pub async fn endpoint_stats(
             })
         })
         .collect();
-    let pending = state.store.endpoint_pending(&ep.id).await?;
-    state.engine.load_breaker(&ep.id).await;
-    let mut v = state.engine.health_view(&ep.id, pending);
+    let mut v = state.engine.health_view(&ep.id).await?;
     v["endpoint_id"] = json!(ep.id);
     v["minutes"] = json!(minutes);
     Ok(json(StatusCode::OK, &v))

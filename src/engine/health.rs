@@ -43,7 +43,7 @@ impl Engine {
     }
 
     /// Reads the endpoint's stored breaker into its slot unless the slot exists already.
-    pub async fn load_breaker(&self, endpoint_id: &str) {
+    pub(super) async fn load_breaker(&self, endpoint_id: &str) {
         if self.store.sled().is_some() || lock(&self.breakers).contains_key(endpoint_id) {
             return;
         }
@@ -240,12 +240,15 @@ impl Engine {
     }
 
     /// The breaker as the endpoint view shows it, and the last hour's success rate.
-    /// `pending`: how many of the endpoint's deliveries are pending.
-    pub fn health_view(&self, endpoint_id: &str, pending: u64) -> Value {
+    /// With how many of its deliveries are pending (read from the store, as is the stored
+    /// breaker of an endpoint this node has not tracked yet).
+    pub async fn health_view(&self, endpoint_id: &str) -> Result<Value, crate::store::StoreError> {
+        let pending = self.store.endpoint_pending(endpoint_id).await?;
+        self.load_breaker(endpoint_id).await;
         let now = self.clock.now_ms();
         let b = self.with_slot(endpoint_id, |s| s.breaker.clone());
         let rate = lock(&self.rates).rate(endpoint_id, now);
-        json!({
+        Ok(json!({
             "breaker": {
                 "state": b.phase,
                 "consecutive_failures": b.consecutive_failures,
@@ -255,6 +258,6 @@ impl Engine {
             "attempts_1h": rate.map_or(0, |(_, all)| all),
             "last_success_at": lock(&self.rates).last_success(endpoint_id).map(rfc3339),
             "pending": pending,
-        })
+        }))
     }
 }
