@@ -146,6 +146,8 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
             .or_default()
             .extend(round_acked.lock().unwrap().drain(..));
 
+        // Arrivals so far: the replay may be under way (or over) by the time `restart` returns.
+        let (before_ok, before_flaky) = (ok.count(), flaky.count());
         // The store must open after every kill (restart panics unless `herald listening`).
         w.herald.restart().await;
 
@@ -154,7 +156,6 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
         if round % 4 == 3 || rng.gen_bool(0.1) {
             let pending = pending_at_last_start(&w.herald).unwrap_or(0);
             let after = rng.gen_range(0..=5).min(pending);
-            let (before_ok, before_flaky) = (ok.count(), flaky.count());
             common::wait_until(
                 Duration::from_secs(10),
                 &format!("round {round}: {after} replayed attempts arrived"),
