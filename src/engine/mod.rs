@@ -209,8 +209,7 @@ impl Engine {
             let now = self.clock.now_ms();
             // Finished attempts' tasks leave the set.
             while lock(&self.attempts).try_join_next().is_some() {}
-            if now >= next_sweep {
-                self.clone().start_sweep(store.clone(), now);
+            if now >= next_sweep && self.clone().start_sweep(store.clone(), now) {
                 next_sweep =
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
@@ -236,7 +235,11 @@ impl Engine {
             let wait = if self.global.available_permits() == 0 {
                 None
             } else {
-                let until = store.due().next_due().unwrap_or(i64::MAX).min(next_sweep);
+                let until = store
+                    .due()
+                    .next_due()
+                    .unwrap_or(i64::MAX)
+                    .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
                 Some(Duration::from_millis((until - now).max(0) as u64))
             };
             if !self

@@ -59,6 +59,9 @@ async fn slice<T: Send + 'static>(
     }
 }
 
+/// How soon a scheduler tries again to start a sweep that waited for the previous one.
+pub(super) const SWEEP_RETRY_MS: Millis = 100;
+
 impl Engine {
     /// Drops the rate buckets and client certificates of endpoints deleted or changed since
     /// (each map holds only what an endpoint has now).
@@ -121,9 +124,11 @@ impl Engine {
         }
     }
 
-    pub(super) fn start_sweep(self: Arc<Self>, store: Arc<Store>, now: Millis) {
+    /// Starts a sweep as of `now`; `false` if the previous one is still going (the scheduler
+    /// tries again shortly: a sweep as of an earlier time may not cover `now`).
+    pub(super) fn start_sweep(self: Arc<Self>, store: Arc<Store>, now: Millis) -> bool {
         if self.sweeping.swap(true, Ordering::AcqRel) {
-            return; // the previous sweep is still going
+            return false;
         }
         self.forget_gone_endpoints();
         tokio::spawn(async move {
@@ -184,5 +189,6 @@ impl Engine {
             }
             self.sweeping.store(false, Ordering::Release);
         });
+        true
     }
 }
