@@ -56,18 +56,18 @@ fn migrate_applies_the_schema_once() {
     let first = herald_migrate(&config);
     assert!(first.status.success(), "first migrate: {}", text(&first));
     assert!(
-        text(&first).contains("from version 0 to 1"),
+        text(&first).contains("from version 0 to 2"),
         "first migrate: {}",
         text(&first)
     );
     let again = herald_migrate(&config);
     assert!(again.status.success(), "second migrate: {}", text(&again));
     assert!(
-        text(&again).contains("at version 1; nothing to do"),
+        text(&again).contains("at version 2; nothing to do"),
         "second migrate: {}",
         text(&again)
     );
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "1");
+    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "2");
     let tables = pg.sql(
         "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables \
          WHERE schemaname = 'public'",
@@ -119,10 +119,10 @@ fn nodes_migrating_together_apply_each_migration_once() {
     }
     let applied = outs
         .iter()
-        .filter(|o| text(o).contains("from version 0 to 1"))
+        .filter(|o| text(o).contains("from version 0 to 2"))
         .count();
     assert_eq!(applied, 1, "exactly one node applies the schema");
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "1");
+    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "2");
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn a_schema_this_herald_does_not_know_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("at version 99 (applied by herald 9.0.0)")
-            && text(&out).contains("knows versions up to 1"),
+            && text(&out).contains("knows versions up to 2"),
         "{}",
         text(&out)
     );
@@ -422,6 +422,38 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     );
     assert_eq!(counts(&pg), "7,7,7,3,7");
 
+    // A real node serving the copied database delivers the pending ones (their endpoint moved
+    // to a receiver that answers, and each retried now), and sends nothing that had ended.
+    {
+        let ca_dir = tempfile::tempdir().unwrap();
+        let ca_file = world.ca.write_ca_file(ca_dir.path());
+        let mut node = common::Herald::start(&format!(
+            "{}[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+             [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+            common::delivery_toml(&ca_file),
+            toml_string(&url)
+        ))
+        .await;
+        let (ok_before, bad_before) = (ok.count(), bad.count());
+        let waiting: Vec<String> = ids[5..].iter().map(|(_, id)| id.clone()).collect();
+        deliver_elsewhere(&node, "acct_wait", &ok.url("/moved"), &waiting).await;
+        assert_eq!(ok.count(), ok_before + 2, "the two pending ones, once each");
+        assert_eq!(
+            bad.count(),
+            bad_before,
+            "nothing that had ended is sent again"
+        );
+        assert_eq!(
+            pg.sql(
+                "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM
+                     (SELECT state, count(*) AS n FROM deliveries GROUP BY state) s",
+                "herald"
+            ),
+            "delivered:5,failed:2"
+        );
+        node.sigterm().await;
+    }
+
     // A database with other data is refused, and left as it was.
     let other = pg.database("other");
     assert!(herald_migrate(&node_config(
@@ -443,4 +475,121 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
         text(&refused)
     );
     assert_eq!(pg.sql("SELECT count(*) FROM events", "other"), "0");
+}
+
+/// A database herald's schema version 1 wrote (tests/fixtures/cluster1, see its README) is
+/// migrated by a node that starts on it: its log reads as before, and its pending deliveries are
+/// delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_migrated_by_a_node_that_then_serves_it() {
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cluster1/dump.sql");
+    pg.sql_file(&fixture, "herald");
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        "1"
+    );
+
+    let ok = Receiver::ok_http();
+    let mut node = common::Herald::start(&format!(
+        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(&url)
+    ))
+    .await;
+    assert!(
+        node.log_contains("migrated the cluster schema"),
+        "{}",
+        node.log_text()
+    );
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        "2"
+    );
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM pg_constraint WHERE contype = 'f'
+                 AND conrelid IN ('deliveries'::regclass, 'attempts'::regclass)",
+            "herald"
+        ),
+        "0"
+    );
+
+    // The log as version 1 left it: 3 delivered, 2 failed, 2 pending, an attempt each.
+    let (status, st) = node.admin("GET", "/v1/status", None).await;
+    assert_eq!(status, 200, "{st}");
+    assert_eq!(st["queue"]["delivered"], 3, "{st}");
+    assert_eq!(st["queue"]["failed"], 2, "{st}");
+    assert_eq!(st["queue"]["pending"], 2, "{st}");
+    let (_, pending) = node
+        .admin("GET", "/v1/deliveries?state=pending", None)
+        .await;
+    let pending: Vec<String> = pending["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|d| d["id"].as_str().expect("an id").to_string())
+        .collect();
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    for id in &pending {
+        let (_, d) = node
+            .admin("GET", &format!("/v1/deliveries/{id}"), None)
+            .await;
+        assert_eq!(d["attempts"].as_array().map(Vec::len), Some(1), "{d}");
+        assert_eq!(d["attempts"][0]["http_status"], 500, "{d}");
+    }
+    // A key version 1 stored still makes a duplicate.
+    let (status, again) = node
+        .ingest(
+            json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 0},
+                       "idempotency_key": "acct_ok-0"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+
+    // Its endpoint moved to a receiver that answers, each pending one retried now: delivered,
+    // once each, and nothing else is sent.
+    deliver_elsewhere(&node, "acct_wait", &ok.url("/moved"), &pending).await;
+    assert_eq!(ok.count(), 2, "the two pending ones, once each");
+    node.sigterm().await;
+}
+
+/// Moves `account`'s endpoint to `url` and retries each of `deliveries` (pending ones) now;
+/// returns once each is `delivered`.
+async fn deliver_elsewhere(node: &common::Herald, account: &str, url: &str, deliveries: &[String]) {
+    let (status, list) = node
+        .admin("GET", &format!("/v1/accounts/{account}/endpoints"), None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let endpoint = list["items"][0]["id"].as_str().expect("an endpoint");
+    let (status, changed) = node
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{endpoint}"),
+            Some(json!({ "url": url })),
+        )
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    for id in deliveries {
+        let (status, answer) = node
+            .admin("POST", &format!("/v1/deliveries/{id}/retry"), None)
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    for id in deliveries {
+        common::wait_until(
+            Duration::from_secs(20),
+            &format!("the pending delivery {id} is delivered"),
+            || async {
+                let (_, d) = node
+                    .admin("GET", &format!("/v1/deliveries/{id}"), None)
+                    .await;
+                d["state"] == "delivered"
+            },
+        )
+        .await;
+    }
 }

@@ -91,12 +91,12 @@ impl Engine {
         self.attempt_due(found, None).await
     }
 
-    /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `lease` is the
-    /// claim of a cluster node's lease on it, which fences the record (`None` on one box).
+    /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `lease` is a
+    /// cluster node's lease on it (`None` on one box).
     pub(super) async fn attempt_due(
         self: &Arc<Self>,
         found: DueDelivery,
-        lease: Option<i64>,
+        lease: Option<Lease>,
     ) -> Handled {
         let DueDelivery {
             delivery,
@@ -383,8 +383,13 @@ impl Engine {
         endpoint: Option<Arc<Endpoint>>,
         attempt: Attempt,
         outcome: Option<Outcome>,
-        lease: Option<i64>,
+        lease: Option<Lease>,
     ) {
+        // The request is over: the endpoint's slot is free while the result is written.
+        let lease = lease.map(|l| {
+            drop(l.slot);
+            l.claim
+        });
         let now = self.clock.now_ms();
         let mut d = was.clone();
         let status = attempt.status;
@@ -467,6 +472,15 @@ impl Engine {
             self.report_failed(&d, now).await;
         }
     }
+}
+
+/// A cluster node's lease on the delivery being attempted: the claim that fences its record,
+/// and the endpoint's sending slot, given back once the request is over (not once the result is
+/// written: writing it is no request to the endpoint).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(super) struct Lease {
+    pub claim: i64,
+    pub slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Why a request was not sent: the status its attempt records, and a sentence.

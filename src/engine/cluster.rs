@@ -19,10 +19,11 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::attempt::Lease;
 use super::{lock, retention, Engine, Handled};
 use crate::clock::Millis;
 use crate::shutdown::Shutdown;
-use crate::store::postgres::{Leased, PgStore};
+use crate::store::postgres::{Intake, Leased, PgStore};
 use crate::store::StoreError;
 
 /// Deliveries claimed per turn at most.
@@ -43,6 +44,66 @@ const PRUNE_SLICE: i64 = 1_000;
 /// What this node holds of each endpoint: leases (sending or waiting) and its sending slots.
 type Holding = HashMap<String, (usize, Arc<Semaphore>)>;
 
+/// Counts one more lease of `endpoint` held; returns the endpoint's sending slots.
+fn count_in(holding: &mut Holding, endpoint: &str, slots: usize) -> Arc<Semaphore> {
+    let (n, slots) = holding
+        .entry(endpoint.to_string())
+        .or_insert_with(|| (0, Arc::new(Semaphore::new(slots))));
+    *n += 1;
+    slots.clone()
+}
+
+/// Counts one lease of `endpoint` fewer.
+fn count_out(holding: &mut Holding, endpoint: &str) {
+    if let Some((n, _)) = holding.get_mut(endpoint) {
+        *n -= 1;
+        if *n == 0 {
+            holding.remove(endpoint);
+        }
+    }
+}
+
+/// This node's room for deliveries its own ingest leases to it ([`Intake`]): the same room
+/// claims take (a permit of `max_in_flight`, a place among the endpoint's
+/// [`HOLD_PER_SLOT`] × `max_in_flight_per_endpoint`), taken while the ingest's transaction
+/// is built and handed over, with the deliveries, once it commits.
+struct NodeIntake {
+    running: Arc<std::sync::Mutex<Holding>>,
+    global: Arc<Semaphore>,
+    /// Permits taken for reserved deliveries, not handed over yet (all alike).
+    reserved: std::sync::Mutex<Vec<OwnedSemaphorePermit>>,
+    cap: usize,
+    slots: usize,
+    handover: tokio::sync::mpsc::UnboundedSender<Leased>,
+}
+
+impl Intake for NodeIntake {
+    fn reserve(&self, endpoint: &str) -> bool {
+        let mut running = lock(&self.running);
+        if running.get(endpoint).is_some_and(|(n, _)| *n >= self.cap) {
+            return false;
+        }
+        let Ok(permit) = self.global.clone().try_acquire_owned() else {
+            return false;
+        };
+        count_in(&mut running, endpoint, self.slots);
+        lock(&self.reserved).push(permit);
+        true
+    }
+
+    fn cancel(&self, endpoint: &str) {
+        count_out(&mut lock(&self.running), endpoint);
+        drop(lock(&self.reserved).pop());
+    }
+
+    fn take(&self, leased: Vec<Leased>) {
+        for l in leased {
+            // The engine stops taking only when it stops; the leases are then given back.
+            let _ = self.handover.send(l);
+        }
+    }
+}
+
 impl Engine {
     pub(super) async fn run_cluster(
         self: Arc<Self>,
@@ -52,6 +113,44 @@ impl Engine {
     ) {
         let wake = store.wake();
         let running: Arc<std::sync::Mutex<Holding>> = Arc::default();
+        let (handover, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        let intake = Arc::new(NodeIntake {
+            running: running.clone(),
+            global: self.global.clone(),
+            reserved: std::sync::Mutex::default(),
+            cap: self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT,
+            slots: self.cfg.max_in_flight_per_endpoint,
+            handover,
+        });
+        store.set_intake(Some(intake.clone()));
+        // Deliveries this node's ingest leased to it, attempted as they are committed.
+        let taking = {
+            let (engine, store, running, intake) =
+                (self.clone(), store.clone(), running.clone(), intake.clone());
+            tokio::spawn(async move {
+                while let Some(l) = handed.recv().await {
+                    // Each delivery handed over had its permit and place reserved.
+                    let reserved = lock(&intake.reserved).pop();
+                    let permit = match reserved {
+                        Some(permit) => permit,
+                        None => match engine.global.clone().acquire_owned().await {
+                            Ok(permit) => permit,
+                            Err(_) => break,
+                        },
+                    };
+                    let endpoint = l.due.delivery.endpoint_id.clone().unwrap_or_default();
+                    let slots = {
+                        let mut running = lock(&running);
+                        match running.get(&endpoint) {
+                            Some((_, slots)) => slots.clone(),
+                            None => count_in(&mut running, &endpoint, intake.slots),
+                        }
+                    };
+                    engine.spawn_leased(&store, &running, endpoint, slots, l, permit);
+                }
+            })
+        };
+        drop(intake);
         let mut next_sweep = self.clock.now_ms();
         loop {
             if shutdown.is_fired() {
@@ -62,8 +161,7 @@ impl Engine {
             freed.as_mut().enable();
             let now = self.clock.now_ms();
             while lock(&self.attempts).try_join_next().is_some() {}
-            if now >= next_sweep {
-                self.clone().start_cluster_sweep(store.clone(), now);
+            if now >= next_sweep && self.clone().start_cluster_sweep(store.clone(), now) {
                 next_sweep =
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
@@ -75,6 +173,10 @@ impl Engine {
                     .iter()
                     .map(|(id, (n, _))| (id.clone(), cap.saturating_sub(*n) as i32))
                     .unzip();
+                // Rows the claim may lock: what the endpoints this node works on may still
+                // take, and one endpoint's share of any other.
+                let open: usize = allowed.iter().map(|a| *a as usize).sum();
+                let room = room.min(open + cap);
                 let claimed = store
                     .claim_due_within(room as i64, &endpoints, &allowed, cap as i64)
                     .await;
@@ -82,9 +184,10 @@ impl Engine {
                     Ok(leased) => {
                         got = leased.len();
                         for l in leased {
-                            // Only this loop takes permits, and it asked for no more than
-                            // were free.
-                            let Ok(permit) = self.global.clone().try_acquire_owned() else {
+                            // It asked for no more than were free, but this node's ingest
+                            // may have taken some since ([`NodeIntake`]): then the lease waits
+                            // for one (renewed meanwhile).
+                            let Ok(permit) = self.global.clone().acquire_owned().await else {
                                 break;
                             };
                             self.start_leased(&store, &running, l, permit);
@@ -109,7 +212,9 @@ impl Engine {
                 None
             } else {
                 let next = store.next_due().await.unwrap_or(None);
-                let until = next.unwrap_or(Millis::MAX).min(next_sweep);
+                let until = next
+                    .unwrap_or(Millis::MAX)
+                    .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
                 let mut w = Duration::from_millis((until - now).max(0) as u64).min(IDLE_POLL);
                 // Due work the claim left (this node holds its endpoint's share, another node
                 // holds it, or its lane waits for the delivery ahead): claiming again at once
@@ -119,16 +224,35 @@ impl Engine {
                 }
                 Some(w)
             };
+            // A finished attempt frees room, but claiming for each one would lock and scan the
+            // queue for a single row: the node claims again once `refill` attempts have
+            // finished, or at once when it holds no more than that (an ordered lane's next
+            // delivery is claimable as soon as the one ahead ends).
+            let held = self.running.load(Ordering::Relaxed);
+            let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, CLAIM_BATCH);
             let woken = async {
-                tokio::select! {
-                    _ = wake.notified() => {}
-                    _ = freed => {}
+                loop {
+                    tokio::select! {
+                        _ = wake.notified() => return,
+                        _ = freed.as_mut() => {
+                            freed.set(self.idle.notified());
+                            freed.as_mut().enable();
+                            let now_held = self.running.load(Ordering::Relaxed);
+                            if now_held <= refill || held.saturating_sub(now_held) >= refill {
+                                return;
+                            }
+                        }
+                    }
                 }
             };
             if !self.idle_until(wait, woken, &mut shutdown).await {
                 break;
             }
         }
+        // Ingest stores what follows due, for the other nodes; what was handed over and not
+        // started yet is given back with the other leases.
+        store.set_intake(None);
+        taking.abort();
         self.drain(grace).await;
         match store.leave().await {
             Ok(released) if released > 0 => {
@@ -150,17 +274,24 @@ impl Engine {
         permit: OwnedSemaphorePermit,
     ) {
         let endpoint = leased.due.delivery.endpoint_id.clone().unwrap_or_default();
-        let slots = {
-            let mut running = lock(running);
-            let (n, slots) = running.entry(endpoint.clone()).or_insert_with(|| {
-                (
-                    0,
-                    Arc::new(Semaphore::new(self.cfg.max_in_flight_per_endpoint)),
-                )
-            });
-            *n += 1;
-            slots.clone()
-        };
+        let slots = count_in(
+            &mut lock(running),
+            &endpoint,
+            self.cfg.max_in_flight_per_endpoint,
+        );
+        self.spawn_leased(store, running, endpoint, slots, leased, permit);
+    }
+
+    /// Runs one leased delivery's attempt on its own task, counted in `running` already.
+    fn spawn_leased(
+        self: &Arc<Self>,
+        store: &Arc<PgStore>,
+        running: &Arc<std::sync::Mutex<Holding>>,
+        endpoint: String,
+        slots: Arc<Semaphore>,
+        leased: Leased,
+        permit: OwnedSemaphorePermit,
+    ) {
         self.running.fetch_add(1, Ordering::Relaxed);
         let (engine, store, running) = (self.clone(), store.clone(), running.clone());
         lock(&self.attempts).spawn(async move {
@@ -168,25 +299,19 @@ impl Engine {
             let id = due.delivery.id.clone();
             // At most `max_in_flight_per_endpoint` of the endpoint's attempts at once; the
             // others wait here, their leases renewed meanwhile.
-            let slot = slots.acquire_owned().await;
-            if let Handled::Held(until) = engine.attempt_due(due, Some(claim)).await {
-                match store.hold(claim, &id, until).await {
-                    Ok(()) | Err(StoreError::LeaseLost) => {}
-                    Err(e) => {
-                        tracing::warn!(delivery_id = %id, error = %e, "cannot put a held delivery back; it is due again when its lease ends")
+            // (An endpoint's slots are never closed: acquiring cannot fail.)
+            if let Ok(slot) = slots.acquire_owned().await {
+                let lease = Lease { claim, slot };
+                if let Handled::Held(until) = engine.attempt_due(due, Some(lease)).await {
+                    match store.hold(claim, &id, until).await {
+                        Ok(()) | Err(StoreError::LeaseLost) => {}
+                        Err(e) => {
+                            tracing::warn!(delivery_id = %id, error = %e, "cannot put a held delivery back; it is due again when its lease ends")
+                        }
                     }
                 }
             }
-            {
-                drop(slot);
-                let mut running = lock(&running);
-                if let Some((n, _)) = running.get_mut(&endpoint) {
-                    *n -= 1;
-                    if *n == 0 {
-                        running.remove(&endpoint);
-                    }
-                }
-            }
+            count_out(&mut lock(&running), &endpoint);
             engine.running.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
             engine.idle.notify_waiters();
@@ -197,9 +322,9 @@ impl Engine {
     /// deliveries, attempts and keys; expired idempotency keys and debounce windows; ended
     /// portal sessions. Each in bounded slices that skip rows other nodes hold, so several
     /// nodes sweeping at once share the work.
-    fn start_cluster_sweep(self: Arc<Self>, store: Arc<PgStore>, now: Millis) {
+    fn start_cluster_sweep(self: Arc<Self>, store: Arc<PgStore>, now: Millis) -> bool {
         if self.sweeping.swap(true, Ordering::AcqRel) {
-            return;
+            return false;
         }
         self.forget_gone_endpoints();
         tokio::spawn(async move {
@@ -219,6 +344,7 @@ impl Engine {
             }
             self.sweeping.store(false, Ordering::Release);
         });
+        true
     }
 
     /// Runs `slice` until it removes fewer than a slice's worth, fails, or the engine stops;

@@ -31,6 +31,19 @@ impl Directory {
         read(&self.endpoints).get(id).cloned()
     }
 
+    /// Some endpoint's id, picked at random, when there are more than `n` endpoints (`None`
+    /// otherwise): where a walk over the endpoints that visits `n` of them may start, so every
+    /// endpoint gets its turn.
+    pub fn endpoint_beyond(&self, n: usize) -> Option<String> {
+        use rand::Rng;
+        let endpoints = read(&self.endpoints);
+        if endpoints.len() <= n {
+            return None;
+        }
+        let i = rand::thread_rng().gen_range(0..endpoints.len());
+        endpoints.keys().nth(i).cloned()
+    }
+
     /// The account's endpoints, oldest first.
     pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
         let mut eps: Vec<_> = read(&self.endpoints)

@@ -275,6 +275,22 @@ impl Postgres {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// Runs the SQL file `path` (a `pg_dump` of a database, say) in database `db` with psql.
+    pub fn sql_file(&self, path: &Path, db: &str) {
+        check(
+            "psql",
+            Command::new(self.bin.join("psql"))
+                .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-U", "herald"])
+                .arg("-h")
+                .arg(self.dir.path())
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args(["-d", db, "-f"])
+                .arg(path)
+                .output(),
+        );
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

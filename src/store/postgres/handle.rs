@@ -2,13 +2,13 @@
 //! registering the node), and carries what every query needs: the pool, this node's id, the
 //! clock and the lease. Ingest, the delivery queue and quotas are in their own files.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
 use super::ingest::{Committer, Job};
+use super::queue::Leases;
 use super::{migrate, Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -86,9 +86,8 @@ pub struct PgStore {
     /// Every endpoint and synced plan, kept in step with the other nodes
     /// ([`super::endpoints`], [`super::accounts`]).
     pub(super) directory: Directory,
-    /// The leases this node holds: delivery id → claim ([`super::queue`]), renewed by
-    /// [`super::queue::keep_leases`] until their attempts finish.
-    pub(super) held: std::sync::Mutex<HashMap<String, i64>>,
+    /// The leases this node holds ([`super::queue`]), shared with its ingest.
+    pub(super) leases: Arc<Leases>,
     /// The locked file holding this node's id in its data directory ([`node_identity`]).
     _identity: Option<std::fs::File>,
 }
@@ -147,17 +146,26 @@ impl PgStore {
     ) -> Result<PgStore, StoreError> {
         let node = node.unwrap_or_else(|| crate::ids::random_hex(8));
         let name = host_name();
+        let leases = Arc::new(Leases::default());
+        let lease_ms = lease.as_millis() as Millis;
         let store = PgStore {
-            ingest: Committer::start(db.clone(), clock.clone(), metrics),
+            ingest: Committer::start(db.clone(), clock.clone(), metrics, {
+                let (node, leases) = (node.clone(), leases.clone());
+                super::ingest::Lessor {
+                    node,
+                    lease_ms,
+                    leases,
+                }
+            }),
             results: super::results::start(db.clone()),
             db,
             node,
             name,
             clock,
-            lease_ms: lease.as_millis() as Millis,
+            lease_ms,
             wake: Arc::new(Notify::new()),
             directory: Directory::default(),
-            held: std::sync::Mutex::default(),
+            leases,
             _identity: None,
         };
         // Registered by its first beat.

@@ -19,13 +19,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::debounce::Debouncer;
+use super::queue::{Leased, Leases};
 use super::{Database, PgStore};
 use crate::clock::{Clock, Millis};
 use crate::ids::{self, EVENT};
-use crate::model::{Delivery, DeliveryState, Status};
+use crate::model::{Delivery, DeliveryState, EventMeta, Status};
 use crate::policy::debounce::{Candidate, Decision, Window};
 use crate::policy::ordering;
-use crate::store::{IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE};
+use crate::store::{
+    DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
+};
 
 /// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
 pub const DUE_CHANNEL: &str = "herald_due";
@@ -44,11 +47,19 @@ pub(super) struct Job {
     reply: oneshot::Sender<Result<Vec<IngestOutcome>, StoreError>>,
 }
 
+/// What ingest needs to lease fresh deliveries to this node's engine ([`super::Intake`]).
+pub(super) struct Lessor {
+    pub node: String,
+    pub lease_ms: Millis,
+    pub leases: Arc<Leases>,
+}
+
 /// What the committer tasks share.
 pub(super) struct Committer {
     pub(super) db: Database,
     pub(super) clock: Arc<dyn Clock>,
     metrics: Arc<crate::metrics::Metrics>,
+    lessor: Lessor,
     /// The last event id this node minted: ids grow on each node (ULIDs, unique across nodes
     /// by their random part).
     last_event: Mutex<u128>,
@@ -60,11 +71,13 @@ impl Committer {
         db: Database,
         clock: Arc<dyn Clock>,
         metrics: Arc<crate::metrics::Metrics>,
+        lessor: Lessor,
     ) -> mpsc::Sender<Job> {
         let committer = Arc::new(Committer {
             db,
             clock,
             metrics,
+            lessor,
             last_event: Mutex::new(0),
         });
         let (tx, rx) = mpsc::channel::<Job>(4096);
@@ -179,8 +192,8 @@ impl Committer {
         }
         if !k_keys.is_empty() {
             let expired_before = now - IDEMPOTENCY_WINDOW_MS;
-            let rows = tx
-                .query(
+            let claim_keys = tx
+                .prepare_cached(
                     "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
                      SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
                      ORDER BY a, k
@@ -188,6 +201,11 @@ impl Committer {
                          SET event_id = excluded.event_id, created_at = excluded.created_at
                          WHERE k.created_at <= $5
                      RETURNING account_id, key",
+                )
+                .await?;
+            let rows = tx
+                .query(
+                    &claim_keys,
                     &[&k_accounts, &k_keys, &k_events, &now, &expired_before],
                 )
                 .await?;
@@ -244,6 +262,8 @@ impl Committer {
             )
             .await?;
         let mut outcomes = Vec::with_capacity(events.len());
+        // Each delivery row's event.
+        let mut row_event: Vec<usize> = Vec::new();
         for (i, ev) in events.iter().enumerate() {
             if let Some(first) = duplicate_of[i].take() {
                 outcomes.push(IngestOutcome::Duplicate { event_id: first });
@@ -254,6 +274,7 @@ impl Committer {
             let at = ev.received_at.max(now);
             e_rows.push(ulid, ev, at);
             let first_row = d_rows.id.len();
+            row_event.extend(std::iter::repeat_n(i, ev.targets.len()));
             for (n, lane) in ev.targets.iter().enumerate() {
                 let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
                 let lane = lanes.get(i).and_then(|l| l.get(n)).cloned().flatten();
@@ -300,12 +321,109 @@ impl Committer {
             });
         }
         debouncer.write(&tx).await?;
+        let lent = self.lend(&mut d_rows, now);
+        let written = self.write_and_commit(tx, &e_rows, &d_rows, &attempts).await;
+        if let Some(lent) = lent {
+            match written {
+                Ok(()) => {
+                    let leased = lent
+                        .rows
+                        .iter()
+                        .map(|&r| {
+                            let ev = &events[row_event[r]];
+                            let event_id = ids::format(EVENT, ulids[row_event[r]]);
+                            let delivery = d_rows.delivery(r, &event_id);
+                            Leased {
+                                claim: lent.claim,
+                                due: DueDelivery {
+                                    event: EventMeta {
+                                        id: event_id,
+                                        account_id: ev.account_id.clone(),
+                                        event_type: ev.event_type.clone(),
+                                        received_at: delivery.created_at,
+                                        idempotency_key: ev.idempotency_key.clone(),
+                                        debounce_key: ev.debounce_key.clone(),
+                                        ordering_key: ev.ordering_key.clone(),
+                                        deliveries: Vec::new(),
+                                    },
+                                    delivery,
+                                    payload: ev.payload.clone(),
+                                },
+                            }
+                        })
+                        .collect::<Vec<_>>();
+                    {
+                        let mut held = self.lessor.leases.lock_held();
+                        for l in &leased {
+                            held.insert(l.due.delivery.id.clone(), lent.claim);
+                        }
+                    }
+                    lent.intake.take(leased);
+                }
+                Err(_) => {
+                    for &r in &lent.rows {
+                        if let Some(ep) = &d_rows.endpoint[r] {
+                            lent.intake.cancel(ep);
+                        }
+                    }
+                }
+            }
+        }
+        written?;
+        Ok(outcomes)
+    }
+
+    /// Leases to this node's engine the fresh deliveries it has room for ([`super::Intake`]):
+    /// due now, to an endpoint, in no ordering lane (a lane's delivery waits for the one ahead,
+    /// which only a claim checks).
+    fn lend(&self, d_rows: &mut DeliveryRows, now: Millis) -> Option<Lent> {
+        let intake = self.lessor.leases.intake()?;
+        let claim: i64 = rand::random();
+        let until = now + self.lessor.lease_ms;
+        let mut rows = Vec::new();
+        for r in 0..d_rows.id.len() {
+            let fresh = d_rows.state[r] == DeliveryState::Pending.as_str()
+                && !d_rows.queued[r]
+                && d_rows.lane[r].is_none()
+                && d_rows.due[r].is_some_and(|d| d <= now);
+            if let (true, Some(ep)) = (fresh, &d_rows.endpoint[r]) {
+                if intake.reserve(ep) {
+                    d_rows.lease_end[r] = Some(until);
+                    rows.push(r);
+                }
+            }
+        }
+        if rows.is_empty() {
+            return None;
+        }
+        d_rows.claim = Some(claim);
+        d_rows.node = Some(self.lessor.node.clone());
+        Some(Lent {
+            intake,
+            claim,
+            rows,
+        })
+    }
+
+    /// Writes the transaction's rows and commits it.
+    async fn write_and_commit(
+        &self,
+        tx: deadpool_postgres::Transaction<'_>,
+        e_rows: &EventRows<'_>,
+        d_rows: &DeliveryRows,
+        attempts: &NewAttempts,
+    ) -> Result<(), StoreError> {
         if !e_rows.id.is_empty() {
-            tx.execute(
-                "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
                                      debounce_key, ordering_key, payload)
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
                                       $5::text[], $6::text[], $7::text[], $8::bytea[])",
+                )
+                .await?;
+            tx.execute(
+                &insert,
                 &[
                     &e_rows.id,
                     &e_rows.account,
@@ -321,8 +439,8 @@ impl Committer {
             d_rows.write(&tx).await?;
             attempts.write(&tx).await?;
             // Delivered with the commit: idle nodes take the new work at once.
-            tx.execute("SELECT pg_notify($1, '')", &[&DUE_CHANNEL])
-                .await?;
+            let notify = tx.prepare_cached("SELECT pg_notify($1, '')").await?;
+            tx.execute(&notify, &[&DUE_CHANNEL]).await?;
         }
         // The commit is where the WAL reaches the disk: the cluster's counterpart of sled's
         // fsync in `herald_fsync_duration_seconds`.
@@ -331,8 +449,16 @@ impl Committer {
         self.metrics
             .fsync_duration
             .observe_duration(committing.elapsed());
-        Ok(outcomes)
+        Ok(())
     }
+}
+
+/// Deliveries a transaction stores leased to this node.
+struct Lent {
+    intake: Arc<dyn super::Intake>,
+    claim: i64,
+    /// Their rows in the transaction's [`DeliveryRows`].
+    rows: Vec<usize>,
 }
 
 /// The ordering lane of a delivery to an ordered endpoint (SPEC §15): the endpoint's ULID and
@@ -452,8 +578,13 @@ pub(super) struct DeliveryRows {
     attempt_count: Vec<i32>,
     /// When a node may take it: its due time while pending, none once ended.
     due: Vec<Option<i64>>,
+    /// The end of its lease, if it is stored leased to this node ([`Committer::lend`]).
+    lease_end: Vec<Option<i64>>,
     queued: Vec<bool>,
     created: Vec<i64>,
+    /// The claim and node of the leased rows.
+    claim: Option<i64>,
+    node: Option<String>,
 }
 
 impl DeliveryRows {
@@ -477,6 +608,7 @@ impl DeliveryRows {
         self.last_status.push(None);
         self.attempt_count.push(0);
         self.due.push(Some(at));
+        self.lease_end.push(None);
         self.queued.push(false);
         self.created.push(at);
     }
@@ -516,18 +648,25 @@ impl DeliveryRows {
         }
     }
 
-    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
-        tx.execute(
-            "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
+    async fn write(&self, tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
                                      last_status, attempt_count, due_at, next_attempt_at, queued,
-                                     created_at, lane, lane_seq)
-             SELECT id, ev, ep, a, t, st, ls, n, due, due, q, at, l,
-                    CASE WHEN l IS NULL THEN NULL ELSE nextval('herald_lane_seq') END
+                                     created_at, lane, lane_seq, leased_by, claim)
+             SELECT id, ev, ep, a, t, st, ls, n, coalesce(le, due), due, q, at, l,
+                    CASE WHEN l IS NULL THEN NULL ELSE nextval('herald_lane_seq') END,
+                    CASE WHEN le IS NULL THEN NULL ELSE $14::text END,
+                    CASE WHEN le IS NULL THEN NULL ELSE $15::bigint END
              FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::integer[], $9::bigint[], $10::boolean[],
-                         $11::bigint[], $12::bytea[])
-                  WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, i)
+                         $11::bigint[], $12::bytea[], $13::bigint[])
+                  WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, le, i)
              ORDER BY i",
+            )
+            .await?;
+        tx.execute(
+            &insert,
             &[
                 &self.id,
                 &self.event,
@@ -541,6 +680,9 @@ impl DeliveryRows {
                 &self.queued,
                 &self.created,
                 &self.lane,
+                &self.lease_end,
+                &self.node,
+                &self.claim,
             ],
         )
         .await?;
@@ -566,18 +708,20 @@ impl NewAttempts {
         self.at.push(now);
     }
 
-    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    async fn write(&self, tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
         if self.id.is_empty() {
             return Ok(());
         }
-        tx.execute(
+        let insert = tx
+            .prepare_cached(
             "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status, http_status,
                                    error, request_headers, response_body)
              SELECT d, n, i, at, 0, 'debounced', NULL, NULL, '[]'::jsonb, ''
              FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[]) AS t(d, n, i, at)",
-            &[&self.delivery, &self.number, &self.id, &self.at],
-        )
-        .await?;
+            )
+            .await?;
+        tx.execute(&insert, &[&self.delivery, &self.number, &self.id, &self.at])
+            .await?;
         Ok(())
     }
 }

@@ -17,7 +17,10 @@ const LOCK: i64 = 0x6865_7261_6c64;
 const MIN_SERVER_VERSION: i32 = 130000;
 
 /// The migrations, in order: (version, name, SQL).
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "schema", include_str!("schema_0001.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "schema", include_str!("schema_0001.sql")),
+    (2, "claims by endpoint", include_str!("schema_0002.sql")),
+];
 
 /// The schema version this herald writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -35,7 +35,7 @@ use crate::config::Config;
 pub use handle::PgStore;
 pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
-pub use queue::{keep_leases, Leased};
+pub use queue::{keep_leases, Intake, Leased};
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan).
 /// Every node keeps endpoints and plans in memory and reloads what a notice names.
@@ -188,7 +188,13 @@ impl Database {
         let pool = pool_of(pg.clone())?;
         let mut relaxed = pg.clone();
         let options = relaxed.get_options().unwrap_or("").to_string();
-        relaxed.options(format!("{options} -c synchronous_commit=off").trim());
+        // Its statements (claims, renewals, results) are prepared once per connection, so
+        // PostgreSQL may keep a generic plan of one instead of planning each call (planning
+        // the results' statement cost more than running it). Every one of them finds its rows
+        // through an index, which a plan made while the tables were still small (a new
+        // install) would not: sequential scans are ruled out on these connections.
+        relaxed
+            .options(format!("{options} -c synchronous_commit=off -c enable_seqscan=off").trim());
         let queue = pool_of(relaxed)?;
         Ok(Database {
             pool,

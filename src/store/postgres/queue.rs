@@ -39,23 +39,116 @@ pub struct Leased {
     pub due: DueDelivery,
 }
 
-/// The columns a claimed delivery comes back with: [`DELIVERY_COLUMNS`], then its event's.
-fn claimed_columns() -> String {
-    format!(
-        "{DELIVERY_COLUMNS}, e.received_at, e.idempotency_key, e.debounce_key, e.ordering_key,
-         e.payload"
-    )
+/// A node's engine, as its ingest sees it: a fresh delivery that this node has room for is
+/// stored already leased to it and handed over once committed, with no claim (one statement
+/// and one row version less per delivery, and no wait for a notice). What the node has no room
+/// for is stored due, for any node's claim.
+pub trait Intake: Send + Sync {
+    /// Takes room for one delivery of `endpoint`; `false` if the node has none.
+    fn reserve(&self, endpoint: &str) -> bool;
+    /// Gives back room taken for a delivery that was not stored (its commit failed).
+    fn cancel(&self, endpoint: &str);
+    /// Deliveries stored leased to this node, committed: the engine attempts them.
+    fn take(&self, leased: Vec<Leased>);
 }
 
+/// The leases of this node, shared by its queue and its ingest.
+#[derive(Default)]
+pub(super) struct Leases {
+    /// Delivery id → claim of every lease whose attempt has not finished, renewed by
+    /// [`keep_leases`] until it does.
+    held: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Where ingest hands fresh deliveries to this node's engine, while it runs.
+    intake: std::sync::RwLock<Option<std::sync::Arc<dyn Intake>>>,
+}
+
+impl Leases {
+    pub(super) fn lock_held(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn intake(&self) -> Option<std::sync::Arc<dyn Intake>> {
+        self.intake
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Endpoints a claim looks for due work of, beyond those the node works on already.
+const DISCOVER: i32 = 256;
+
+/// The claim, endpoint by endpoint (a slow endpoint's backlog is never scanned to find another
+/// endpoint's work): of each endpoint `$6[i]` the node works on, up to `$7[i]` deliveries; of
+/// each of [`DISCOVER`] other endpoints with pending deliveries (walked over the
+/// `(endpoint_id, due_at)` index from `$9`), up to `$8`; of deliveries without an endpoint, up to
+/// `$8`; at most `$2` in all. Each endpoint's are its oldest due, skipping rows other claims
+/// hold, those whose lane has an earlier delivery unfinished, and those this node is attempting
+/// (`$11`: a lease of its own that lapsed, as when the node stalled, is renewed, not claimed
+/// again for a second attempt). The claimed come back with
+/// [`DELIVERY_COLUMNS`], then their event's columns.
+static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH RECURSIVE others(endpoint_id, due_at, n) AS (
+             (SELECT endpoint_id, due_at, 1 FROM deliveries
+              WHERE due_at IS NOT NULL AND endpoint_id > $9
+              ORDER BY endpoint_id, due_at LIMIT 1)
+             UNION ALL
+             SELECT step.endpoint_id, step.due_at, others.n + 1
+             FROM others CROSS JOIN LATERAL (
+                 SELECT endpoint_id, due_at FROM deliveries
+                 WHERE due_at IS NOT NULL AND endpoint_id > others.endpoint_id
+                 ORDER BY endpoint_id, due_at LIMIT 1
+             ) step
+             WHERE others.n < $10
+         ), wanted AS (
+             SELECT h.endpoint_id, h.allowed::bigint AS allowed
+             FROM unnest($6::text[], $7::int[]) AS h(endpoint_id, allowed)
+             WHERE h.allowed > 0
+             UNION ALL
+             SELECT endpoint_id, $8::bigint FROM others
+             WHERE due_at <= $1 AND endpoint_id <> ALL($6::text[])
+         ), due AS (
+             SELECT c.id FROM wanted w CROSS JOIN LATERAL (
+                 SELECT id FROM deliveries d
+                 WHERE d.endpoint_id = w.endpoint_id AND d.due_at <= $1
+                   AND d.id <> ALL($11::bytea[])
+                   AND (d.lane IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM deliveries ahead
+                       WHERE ahead.lane = d.lane AND ahead.lane_seq < d.lane_seq
+                         AND ahead.due_at IS NOT NULL))
+                 ORDER BY d.due_at LIMIT w.allowed FOR UPDATE SKIP LOCKED
+             ) c LIMIT $2
+         ), lone AS (
+             SELECT id FROM deliveries
+             WHERE endpoint_id IS NULL AND due_at <= $1 AND id <> ALL($11::bytea[])
+             ORDER BY due_at LIMIT $8 FOR UPDATE SKIP LOCKED
+         ), leased AS (
+             UPDATE deliveries d SET due_at = $1 + $3, leased_by = $4, claim = $5
+             FROM (SELECT id FROM due UNION ALL SELECT id FROM lone) taken
+             WHERE d.id = taken.id
+             RETURNING d.*
+         )
+         SELECT {DELIVERY_COLUMNS}, e.received_at, e.idempotency_key, e.debounce_key,
+                e.ordering_key, e.payload
+         FROM leased d JOIN events e ON e.id = d.event_id
+         ORDER BY d.id"
+    )
+});
+
 impl PgStore {
-    /// Claims up to `max` deliveries due now, oldest due first, for this node's lease.
+    /// Claims up to `max` deliveries due now for this node's lease, at most `others` of any
+    /// one endpoint.
     pub async fn claim_due(&self, max: i64) -> Result<Vec<Leased>, StoreError> {
         self.claim_due_within(max, &[], &[], max).await
     }
 
     /// Claims like [`claim_due`](Self::claim_due), at most `allowed[i]` deliveries of endpoint
-    /// `endpoints[i]` and at most `others` of any other endpoint (what this node may still
-    /// hold of each): one endpoint's backlog never fills a claim meant for all of them.
+    /// `endpoints[i]` (what this node may still hold of the endpoints it works on) and at most
+    /// `others` of any other endpoint: one endpoint's backlog never fills a claim meant for all
+    /// of them, and never costs a claim that cannot take from it.
     pub async fn claim_due_within(
         &self,
         max: i64,
@@ -63,57 +156,34 @@ impl PgStore {
         allowed: &[i32],
         others: i64,
     ) -> Result<Vec<Leased>, StoreError> {
-        let full: Vec<&str> = endpoints
-            .iter()
-            .zip(allowed)
-            .filter(|(_, a)| **a <= 0)
-            .map(|(e, _)| e.as_str())
-            .collect();
         let now = self.clock.now_ms();
         let claim: i64 = rand::random();
-        let rows = self
-            .db
-            .queue_client()
-            .await?
+        let from = self
+            .directory
+            .endpoint_beyond(DISCOVER as usize)
+            .unwrap_or_default();
+        let mine: Vec<Vec<u8>> = self
+            .lock_held()
+            .keys()
+            .filter_map(|id| delivery_key(id).ok())
+            .collect();
+        let client = self.db.queue_client().await?;
+        let statement = client.prepare_cached(&CLAIM).await?;
+        let rows = client
             .query(
-                &format!(
-                    "WITH candidates AS (
-                         SELECT id, endpoint_id, due_at FROM deliveries d WHERE due_at <= $1
-                           AND (d.endpoint_id IS NULL OR d.endpoint_id <> ALL($6::text[]))
-                           AND (lane IS NULL OR NOT EXISTS (
-                               SELECT 1 FROM deliveries ahead
-                               WHERE ahead.lane = d.lane AND ahead.lane_seq < d.lane_seq
-                                 AND ahead.due_at IS NOT NULL))
-                         ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED
-                     ), due AS (
-                         SELECT c.id FROM (
-                             SELECT id, endpoint_id,
-                                    row_number() OVER (PARTITION BY endpoint_id ORDER BY due_at)
-                                        AS place
-                             FROM candidates
-                         ) c
-                         LEFT JOIN unnest($7::text[], $8::int[]) AS h(endpoint_id, allowed)
-                             ON h.endpoint_id = c.endpoint_id
-                         WHERE c.endpoint_id IS NULL OR c.place <= coalesce(h.allowed::bigint, $9::bigint)
-                     ), leased AS (
-                         UPDATE deliveries d SET due_at = $1 + $3, leased_by = $4, claim = $5
-                         FROM due WHERE d.id = due.id
-                         RETURNING d.*
-                     )
-                     SELECT {} FROM leased d JOIN events e ON e.id = d.event_id
-                     ORDER BY d.id",
-                    claimed_columns()
-                ),
+                &statement,
                 &[
                     &now,
                     &max,
                     &self.lease_ms,
                     &self.node,
                     &claim,
-                    &full,
                     &endpoints,
                     &allowed,
                     &others,
+                    &from,
+                    &DISCOVER,
+                    &mine,
                 ],
             )
             .await?;
@@ -153,7 +223,17 @@ impl PgStore {
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.leases.lock_held()
+    }
+
+    /// Sets (or, with `None`, removes) where this node's ingest hands fresh deliveries to its
+    /// engine ([`Intake`]).
+    pub fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
+        *self
+            .leases
+            .intake
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = intake;
     }
 
     /// Extends the leases this node still works on; returns the deliveries whose lease it no
@@ -168,18 +248,16 @@ impl PgStore {
             .collect::<Result<_, _>>()?;
         let claims: Vec<i64> = leases.iter().map(|(_, c)| *c).collect();
         let until = self.clock.now_ms() + self.lease_ms;
-        let rows = self
-            .db
-            .queue_client()
-            .await?
-            .query(
+        let client = self.db.queue_client().await?;
+        let renew = client
+            .prepare_cached(
                 "UPDATE deliveries d SET due_at = $1
                  FROM unnest($2::bytea[], $3::bigint[]) AS l(id, claim)
                  WHERE d.id = l.id AND d.claim = l.claim
                  RETURNING d.id",
-                &[&until, &ids, &claims],
             )
             .await?;
+        let rows = client.query(&renew, &[&until, &ids, &claims]).await?;
         let held: std::collections::HashSet<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
         Ok(leases
             .iter()
@@ -228,16 +306,14 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         self.lock_held().remove(delivery_id);
         let id = delivery_key(delivery_id)?;
-        let n = self
-            .db
-            .queue_client()
-            .await?
-            .execute(
+        let client = self.db.queue_client().await?;
+        let hold = client
+            .prepare_cached(
                 "UPDATE deliveries SET due_at = $3, leased_by = NULL, claim = NULL
                  WHERE id = $1 AND claim = $2",
-                &[&id, &claim, &until],
             )
             .await?;
+        let n = client.execute(&hold, &[&id, &claim, &until]).await?;
         if n == 0 {
             return Err(StoreError::LeaseLost);
         }
@@ -274,16 +350,13 @@ impl PgStore {
     /// When the next delivery falls due (or a lease lapses), if any does: an idle node sleeps
     /// until then unless woken first.
     pub async fn next_due(&self) -> Result<Option<Millis>, StoreError> {
-        Ok(self
-            .db
-            .client()
-            .await?
-            .query_opt(
+        let client = self.db.client().await?;
+        let next = client
+            .prepare_cached(
                 "SELECT due_at FROM deliveries WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1",
-                &[],
             )
-            .await?
-            .map(|r| r.get(0)))
+            .await?;
+        Ok(client.query_opt(&next, &[]).await?.map(|r| r.get(0)))
     }
 }
 

@@ -124,10 +124,9 @@ async fn write_rows(db: &Database, batch: &[Finish]) -> Result<HashSet<Vec<u8>>,
             a_body.push(a.response_body.as_str());
         }
     }
-    let rows = db
-        .queue_client()
-        .await?
-        .query(
+    let client = db.queue_client().await?;
+    let write = client
+        .prepare_cached(
             "WITH r AS (
                  SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::text[], $4::text[],
                                       $5::int[], $6::int[], $7::bigint[], $8::bool[], $9::bool[])
@@ -150,6 +149,11 @@ async fn write_rows(db: &Database, batch: &[Finish]) -> Result<HashSet<Vec<u8>>,
                  JOIN done ON done.id = a.delivery_id
              )
              SELECT id FROM done",
+        )
+        .await?;
+    let rows = client
+        .query(
+            &write,
             &[
                 &ids,
                 &claims,

@@ -2,7 +2,7 @@
 //! short transaction, so a sweep never holds locks on much at once and any node may run one
 //! (two nodes pruning together each skip the other's rows). An event goes once it is older than
 //! the retention and none of its deliveries is pending; its deliveries and their attempts go
-//! with it (the foreign keys cascade). Idempotency keys outlive their window by nothing; ended
+//! with it, in the same statement. Idempotency keys outlive their window by nothing; ended
 //! debounce windows and quota counters of past windows are dropped.
 
 use super::PgStore;
@@ -30,6 +30,11 @@ impl PgStore {
                          ORDER BY e.id LIMIT $2
                          FOR UPDATE SKIP LOCKED)
                      RETURNING id
+                 ), deliveries_gone AS (
+                     DELETE FROM deliveries d USING gone WHERE d.event_id = gone.id
+                     RETURNING d.id
+                 ), attempts_gone AS (
+                     DELETE FROM attempts a USING deliveries_gone g WHERE a.delivery_id = g.id
                  ), keys AS (
                      DELETE FROM idempotency_keys k USING gone WHERE k.event_id = gone.id
                  )
