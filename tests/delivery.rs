@@ -397,3 +397,38 @@ async fn a_backlog_past_what_herald_keeps_in_memory_arrives_whole_after_a_restar
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The most requests that were at the receiver at once, from their arrival times, given that
+/// each was answered `held` after it arrived: a request that arrived less than `held` before
+/// another was still unanswered (so still in flight at herald) when that one arrived.
+fn most_at_once(arrivals: &[std::time::Instant], held: Duration) -> usize {
+    let mut at: Vec<_> = arrivals.to_vec();
+    at.sort();
+    (0..at.len())
+        .map(|i| at[..=i].iter().filter(|a| at[i] - **a < held).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_never_has_more_than_max_in_flight_per_endpoint_requests_at_once() {
+    // At most `delivery.max_in_flight_per_endpoint` requests to one endpoint at once.
+    const HELD: Duration = Duration::from_millis(300);
+    let w = World::start("max_in_flight_per_endpoint = 2\n", "").await;
+    let slow = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(200).with_delay(HELD)));
+    w.endpoint("acc-limit", &slow.url("/slow"), json!({})).await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let answer = w
+            .ingest("acc-limit", "order.created", json!({ "n": n }))
+            .await;
+        ids.push(first_delivery(&answer));
+    }
+    for id in &ids {
+        w.wait_state(id, "delivered", SETTLE).await;
+    }
+    let arrivals: Vec<_> = slow.requests().iter().map(|r| r.at).collect();
+    assert_eq!(arrivals.len(), 10, "each delivery once");
+    // Never three at once; and two at once did happen (the limit, not a lack of work, set it).
+    assert_eq!(most_at_once(&arrivals, HELD), 2);
+}
