@@ -13,8 +13,10 @@ use super::Database;
 use crate::model::{Attempt, Delivery, DeliveryState, Status};
 use crate::store::StoreError;
 
-/// Writer tasks per node.
-const WRITERS: usize = 2;
+/// Writer tasks per node: one. While it writes, the next results gather for its next statement
+/// (measured end to end on one node: two writers wrote 3.8 results per statement, one 6.4, and
+/// delivered 10-30% more).
+const WRITERS: usize = 1;
 /// Results one statement writes at most.
 const MAX_PER_WRITE: usize = 512;
 
