@@ -77,10 +77,12 @@ usage: cargo bench --bench load -- [options]
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
   --herald PATH        the herald binary (default: the one cargo built for this bench)
-  --postgres URL       run herald in cluster mode on this PostgreSQL database (one node); each
-                       phase starts on an emptied database. Default phases then: ingest,batch,
+  --postgres URL       run herald in cluster mode on this PostgreSQL database; each phase
+                       starts on an emptied database. Default phases then: ingest,batch,
                        e2e,latency. With pg_stat_statements loaded on the server
                        (shared_preload_libraries), e2e reports SQL statements per delivery
+  --nodes N            with --postgres: N nodes on the database (default 1), the load spread
+                       over them round robin; CPU and RSS figures are the first node's
 ";
 
 const PHASES: [&str; 10] = [
@@ -129,6 +131,8 @@ pub struct Opts {
     pub dump_latency: Option<PathBuf>,
     /// `--postgres URL`: cluster mode on this database.
     pub postgres: Option<String>,
+    /// `--nodes N`: cluster nodes the load is spread over (with `--postgres`).
+    pub nodes: usize,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts> {
@@ -165,6 +169,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         herald: PathBuf::new(),
         dump_latency: None,
         postgres: None,
+        nodes: 1,
     };
     let mut phases_given = false;
     let mut herald = None;
@@ -198,6 +203,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--postgres" => o.postgres = Some(value()?.to_string()),
+            "--nodes" => o.nodes = value()?.parse::<usize>()?.max(1),
             "--phases" => {
                 phases_given = true;
                 o.phases = value()?.split(',').map(|p| p.trim().to_string()).collect();
@@ -207,6 +213,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             }
             other => bail!("unknown option {other:?}"),
         }
+    }
+    if o.nodes > 1 && o.postgres.is_none() {
+        bail!("--nodes needs --postgres (nodes share a database)");
     }
     if o.postgres.is_some() && !phases_given {
         // The other phases measure the embedded store's files.

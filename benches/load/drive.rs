@@ -89,44 +89,46 @@ pub struct Counters {
 }
 
 /// `n` clients, one keep-alive connection each, posting single events back to back until
-/// `until`. Returns each acknowledged request's latency in microseconds.
+/// `until`, client `k` to `bases[k % bases.len()]` (the nodes of a cluster). Returns each
+/// acknowledged request's latency in microseconds.
 pub async fn closed_single(
-    base: &str,
+    bases: &[String],
     account: &str,
     clients: usize,
     until: Instant,
     counters: Arc<Counters>,
 ) -> Vec<u32> {
-    closed_loop(base, account, clients, None, until, counters).await
+    closed_loop(bases, account, clients, None, until, counters).await
 }
 
 /// `n` clients posting batches of `size` events back to back until `until`.
 pub async fn closed_batch(
-    base: &str,
+    bases: &[String],
     account: &str,
     clients: usize,
     size: usize,
     until: Instant,
     counters: Arc<Counters>,
 ) -> Vec<u32> {
-    closed_loop(base, account, clients, Some(size), until, counters).await
+    closed_loop(bases, account, clients, Some(size), until, counters).await
 }
 
 async fn closed_loop(
-    base: &str,
+    bases: &[String],
     account: &str,
     clients: usize,
     batch: Option<usize>,
     until: Instant,
     counters: Arc<Counters>,
 ) -> Vec<u32> {
-    let url = match batch {
-        Some(_) => format!("{base}/v1/events/batch"),
-        None => format!("{base}/v1/events"),
+    let path = match batch {
+        Some(_) => "/v1/events/batch",
+        None => "/v1/events",
     };
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (url, account, counters) = (url.clone(), account.to_string(), counters.clone());
+    for k in 0..clients {
+        let url = format!("{}{path}", bases[k % bases.len()]);
+        let (account, counters) = (account.to_string(), counters.clone());
         tasks.push(tokio::spawn(async move {
             let client = new_client(1);
             let mut latencies = Vec::new();
@@ -188,21 +190,22 @@ pub struct Paced {
 /// Sends single events at `rate` per second for `duration` from `start`, each at its scheduled
 /// time whether or not earlier ones were answered (open loop, no coordinated omission).
 pub async fn open_loop(
-    base: &str,
+    bases: &[String],
     account: &str,
     rate: f64,
     start: Instant,
     dur: Duration,
     counters: Arc<Counters>,
 ) -> Paced {
-    let url = format!("{base}/v1/events");
+    let urls: Vec<String> = bases.iter().map(|b| format!("{b}/v1/events")).collect();
     let client = new_client(64);
     let total = (rate * dur.as_secs_f64()) as u64;
     let mut tasks = Vec::with_capacity(total as usize);
     for i in 0..total {
         let at = start + Duration::from_secs_f64(i as f64 / rate);
         tokio::time::sleep_until(at.into()).await;
-        let (client, url, body) = (client.clone(), url.clone(), event_json(account));
+        let url = urls[i as usize % urls.len()].clone();
+        let (client, body) = (client.clone(), event_json(account));
         let counters = counters.clone();
         tasks.push(tokio::spawn(async move {
             let id = match post(&client, &url, body).await {
@@ -243,7 +246,7 @@ pub struct Batches<'a> {
 /// `max_outstanding` batches wait for their answer at once; beyond that the sender waits too,
 /// so a herald that cannot keep up is offered less (the acknowledged rate shows what it took).
 pub async fn paced_batches(
-    base: &str,
+    bases: &[String],
     batches: Batches<'_>,
     rate: f64,
     start: Instant,
@@ -256,7 +259,10 @@ pub async fn paced_batches(
         keyed,
     } = batches;
     const MAX_OUTSTANDING: usize = 16;
-    let url = format!("{base}/v1/events/batch");
+    let urls: Vec<String> = bases
+        .iter()
+        .map(|b| format!("{b}/v1/events/batch"))
+        .collect();
     let client = new_client(MAX_OUTSTANDING);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_OUTSTANDING));
     let until = start + dur;
@@ -275,7 +281,7 @@ pub async fn paced_batches(
         } else {
             batch_json(account, size)
         };
-        let (client, url) = (client.clone(), url.clone());
+        let (client, url) = (client.clone(), urls[i as usize % urls.len()].clone());
         let counters = counters.clone();
         tasks.push(tokio::spawn(async move {
             let ok = match post(&client, &url, body).await {
@@ -370,7 +376,7 @@ pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
 /// `clients` clients posting batches of `size` events back to back until `total` events were
 /// acknowledged (or `give_up` passed).
 pub async fn batches_until(
-    base: &str,
+    bases: &[String],
     account: &str,
     clients: usize,
     size: usize,
@@ -378,10 +384,10 @@ pub async fn batches_until(
     give_up: Instant,
     counters: Arc<Counters>,
 ) {
-    let url = format!("{base}/v1/events/batch");
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (url, account, counters) = (url.clone(), account.to_string(), counters.clone());
+    for k in 0..clients {
+        let url = format!("{}/v1/events/batch", bases[k % bases.len()]);
+        let (account, counters) = (account.to_string(), counters.clone());
         tasks.push(tokio::spawn(async move {
             let client = new_client(1);
             while counters.acked.load(Ordering::Relaxed) < total && Instant::now() < give_up {

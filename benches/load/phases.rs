@@ -102,15 +102,32 @@ fn warmup(seconds: f64) -> f64 {
 
 pub struct Setup {
     pub herald: Herald,
+    /// Cluster mode's other nodes (`--nodes`), on the same database; they stop when dropped.
+    pub others: Vec<Herald>,
     pub receiver: Receiver,
     /// The second endpoint's fast receiver, when there is one.
     pub _second: Option<Receiver>,
     pub dead: Option<DeadReceiver>,
 }
 
+impl Setup {
+    /// Where load goes: every node's API, spread round robin.
+    pub fn bases(&self) -> Vec<String> {
+        std::iter::once(&self.herald)
+            .chain(&self.others)
+            .map(Herald::base_url)
+            .collect()
+    }
+}
+
 async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
     settle_disk().await;
-    let herald = Herald::start(&opts.herald, &opts.storage()).await?;
+    let storage = opts.storage();
+    let herald = Herald::start(&opts.herald, &storage).await?;
+    let mut others = Vec::new();
+    for _ in 1..opts.nodes {
+        others.push(Herald::start(&opts.herald, &storage).await?);
+    }
     let receiver = Receiver::start().await?;
     let (mut second, mut dead) = (None, None);
     match target {
@@ -141,6 +158,7 @@ async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
     );
     Ok(Setup {
         herald,
+        others,
         receiver,
         _second: second,
         dead,
@@ -242,7 +260,7 @@ pub async fn ingest_on(
         counters.clone(),
         Some(s.receiver.arrivals.clone()),
     ));
-    let base = s.herald.base_url();
+    let base = s.bases();
     let mut latencies = match batch {
         Some(n) => drive::closed_batch(&base, ACCOUNT, clients, n, until, counters.clone()).await,
         None => drive::closed_single(&base, ACCOUNT, clients, until, counters.clone()).await,
@@ -297,7 +315,7 @@ pub async fn end_to_end_on(opts: &Opts, s: &Setup, drain: bool, rate: f64) -> Re
         counters.clone(),
         Some(arrivals.clone()),
     ));
-    let base = s.herald.base_url();
+    let base = s.bases();
     let (size, dur) = (opts.e2e_batch, until - start);
     let batches = drive::Batches {
         account: ACCOUNT,
@@ -378,7 +396,7 @@ pub async fn latency(opts: &Opts, name: &str) -> Result<Latency> {
         counters.clone(),
         Some(arrivals.clone()),
     ));
-    let base = s.herald.base_url();
+    let base = s.bases();
     let paced = drive::open_loop(&base, ACCOUNT, opts.rate, start, dur, counters).await;
     let usage = cpu.usage(&s.herald).await;
     sampler.await?;

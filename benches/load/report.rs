@@ -289,10 +289,10 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
     println!(
         "herald load benchmark{}{} — {} s per phase, {} cores, Linux {}, {}",
         if opts.quick { " (--quick)" } else { "" },
-        if opts.postgres.is_some() {
-            ", cluster mode on PostgreSQL (one node)"
-        } else {
-            ""
+        match (&opts.postgres, opts.nodes) {
+            (None, _) => String::new(),
+            (Some(_), 1) => ", cluster mode on PostgreSQL (one node)".into(),
+            (Some(_), n) => format!(", cluster mode on PostgreSQL ({n} nodes)"),
         },
         opts.seconds,
         machine.cores,
@@ -766,6 +766,8 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
             "quick": opts.quick, "seconds": opts.seconds, "clients": opts.clients,
             "batch_clients": opts.batch_clients, "batch_size": opts.batch_size, "rate": opts.rate,
             "e2e_rate": opts.e2e_rate, "e2e_batch": opts.e2e_batch,
+            "backend": if opts.postgres.is_some() { "postgres" } else { "sled" },
+            "nodes": opts.nodes,
         },
         "single_ingest": ingest_json(&r.single),
         "single_ingest_no_endpoint": ingest_json(&r.single_no_endpoint),

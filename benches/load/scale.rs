@@ -63,7 +63,7 @@ pub async fn backlog(opts: &Opts) -> Result<Backlog> {
     ));
     let (n, size) = (opts.batch_clients, opts.batch_size);
     drive::batches_until(
-        &herald.base_url(),
+        &[herald.base_url()],
         ACCOUNT,
         n,
         size,
@@ -257,6 +257,7 @@ async fn ingest_then_e2e(
     endpoint: String,
 ) -> Result<(Ingest, EndToEnd)> {
     let mut s = Setup {
+        others: Vec::new(),
         herald,
         receiver,
         _second: None,
@@ -547,7 +548,7 @@ pub async fn retention(opts: &Opts, soak: Soak) -> Result<Retention> {
                 size: 100,
                 keyed,
             };
-            drive::paced_batches(&base, batches, rate, start, dur, counters).await;
+            drive::paced_batches(&[base], batches, rate, start, dur, counters).await;
         })
     };
     let mut samples = Vec::new();
