@@ -1119,7 +1119,9 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     let c = Cluster::new().await;
     let (a, b) = (c.node().await, c.node().await);
     a.ingest(vec![event("acct", None)]).await.unwrap();
-    assert_eq!(a.claim_due(1).await.unwrap().len(), 1);
+    let first = a.claim_due(1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let mine = first[0].due.delivery.id.clone();
     let nodes = b.nodes().await.unwrap();
     assert_eq!(nodes.len(), 2);
     let of_a = nodes.iter().find(|n| n.id == a.node()).unwrap();
@@ -1138,11 +1140,18 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     b.heartbeat().await.unwrap();
     let ids: Vec<String> = b.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
     assert_eq!(ids, vec![b.node().to_string()]);
-    // It comes back (a long pause, not a death): its next beat lists it again.
+    // It comes back (a long pause, not a death). Its lease lapsed meanwhile: its claim takes the
+    // other delivery, never its own again (it renews that one instead of attempting it twice);
+    // its next beat lists it again.
+    let again = a.claim_due(10).await.unwrap();
+    assert_eq!(again.len(), 1, "the other delivery");
+    assert_ne!(again[0].due.delivery.id, mine);
+    assert_eq!(a.renew_held().await.unwrap(), 2);
     a.heartbeat().await.unwrap();
     assert_eq!(b.nodes().await.unwrap().len(), 2);
 
-    // B leaves: its lease (it took the other delivery) is given up and it is not listed.
+    // B leaves: its lease (of a new event's delivery) is given up and it is not listed.
+    a.ingest(vec![event("acct", None)]).await.unwrap();
     assert_eq!(b.claim_due(1).await.unwrap().len(), 1);
     assert_eq!(b.leave().await.unwrap(), 1);
     let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
@@ -1150,7 +1159,7 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     assert_eq!(
         a.claim_due(10).await.unwrap().len(),
         2,
-        "B's released delivery, and A's own whose lease lapsed during its pause"
+        "B's released delivery, and the new event's other"
     );
 
     assert!(a.healthy().await);
