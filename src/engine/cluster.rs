@@ -4,11 +4,13 @@
 //! what it holds), at most [`HOLD_PER_SLOT`] times `max_in_flight_per_endpoint` of any one
 //! endpoint, and attempts each on its own task, at most `max_in_flight_per_endpoint` of an
 //! endpoint at once (the others wait on the node, their leases renewed); the result is written
-//! fenced by the lease's claim. A
-//! delivery its breaker or rate limit holds goes back to the queue due at the hold's end. An
+//! fenced by the lease's claim. Deliveries this node's own ingest stores leased to it
+//! ([`NodeIntake`]) take the same room and start as their transaction commits, without a claim.
+//! A delivery its breaker or rate limit holds goes back to the queue due at the hold's end. An
 //! idle node sleeps until the next due time, a notice from another node (new events, released
-//! leases), a finished attempt, or at most [`IDLE_POLL`]. The node renews its leases while it
-//! works ([`keep_leases`]) and, when it stops, gives back those whose attempts did not finish.
+//! leases), enough finished attempts to claim a batch, or at most [`IDLE_POLL`]. The node renews
+//! its leases while it works ([`keep_leases`]) and, when it stops, gives back those whose
+//! attempts did not finish.
 //!
 //! [`keep_leases`]: crate::store::postgres::keep_leases
 
