@@ -69,6 +69,10 @@ impl Leases {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
+        *self.intake.write().unwrap_or_else(|e| e.into_inner()) = intake;
+    }
+
     pub(super) fn intake(&self) -> Option<std::sync::Arc<dyn Intake>> {
         self.intake
             .read()
@@ -229,11 +233,7 @@ impl PgStore {
     /// Sets (or, with `None`, removes) where this node's ingest hands fresh deliveries to its
     /// engine ([`Intake`]).
     pub fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
-        *self
-            .leases
-            .intake
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = intake;
+        self.leases.set_intake(intake);
     }
 
     /// Extends the leases this node still works on; returns the deliveries whose lease it no
