@@ -254,10 +254,7 @@ pub(super) fn from_format_6(old: &Path, keys: &Keys) -> Result<(), StoreError> {
     let mut watermark = 0;
     if old.join("db").is_file() {
         super::remove_partial_snapshots(old)?;
-        let db = sled::Config::new()
-            .path(old)
-            .cache_capacity(1 << 20)
-            .open()?;
+        let db = super::open_sled(sled::Config::new().path(old).cache_capacity(1 << 20), old)?;
         if let Some(v) = db.open_tree("meta")?.get(b"watermark")? {
             watermark = u128::from_be_bytes(
                 v.as_ref()

@@ -127,6 +127,13 @@ pub enum StoreError {
     LeaseLost,
     #[error("{0}")]
     Format(String),
+    /// Another process holds sled's lock on the data directory.
+    #[error(
+        "the data directory {} is in use by another process (another herald?); each herald \
+         needs its own",
+        .0.display()
+    )]
+    InUse(PathBuf),
 }
 
 impl From<std::io::Error> for StoreError {
@@ -389,11 +396,13 @@ impl Store {
     ) -> Result<Arc<Store>, StoreError> {
         files::create_private_dir(path)?;
         remove_partial_snapshots(path)?;
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_capacity)
-            .flush_every_ms(Some(500))
-            .open()?;
+        let db = open_sled(
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(cache_capacity)
+                .flush_every_ms(Some(500)),
+            path,
+        )?;
         let format = check_format(&db)?;
         let tree = |name: &str| db.open_tree(name);
         let trees = Trees {
@@ -672,6 +681,28 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
         let synced = tokio::task::spawn_blocking(move || store.inner.keys.checkpoint()).await;
         if let Ok(Err(e)) = synced {
             tracing::warn!(error = %e, "cannot sync the idempotency keys");
+        }
+    }
+}
+
+/// How long an open waits for sled's lock on a data directory ([`open_sled`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens a sled database, waiting up to [`LOCK_WAIT`] for the lock on its `db` file. sled
+/// lets the lock go when its file is closed, which its own I/O threads may do a moment after
+/// the last handle dropped: a store closed and opened again in one process (tests, `herald
+/// copy`) can find it still held. A lock held longer is another process's: the error says so.
+pub(crate) fn open_sled(config: sled::Config, path: &Path) -> Result<sled::Db, StoreError> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match config.open() {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(StoreError::InUse(path.to_path_buf()));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            opened => return Ok(opened?),
         }
     }
 }

@@ -1077,6 +1077,32 @@ async fn an_idempotency_key_goes_with_its_pruned_event() {
     close(store);
 }
 
+/// A data directory another store holds open is refused with an error naming it (after
+/// waiting a moment for a lock that is only being let go); once closed, it opens at once.
+#[tokio::test]
+async fn a_data_directory_in_use_is_refused_until_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let second = Store::open(
+        dir.path(),
+        8 << 20,
+        clock.clone(),
+        Arc::new(Metrics::default()),
+    );
+    match second {
+        Err(e @ StoreError::InUse(_)) => {
+            let said = e.to_string();
+            assert!(said.contains(&dir.path().display().to_string()), "{said}");
+            assert!(said.contains("in use"), "{said}");
+        }
+        Err(other) => panic!("expected InUse, got {other}"),
+        Ok(_) => panic!("a second store opened a directory in use"),
+    }
+    close(store);
+    close(open(dir.path(), &clock));
+}
+
 /// A data directory written by herald in storage format 3 (`tests/fixtures/format3`, see its
 /// README) opens in format 4: its idempotency keys move to their own database and keep
 /// answering with their first events; its log reads; a second open finds nothing to move or
