@@ -31,7 +31,7 @@ impl Debouncer {
     /// its windows' locks in the same order, so none deadlocks another.
     pub(super) async fn lock_all(
         &mut self,
-        tx: &tokio_postgres::Transaction<'_>,
+        tx: &impl deadpool_postgres::GenericClient,
         mut keys: Vec<&str>,
     ) -> Result<(), StoreError> {
         keys.sort_unstable();
@@ -45,7 +45,7 @@ impl Debouncer {
     /// The decision for an event of `rule` at `now` (its window read by [`Debouncer::lock_all`]).
     pub(super) async fn decide(
         &mut self,
-        tx: &tokio_postgres::Transaction<'_>,
+        tx: &impl deadpool_postgres::GenericClient,
         rule: &DebounceRule,
         now: Millis,
     ) -> Result<Decision, StoreError> {
@@ -62,7 +62,7 @@ impl Debouncer {
     /// Reads and locks the window of `rule_key` unless this transaction has it already.
     async fn read(
         &mut self,
-        tx: &tokio_postgres::Transaction<'_>,
+        tx: &impl deadpool_postgres::GenericClient,
         rule_key: &str,
     ) -> Result<(), StoreError> {
         if self.windows.contains_key(rule_key) {
@@ -113,7 +113,7 @@ impl Debouncer {
     /// here, else in the table (those not leased and still pending).
     pub(super) async fn supersede(
         &mut self,
-        tx: &tokio_postgres::Transaction<'_>,
+        tx: &impl deadpool_postgres::GenericClient,
         candidate: Candidate,
         rows: &mut DeliveryRows,
         attempts: &mut NewAttempts,
@@ -146,7 +146,7 @@ impl Debouncer {
     /// Writes the windows this transaction changed.
     pub(super) async fn write(
         self,
-        tx: &tokio_postgres::Transaction<'_>,
+        tx: &impl deadpool_postgres::GenericClient,
     ) -> Result<(), StoreError> {
         for (key, (w, changed)) in self.windows {
             if !changed {

@@ -4,9 +4,12 @@
 //! (group commit): the committer task takes every request waiting, so one WAL flush
 //! acknowledges them all; measured here with 64 clients posting single events to a durable
 //! PostgreSQL on the same 2 cores, a transaction per request made 1,700 events/s and shared
-//! transactions 12,000 (the store alone, without the HTTP layer). Each table gets
-//! one statement per transaction (arrays unnested), whatever its number of events. If the
-//! transaction fails, every request in it gets the error and nothing of it is stored.
+//! transactions 12,000 (the store alone, without the HTTP layer). One statement writes the
+//! batch's events, deliveries and attempts (arrays unnested, data-modifying `WITH`), whatever
+//! their number; a batch without idempotency keys, debounce rules or ordering lanes is that
+//! statement alone, committed on its own: one round trip instead of four or five (`BEGIN`, a
+//! statement per table, a `NOTIFY`, `COMMIT`). If the batch fails, every request in it gets
+//! the error and nothing of it is stored.
 //!
 //! Idempotency keys are claimed first, with a conditional upsert: the key is ours if no row
 //! has it or its row is older than the window; otherwise the event is a duplicate of the row's
@@ -29,6 +32,7 @@ use crate::policy::ordering;
 use crate::store::{
     DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
 };
+use deadpool_postgres::GenericClient;
 
 /// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
 pub const DUE_CHANNEL: &str = "herald_due";
@@ -137,7 +141,10 @@ impl Committer {
         *last = crate::ids::event_after(*last, now);
         *last
     }
-    /// Stores the events (or finds them duplicates) in one transaction.
+    /// Stores the events (or finds them duplicates). A batch without idempotency keys,
+    /// debounce rules or ordering lanes (the common one) is a single statement committed on
+    /// its own: one round trip to the database. Any other is a transaction that takes its
+    /// locks and claims its keys first, then writes with the same statement and commits.
     async fn commit(
         &self,
         events: &[NewEvent],
@@ -146,8 +153,6 @@ impl Committer {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
         // Locks are taken class by class, each class in sorted order (lanes, then idempotency
         // keys, then debounce windows), so ingest transactions never deadlock one another.
         // A lane's lock is held to the commit: its deliveries' places (`lane_seq`) follow the
@@ -160,6 +165,22 @@ impl Committer {
             .collect();
         lane_locks.sort_unstable();
         lane_locks.dedup();
+        let plain = lane_locks.is_empty()
+            && events
+                .iter()
+                .all(|e| e.idempotency_key.is_none() && e.debounce.is_none());
+        let mut client = self.db.client().await?;
+        if plain {
+            let mut staged = self.stage(&client, events, lanes).await?;
+            let lent = self.lend(&mut staged.d_rows, staged.now);
+            let committing = std::time::Instant::now();
+            let written = write_rows(&client, &staged).await;
+            if written.is_ok() {
+                self.observe_commit(committing);
+            }
+            return self.settle(events, staged, lent, written);
+        }
+        let tx = client.transaction().await?;
         if !lane_locks.is_empty() {
             tx.execute(
                 "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest($1::bigint[]) AS k ORDER BY 1) l",
@@ -167,6 +188,39 @@ impl Committer {
             )
             .await?;
         }
+        let mut staged = self.stage(&tx, events, lanes).await?;
+        let lent = self.lend(&mut staged.d_rows, staged.now);
+        let written = match write_rows(&tx, &staged).await {
+            Ok(()) => {
+                let committing = std::time::Instant::now();
+                let committed = tx.commit().await.map_err(StoreError::from);
+                if committed.is_ok() {
+                    self.observe_commit(committing);
+                }
+                committed
+            }
+            Err(e) => Err(e),
+        };
+        self.settle(events, staged, lent, written)
+    }
+
+    /// The commit is where the WAL reaches the disk: the cluster's counterpart of sled's fsync
+    /// in `herald_fsync_duration_seconds` (for a batch committed on its own, its statement).
+    fn observe_commit(&self, started: std::time::Instant) {
+        self.metrics
+            .fsync_duration
+            .observe_duration(started.elapsed());
+    }
+
+    /// Mints the events' ids, claims their idempotency keys, decides their debounce windows
+    /// and lays out the rows to write; `c` is the transaction (or, for a plain batch, the
+    /// connection, which it then never uses).
+    async fn stage<'a>(
+        &self,
+        c: &impl GenericClient,
+        events: &'a [NewEvent],
+        lanes: &[Vec<Option<Vec<u8>>>],
+    ) -> Result<Staged<'a>, StoreError> {
         // Ids are minted once the lanes are held: on a node, the events of a lane get ids in
         // the order of their commits (the order their deliveries are sent in).
         let now = self.clock.now_ms();
@@ -174,99 +228,36 @@ impl Committer {
             .iter()
             .map(|e| self.next_event_id(e.received_at.max(now)))
             .collect();
+        let mut duplicate_of = claim_keys(c, events, &ulids, now).await?;
 
-        // Idempotency keys: the first event of a key in this request claims it for the request.
-        let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
-        let mut duplicate_of: Vec<Option<String>> = vec![None; events.len()];
-        let (mut k_accounts, mut k_keys, mut k_events) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, ev) in events.iter().enumerate() {
-            let Some(key) = ev.idempotency_key.as_deref() else {
-                continue;
-            };
-            match first_in_request.get(&(ev.account_id.as_str(), key)) {
-                Some(&first) => duplicate_of[i] = Some(ids::format(EVENT, ulids[first])),
-                None => {
-                    first_in_request.insert((ev.account_id.as_str(), key), i);
-                    k_accounts.push(ev.account_id.as_str());
-                    k_keys.push(key);
-                    k_events.push(ulids[i].to_be_bytes().to_vec());
-                }
-            }
-        }
-        if !k_keys.is_empty() {
-            let expired_before = now - IDEMPOTENCY_WINDOW_MS;
-            let claim_keys = tx
-                .prepare_cached(
-                    "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
-                     SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
-                     ORDER BY a, k
-                     ON CONFLICT (account_id, key) DO UPDATE
-                         SET event_id = excluded.event_id, created_at = excluded.created_at
-                         WHERE k.created_at <= $5
-                     RETURNING account_id, key",
-                )
-                .await?;
-            let rows = tx
-                .query(
-                    &claim_keys,
-                    &[&k_accounts, &k_keys, &k_events, &now, &expired_before],
-                )
-                .await?;
-            let won: std::collections::HashSet<(String, String)> =
-                rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-            let lost: Vec<usize> = (0..k_keys.len())
-                .filter(|&j| !won.contains(&(k_accounts[j].to_string(), k_keys[j].to_string())))
-                .collect();
-            if !lost.is_empty() {
-                let accounts: Vec<&str> = lost.iter().map(|&j| k_accounts[j]).collect();
-                let keys: Vec<&str> = lost.iter().map(|&j| k_keys[j]).collect();
-                let rows = tx
-                    .query(
-                        "SELECT k.account_id, k.key, k.event_id FROM idempotency_keys k
-                         JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON k.account_id = t.a AND k.key = t.k",
-                        &[&accounts, &keys],
-                    )
-                    .await?;
-                for r in rows {
-                    let (account, key, first): (String, String, Vec<u8>) =
-                        (r.get(0), r.get(1), r.get(2));
-                    let first = ulid_from(&first)?;
-                    if let Some(&i) = first_in_request.get(&(account.as_str(), key.as_str())) {
-                        duplicate_of[i] = Some(ids::format(EVENT, first));
-                    }
-                }
-            }
-            // A key's later events in this request are duplicates of what its first turned
-            // out to be: the event it created, or the one that held the key already.
-            for (i, ev) in events.iter().enumerate() {
-                let Some(key) = ev.idempotency_key.as_deref() else {
-                    continue;
-                };
-                let first = first_in_request[&(ev.account_id.as_str(), key)];
-                if first != i {
-                    if let Some(existing) = duplicate_of[first].clone() {
-                        duplicate_of[i] = Some(existing);
-                    }
-                }
-            }
-        }
-
-        let mut e_rows = EventRows::default();
-        let mut d_rows = DeliveryRows::default();
-        let mut attempts = NewAttempts::default();
+        let mut staged = Staged {
+            now,
+            outcomes: Vec::with_capacity(events.len()),
+            e_rows: EventRows::default(),
+            d_rows: DeliveryRows::default(),
+            attempts: NewAttempts::default(),
+            row_event: Vec::new(),
+            ulids,
+        };
+        let Staged {
+            outcomes,
+            e_rows,
+            d_rows,
+            attempts,
+            row_event,
+            ulids,
+            ..
+        } = &mut staged;
         let mut debouncer = Debouncer::default();
         debouncer
             .lock_all(
-                &tx,
+                c,
                 events
                     .iter()
                     .filter_map(|e| e.debounce.as_ref().map(|r| r.key.as_str()))
                     .collect(),
             )
             .await?;
-        let mut outcomes = Vec::with_capacity(events.len());
-        // Each delivery row's event.
-        let mut row_event: Vec<usize> = Vec::new();
         for (i, ev) in events.iter().enumerate() {
             if let Some(first) = duplicate_of[i].take() {
                 outcomes.push(IngestOutcome::Duplicate { event_id: first });
@@ -284,7 +275,7 @@ impl Committer {
                 d_rows.push(ids::delivery_of(ulid, n), ulid, endpoint_id, lane, ev, at);
             }
             if let Some(rule) = &ev.debounce {
-                match debouncer.decide(&tx, rule, now).await? {
+                match debouncer.decide(c, rule, now).await? {
                     Decision::Open(w) => debouncer.set(&rule.key, w),
                     Decision::Debounce => {
                         for r in first_row..d_rows.id.len() {
@@ -293,10 +284,8 @@ impl Committer {
                         }
                     }
                     Decision::Trail { due, supersedes } => {
-                        if let Some(c) = supersedes {
-                            debouncer
-                                .supersede(&tx, c, &mut d_rows, &mut attempts, now)
-                                .await?;
+                        if let Some(cand) = supersedes {
+                            debouncer.supersede(c, cand, d_rows, attempts, now).await?;
                         }
                         for r in first_row..d_rows.id.len() {
                             d_rows.trail(r, due);
@@ -323,9 +312,26 @@ impl Committer {
                 deliveries,
             });
         }
-        debouncer.write(&tx).await?;
-        let lent = self.lend(&mut d_rows, now);
-        let written = self.write_and_commit(tx, &e_rows, &d_rows, &attempts).await;
+        debouncer.write(c).await?;
+        Ok(staged)
+    }
+
+    /// Hands the deliveries leased at ingest to this node's engine once the batch is written
+    /// (or gives their places back if it is not), and answers.
+    fn settle(
+        &self,
+        events: &[NewEvent],
+        staged: Staged<'_>,
+        lent: Option<Lent>,
+        written: Result<(), StoreError>,
+    ) -> Result<Vec<IngestOutcome>, StoreError> {
+        let Staged {
+            outcomes,
+            d_rows,
+            row_event,
+            ulids,
+            ..
+        } = staged;
         if let Some(lent) = lent {
             match written {
                 Ok(()) => {
@@ -407,56 +413,184 @@ impl Committer {
             rows,
         })
     }
+}
 
-    /// Writes the transaction's rows and commits it.
-    async fn write_and_commit(
-        &self,
-        tx: deadpool_postgres::Transaction<'_>,
-        e_rows: &EventRows<'_>,
-        d_rows: &DeliveryRows,
-        attempts: &NewAttempts,
-    ) -> Result<(), StoreError> {
-        if !e_rows.id.is_empty() {
-            let insert = tx
-                .prepare_cached(
-                    "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                     debounce_key, ordering_key, payload)
-                 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
-                                      $5::text[], $6::text[], $7::text[], $8::bytea[])",
-                )
-                .await?;
-            tx.execute(
-                &insert,
-                &[
-                    &e_rows.id,
-                    &e_rows.account,
-                    &e_rows.event_type,
-                    &e_rows.received_at,
-                    &e_rows.idempotency_key,
-                    &e_rows.debounce_key,
-                    &e_rows.ordering_key,
-                    &e_rows.payload,
-                ],
-            )
-            .await?;
-            d_rows.write(&tx).await?;
-            attempts.write(&tx).await?;
-            // Delivered with the commit: idle nodes take the new work at once (or learn when
-            // a trailing delivery falls due). Not needed when this node took every delivery.
-            if d_rows.any_for_others() {
-                let notify = tx.prepare_cached("SELECT pg_notify($1, '')").await?;
-                tx.execute(&notify, &[&DUE_CHANNEL]).await?;
+/// A batch laid out for writing ([`Committer::stage`]).
+struct Staged<'a> {
+    now: Millis,
+    /// Each event's id (a duplicate's goes unused).
+    ulids: Vec<u128>,
+    /// Each event's answer, in order.
+    outcomes: Vec<IngestOutcome>,
+    e_rows: EventRows<'a>,
+    d_rows: DeliveryRows,
+    attempts: NewAttempts,
+    /// Each delivery row's event.
+    row_event: Vec<usize>,
+}
+
+/// Claims the events' idempotency keys (`ulids` are the events' ids): the first event of a key
+/// in the batch claims it for the batch. Returns, for each event, the id of the event it
+/// duplicates (one stored before, or the key's first in this batch), if any.
+async fn claim_keys(
+    c: &impl GenericClient,
+    events: &[NewEvent],
+    ulids: &[u128],
+    now: Millis,
+) -> Result<Vec<Option<String>>, StoreError> {
+    let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut duplicate_of: Vec<Option<String>> = vec![None; events.len()];
+    let (mut k_accounts, mut k_keys, mut k_events) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, ev) in events.iter().enumerate() {
+        let Some(key) = ev.idempotency_key.as_deref() else {
+            continue;
+        };
+        match first_in_request.get(&(ev.account_id.as_str(), key)) {
+            Some(&first) => duplicate_of[i] = Some(ids::format(EVENT, ulids[first])),
+            None => {
+                first_in_request.insert((ev.account_id.as_str(), key), i);
+                k_accounts.push(ev.account_id.as_str());
+                k_keys.push(key);
+                k_events.push(ulids[i].to_be_bytes().to_vec());
             }
         }
-        // The commit is where the WAL reaches the disk: the cluster's counterpart of sled's
-        // fsync in `herald_fsync_duration_seconds`.
-        let committing = std::time::Instant::now();
-        tx.commit().await?;
-        self.metrics
-            .fsync_duration
-            .observe_duration(committing.elapsed());
-        Ok(())
     }
+    if k_keys.is_empty() {
+        return Ok(duplicate_of);
+    }
+    let expired_before = now - IDEMPOTENCY_WINDOW_MS;
+    let claim = c
+        .prepare_cached(
+            "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
+             SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
+             ORDER BY a, k
+             ON CONFLICT (account_id, key) DO UPDATE
+                 SET event_id = excluded.event_id, created_at = excluded.created_at
+                 WHERE k.created_at <= $5
+             RETURNING account_id, key",
+        )
+        .await?;
+    let rows = c
+        .query(
+            &claim,
+            &[&k_accounts, &k_keys, &k_events, &now, &expired_before],
+        )
+        .await?;
+    let won: std::collections::HashSet<(String, String)> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let lost: Vec<usize> = (0..k_keys.len())
+        .filter(|&j| !won.contains(&(k_accounts[j].to_string(), k_keys[j].to_string())))
+        .collect();
+    if !lost.is_empty() {
+        let accounts: Vec<&str> = lost.iter().map(|&j| k_accounts[j]).collect();
+        let keys: Vec<&str> = lost.iter().map(|&j| k_keys[j]).collect();
+        let rows = c
+            .query(
+                "SELECT k.account_id, k.key, k.event_id FROM idempotency_keys k
+                 JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON k.account_id = t.a AND k.key = t.k",
+                &[&accounts, &keys],
+            )
+            .await?;
+        for r in rows {
+            let (account, key, first): (String, String, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
+            let first = ulid_from(&first)?;
+            if let Some(&i) = first_in_request.get(&(account.as_str(), key.as_str())) {
+                duplicate_of[i] = Some(ids::format(EVENT, first));
+            }
+        }
+    }
+    // A key's later events in this batch are duplicates of what its first turned out to be:
+    // the event it created, or the one that held the key already.
+    for (i, ev) in events.iter().enumerate() {
+        let Some(key) = ev.idempotency_key.as_deref() else {
+            continue;
+        };
+        let first = first_in_request[&(ev.account_id.as_str(), key)];
+        if first != i {
+            if let Some(existing) = duplicate_of[first].clone() {
+                duplicate_of[i] = Some(existing);
+            }
+        }
+    }
+    Ok(duplicate_of)
+}
+
+/// Writes a batch's events, deliveries and `debounced` attempts in one statement, and wakes
+/// idle nodes with its commit when some delivery waits for any node (a trailing delivery
+/// falling due later included); not when this node leased every one. Nothing when the batch
+/// holds only duplicates.
+async fn write_rows(c: &impl GenericClient, staged: &Staged<'_>) -> Result<(), StoreError> {
+    let (e, d, a) = (&staged.e_rows, &staged.d_rows, &staged.attempts);
+    if e.id.is_empty() {
+        return Ok(());
+    }
+    let insert = c
+        .prepare_cached(
+            "WITH e AS (
+                 INSERT INTO events (id, account_id, type, received_at, idempotency_key,
+                                     debounce_key, ordering_key, payload)
+                 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
+                                      $5::text[], $6::text[], $7::text[], $8::bytea[])
+             ), d AS (
+                 INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type,
+                                         state, last_status, attempt_count, due_at,
+                                         next_attempt_at, queued, created_at, lane, lane_seq,
+                                         leased_by, claim)
+                 SELECT id, ev, ep, a, t, st, ls, n, coalesce(le, due), due, q, at, l,
+                        CASE WHEN l IS NULL THEN NULL ELSE nextval('herald_lane_seq') END,
+                        CASE WHEN le IS NULL THEN NULL ELSE $22::text END,
+                        CASE WHEN le IS NULL THEN NULL ELSE $23::bigint END
+                 FROM unnest($9::bytea[], $10::bytea[], $11::text[], $12::text[], $13::text[],
+                             $14::text[], $15::text[], $16::integer[], $17::bigint[],
+                             $18::boolean[], $19::bigint[], $20::bytea[], $21::bigint[])
+                      WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, le, i)
+                 ORDER BY i
+             ), a AS (
+                 INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                       http_status, error, request_headers, response_body)
+                 SELECT d, n, i, at, 0, 'debounced', NULL, NULL, '[]'::jsonb, ''
+                 FROM unnest($24::bytea[], $25::integer[], $26::text[], $27::bigint[])
+                      AS t(d, n, i, at)
+             )
+             SELECT pg_notify($28, '') WHERE $29::boolean",
+        )
+        .await?;
+    c.execute(
+        &insert,
+        &[
+            &e.id,
+            &e.account,
+            &e.event_type,
+            &e.received_at,
+            &e.idempotency_key,
+            &e.debounce_key,
+            &e.ordering_key,
+            &e.payload,
+            &d.id,
+            &d.event,
+            &d.endpoint,
+            &d.account,
+            &d.event_type,
+            &d.state,
+            &d.last_status,
+            &d.attempt_count,
+            &d.due,
+            &d.queued,
+            &d.created,
+            &d.lane,
+            &d.lease_end,
+            &d.node,
+            &d.claim,
+            &a.delivery,
+            &a.number,
+            &a.id,
+            &a.at,
+            &DUE_CHANNEL,
+            &d.any_for_others(),
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Deliveries a transaction stores leased to this node.
@@ -661,47 +795,6 @@ impl DeliveryRows {
             queued: self.queued[i],
         }
     }
-
-    async fn write(&self, tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
-        let insert = tx
-            .prepare_cached(
-                "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
-                                     last_status, attempt_count, due_at, next_attempt_at, queued,
-                                     created_at, lane, lane_seq, leased_by, claim)
-             SELECT id, ev, ep, a, t, st, ls, n, coalesce(le, due), due, q, at, l,
-                    CASE WHEN l IS NULL THEN NULL ELSE nextval('herald_lane_seq') END,
-                    CASE WHEN le IS NULL THEN NULL ELSE $14::text END,
-                    CASE WHEN le IS NULL THEN NULL ELSE $15::bigint END
-             FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::integer[], $9::bigint[], $10::boolean[],
-                         $11::bigint[], $12::bytea[], $13::bigint[])
-                  WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, le, i)
-             ORDER BY i",
-            )
-            .await?;
-        tx.execute(
-            &insert,
-            &[
-                &self.id,
-                &self.event,
-                &self.endpoint,
-                &self.account,
-                &self.event_type,
-                &self.state,
-                &self.last_status,
-                &self.attempt_count,
-                &self.due,
-                &self.queued,
-                &self.created,
-                &self.lane,
-                &self.lease_end,
-                &self.node,
-                &self.claim,
-            ],
-        )
-        .await?;
-        Ok(())
-    }
 }
 
 /// Attempt records the transaction makes itself (`debounced` ones).
@@ -720,22 +813,5 @@ impl NewAttempts {
         self.number.push(number as i32);
         self.id.push(super::debounce::attempt_id(now));
         self.at.push(now);
-    }
-
-    async fn write(&self, tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
-        if self.id.is_empty() {
-            return Ok(());
-        }
-        let insert = tx
-            .prepare_cached(
-            "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status, http_status,
-                                   error, request_headers, response_body)
-             SELECT d, n, i, at, 0, 'debounced', NULL, NULL, '[]'::jsonb, ''
-             FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[]) AS t(d, n, i, at)",
-            )
-            .await?;
-        tx.execute(&insert, &[&self.delivery, &self.number, &self.id, &self.at])
-            .await?;
-        Ok(())
     }
 }
