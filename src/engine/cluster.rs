@@ -229,18 +229,38 @@ impl Engine {
             // A finished attempt frees room, but claiming for each one would lock and scan the
             // queue for a single row: the node claims again once `refill` attempts have
             // finished, or at once when it holds no more than that (an ordered lane's next
-            // delivery is claimable as soon as the one ahead ends).
+            // delivery is claimable as soon as the one ahead ends). A notice of new work finds
+            // a node that is not ready so busy that claiming at each (every other node's
+            // ingest sends one) took a few rows per claim, as often as the notices came: it
+            // claims within [`UNCLAIMABLE_POLL`] of the first, for all of them at once.
             let held = self.running.load(Ordering::Relaxed);
             let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, CLAIM_BATCH);
+            let ready = || {
+                let now_held = self.running.load(Ordering::Relaxed);
+                now_held <= refill || held.saturating_sub(now_held) >= refill
+            };
             let woken = async {
+                let noticed = tokio::time::sleep(Duration::MAX);
+                tokio::pin!(noticed);
+                let mut waiting_notice = false;
                 loop {
                     tokio::select! {
-                        _ = wake.notified() => return,
+                        _ = wake.notified() => {
+                            if ready() {
+                                return;
+                            }
+                            if !waiting_notice {
+                                waiting_notice = true;
+                                noticed
+                                    .as_mut()
+                                    .reset(tokio::time::Instant::now() + UNCLAIMABLE_POLL);
+                            }
+                        }
+                        () = noticed.as_mut(), if waiting_notice => return,
                         _ = freed.as_mut() => {
                             freed.set(self.idle.notified());
                             freed.as_mut().enable();
-                            let now_held = self.running.load(Ordering::Relaxed);
-                            if now_held <= refill || held.saturating_sub(now_held) >= refill {
+                            if ready() {
                                 return;
                             }
                         }
