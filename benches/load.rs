@@ -83,6 +83,9 @@ usage: cargo bench --bench load -- [options]
                        (shared_preload_libraries), e2e reports SQL statements per delivery
   --nodes N            with --postgres: N nodes on the database (default 1), the load spread
                        over them round robin; CPU and RSS figures are the first node's
+  --compare            with --postgres: run the phases on sled, then on PostgreSQL with one
+                       node (and with --nodes N nodes, if N > 1), and print the figures side
+                       by side
 ";
 
 const PHASES: [&str; 10] = [
@@ -102,6 +105,7 @@ const PHASES: [&str; 10] = [
 /// measures the sequence's own pace (one delivery per round trip).
 const ONE_KEY_OFFER: f64 = 4.0;
 
+#[derive(Clone)]
 pub struct Opts {
     pub quick: bool,
     pub json: bool,
@@ -133,6 +137,8 @@ pub struct Opts {
     pub postgres: Option<String>,
     /// `--nodes N`: cluster nodes the load is spread over (with `--postgres`).
     pub nodes: usize,
+    /// `--compare`: the same phases on sled and on PostgreSQL, side by side.
+    pub compare: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts> {
@@ -170,6 +176,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         dump_latency: None,
         postgres: None,
         nodes: 1,
+        compare: false,
     };
     let mut phases_given = false;
     let mut herald = None;
@@ -204,6 +211,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
             "--dump-latency" => o.dump_latency = Some(PathBuf::from(value()?)),
             "--postgres" => o.postgres = Some(value()?.to_string()),
             "--nodes" => o.nodes = value()?.parse::<usize>()?.max(1),
+            "--compare" => o.compare = true,
             "--phases" => {
                 phases_given = true;
                 o.phases = value()?.split(',').map(|p| p.trim().to_string()).collect();
@@ -216,6 +224,9 @@ fn parse_args(args: &[String]) -> Result<Opts> {
     }
     if o.nodes > 1 && o.postgres.is_none() {
         bail!("--nodes needs --postgres (nodes share a database)");
+    }
+    if o.compare && o.postgres.is_none() {
+        bail!("--compare needs --postgres (it compares sled with it)");
     }
     if o.postgres.is_some() && !phases_given {
         // The other phases measure the embedded store's files.
@@ -428,6 +439,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if opts.compare {
+        return compare(&runtime, &opts, &machine);
+    }
     match runtime.block_on(run(&opts)) {
         Ok(results) => {
             if opts.json {
@@ -442,4 +456,38 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--compare`: the phases on sled, on PostgreSQL with one node and (with `--nodes N`) with N
+/// nodes, one after the other on this machine; then one table with a column for each.
+fn compare(runtime: &tokio::runtime::Runtime, opts: &Opts, machine: &Machine) -> ExitCode {
+    let mut setups = vec![Opts {
+        postgres: None,
+        nodes: 1,
+        ..opts.clone()
+    }];
+    setups.push(Opts {
+        nodes: 1,
+        ..opts.clone()
+    });
+    if opts.nodes > 1 {
+        setups.push(opts.clone());
+    }
+    let mut done = Vec::new();
+    for setup in setups {
+        eprintln!("== {}", report::setup_name(&setup));
+        match runtime.block_on(run(&setup)) {
+            Ok(results) => done.push((setup, results)),
+            Err(e) => {
+                eprintln!("load: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if opts.json {
+        println!("{}", report::compare_json(machine, &done));
+    } else {
+        report::print_comparison(machine, &done);
+    }
+    ExitCode::SUCCESS
 }

@@ -827,3 +827,133 @@ pub fn to_json(opts: &Opts, machine: &Machine, r: &Results) -> Value {
         "elapsed_s": r.elapsed_s,
     })
 }
+
+/// A setup's name in `--compare`'s table.
+pub fn setup_name(opts: &Opts) -> String {
+    match (&opts.postgres, opts.nodes) {
+        (None, _) => "sled".into(),
+        (Some(_), 1) => "PostgreSQL, 1 node".into(),
+        (Some(_), n) => format!("PostgreSQL, {n} nodes"),
+    }
+}
+
+/// `--compare`'s figures: a row per figure, a column per setup ("—" where a setup has none).
+fn comparison_rows(runs: &[(Opts, Results)]) -> Vec<(String, Vec<Option<String>>)> {
+    type Figure = Box<dyn Fn(&Results) -> Option<String>>;
+    let figures: Vec<(&str, Figure)> = vec![
+        (
+            "single ingest (events/s)",
+            Box::new(|r| r.single.as_ref().map(|i| thousands(i.events_per_s))),
+        ),
+        (
+            "  ack p99",
+            Box::new(|r| r.single.as_ref().map(|i| format!("{:.1} ms", i.ack_p99_ms))),
+        ),
+        (
+            "batch ingest (events/s)",
+            Box::new(|r| r.batch.as_ref().map(|i| thousands(i.events_per_s))),
+        ),
+        (
+            "end-to-end (deliveries/s)",
+            Box::new(|r| r.e2e.as_ref().map(|e| thousands(e.deliveries_per_s))),
+        ),
+        (
+            "  drain after the load (deliveries/s)",
+            Box::new(|r| r.e2e.as_ref().and_then(|e| e.drain_per_s.map(thousands))),
+        ),
+        (
+            "  SQL statements per delivered event",
+            Box::new(|r| {
+                r.e2e
+                    .as_ref()
+                    .and_then(|e| e.statements_per_delivery.map(|n| format!("{n:.2}")))
+            }),
+        ),
+        (
+            "  herald CPU (cores, first node)",
+            Box::new(|r| {
+                r.e2e
+                    .as_ref()
+                    .map(|e| format!("{:.2}", e.usage.herald_cores))
+            }),
+        ),
+        (
+            "ingest→arrival p50 / p99",
+            Box::new(|r| {
+                r.latency
+                    .as_ref()
+                    .map(|l| format!("{:.1} / {:.1} ms", l.ms[0], l.ms[2]))
+            }),
+        ),
+        (
+            "herald peak RSS (first node)",
+            Box::new(|r| r.peak_rss().map(mib)),
+        ),
+    ];
+    figures
+        .into_iter()
+        .map(|(name, f)| {
+            (
+                name.to_string(),
+                runs.iter().map(|(_, r)| f(r)).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, cells)| cells.iter().any(Option::is_some))
+        .collect()
+}
+
+/// Prints `--compare`'s table to stdout.
+pub fn print_comparison(machine: &Machine, runs: &[(Opts, Results)]) {
+    let Some((first, _)) = runs.first() else {
+        return;
+    };
+    println!();
+    println!(
+        "herald load benchmark, sled and PostgreSQL side by side — {} s per phase, {} cores, \
+         Linux {}, {}",
+        first.seconds, machine.cores, machine.kernel, machine.cpu
+    );
+    println!();
+    let names: Vec<String> = runs.iter().map(|(o, _)| setup_name(o)).collect();
+    let rows = comparison_rows(runs);
+    let label = rows
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(0);
+    let widths: Vec<usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            rows.iter()
+                .filter_map(|(_, c)| c[i].as_ref().map(|s| s.chars().count()))
+                .chain([n.chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |first: &str, cells: Vec<&str>| {
+        let mut out = format!("{first:<label$}");
+        for (cell, w) in cells.iter().zip(&widths) {
+            out.push_str(&format!("  {cell:>w$}"));
+        }
+        println!("{}", out.trim_end());
+    };
+    line("", names.iter().map(String::as_str).collect());
+    for (name, cells) in &rows {
+        line(
+            name,
+            cells.iter().map(|c| c.as_deref().unwrap_or("—")).collect(),
+        );
+    }
+}
+
+/// `--compare`'s results as JSON: each setup's full report, named.
+pub fn compare_json(machine: &Machine, runs: &[(Opts, Results)]) -> Value {
+    json!({
+        "compare": runs
+            .iter()
+            .map(|(o, r)| json!({"setup": setup_name(o), "report": to_json(o, machine, r)}))
+            .collect::<Vec<_>>(),
+    })
+}
