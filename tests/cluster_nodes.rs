@@ -228,12 +228,32 @@ async fn a_database_restart_answers_503_meanwhile_and_the_node_recovers_by_itsel
     assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
     let (health, _) = node.call("GET", "/healthz", None, None).await;
     assert_eq!(health, 503, "/healthz while the database is down");
+    node.wait_for_log("cannot claim due deliveries", Duration::from_secs(10))
+        .await;
 
     pg.restart();
     wait_until(Duration::from_secs(30), "ingest works again", || async {
         node.call("GET", "/healthz", None, None).await.0 == 200
     })
     .await;
+    // The engine claimed every half second meanwhile: one warning (the outage was shorter
+    // than a minute), and one line when claims worked again, counting every failure.
+    let back = node
+        .wait_for_log("claims work again", Duration::from_secs(10))
+        .await;
+    let failed: u64 = back
+        .split("failed=")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no failure count in {back:?}"));
+    assert!(failed >= 1, "{back}");
+    let warnings = node
+        .logs()
+        .iter()
+        .filter(|l| l.contains("cannot claim due deliveries"))
+        .count();
+    assert_eq!(warnings, 1, "{failed} failed claims:\n{}", node.log_text());
     for i in 10..20 {
         let (status, answer) = post(i).await;
         assert_eq!(status, 202, "after the restart: {answer}");

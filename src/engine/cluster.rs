@@ -36,6 +36,16 @@ const IDLE_POLL: Duration = Duration::from_secs(2);
 const UNCLAIMABLE_POLL: Duration = Duration::from_millis(50);
 /// How long a node waits before claiming again after the database failed a claim.
 const CLAIM_BACKOFF: Duration = Duration::from_millis(500);
+/// While claims fail, a warning at most this often.
+const CLAIM_FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Claims failed in a row, and when that was last logged.
+#[derive(Default)]
+struct ClaimFailures {
+    failed: u64,
+    logged: Option<std::time::Instant>,
+}
+
 /// Of an endpoint, a node holds at most this many times `max_in_flight_per_endpoint` leases
 /// (sending or waiting for a slot): enough to keep its slots busy between claims, never a whole
 /// backlog that other nodes could be sending.
@@ -154,6 +164,7 @@ impl Engine {
         };
         drop(intake);
         let mut next_sweep = self.clock.now_ms();
+        let mut failing = ClaimFailures::default();
         loop {
             if shutdown.is_fired() {
                 break;
@@ -184,6 +195,10 @@ impl Engine {
                     .await;
                 match claimed {
                     Ok(leased) => {
+                        if failing.failed > 0 {
+                            tracing::info!(failed = failing.failed, "claims work again");
+                            failing = ClaimFailures::default();
+                        }
                         got = leased.len();
                         for l in leased {
                             // It asked for no more than were free, but this node's ingest
@@ -196,7 +211,17 @@ impl Engine {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot claim due deliveries; trying again shortly");
+                        // Every half second while the database is away: the first failure is
+                        // logged, then one line a minute with how many failed since.
+                        failing.failed += 1;
+                        let now = std::time::Instant::now();
+                        if failing
+                            .logged
+                            .is_none_or(|at| now - at >= CLAIM_FAILURE_LOG_EVERY)
+                        {
+                            tracing::warn!(error = %e, failed = failing.failed, "cannot claim due deliveries; trying again every half second");
+                            failing.logged = Some(now);
+                        }
                         tokio::select! {
                             () = tokio::time::sleep(CLAIM_BACKOFF) => {}
                             _ = shutdown.wait() => break,
