@@ -254,10 +254,10 @@ impl Engine {
             // A finished attempt frees room, but claiming for each one would lock and scan the
             // queue for a single row: the node claims again once `refill` attempts have
             // finished, or at once when it holds no more than that (an ordered lane's next
-            // delivery is claimable as soon as the one ahead ends). A notice of new work finds
-            // a node that is not ready so busy that claiming at each (every other node's
-            // ingest sends one) took a few rows per claim, as often as the notices came: it
-            // claims within [`UNCLAIMABLE_POLL`] of the first, for all of them at once.
+            // delivery is claimable as soon as the one ahead ends). Notices of new work come
+            // with every other node's ingest; a node that is not ready does not claim at each
+            // (that took a few rows per claim, as often as they came) but once, within
+            // [`UNCLAIMABLE_POLL`] of the first, for all of them.
             let held = self.running.load(Ordering::Relaxed);
             let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, CLAIM_BATCH);
             let ready = || {
