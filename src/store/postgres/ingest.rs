@@ -141,6 +141,7 @@ impl Committer {
         *last = crate::ids::event_after(*last, now);
         *last
     }
+
     /// Stores the events (or finds them duplicates). A batch without idempotency keys,
     /// debounce rules or ordering lanes (the common one) is a single statement committed on
     /// its own: one round trip to the database. Any other is a transaction that takes its
