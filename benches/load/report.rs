@@ -839,56 +839,39 @@ pub fn setup_name(opts: &Opts) -> String {
 
 /// `--compare`'s figures: a row per figure, a column per setup ("—" where a setup has none).
 fn comparison_rows(runs: &[(Opts, Results)]) -> Vec<(String, Vec<Option<String>>)> {
-    type Figure = Box<dyn Fn(&Results) -> Option<String>>;
+    type Figure = fn(&Results) -> Option<String>;
     let figures: Vec<(&str, Figure)> = vec![
-        (
-            "single ingest (events/s)",
-            Box::new(|r| r.single.as_ref().map(|i| thousands(i.events_per_s))),
-        ),
-        (
-            "  ack p99",
-            Box::new(|r| r.single.as_ref().map(|i| format!("{:.1} ms", i.ack_p99_ms))),
-        ),
-        (
-            "batch ingest (events/s)",
-            Box::new(|r| r.batch.as_ref().map(|i| thousands(i.events_per_s))),
-        ),
-        (
-            "end-to-end (deliveries/s)",
-            Box::new(|r| r.e2e.as_ref().map(|e| thousands(e.deliveries_per_s))),
-        ),
-        (
-            "  drain after the load (deliveries/s)",
-            Box::new(|r| r.e2e.as_ref().and_then(|e| e.drain_per_s.map(thousands))),
-        ),
-        (
-            "  SQL statements per delivered event",
-            Box::new(|r| {
-                r.e2e
-                    .as_ref()
-                    .and_then(|e| e.statements_per_delivery.map(|n| format!("{n:.2}")))
-            }),
-        ),
-        (
-            "  herald CPU (cores, first node)",
-            Box::new(|r| {
-                r.e2e
-                    .as_ref()
-                    .map(|e| format!("{:.2}", e.usage.herald_cores))
-            }),
-        ),
-        (
-            "ingest→arrival p50 / p99",
-            Box::new(|r| {
-                r.latency
-                    .as_ref()
-                    .map(|l| format!("{:.1} / {:.1} ms", l.ms[0], l.ms[2]))
-            }),
-        ),
-        (
-            "herald peak RSS (first node)",
-            Box::new(|r| r.peak_rss().map(mib)),
-        ),
+        ("single ingest (events/s)", |r| {
+            r.single.as_ref().map(|i| thousands(i.events_per_s))
+        }),
+        ("  ack p99", |r| {
+            r.single.as_ref().map(|i| format!("{:.1} ms", i.ack_p99_ms))
+        }),
+        ("batch ingest (events/s)", |r| {
+            r.batch.as_ref().map(|i| thousands(i.events_per_s))
+        }),
+        ("end-to-end (deliveries/s)", |r| {
+            r.e2e.as_ref().map(|e| thousands(e.deliveries_per_s))
+        }),
+        ("  drain after the load (deliveries/s)", |r| {
+            r.e2e.as_ref().and_then(|e| e.drain_per_s.map(thousands))
+        }),
+        ("  SQL statements per delivered event", |r| {
+            r.e2e
+                .as_ref()
+                .and_then(|e| e.statements_per_delivery.map(|n| format!("{n:.2}")))
+        }),
+        ("  herald CPU (cores, first node)", |r| {
+            r.e2e
+                .as_ref()
+                .map(|e| format!("{:.2}", e.usage.herald_cores))
+        }),
+        ("ingest→arrival p50 / p99", |r| {
+            r.latency
+                .as_ref()
+                .map(|l| format!("{:.1} / {:.1} ms", l.ms[0], l.ms[2]))
+        }),
+        ("herald peak RSS (first node)", |r| r.peak_rss().map(mib)),
     ];
     figures
         .into_iter()

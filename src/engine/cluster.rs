@@ -38,6 +38,12 @@ const UNCLAIMABLE_POLL: Duration = Duration::from_millis(50);
 const CLAIM_BACKOFF: Duration = Duration::from_millis(500);
 /// While claims fail, a warning at most this often.
 const CLAIM_FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Of an endpoint, a node holds at most this many times `max_in_flight_per_endpoint` leases
+/// (sending or waiting for a slot): enough to keep its slots busy between claims, never a whole
+/// backlog that other nodes could be sending.
+const HOLD_PER_SLOT: usize = 4;
+/// Rows a retention slice removes.
+const PRUNE_SLICE: i64 = 1_000;
 
 /// Claims failed in a row, and when that was last logged.
 #[derive(Default)]
@@ -45,13 +51,6 @@ struct ClaimFailures {
     failed: u64,
     logged: Option<std::time::Instant>,
 }
-
-/// Of an endpoint, a node holds at most this many times `max_in_flight_per_endpoint` leases
-/// (sending or waiting for a slot): enough to keep its slots busy between claims, never a whole
-/// backlog that other nodes could be sending.
-const HOLD_PER_SLOT: usize = 4;
-/// Rows a retention slice removes.
-const PRUNE_SLICE: i64 = 1_000;
 
 /// What this node holds of each endpoint: leases (sending or waiting) and its sending slots.
 type Holding = HashMap<String, (usize, Arc<Semaphore>)>;
