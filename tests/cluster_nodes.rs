@@ -35,6 +35,29 @@ async fn settled(node: &Herald, id: &str) -> serde_json::Value {
     node.admin("GET", &path, None).await.1
 }
 
+/// Creates an endpoint of account `acc` on the first node and waits until every node knows it
+/// (from the database's notice); returns its id.
+async fn shared_endpoint(nodes: &[Herald], body: serde_json::Value) -> String {
+    let (status, ep) = nodes[0]
+        .admin("POST", "/v1/accounts/acc/endpoints", Some(body))
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["endpoint"]["id"]
+        .as_str()
+        .expect("the endpoint's id")
+        .to_string();
+    let path = format!("/v1/endpoints/{id}");
+    for n in &nodes[1..] {
+        wait_until(
+            Duration::from_secs(10),
+            "every node knows the endpoint",
+            || async { n.admin("GET", &path, None).await.0 == 200 },
+        )
+        .await;
+    }
+    id
+}
+
 /// A database, a test CA and the nodes' config.
 struct Setup {
     pg: Postgres,
@@ -80,28 +103,7 @@ async fn three_nodes_deliver_everything_and_a_killed_node_loses_nothing() {
         nodes.push(Herald::start(&toml).await);
     }
 
-    let (status, ep) = nodes[0]
-        .admin(
-            "POST",
-            "/v1/accounts/acc/endpoints",
-            Some(json!({"url": recv.url("/hook")})),
-        )
-        .await;
-    assert_eq!(status, 201, "{ep}");
-    let ep_id = ep["endpoint"]["id"]
-        .as_str()
-        .expect("the endpoint's id")
-        .to_string();
-    // The other nodes learn of the endpoint from the database's notice.
-    for n in &nodes[1..] {
-        let path = format!("/v1/endpoints/{ep_id}");
-        wait_until(
-            Duration::from_secs(10),
-            "every node knows the endpoint",
-            || async { n.admin("GET", &path, None).await.0 == 200 },
-        )
-        .await;
-    }
+    shared_endpoint(&nodes, json!({"url": recv.url("/hook")})).await;
 
     // Round robin: every node acknowledges a third of the events.
     let mut acked = Vec::new();
@@ -446,4 +448,144 @@ async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
     )
     .await;
     assert_eq!(arrivals(&recv), (0..30).collect::<Vec<i64>>());
+}
+
+/// SPEC §7 and §16: a breaker is the cluster's, not a node's. Ten failures in all, spread over
+/// three nodes, open it on every node and tell the operator once; the endpoint's deliveries
+/// then wait on every node; one probe goes out in the whole cluster, and its success closes the
+/// breaker and sends what waited at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_one_breaker_and_send_one_probe() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let Setup {
+        pg: _pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
+    // The probe takes this long to answer: no other request may arrive meanwhile.
+    const PROBE_REPLY: Duration = Duration::from_millis(1_500);
+    let healthy = Arc::new(AtomicBool::new(false));
+    let recv = Receiver::https(&ca, {
+        let healthy = healthy.clone();
+        behaviour(move |_, _| {
+            if healthy.load(Ordering::SeqCst) {
+                Reply::status(200).with_delay(PROBE_REPLY)
+            } else {
+                Reply::status(500)
+            }
+        })
+    });
+    let operator = Receiver::ok_http();
+    let toml = format!(
+        "{}[operator]\nwebhook_url = {}\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
+        toml.replacen("[delivery]\n", "[delivery]\nallow_http = true\n", 1),
+        toml_string(&operator.url("/ops"))
+    );
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Herald::start(&toml).await);
+    }
+    let ep = shared_endpoint(
+        &nodes,
+        json!({"url": recv.url("/hook"), "retry_policy": "none"}),
+    )
+    .await;
+    let ep_path = format!("/v1/endpoints/{ep}");
+
+    // Ten events round robin: ten failures in all (three or four per node) open the breaker.
+    for i in 0..10 {
+        let (status, answer) = nodes[i % 3]
+            .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": i}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        let v = settled(&nodes[0], &common::first_delivery(&answer)).await;
+        assert_eq!(v["state"], "failed", "{v}");
+    }
+    let opened = Instant::now();
+    for (i, n) in nodes.iter().enumerate() {
+        let what = format!("node {i} shows the breaker open");
+        wait_until(Duration::from_secs(10), &what, || async {
+            n.admin("GET", &ep_path, None).await.1["breaker"]["state"] == "open"
+        })
+        .await;
+        let v = n.admin("GET", &ep_path, None).await.1;
+        assert_eq!(v["breaker"]["consecutive_failures"], 10, "node {i}: {v}");
+    }
+    let (_, status) = nodes[2].admin("GET", "/v1/status", None).await;
+    assert_eq!(
+        status["open_breakers"][0]["endpoint_id"],
+        ep.as_str(),
+        "{status}"
+    );
+
+    // What comes now waits, on every node, for the probe.
+    let mut held = Vec::new();
+    for i in 0..6 {
+        let (status, answer) = nodes[i % 3]
+            .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": 10 + i}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        held.push(common::first_delivery(&answer));
+    }
+    healthy.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "the probe arrives", || async {
+        recv.requests().len() > 10
+    })
+    .await;
+    let probe = recv.requests()[10].at;
+    assert!(
+        probe.duration_since(opened) >= Duration::from_secs(25),
+        "the probe came {:?} after the breaker opened: the held deliveries were attempted",
+        probe.duration_since(opened)
+    );
+    for d in &held {
+        let v = settled(&nodes[0], d).await;
+        assert_eq!(v["state"], "delivered", "{v}");
+    }
+    let arrivals: Vec<Duration> = recv.requests()[10..]
+        .iter()
+        .map(|r| r.at.duration_since(probe))
+        .collect();
+    assert_eq!(arrivals.len(), 6, "{arrivals:?}");
+    // Nothing else went out while the probe was out; what waited went once it succeeded, not
+    // when the nodes' holds (the probe's longest time, 11 s) ran out.
+    assert!(
+        arrivals[1..].iter().all(|a| *a >= PROBE_REPLY),
+        "another request while the probe was out: {arrivals:?}"
+    );
+    assert!(
+        arrivals
+            .iter()
+            .all(|a| *a < PROBE_REPLY + Duration::from_secs(7)),
+        "held deliveries went late: {arrivals:?}"
+    );
+
+    // The operator heard of the opening and the recovery once each.
+    let kinds = || operator.event_types();
+    wait_until(
+        Duration::from_secs(20),
+        "endpoint.recovered arrives",
+        || {
+            let k = kinds();
+            async move { k.iter().any(|t| t == "endpoint.recovered") }
+        },
+    )
+    .await;
+    let k = kinds();
+    let count = |t: &str| k.iter().filter(|k| *k == t).count();
+    assert_eq!(
+        (count("endpoint.failing"), count("endpoint.recovered")),
+        (1, 1),
+        "{k:?}"
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        let what = format!("node {i} shows the breaker closed");
+        wait_until(Duration::from_secs(10), &what, || async {
+            n.admin("GET", &ep_path, None).await.1["breaker"]["state"] == "closed"
+        })
+        .await;
+    }
 }

@@ -18,6 +18,7 @@ use herald::config::Config;
 use herald::model::{
     Attempt, DeliveryState, Endpoint, EndpointState, PortalSession, SignatureKind, Status,
 };
+use herald::policy::breaker::{Breaker, Change, Gate, Phase};
 use herald::policy::quota::{windows, Limits};
 use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::{lane_of, IngestOutcome, NewEvent, StoreError};
@@ -594,16 +595,75 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
         "revoked"
     );
 
-    let breaker = herald::policy::breaker::Breaker {
-        consecutive_failures: 7,
-        ..Default::default()
+    // Breakers: failures recorded on two nodes count together; the node whose failure opens
+    // it is the one told; the other hears of it (its copy is forgotten) and takes no probe
+    // while the first node's is out.
+    let (a, _ta) = listening(&c).await;
+    let (b, _tb) = listening(&c).await;
+    let ep = ENDPOINTS[0];
+    let day = 86_400_000;
+    assert_eq!(b.breaker(ep).await.unwrap(), Breaker::default());
+    let mut changes = Vec::new();
+    for i in 0..10 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let at = START + i;
+        changes.push(
+            node.change_breaker(ep, at, |br| br.record(false, false, at, day))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(changes[..9], [None; 9]);
+    assert_eq!(
+        changes[9],
+        Some(Change::Opened),
+        "the tenth failure in all opens it"
+    );
+    let probe_at = START + 9 + 30_000;
+    common::wait_until(
+        Duration::from_secs(10),
+        "B hears that it opened",
+        || async { b.breaker(ep).await.unwrap().phase == Phase::Open },
+    )
+    .await;
+    let open = a.breaker(ep).await.unwrap();
+    assert_eq!(
+        (open.consecutive_failures, open.next_probe_at),
+        (10, Some(probe_at))
+    );
+    assert_eq!(
+        a.open_breakers().await.unwrap(),
+        vec![(ep.to_string(), open)]
+    );
+    let probe_time = 11_000;
+    let gate = |node: Arc<PgStore>| async move {
+        node.change_breaker(ep, probe_at, |br| br.gate(probe_at, probe_time))
+            .await
+            .unwrap()
     };
-    a.put_breaker(ENDPOINTS[0], &breaker).await.unwrap();
-    assert_eq!(b.breaker(ENDPOINTS[0]).await.unwrap(), Some(breaker));
-    b.put_breaker(ENDPOINTS[0], &Default::default())
+    let (ga, gb) = tokio::join!(gate(a.clone()), gate(b.clone()));
+    let mut gates = [ga, gb];
+    gates.sort_by_key(|g| format!("{g:?}"));
+    assert_eq!(
+        gates,
+        [Gate::Probe, Gate::WaitUntil(probe_at + probe_time)],
+        "one probe for both nodes"
+    );
+    // The probe succeeds: closed for both, the row gone.
+    let recovered = a
+        .change_breaker(ep, probe_at + 5, |br| {
+            br.record(true, true, probe_at + 5, day)
+        })
         .await
         .unwrap();
-    assert_eq!(a.breaker(ENDPOINTS[0]).await.unwrap(), None);
+    assert_eq!(recovered, Some(Change::Recovered));
+    common::wait_until(
+        Duration::from_secs(10),
+        "B hears that it closed",
+        || async { b.breaker(ep).await.unwrap() == Breaker::default() },
+    )
+    .await;
+    assert_eq!(c.count("SELECT count(*) FROM breakers"), 0);
 
     a.set_account_secret("acct", "api_key", "s3cret")
         .await

@@ -189,13 +189,7 @@ async fn operator_hears_when_an_endpoint_starts_failing_and_when_it_recovers() {
     let held = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
     w.herald.clock.set(T0 + 30_000);
     w.wait_state(&held, "delivered", SETTLE).await;
-    let kinds = || {
-        operator
-            .requests()
-            .iter()
-            .map(|r| r.json()["type"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let kinds = || operator.event_types();
     common::wait_until(SETTLE, "endpoint.recovered arrives", || async {
         kinds().contains(&"endpoint.recovered".to_string())
     })

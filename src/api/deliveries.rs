@@ -82,7 +82,7 @@ pub async fn list(
     // A portal session sees its own account's log only.
     scope.narrow(&mut filter.account_id)?;
     let (items, next) = state.store.list_deliveries(filter, limit, cursor).await?;
-    let items: Vec<Value> = items.iter().map(|d| view(state, d)).collect();
+    let items = views(state, &items).await;
     Ok(json(
         StatusCode::OK,
         &json!({"items": items, "next_cursor": next}),
@@ -91,11 +91,11 @@ pub async fn list(
 
 /// The delivery view; a pending delivery that waits for its endpoint's circuit breaker shows
 /// the probe time as its next attempt.
-fn view(state: &AppState, d: &Delivery) -> Value {
-    let held = d
-        .endpoint_id
-        .as_deref()
-        .and_then(|ep| state.engine.held_until(ep));
+async fn view(state: &AppState, d: &Delivery) -> Value {
+    let held = match (&d.endpoint_id, d.state) {
+        (Some(ep), DeliveryState::Pending) => state.engine.held_until(ep).await,
+        _ => None,
+    };
     match (held, d.next_attempt_at) {
         (Some(h), Some(at)) if h > at && d.state == DeliveryState::Pending => {
             let mut d = d.clone();
@@ -104,6 +104,14 @@ fn view(state: &AppState, d: &Delivery) -> Value {
         }
         _ => d.view(),
     }
+}
+
+async fn views(state: &AppState, deliveries: &[Delivery]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        out.push(view(state, d).await);
+    }
+    out
 }
 
 pub(super) fn time_param(field: &str, v: &str) -> Result<i64, ApiError> {
@@ -125,7 +133,7 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
     let ordering = state.store.ordering_of(&d).await?;
     let attempts = state.store.attempts(id).await?;
     let attempts: Vec<Value> = attempts.iter().map(|a| a.view()).collect();
-    let mut v = view(state, &d);
+    let mut v = view(state, &d).await;
     let (key, waiting_for) = ordering.unzip();
     v["ordering_key"] = json!(key);
     v["waiting_for"] = json!(waiting_for.flatten());
@@ -152,7 +160,7 @@ pub async fn retry(
         scope.check(&d.account_id, "delivery")?;
     }
     match state.engine.retry_now(id).await {
-        Ok(d) => Ok(json(StatusCode::ACCEPTED, &view(state, &d))),
+        Ok(d) => Ok(json(StatusCode::ACCEPTED, &view(state, &d).await)),
         Err(RetryError::NotFound) => Err(ApiError::not_found("delivery")),
         Err(RetryError::InFlight) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -196,7 +204,7 @@ pub async fn get_event(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result
                 "payload of {id}"
             )))
         })?;
-    let deliveries: Vec<Value> = deliveries.iter().map(|d| view(state, d)).collect();
+    let deliveries = views(state, &deliveries).await;
     let view = EventView {
         id: &meta.id,
         account_id: &meta.account_id,

@@ -32,6 +32,7 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
     let (due, oldest_pending) = state.store.due_summary(now).await?;
     let storage_bytes = state.store.size_on_disk().await;
     let nodes = state.store.nodes().await?;
+    let open_breakers = state.engine.open_breakers().await?;
     let queue: Map<String, Value> = DeliveryState::ALL
         .iter()
         .map(|s| (s.as_str().to_string(), json!(stats.get(*s).max(0))))
@@ -61,7 +62,7 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
             "success_rate": f64::from(good) / f64::from(all),
         })).collect::<Vec<_>>(),
         "oldest_pending_at": oldest_pending.map(rfc3339),
-        "open_breakers": state.engine.open_breakers().into_iter().map(|(id, b)| json!({
+        "open_breakers": open_breakers.into_iter().map(|(id, b)| json!({
             "endpoint_id": id,
             "state": b.phase,
             "consecutive_failures": b.consecutive_failures,

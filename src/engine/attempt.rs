@@ -117,22 +117,24 @@ impl Engine {
         // The breaker sits between the conditions and the quota: a delivery held by an open
         // breaker is not attempted and not counted; it waits (in memory, with its lane) for the
         // probe.
+        let mut probe = false;
         if let (None, Some(ep)) = (failing, endpoint.as_deref()) {
-            self.load_breaker(&ep.id).await;
-            let gate = self.breaker_gate(&ep.id, started);
+            let gate = self.breaker_gate(&ep.id, started).await;
             if let Gate::WaitUntil(at) = gate {
                 return Handled::Held(at);
             }
+            probe = gate == Gate::Probe;
             // Over the endpoint's rate: the delivery waits for the next token (not an attempt).
             if let Err(next) = self.rate_token(ep, started) {
-                if gate == Gate::Probe {
-                    self.release_probe(&ep.id);
+                if probe {
+                    self.release_probe(&ep.id, started).await;
                 }
                 return Handled::Held(next);
             }
             failing = self.over_quota(&delivery.account_id, plan, started).await;
-            if failing.is_some() && gate == Gate::Probe {
-                self.release_probe(&ep.id);
+            if failing.is_some() && probe {
+                self.release_probe(&ep.id, started).await;
+                probe = false;
             }
         }
         let (attempt, outcome) = match (failing, endpoint.as_deref()) {
@@ -145,7 +147,7 @@ impl Engine {
                 (self.not_sent(&delivery, started, status), None)
             }
         };
-        self.record(delivery, endpoint, attempt, outcome, lease)
+        self.record(delivery, endpoint, attempt, outcome, probe, lease)
             .await;
         Handled::Done
     }
@@ -376,13 +378,15 @@ impl Engine {
         Ok(Some(built))
     }
 
-    /// Decides what follows the attempt and stores both in one write.
+    /// Decides what follows the attempt and stores both in one write. `probe`: the attempt was
+    /// its endpoint's breaker probe.
     async fn record(
         &self,
         was: Delivery,
         endpoint: Option<Arc<Endpoint>>,
         attempt: Attempt,
         outcome: Option<Outcome>,
+        probe: bool,
         lease: Option<Lease>,
     ) {
         // The request is over: the endpoint's slot is free while the result is written.
@@ -462,7 +466,8 @@ impl Engine {
             let _ = self.attempted.send(d.id.clone());
         }
         if let (true, Some(ep)) = (sent, &endpoint) {
-            self.after_sent(ep, status, attempt.duration_ms, now).await;
+            self.after_sent(ep, status, probe, attempt.duration_ms, now)
+                .await;
             if attempt.http_status == Some(410) {
                 self.disable(ep, now, "the endpoint answered 410 Gone")
                     .await;

@@ -11,111 +11,102 @@ use serde_json::{json, Value};
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState, Status};
-use crate::policy::breaker::{Breaker, Change, Gate};
-use crate::store::{lane_of, NewEvent};
+use crate::policy::breaker::{Breaker, Change, Gate, Phase};
+use crate::store::NewEvent;
 
 /// The account operator events belong to. Account ids starting with `_` are reserved.
 pub const OPERATOR_ACCOUNT: &str = "_operator";
 
-/// A breaker and whether its probe is out.
-#[derive(Default)]
-pub(super) struct Slot {
-    breaker: Breaker,
-    probe_running: bool,
-}
+/// How long an attempt that could not take its breaker's probe (the store failed) waits.
+const RETRY_PROBE_MS: Millis = 1_000;
 
 impl Engine {
-    /// The endpoint's breaker slot. One box reads a breaker it has not seen from its store
-    /// here; a cluster node reads it first ([`load_breaker`](Self::load_breaker)).
-    fn with_slot<T>(&self, endpoint_id: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
-        let mut slots = lock(&self.breakers);
-        let slot = slots
-            .entry(endpoint_id.to_string())
-            .or_insert_with(|| Slot {
-                breaker: self
-                    .store
-                    .sled()
-                    .and_then(|s| s.breaker(endpoint_id).ok().flatten())
-                    .unwrap_or_default(),
-                probe_running: false,
-            });
-        f(slot)
-    }
-
-    /// Reads the endpoint's stored breaker into its slot unless the slot exists already.
-    pub(super) async fn load_breaker(&self, endpoint_id: &str) {
-        if self.store.sled().is_some() || lock(&self.breakers).contains_key(endpoint_id) {
-            return;
-        }
-        let stored = match self.store.breaker(endpoint_id).await {
-            Ok(b) => b.unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(endpoint_id, error = %e, "cannot read breaker state");
-                return;
-            }
-        };
-        lock(&self.breakers)
-            .entry(endpoint_id.to_string())
-            .or_insert(Slot {
-                breaker: stored,
-                probe_running: false,
-            });
-    }
-
-    /// Asks the endpoint's breaker whether an attempt due now may go out.
-    pub(super) fn breaker_gate(&self, endpoint_id: &str, now: Millis) -> Gate {
-        self.with_slot(endpoint_id, |s| {
-            let gate = s.breaker.gate(now, s.probe_running, self.cfg.probe_time_ms);
-            if gate == Gate::Probe {
-                s.probe_running = true;
-            }
-            gate
+    /// The endpoint's breaker as the store keeps it; an unreadable one counts as closed (the
+    /// attempt goes, as a failing quota check lets it) and is logged.
+    async fn breaker(&self, endpoint_id: &str) -> Breaker {
+        self.store.breaker(endpoint_id).await.unwrap_or_else(|e| {
+            tracing::warn!(endpoint_id, error = %e, "cannot read breaker state");
+            Breaker::default()
         })
+    }
+
+    /// Asks the endpoint's breaker whether an attempt due now may go out. [`Gate::Probe`] has
+    /// taken the probe (on a cluster, for the whole cluster): the attempt's result must be
+    /// recorded as the probe's ([`after_sent`](Self::after_sent)), or the probe given back
+    /// ([`release_probe`](Self::release_probe)).
+    pub(super) async fn breaker_gate(&self, endpoint_id: &str, now: Millis) -> Gate {
+        let probe_time = self.cfg.probe_time_ms;
+        // Most endpoints are healthy and most held ones wait: decided on the kept copy.
+        match self.breaker(endpoint_id).await.gate(now, probe_time) {
+            Gate::Probe => {}
+            gate => return gate,
+        }
+        match self
+            .store
+            .change_breaker(endpoint_id, now, |b| b.gate(now, probe_time))
+            .await
+        {
+            Ok(gate) => gate,
+            Err(e) => {
+                // Nobody can take the probe now; try again in a moment.
+                tracing::warn!(endpoint_id, error = %e, "cannot take the breaker's probe");
+                Gate::WaitUntil(now + RETRY_PROBE_MS)
+            }
+        }
     }
 
     /// Until when an open breaker holds the endpoint's deliveries (its next probe), if it does.
-    pub fn held_until(&self, endpoint_id: &str) -> Option<Millis> {
-        self.with_slot(endpoint_id, |s| match s.breaker.phase {
-            crate::policy::breaker::Phase::Closed => None,
-            _ => s.breaker.next_probe_at,
-        })
+    pub async fn held_until(&self, endpoint_id: &str) -> Option<Millis> {
+        let b = self.breaker(endpoint_id).await;
+        match b.phase {
+            Phase::Closed => None,
+            _ => b.next_probe_at,
+        }
     }
 
     /// A probe that was not sent after all (another condition stopped it).
-    pub(super) fn release_probe(&self, endpoint_id: &str) {
-        self.with_slot(endpoint_id, |s| s.probe_running = false);
+    pub(super) async fn release_probe(&self, endpoint_id: &str, now: Millis) {
+        if let Err(e) = self
+            .store
+            .change_breaker(endpoint_id, now, Breaker::release_probe)
+            .await
+        {
+            tracing::warn!(endpoint_id, error = %e, "cannot give the breaker's probe back; another is taken when it expires");
+        }
     }
 
-    /// Records a sent attempt's result in the breaker and the success rate, and acts on what
-    /// changed: openings are counted and reported, a recovery is reported, and an endpoint that
-    /// has failed every attempt for `endpoints.disable_after` is disabled.
+    /// Records a sent attempt's result (`probe`: the gate gave it the probe) in the breaker and
+    /// the success rate, and acts on what changed: openings are counted and reported, a
+    /// recovery is reported, and an endpoint that has failed every attempt for
+    /// `endpoints.disable_after` is disabled. On a cluster the change applies to the shared
+    /// breaker, so one node (the one whose result made it) reports it.
     pub(super) async fn after_sent(
         &self,
         ep: &Endpoint,
         status: Status,
+        probe: bool,
         duration_ms: u64,
         now: Millis,
     ) {
         let ok = status == Status::Delivered;
         lock(&self.rates).record(&ep.id, now, status, duration_ms);
-        let (change, was_probe, changed) = self.with_slot(&ep.id, |s| {
-            let was_probe = std::mem::take(&mut s.probe_running);
-            let before = s.breaker.clone();
-            let change = s.breaker.record(ok, now, self.cfg.disable_after_ms);
-            // Most attempts leave a closed breaker closed: nothing to write then.
-            let changed = (s.breaker != before).then(|| s.breaker.clone());
-            (change, was_probe, changed)
-        });
-        if let Some(b) = changed {
-            if let Err(e) = self.store.put_breaker(&ep.id, &b).await {
+        // A success to an endpoint that has not failed since its last success changes nothing:
+        // no write (on a cluster, no query).
+        if ok && !probe && self.breaker(&ep.id).await == Breaker::default() {
+            return;
+        }
+        let disable_after = self.cfg.disable_after_ms;
+        let change = match self
+            .store
+            .change_breaker(&ep.id, now, |b| b.record(ok, probe, now, disable_after))
+            .await
+        {
+            Ok(change) => change,
+            Err(e) => {
                 tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
+                return;
             }
-        }
-        if let (true, Some(store)) = (was_probe, self.store.sled()) {
-            // The probe decided: its lane's deliveries go, or wait for the next probe (the gate
-            // holds them again).
-            store.due().release(lane_of(Some(&ep.id)));
-        }
+        };
         match change {
             Some(Change::Opened) => {
                 self.metrics
@@ -227,26 +218,19 @@ impl Engine {
         lock(&self.rates).minutes(endpoint_id, self.clock.now_ms())
     }
 
-    /// Endpoints whose circuit breaker is not closed: (id, breaker).
-    pub fn open_breakers(&self) -> Vec<(String, Breaker)> {
-        let slots = lock(&self.breakers);
-        let mut out: Vec<_> = slots
-            .iter()
-            .filter(|(_, s)| s.breaker.phase != crate::policy::breaker::Phase::Closed)
-            .map(|(id, s)| (id.clone(), s.breaker.clone()))
-            .collect();
+    /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id.
+    pub async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, crate::store::StoreError> {
+        let mut out = self.store.open_breakers().await?;
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        Ok(out)
     }
 
     /// The breaker as the endpoint view shows it, and the last hour's success rate.
-    /// With how many of its deliveries are pending (read from the store, as is the stored
-    /// breaker of an endpoint this node has not tracked yet).
+    /// With how many of its deliveries are pending.
     pub async fn health_view(&self, endpoint_id: &str) -> Result<Value, crate::store::StoreError> {
         let pending = self.store.endpoint_pending(endpoint_id).await?;
-        self.load_breaker(endpoint_id).await;
+        let b = self.store.breaker(endpoint_id).await?;
         let now = self.clock.now_ms();
-        let b = self.with_slot(endpoint_id, |s| s.breaker.clone());
         let rate = lock(&self.rates).rate(endpoint_id, now);
         Ok(json!({
             "breaker": {

@@ -112,7 +112,6 @@ pub struct Engine {
     attempts: Mutex<tokio::task::JoinSet<()>>,
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
-    breakers: Mutex<HashMap<String, health::Slot>>,
     rates: Mutex<rates::Rates>,
     /// Each rate-limited endpoint's token bucket.
     buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
@@ -157,7 +156,6 @@ impl Engine {
             metrics,
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
-            breakers: Mutex::new(HashMap::new()),
             rates: Mutex::new(rates::Rates::default()),
             buckets: Mutex::new(HashMap::new()),
             identities: Mutex::new(HashMap::new()),

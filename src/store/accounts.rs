@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::{codec, Store, StoreError};
-use crate::policy::breaker::Breaker;
+use crate::policy::breaker::{Breaker, Phase};
 use crate::policy::quota::{self, Limits, Windows};
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -185,29 +185,87 @@ impl Store {
 
     // --- circuit breakers ---------------------------------------------------------------------
 
-    /// An endpoint's stored breaker state (none: closed, never failed).
-    pub fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
-        match self.inner.trees.breakers.get(endpoint_id.as_bytes())? {
-            Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| {
-                StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}"))
-            })?)),
-            None => Ok(None),
-        }
+    /// An endpoint's breaker (closed, never failed, when none is stored), read from the
+    /// in-memory copy.
+    pub fn breaker(&self, endpoint_id: &str) -> Result<Breaker, StoreError> {
+        let mut kept = self.lock_breakers();
+        Ok(*self.kept_breaker(&mut kept, endpoint_id)?)
     }
 
-    /// Keeps a breaker state (reaches disk with sled's periodic flush, like attempt records).
-    pub fn put_breaker(&self, endpoint_id: &str, b: &Breaker) -> Result<(), StoreError> {
-        if *b == Breaker::default() {
-            self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
-        } else {
-            let v = serde_json::to_vec(b).map_err(|e| StoreError::Encode(e.to_string()))?;
-            self.inner
-                .trees
-                .breakers
-                .insert(endpoint_id.as_bytes(), v)?;
+    /// Changes an endpoint's breaker with `f` (one change at a time) and keeps the result if it
+    /// differs (it reaches disk with sled's periodic flush, like attempt records). When the
+    /// breaker closes, the endpoint's lane stops holding its deliveries.
+    pub fn change_breaker<T>(
+        &self,
+        endpoint_id: &str,
+        f: impl FnOnce(&mut Breaker) -> T,
+    ) -> Result<T, StoreError> {
+        let mut kept = self.lock_breakers();
+        let b = self.kept_breaker(&mut kept, endpoint_id)?;
+        let mut changed = *b;
+        let out = f(&mut changed);
+        if changed != *b {
+            if changed == Breaker::default() {
+                self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
+            } else {
+                let v =
+                    serde_json::to_vec(&changed).map_err(|e| StoreError::Encode(e.to_string()))?;
+                self.inner
+                    .trees
+                    .breakers
+                    .insert(endpoint_id.as_bytes(), v)?;
+            }
+            let closed = b.phase != Phase::Closed && changed.phase == Phase::Closed;
+            *b = changed;
+            drop(kept);
+            if closed {
+                self.due().release(super::lane_of(Some(endpoint_id)));
+            }
         }
-        Ok(())
+        Ok(out)
     }
+
+    /// Every stored breaker that is not closed, by endpoint id.
+    pub fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.inner.trees.breakers.iter() {
+            let (k, v) = item?;
+            let id = String::from_utf8_lossy(&k).into_owned();
+            let b = decode_breaker(&id, &v)?;
+            if b.phase != Phase::Closed {
+                out.push((id, b));
+            }
+        }
+        Ok(out)
+    }
+
+    fn lock_breakers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Breaker>> {
+        self.inner
+            .breakers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The in-memory copy of an endpoint's breaker, read from the tree the first time.
+    fn kept_breaker<'a>(
+        &self,
+        kept: &'a mut HashMap<String, Breaker>,
+        endpoint_id: &str,
+    ) -> Result<&'a mut Breaker, StoreError> {
+        if !kept.contains_key(endpoint_id) {
+            let b = match self.inner.trees.breakers.get(endpoint_id.as_bytes())? {
+                Some(v) => decode_breaker(endpoint_id, &v)?,
+                None => Breaker::default(),
+            };
+            kept.insert(endpoint_id.to_string(), b);
+        }
+        Ok(kept.get_mut(endpoint_id).expect("inserted above"))
+    }
+}
+
+fn decode_breaker(endpoint_id: &str, v: &[u8]) -> Result<Breaker, StoreError> {
+    serde_json::from_slice(v)
+        .map_err(|e| StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}")))
 }
 
 #[cfg(test)]

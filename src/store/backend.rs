@@ -200,7 +200,8 @@ impl Backend {
         }
     }
 
-    pub async fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
+    /// An endpoint's circuit breaker (closed, never failed, when none is kept).
+    pub async fn breaker(&self, endpoint_id: &str) -> Result<Breaker, StoreError> {
         match self {
             Backend::Sled(s) => s.breaker(endpoint_id),
             #[cfg(feature = "postgres")]
@@ -208,11 +209,31 @@ impl Backend {
         }
     }
 
-    pub async fn put_breaker(&self, endpoint_id: &str, b: &Breaker) -> Result<(), StoreError> {
+    /// Changes an endpoint's circuit breaker with `f`, one change at a time (on a cluster, under
+    /// the row's lock: every node's changes apply to the same state). When it closes, the
+    /// deliveries it held go at once (`now`).
+    pub async fn change_breaker<T>(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+        f: impl FnOnce(&mut Breaker) -> T,
+    ) -> Result<T, StoreError> {
         match self {
-            Backend::Sled(s) => s.put_breaker(endpoint_id, b),
+            Backend::Sled(s) => {
+                let _ = now;
+                s.change_breaker(endpoint_id, f)
+            }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => s.put_breaker(endpoint_id, b).await,
+            Backend::Postgres(s) => s.change_breaker(endpoint_id, now, f).await,
+        }
+    }
+
+    /// Every circuit breaker that is not closed, by endpoint id.
+    pub async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
+        match self {
+            Backend::Sled(s) => s.open_breakers(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => s.open_breakers().await,
         }
     }
 

@@ -199,6 +199,8 @@ pub(crate) struct Inner {
     index_pass: Mutex<fold::IndexPass>,
     /// A thread reads spilled due entries back ([`Store::refill_due`]).
     refilling: AtomicBool,
+    /// Endpoints' circuit breakers, as stored, once read ([`accounts`]).
+    breakers: Mutex<HashMap<String, crate::policy::breaker::Breaker>>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -506,6 +508,7 @@ impl Store {
             fold_seq: AtomicU64::new(0),
             index_pass: Mutex::default(),
             refilling: AtomicBool::new(false),
+            breakers: Mutex::default(),
             #[cfg(test)]
             faults: Default::default(),
         });

@@ -204,6 +204,14 @@ impl Receiver {
         self.shared.requests.lock().unwrap().len()
     }
 
+    /// The `type` of each request's JSON body so far, in arrival order (operator events).
+    pub fn event_types(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|r| r.json()["type"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
     /// TCP connections accepted so far (fewer than requests = keep-alive reuse).
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)

@@ -1,11 +1,9 @@
 //! Accounts on PostgreSQL: synced plans (kept in every node's memory like endpoints, and
-//! refreshed by `p:` + account notices), account secrets for header macros, and endpoints'
-//! circuit breakers (shared, so every node holds a failing endpoint's deliveries alike).
+//! refreshed by `p:` + account notices) and account secrets for header macros.
 
 use std::collections::HashMap;
 
 use super::PgStore;
-use crate::policy::breaker::Breaker;
 use crate::store::StoreError;
 
 impl PgStore {
@@ -76,47 +74,6 @@ impl PgStore {
                 &[&account_id, &name, &value],
             )
             .await?;
-        Ok(())
-    }
-
-    /// An endpoint's stored breaker state (none: closed, never failed).
-    pub async fn breaker(&self, endpoint_id: &str) -> Result<Option<Breaker>, StoreError> {
-        let row = self
-            .db
-            .client()
-            .await?
-            .query_opt(
-                "SELECT record FROM breakers WHERE endpoint_id = $1",
-                &[&endpoint_id],
-            )
-            .await?;
-        match row {
-            Some(r) => Ok(Some(serde_json::from_value(r.get(0)).map_err(|e| {
-                StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}"))
-            })?)),
-            None => Ok(None),
-        }
-    }
-
-    pub async fn put_breaker(&self, endpoint_id: &str, b: &Breaker) -> Result<(), StoreError> {
-        let client = self.db.client().await?;
-        if *b == Breaker::default() {
-            client
-                .execute(
-                    "DELETE FROM breakers WHERE endpoint_id = $1",
-                    &[&endpoint_id],
-                )
-                .await?;
-        } else {
-            let record = serde_json::to_value(b).map_err(|e| StoreError::Encode(e.to_string()))?;
-            client
-                .execute(
-                    "INSERT INTO breakers (endpoint_id, record) VALUES ($1, $2)
-                     ON CONFLICT (endpoint_id) DO UPDATE SET record = excluded.record",
-                    &[&endpoint_id, &record],
-                )
-                .await?;
-        }
         Ok(())
     }
 

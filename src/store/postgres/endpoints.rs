@@ -187,6 +187,7 @@ impl PgStore {
                 }
             }
             Notice::Plan(account) => self.load_plan(account).await?,
+            Notice::Breaker(id) => self.breakers.forget(Some(id)),
         }
         Ok(())
     }

@@ -88,6 +88,8 @@ pub struct PgStore {
     pub(super) directory: Directory,
     /// The leases this node holds ([`super::queue`]), shared with its ingest.
     pub(super) leases: Arc<Leases>,
+    /// This node's copies of endpoints' circuit breakers ([`super::breakers`]).
+    pub(super) breakers: super::breakers::Breakers,
     /// The locked file holding this node's id in its data directory ([`node_identity`]).
     _identity: Option<std::fs::File>,
 }
@@ -166,6 +168,7 @@ impl PgStore {
             wake: Arc::new(Notify::new()),
             directory: Directory::default(),
             leases,
+            breakers: Default::default(),
             _identity: None,
         };
         // Registered by its first beat.
@@ -191,6 +194,7 @@ impl PgStore {
     /// Reloads what every node keeps in memory (at start, and when the listener reconnects:
     /// change notices may have been missed meanwhile).
     pub(super) async fn reload(&self) -> Result<(), StoreError> {
+        self.breakers.forget(None);
         self.load_endpoints().await?;
         self.load_plans().await
     }

@@ -9,6 +9,7 @@
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
 
 mod accounts;
+mod breakers;
 mod changes;
 pub mod copy;
 mod debounce;
@@ -37,8 +38,9 @@ pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, Intake, Leased};
 
-/// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan).
-/// Every node keeps endpoints and plans in memory and reloads what a notice names.
+/// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan),
+/// `b:` + an endpoint's id (its circuit breaker). Every node keeps endpoints and plans in memory
+/// and reloads what a notice names; it forgets its copy of a breaker and reads it when needed.
 pub const CHANGED_CHANNEL: &str = "herald_changed";
 
 /// A change notice's meaning.
@@ -46,6 +48,7 @@ pub const CHANGED_CHANNEL: &str = "herald_changed";
 pub enum Notice<'a> {
     Endpoint(&'a str),
     Plan(&'a str),
+    Breaker(&'a str),
 }
 
 impl<'a> Notice<'a> {
@@ -53,6 +56,7 @@ impl<'a> Notice<'a> {
         match payload.split_once(':')? {
             ("e", id) => Some(Notice::Endpoint(id)),
             ("p", account) => Some(Notice::Plan(account)),
+            ("b", id) => Some(Notice::Breaker(id)),
             _ => None,
         }
     }

@@ -1,9 +1,9 @@
 //! A node's ear on the cluster (SPEC §16): a connection of its own `LISTEN`s on the due channel
 //! (another node's new events or released leases wake this node's engine through
 //! [`PgStore::wake`]) and on the change channel (an endpoint or plan another node changed is
-//! reloaded into this node's memory). Notifications arrive on the listening connection itself,
+//! reloaded into this node's memory; a breaker's copy is forgotten). Notifications arrive on the listening connection itself,
 //! so it is driven here rather than pooled. Whenever the listener (re)connects it reloads
-//! endpoints and plans and wakes the engine, since news may have been missed meanwhile; if the
+//! endpoints and plans, forgets every breaker and wakes the engine, since news may have been missed meanwhile; if the
 //! connection drops it listens again, backing off.
 
 use std::sync::Arc;
@@ -42,11 +42,12 @@ pub async fn listen(store: Arc<PgStore>, mut shutdown: Shutdown) {
 }
 
 /// One listening connection, until it fails.
-async fn listen_once(store: &PgStore) -> Result<(), super::DbError> {
+async fn listen_once(store: &Arc<PgStore>) -> Result<(), super::DbError> {
     let (client, mut connection) = store.db.connect_raw().await?;
     // Notifications arrive as the connection is polled: a task drives it, wakes the engine on
     // the due channel and passes change notices on.
     let waker = store.wake();
+    let node = store.clone();
     let (changes, mut changed) = mpsc::unbounded_channel::<String>();
     let mut driver = tokio::spawn(async move {
         loop {
@@ -54,9 +55,14 @@ async fn listen_once(store: &PgStore) -> Result<(), super::DbError> {
                 Some(Ok(AsyncMessage::Notification(n))) if n.channel() == DUE_CHANNEL => {
                     waker.notify_one()
                 }
-                Some(Ok(AsyncMessage::Notification(n))) => {
-                    let _ = changes.send(n.payload().to_string());
-                }
+                Some(Ok(AsyncMessage::Notification(n))) => match Notice::parse(n.payload()) {
+                    // Forgotten here, in the order notices come: a breaker that closed also
+                    // made deliveries due, and the wake that follows must not find the old copy.
+                    Some(Notice::Breaker(id)) => node.breakers.forget(Some(id)),
+                    _ => {
+                        let _ = changes.send(n.payload().to_string());
+                    }
+                },
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
                 None => return Ok(()),
