@@ -56,18 +56,18 @@ fn migrate_applies_the_schema_once() {
     let first = herald_migrate(&config);
     assert!(first.status.success(), "first migrate: {}", text(&first));
     assert!(
-        text(&first).contains("from version 0 to 2"),
+        text(&first).contains("from version 0 to 3"),
         "first migrate: {}",
         text(&first)
     );
     let again = herald_migrate(&config);
     assert!(again.status.success(), "second migrate: {}", text(&again));
     assert!(
-        text(&again).contains("at version 2; nothing to do"),
+        text(&again).contains("at version 3; nothing to do"),
         "second migrate: {}",
         text(&again)
     );
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "2");
+    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "3");
     let tables = pg.sql(
         "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables \
          WHERE schemaname = 'public'",
@@ -80,6 +80,7 @@ fn migrate_applies_the_schema_once() {
         "idempotency_keys",
         "endpoints",
         "quota_counters",
+        "rate_buckets",
         "portal_sessions",
     ] {
         assert!(
@@ -119,10 +120,10 @@ fn nodes_migrating_together_apply_each_migration_once() {
     }
     let applied = outs
         .iter()
-        .filter(|o| text(o).contains("from version 0 to 2"))
+        .filter(|o| text(o).contains("from version 0 to 3"))
         .count();
     assert_eq!(applied, 1, "exactly one node applies the schema");
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "2");
+    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "3");
 }
 
 #[test]
@@ -142,7 +143,7 @@ fn a_schema_this_herald_does_not_know_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("at version 99 (applied by herald 9.0.0)")
-            && text(&out).contains("knows versions up to 2"),
+            && text(&out).contains("knows versions up to 3"),
         "{}",
         text(&out)
     );
@@ -469,14 +470,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
 /// pending deliveries are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_database_is_migrated_by_a_node_that_then_serves_it() {
-    let pg = Postgres::start();
-    let url = pg.database("herald");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cluster1/dump.sql");
-    pg.sql_file(&fixture, "herald");
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        "1"
-    );
+    let (pg, url) = fixture_database(1);
     // As version 1 left it: 3 delivered, 2 failed, 2 pending, an attempt each (7).
     assert_eq!(states(&pg), "delivered:3,failed:2,pending:2");
     assert_eq!(pg.sql("SELECT count(*) FROM attempts", "herald"), "7");
@@ -484,31 +478,8 @@ async fn a_version_1_database_is_migrated_by_a_node_that_then_serves_it() {
     // 17:48Z): a node that starts on it attempts them at once. Their endpoint's receiver is
     // gone with the machine that wrote the fixture; it answers here now.
     let ok = Receiver::ok_http();
-    pg.sql(
-        &format!(
-            "UPDATE endpoints SET record = jsonb_set(record, '{{url}}', to_jsonb('{}'::text))
-             WHERE account_id = 'acct_wait'",
-            ok.url("/moved")
-        ),
-        "herald",
-    );
-
-    let mut node = common::Herald::start(&format!(
-        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
-         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
-         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
-        toml_string(&url)
-    ))
-    .await;
-    assert!(
-        node.log_contains("migrated the cluster schema"),
-        "{}",
-        node.log_text()
-    );
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        "2"
-    );
+    move_endpoint(&pg, "acct_wait", &ok.url("/moved"));
+    let mut node = node_migrating(&pg, &url).await;
     assert_eq!(
         pg.sql(
             "SELECT count(*) FROM pg_constraint WHERE contype = 'f'
@@ -551,6 +522,157 @@ async fn a_version_1_database_is_migrated_by_a_node_that_then_serves_it() {
     assert_eq!(st["queue"]["delivered"], 5, "{st}");
     assert_eq!(st["queue"]["failed"], 2, "{st}");
     node.sigterm().await;
+}
+
+/// A database herald's schema version 2 wrote (tests/fixtures/cluster2, see its README), with
+/// an endpoint whose breaker that version opened, is migrated by a node that starts on it: the
+/// breaker it stored holds and a probe closes it, its keys still dedupe, and its pending
+/// deliveries are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_with_an_open_breaker_is_migrated_and_served() {
+    let (pg, url) = fixture_database(2);
+    assert_eq!(states(&pg), "delivered:3,failed:10,pending:2");
+    assert_eq!(
+        pg.sql(
+            "SELECT string_agg(record->>'phase', ',' ORDER BY record->>'phase') FROM breakers",
+            "herald"
+        ),
+        "closed,open",
+        "acct_wait's two failures, acct_fail's ten"
+    );
+    // The receiver that failed is gone; this one answers here now.
+    let ok = Receiver::ok_http();
+    move_endpoint(&pg, "acct_fail", &ok.url("/acct_fail"));
+    let mut node = node_migrating(&pg, &url).await;
+
+    // The breaker version 2 opened is open here, as it stored it.
+    let (_, eps) = node
+        .admin("GET", "/v1/accounts/acct_fail/endpoints", None)
+        .await;
+    let failing = eps["items"][0]["id"]
+        .as_str()
+        .expect("an endpoint")
+        .to_string();
+    let (_, ep) = node
+        .admin("GET", &format!("/v1/endpoints/{failing}"), None)
+        .await;
+    assert_eq!(ep["breaker"]["state"], "open", "{ep}");
+    assert_eq!(ep["breaker"]["consecutive_failures"], 10, "{ep}");
+    let (_, st) = node.admin("GET", "/v1/status", None).await;
+    assert_eq!(
+        st["open_breakers"][0]["endpoint_id"],
+        failing.as_str(),
+        "{st}"
+    );
+    // Its probe time passed long ago: the next event is the probe, which closes it.
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acct_fail", "type": "order.created", "payload": {"n": 10}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let probe = common::first_delivery(&answer);
+    common::wait_until(
+        Duration::from_secs(20),
+        "the probe is delivered",
+        || async {
+            node.admin("GET", &format!("/v1/deliveries/{probe}"), None)
+                .await
+                .1["state"]
+                == "delivered"
+        },
+    )
+    .await;
+    common::wait_until(Duration::from_secs(10), "the breaker closes", || async {
+        node.admin("GET", &format!("/v1/endpoints/{failing}"), None)
+            .await
+            .1["breaker"]["state"]
+            == "closed"
+    })
+    .await;
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM breakers WHERE record->>'phase' <> 'closed'",
+            "herald"
+        ),
+        "0"
+    );
+
+    // The pending ones (retries due an hour after the fixture was written) go when retried;
+    // a stored key still makes a duplicate.
+    let (_, list) = node
+        .admin(
+            "GET",
+            "/v1/deliveries?account_id=acct_wait&state=pending",
+            None,
+        )
+        .await;
+    let pending: Vec<String> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|d| d["id"].as_str().expect("an id").to_string())
+        .collect();
+    assert_eq!(pending.len(), 2, "{list}");
+    deliver_elsewhere(&node, "acct_wait", &ok.url("/acct_wait"), &pending).await;
+    assert_eq!(states(&pg), "delivered:6,failed:10");
+    // Their successes ended acct_wait's run of failures too: no breaker is kept.
+    assert_eq!(pg.sql("SELECT count(*) FROM breakers", "herald"), "0");
+    let (status, again) = node
+        .ingest(
+            json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 0},
+                       "idempotency_key": "acct_ok-0"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
+    node.sigterm().await;
+}
+
+/// A server holding the database `tests/fixtures/cluster{version}` keeps (schema `version`),
+/// and its URL.
+fn fixture_database(version: i32) -> (Postgres, String) {
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/cluster{version}/dump.sql"));
+    pg.sql_file(&fixture, "herald");
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        version.to_string()
+    );
+    (pg, url)
+}
+
+/// Points `account`'s endpoint at `url` in the database, before a node reads it.
+fn move_endpoint(pg: &Postgres, account: &str, url: &str) {
+    pg.sql(
+        &format!(
+            "UPDATE endpoints SET record = jsonb_set(record, '{{url}}', to_jsonb('{url}'::text))
+             WHERE account_id = '{account}'"
+        ),
+        "herald",
+    );
+}
+
+/// A node on a fixture's database (its config's retry policy `slow`): it migrates the schema to
+/// this herald's as it starts.
+async fn node_migrating(pg: &Postgres, url: &str) -> common::Herald {
+    let node = common::Herald::start(&format!(
+        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(url)
+    ))
+    .await;
+    assert!(
+        node.log_contains("migrated the cluster schema"),
+        "{}",
+        node.log_text()
+    );
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        herald::store::postgres::SCHEMA_VERSION.to_string()
+    );
+    node
 }
 
 /// The deliveries by state, `state:n` in the order of states.

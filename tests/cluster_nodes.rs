@@ -589,3 +589,42 @@ async fn three_nodes_share_one_breaker_and_send_one_probe() {
         .await;
     }
 }
+
+/// SPEC §15 and §16: an endpoint's `rate_limit` is the cluster's. Events posted round robin to
+/// three nodes reach a 4-a-second endpoint at no more than that (bursts of 4) in all, and
+/// waiting is no attempt: each is delivered with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_rate_limit_holds_across_three_nodes() {
+    let Setup {
+        pg: _pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
+    let recv = Receiver::ok_https(&ca);
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Herald::start(&toml).await);
+    }
+    shared_endpoint(
+        &nodes,
+        json!({"url": recv.url("/hook"), "rate_limit": {"per_second": 4}}),
+    )
+    .await;
+    let mut deliveries = Vec::new();
+    for i in 0..40 {
+        let (status, answer) = nodes[i % 3]
+            .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": i}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        deliveries.push(common::first_delivery(&answer));
+    }
+    recv.wait_for(40, Duration::from_secs(60)).await;
+    // Rate 4, burst 4.
+    recv.assert_at_most_per_second(8);
+    for d in [&deliveries[0], &deliveries[39]] {
+        let v = settled(&nodes[1], d).await;
+        assert_eq!(v["state"], "delivered", "{v}");
+        assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
+    }
+}

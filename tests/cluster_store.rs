@@ -560,6 +560,57 @@ async fn the_endpoint_limit_per_account_holds_across_nodes() {
     assert_eq!(c.count("SELECT count(*) FROM endpoints"), 4);
 }
 
+/// An endpoint's rate limit is one token bucket for all nodes, with the arithmetic of one
+/// node's (`policy::tokens`): a burst of 5, then one every 200 ms, whichever node takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_take_an_endpoints_rate_limit_tokens_from_one_bucket() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    let limit = herald::model::RateLimit { per_second: 5.0 };
+    let ep = ENDPOINTS[0];
+    for i in 0..5 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(
+            node.take_token(ep, limit, START).await.unwrap(),
+            Ok(()),
+            "take {i}"
+        );
+    }
+    assert_eq!(
+        b.take_token(ep, limit, START).await.unwrap(),
+        Err(START + 200)
+    );
+    assert_eq!(
+        a.take_token(ep, limit, START + 199).await.unwrap(),
+        Err(START + 200)
+    );
+    assert_eq!(a.take_token(ep, limit, START + 200).await.unwrap(), Ok(()));
+    assert_eq!(
+        b.take_token(ep, limit, START + 200).await.unwrap(),
+        Err(START + 400)
+    );
+    // A clock behind the bucket's takes nothing back; a second later it holds one burst again.
+    assert_eq!(
+        b.take_token(ep, limit, START + 100).await.unwrap(),
+        Err(START + 400)
+    );
+    let mut n = 0;
+    while a
+        .take_token(ep, limit, START + 5_000)
+        .await
+        .unwrap()
+        .is_ok()
+    {
+        n += 1;
+    }
+    assert_eq!(n, 5);
+    // Another endpoint has its own bucket.
+    assert_eq!(
+        b.take_token(ENDPOINTS[1], limit, START).await.unwrap(),
+        Ok(())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn portal_sessions_breakers_and_secrets_are_shared() {
     let c = Cluster::new().await;

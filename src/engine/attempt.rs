@@ -22,6 +22,11 @@ use crate::policy::tokens::Bucket;
 use crate::policy::{conditions, retry};
 use crate::store::{Backend, Changed, Due, DueDelivery, Store};
 
+/// How long a delivery waits when its endpoint's rate-limit token cannot be taken (the
+/// cluster's database failed).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+const RETRY_TOKEN_MS: Millis = 1_000;
+
 /// Why a manual retry was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RetryError {
@@ -125,7 +130,7 @@ impl Engine {
             }
             probe = gate == Gate::Probe;
             // Over the endpoint's rate: the delivery waits for the next token (not an attempt).
-            if let Err(next) = self.rate_token(ep, started) {
+            if let Err(next) = self.rate_token(ep, started).await {
                 if probe {
                     self.release_probe(&ep.id, started).await;
                 }
@@ -153,10 +158,22 @@ impl Engine {
     }
 
     /// Takes a token of the endpoint's rate limit, if it has one; `Err(when)` the next comes.
-    fn rate_token(&self, ep: &Endpoint, now: Millis) -> Result<(), Millis> {
+    /// On a cluster the bucket is the cluster's (a row); one that cannot be read holds the
+    /// delivery a second (the limit protects the receiver, so it does not fail open).
+    async fn rate_token(&self, ep: &Endpoint, now: Millis) -> Result<(), Millis> {
         let Some(limit) = ep.rate_limit else {
             return Ok(());
         };
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(s) = &self.store {
+            return s
+                .take_token(&ep.id, limit, now)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot take a rate-limit token; the delivery waits");
+                    Err(now + RETRY_TOKEN_MS)
+                });
+        }
         let mut buckets = super::lock(&self.buckets);
         buckets
             .entry(ep.id.clone())

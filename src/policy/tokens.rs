@@ -1,6 +1,8 @@
 //! A token bucket per endpoint for `rate_limit` (SPEC §15): at most `per_second` attempts a
 //! second, bursts up to `max(1, ceil(per_second))`. A delivery over the rate waits (its lane is
 //! held until the next token); it is not dropped, not recorded and not counted as a failure.
+//! On a cluster the bucket is a row the nodes take from together (`store::postgres`), with the
+//! same arithmetic.
 
 use crate::clock::Millis;
 use crate::model::RateLimit;
@@ -30,9 +32,14 @@ impl Bucket {
             self.tokens -= 1.0;
             return Ok(());
         }
-        let wait_s = (1.0 - self.tokens) / limit.per_second;
-        Err(self.at + (wait_s * 1000.0).ceil() as Millis)
+        Err(next_token(limit, self.tokens, self.at))
     }
+}
+
+/// When a bucket holding `tokens` (fewer than one) at `at` has its next token.
+pub fn next_token(limit: RateLimit, tokens: f64, at: Millis) -> Millis {
+    let wait_s = (1.0 - tokens) / limit.per_second;
+    at + (wait_s * 1000.0).ceil() as Millis
 }
 
 #[cfg(test)]

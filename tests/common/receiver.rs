@@ -204,6 +204,22 @@ impl Receiver {
         self.shared.requests.lock().unwrap().len()
     }
 
+    /// Asserts that no second (from any request on) saw more than `most` of the requests so
+    /// far: an endpoint's rate limit, which allows its rate plus a burst in any one second.
+    pub fn assert_at_most_per_second(&self, most: usize) {
+        let times: Vec<Instant> = self.requests().iter().map(|r| r.at).collect();
+        for (i, start) in times.iter().enumerate() {
+            let in_window = times[i..]
+                .iter()
+                .take_while(|t| t.duration_since(*start) < Duration::from_secs(1))
+                .count();
+            assert!(
+                in_window <= most,
+                "{in_window} requests within one second from request {i} (at most {most})"
+            );
+        }
+    }
+
     /// The `type` of each request's JSON body so far, in arrival order (operator events).
     pub fn event_types(&self) -> Vec<String> {
         self.requests()

@@ -85,7 +85,9 @@ impl PgStore {
         let client = self.db.client().await?;
         let n = client
             .execute(
-                "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id)
+                "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id),
+                      breaker AS (DELETE FROM breakers WHERE endpoint_id = $1),
+                      bucket AS (DELETE FROM rate_buckets WHERE endpoint_id = $1)
                  SELECT pg_notify($2, 'e:' || id) FROM gone",
                 &[&id, &super::CHANGED_CHANNEL],
             )

@@ -20,6 +20,7 @@ const MIN_SERVER_VERSION: i32 = 130000;
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "schema", include_str!("schema_0001.sql")),
     (2, "claims by endpoint", include_str!("schema_0002.sql")),
+    (3, "shared rate limits", include_str!("schema_0003.sql")),
 ];
 
 /// The schema version this herald writes.

@@ -24,6 +24,7 @@ mod reads;
 mod results;
 mod retention;
 mod sessions;
+mod tokens;
 pub mod wake;
 
 use std::sync::Arc;
