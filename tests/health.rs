@@ -94,6 +94,34 @@ async fn breaker_opens_after_ten_failures_holds_deliveries_and_a_probe_closes_it
     );
 }
 
+/// `/v1/status` lists open breakers from the store (not only those this process has used), and
+/// a deleted endpoint's breaker goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_breakers_are_listed_until_their_endpoint_is_deleted() {
+    let w = World::start_manual("", "", T0).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w).await;
+    let open = || async {
+        let (status, st) = w.herald.admin("GET", "/v1/status", None).await;
+        assert_eq!(status, 200, "{st}");
+        st["open_breakers"].clone()
+    };
+    let listed = open().await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["endpoint_id"], ep.as_str(), "{listed}");
+    assert_eq!(listed[0]["consecutive_failures"], 10, "{listed}");
+    assert_eq!(listed[0]["next_probe_at"], "2026-12-02T12:00:30.000Z");
+    let (status, _) = w
+        .herald
+        .admin("DELETE", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(open().await, json!([]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_probe_doubles_the_cooldown_and_the_breaker_survives_a_restart() {
     let mut w = World::start_manual("", "", T0).await;

@@ -218,9 +218,11 @@ impl Engine {
         lock(&self.rates).minutes(endpoint_id, self.clock.now_ms())
     }
 
-    /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id.
+    /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id. An endpoint
+    /// deleted while an attempt to it was under way may leave a breaker behind: not listed.
     pub async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, crate::store::StoreError> {
         let mut out = self.store.open_breakers().await?;
+        out.retain(|(id, _)| self.store.endpoint(id).is_some());
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }

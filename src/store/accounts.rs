@@ -225,6 +225,14 @@ impl Store {
         Ok(out)
     }
 
+    /// Removes a deleted endpoint's breaker.
+    pub(super) fn forget_breaker(&self, endpoint_id: &str) -> Result<(), StoreError> {
+        let mut kept = self.lock_breakers();
+        kept.remove(endpoint_id);
+        self.inner.trees.breakers.remove(endpoint_id.as_bytes())?;
+        Ok(())
+    }
+
     /// Every stored breaker that is not closed, by endpoint id.
     pub fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
         let mut out = Vec::new();

@@ -84,6 +84,7 @@ impl Store {
             let _w = self.lock_endpoint_writes();
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
             self.write_client_certificate(id, None)?;
+            self.forget_breaker(id)?;
             self.directory.remove_endpoint(id);
             self.set_ordering(id, None);
             existed
