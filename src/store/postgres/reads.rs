@@ -208,21 +208,22 @@ impl PgStore {
             .query_one(
                 "SELECT count(*) FILTER (WHERE due_at <= $1 AND leased_by IS NULL),
                         min(next_attempt_at)
-                 FROM deliveries WHERE state = 'pending'",
+                 FROM deliveries WHERE due_at IS NOT NULL",
                 &[&now],
             )
             .await?;
         Ok((row.get::<_, i64>(0) as usize, row.get(1)))
     }
 
-    /// How many of the endpoint's deliveries are pending.
+    /// How many of the endpoint's deliveries are pending. (Pending is exactly `due_at IS NOT
+    /// NULL`: these queries read the pending deliveries' partial indexes, not the whole log.)
     pub async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
         let row = self
             .db
             .client()
             .await?
             .query_one(
-                "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND state = 'pending'",
+                "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND due_at IS NOT NULL",
                 &[&endpoint_id],
             )
             .await?;
