@@ -491,32 +491,11 @@ async fn a_version_1_database_is_migrated_by_a_node_that_then_serves_it() {
 
     // The pending ones are delivered, once each, on their second attempt; nothing that had
     // ended is attempted again.
-    common::wait_until(
-        Duration::from_secs(20),
-        "the pending deliveries version 1 left are delivered",
-        || async { states(&pg) == "delivered:5,failed:2" },
-    )
-    .await;
+    fixture_waiting_ones_are_delivered(&pg, "delivered:5,failed:2").await;
     assert_eq!(ok.count(), 2, "the two pending ones, once each");
     assert_eq!(pg.sql("SELECT count(*) FROM attempts", "herald"), "9");
-    assert_eq!(
-        pg.sql(
-            "SELECT string_agg(d.attempt_count || ':' || a.http_status, ',' ORDER BY a.number)
-             FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
-             WHERE d.account_id = 'acct_wait'",
-            "herald"
-        ),
-        "2:500,2:500,2:200,2:200"
-    );
     // A key version 1 stored still makes a duplicate.
-    let (status, again) = node
-        .ingest(
-            json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 0},
-                       "idempotency_key": "acct_ok-0"}),
-        )
-        .await;
-    assert_eq!(status, 202, "{again}");
-    assert_eq!(again["duplicate"], true, "{again}");
+    assert_fixture_key_is_a_duplicate(&node).await;
     let (status, st) = node.admin("GET", "/v1/status", None).await;
     assert_eq!(status, 200, "{st}");
     assert_eq!(st["queue"]["delivered"], 5, "{st}");
@@ -540,9 +519,12 @@ async fn a_version_2_database_with_an_open_breaker_is_migrated_and_served() {
         "closed,open",
         "acct_wait's two failures, acct_fail's ten"
     );
-    // The receiver that failed is gone; this one answers here now.
+    // The receiver that failed is gone with the machine that wrote the fixture; this one
+    // answers here now. The pending ones' retries fell due an hour after the fixture was
+    // written (2026-12-04, 22:25Z): a node that starts on it attempts them at once.
     let ok = Receiver::ok_http();
     move_endpoint(&pg, "acct_fail", &ok.url("/acct_fail"));
+    move_endpoint(&pg, "acct_wait", &ok.url("/acct_wait"));
     let mut node = node_migrating(&pg, &url).await;
 
     // The breaker version 2 opened is open here, as it stored it.
@@ -596,34 +578,11 @@ async fn a_version_2_database_with_an_open_breaker_is_migrated_and_served() {
         "0"
     );
 
-    // The pending ones (retries due an hour after the fixture was written) go when retried;
-    // a stored key still makes a duplicate.
-    let (_, list) = node
-        .admin(
-            "GET",
-            "/v1/deliveries?account_id=acct_wait&state=pending",
-            None,
-        )
-        .await;
-    let pending: Vec<String> = list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|d| d["id"].as_str().expect("an id").to_string())
-        .collect();
-    assert_eq!(pending.len(), 2, "{list}");
-    deliver_elsewhere(&node, "acct_wait", &ok.url("/acct_wait"), &pending).await;
-    assert_eq!(states(&pg), "delivered:6,failed:10");
+    // The pending ones are delivered, once each, on their second attempt.
+    fixture_waiting_ones_are_delivered(&pg, "delivered:6,failed:10").await;
     // Their successes ended acct_wait's run of failures too: no breaker is kept.
     assert_eq!(pg.sql("SELECT count(*) FROM breakers", "herald"), "0");
-    let (status, again) = node
-        .ingest(
-            json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 0},
-                       "idempotency_key": "acct_ok-0"}),
-        )
-        .await;
-    assert_eq!(status, 202, "{again}");
-    assert_eq!(again["duplicate"], true, "{again}");
+    assert_fixture_key_is_a_duplicate(&node).await;
     node.sigterm().await;
 }
 
@@ -673,6 +632,38 @@ async fn node_migrating(pg: &Postgres, url: &str) -> common::Herald {
         herald::store::postgres::SCHEMA_VERSION.to_string()
     );
     node
+}
+
+/// Waits until the fixture's deliveries are `states` (`state:n`, as [`states`] gives them);
+/// `acct_wait`'s two were each delivered on their second attempt, after the fixture's 500.
+async fn fixture_waiting_ones_are_delivered(pg: &Postgres, want: &str) {
+    common::wait_until(
+        Duration::from_secs(20),
+        "the pending deliveries the fixture left are delivered",
+        || async { states(pg) == want },
+    )
+    .await;
+    assert_eq!(
+        pg.sql(
+            "SELECT string_agg(d.attempt_count || ':' || a.http_status, ',' ORDER BY a.number)
+             FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
+             WHERE d.account_id = 'acct_wait'",
+            "herald"
+        ),
+        "2:500,2:500,2:200,2:200"
+    );
+}
+
+/// The fixtures' first event posted again with its idempotency key is a duplicate.
+async fn assert_fixture_key_is_a_duplicate(node: &common::Herald) {
+    let (status, again) = node
+        .ingest(
+            json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 0},
+                       "idempotency_key": "acct_ok-0"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["duplicate"], true, "{again}");
 }
 
 /// The deliveries by state, `state:n` in the order of states.
