@@ -647,8 +647,8 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
     );
 
     // Breakers: failures recorded on two nodes count together; the node whose failure opens
-    // it is the one told; the other hears of it (its copy is forgotten) and takes no probe
-    // while the first node's is out.
+    // it (B, the tenth) is the one told; the other (A) hears of it (its copy is forgotten);
+    // neither takes a probe while the other's is out.
     let (a, _ta) = listening(&c).await;
     let (b, _tb) = listening(&c).await;
     let ep = ENDPOINTS[0];
@@ -673,8 +673,8 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
     let probe_at = START + 9 + 30_000;
     common::wait_until(
         Duration::from_secs(10),
-        "B hears that it opened",
-        || async { b.breaker(ep).await.unwrap().phase == Phase::Open },
+        "A hears that it opened",
+        || async { a.breaker(ep).await.unwrap().phase == Phase::Open },
     )
     .await;
     let open = a.breaker(ep).await.unwrap();
@@ -682,6 +682,7 @@ async fn portal_sessions_breakers_and_secrets_are_shared() {
         (open.consecutive_failures, open.next_probe_at),
         (10, Some(probe_at))
     );
+    assert_eq!(b.breaker(ep).await.unwrap(), open);
     assert_eq!(
         a.open_breakers().await.unwrap(),
         vec![(ep.to_string(), open)]
