@@ -58,10 +58,12 @@ const REFUSED: &[&str] = &[
     "https://[::ffff:0:127.0.0.1]/",
     "https://[::169.254.169.254]/",
     "https://[2002:a9fe:a9fe::]/",
+    "https://[64:ff9b:1::7f00:1]/",
+    "https://[64:ff9b:1::a9fe:a9fe]/",
     // Ranges refused in their own right.
     "https://[fec0::1]/",
     "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
-    "https://[64:ff9b:1::a00:1]/",
+    "https://[64:ff9b:1::808:808]/",
     // User-info.
     "https://user:pass@example.com/",
     "https://user@example.com/",
@@ -186,9 +188,24 @@ async fn an_ipv6_allow_list_never_lets_an_embedded_refused_ipv4_through() {
         "https://[::169.254.169.254]/".to_string(),
         "https://[2002:a9fe:a9fe::]/".to_string(),
         "https://[64:ff9b::a00:1]/".to_string(),
+        format!("https://[64:ff9b:1::7f00:1]:{port}/"),
+        "https://[64:ff9b:1::a9fe:a9fe]/".to_string(),
     ] {
         assert_refused(&h, &url).await;
     }
+    // Local-use NAT64 is refused under the range of the IPv4 address it carries.
+    let (_, answer) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acc/endpoints",
+            Some(json!({ "url": "https://[64:ff9b:1::a9fe:a9fe]/" })),
+        )
+        .await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("169.254.169.254/32 (cloud metadata)"),
+        "{answer}"
+    );
     // The allow-list still does what it says for IPv6 itself.
     let (status, answer) = h
         .admin(

@@ -91,7 +91,8 @@ const REFUSED_V4: &[(Ipv4Addr, u8, &str)] = &[
 /// Refused IPv6 ranges, as listed in the product contract: `(network, prefix length, name)`.
 ///
 /// IPv6 forms that embed an IPv4 address are not listed here: they are refused or allowed
-/// according to the IPv4 address they carry (see [`embedded_v4`]).
+/// according to the IPv4 address they carry (see [`embedded_v4`]). The one exception is
+/// local-use NAT64, judged by its IPv4 address first and then refused as a range of its own.
 const REFUSED_V6: &[(Ipv6Addr, u8, &str)] = &[
     (
         Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0),
@@ -177,10 +178,11 @@ impl Guard {
 
     /// Ok if the address may be connected to. An address in an allowed CIDR is Ok.
     ///
-    /// An IPv6 form that embeds an IPv4 address (mapped, translated, compatible, 6to4, NAT64)
-    /// is judged as that IPv4 address alone, against the IPv4 table and the IPv4 entries of the
-    /// allow-list: allowing `127.0.0.0/8` for local testing also allows `::ffff:127.0.0.1`, and
-    /// allowing `::/0` lets no refused IPv4 address through.
+    /// An IPv6 form that embeds an IPv4 address (mapped, translated, compatible, 6to4, NAT64,
+    /// local-use NAT64) is judged as that IPv4 address, against the IPv4 table and the IPv4
+    /// entries of the allow-list: allowing `127.0.0.0/8` for local testing also allows
+    /// `::ffff:127.0.0.1`, and allowing `::/0` lets no refused IPv4 address through. A
+    /// local-use NAT64 address whose IPv4 address passes is then judged as IPv6 too.
     pub fn check(&self, ip: IpAddr) -> Result<(), Refused> {
         let allowed = |ip: IpAddr| self.allow.iter().any(|c| c.contains(ip));
         match classify(ip, &allowed) {
@@ -198,19 +200,39 @@ pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
 /// The one place the policy is decided, shared by [`Guard::check`] and [`refused_range`] so the
 /// two can never disagree.
 fn classify(ip: IpAddr, allowed: &dyn Fn(IpAddr) -> bool) -> Option<&'static str> {
-    let judged = match ip {
-        // An embedding IPv6 address is only as safe as the IPv4 address it carries, since the
-        // OS, a 6to4 relay or a NAT64 gateway may deliver it there: it is that address.
-        IpAddr::V6(v6) => embedded_v4(v6).map_or(ip, IpAddr::V4),
-        IpAddr::V4(_) => ip,
+    let v6 = match ip {
+        IpAddr::V4(v4) => return judge_v4(v4, allowed),
+        IpAddr::V6(v6) => v6,
     };
-    if allowed(judged) {
+    if let Some(v4) = embedded_v4(v6) {
+        // An embedding IPv6 address is only as safe as the IPv4 address it carries, since the
+        // OS, a 6to4 relay or a NAT64 gateway may deliver it there: it is that address, judged
+        // with the IPv4 allow-list only, and named by the IPv4 range it falls in.
+        let refused = judge_v4(v4, allowed);
+        if refused.is_some() || !in_local_use_nat64(v6) {
+            return refused;
+        }
+        // A local-use NAT64 prefix is also refused in its own right (its gateway sits inside
+        // the network), so a public IPv4 address behind it still needs an IPv6 allow entry.
+    }
+    if allowed(ip) {
         return None;
     }
-    match judged {
-        IpAddr::V4(v4) => lookup_v4(v4),
-        IpAddr::V6(v6) => lookup_v6(v6),
+    lookup_v6(v6)
+}
+
+/// An IPv4 address against the allow-list and the IPv4 table.
+fn judge_v4(v4: Ipv4Addr, allowed: &dyn Fn(IpAddr) -> bool) -> Option<&'static str> {
+    if allowed(IpAddr::V4(v4)) {
+        None
+    } else {
+        lookup_v4(v4)
     }
+}
+
+/// `64:ff9b:1::/48`, the local-use NAT64 prefix, whose IPv4 address sits in the last 32 bits.
+fn in_local_use_nat64(ip: Ipv6Addr) -> bool {
+    u128::from(ip) >> 80 == 0x0064_ff9b_0001
 }
 
 /// The IPv4 address carried by an IPv6 address, for the forms the contract names:
@@ -220,12 +242,17 @@ fn classify(ip: IpAddr, allowed: &dyn Fn(IpAddr) -> bool) -> Option<&'static str
 ///   IPv6 unspecified and loopback addresses and judged as such): deprecated, but some stacks
 ///   still route it to the IPv4 address;
 /// - 6to4 `2002:AABB:CCDD::/48` (`2002::/16`, IPv4 in bits 16..48): relayed to that IPv4 site;
-/// - NAT64 `64:ff9b::a.b.c.d` (`64:ff9b::/96`, IPv4 in the last 32 bits): translated to it.
+/// - NAT64 `64:ff9b::a.b.c.d` (`64:ff9b::/96`, IPv4 in the last 32 bits): translated to it;
+/// - local-use NAT64 `64:ff9b:1::/48`, IPv4 in the last 32 bits: translated to it by a
+///   gateway of the local network.
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let bits = u128::from(ip);
     let low32 = Ipv4Addr::from(bits as u32);
     if let Some(mapped) = ip.to_ipv4_mapped() {
         return Some(mapped);
+    }
+    if in_local_use_nat64(ip) {
+        return Some(low32);
     }
     match bits >> 32 {
         0 if bits > 1 => Some(low32),

@@ -93,10 +93,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("2001::", "2001::/32 (Teredo)"),
     ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::/32 (Teredo)"),
     ("2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "2001::/32 (Teredo)"),
-    ("64:ff9b:1::", "64:ff9b:1::/48 (local-use NAT64)"),
-    ("64:ff9b:1::a00:1", "64:ff9b:1::/48 (local-use NAT64)"),
+    // Local-use NAT64 carrying a public IPv4 address is refused as a range of its own.
+    ("64:ff9b:1::808:808", "64:ff9b:1::/48 (local-use NAT64)"),
     (
-        "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+        "64:ff9b:1:ffff:ffff:ffff:101:101",
         "64:ff9b:1::/48 (local-use NAT64)",
     ),
 ];
@@ -130,6 +130,21 @@ const EMBEDDED_REFUSED: &[(&str, &str)] = &[
     ("64:ff9b::a00:1", "10.0.0.0/8 (private)"),
     ("64:ff9b::7f00:1", "127.0.0.0/8 (loopback)"),
     ("64:ff9b::c0a8:101", "192.168.0.0/16 (private)"),
+    ("64:ff9b:1::", "0.0.0.0/8 (this network)"),
+    (
+        "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+        "255.255.255.255/32 (broadcast)",
+    ),
+    ("64:ff9b:1::a00:1", "10.0.0.0/8 (private)"),
+    ("64:ff9b:1::7f00:1", "127.0.0.0/8 (loopback)"),
+    (
+        "64:ff9b:1::a9fe:a9fe",
+        "169.254.169.254/32 (cloud metadata)",
+    ),
+    (
+        "64:ff9b:1:abcd:1:2:a9fe:a9fe",
+        "169.254.169.254/32 (cloud metadata)",
+    ),
 ];
 
 /// Public addresses, including the neighbours just outside refused ranges, and embedded
@@ -210,7 +225,8 @@ fn every_refused_v4_range_is_refused_when_embedded() {
             let six_to_four = Ipv6Addr::new(0x2002, hi, lo, 0, 0, 0, 0, 1);
             let nat64 = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo);
             let translated = Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, hi, lo);
-            for v6 in [mapped, six_to_four, nat64, translated] {
+            let local_nat64 = Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, hi, lo);
+            for v6 in [mapped, six_to_four, nat64, translated, local_nat64] {
                 assert_eq!(refused_range(IpAddr::V6(v6)), name, "{v6} ({v4})");
             }
             // `::` and `::1` are named by their own IPv6 entries, so only require refusal.
@@ -222,7 +238,14 @@ fn every_refused_v4_range_is_refused_when_embedded() {
             // No IPv6 allow-list entry lets the embedded address through (`::` and `::1`
             // are IPv6's own unspecified and loopback addresses, which ::/0 does allow).
             let everything_v6 = Guard::new(vec![cidr("::/0")]);
-            for v6 in [mapped, six_to_four, nat64, translated, compatible] {
+            for v6 in [
+                mapped,
+                six_to_four,
+                nat64,
+                translated,
+                compatible,
+                local_nat64,
+            ] {
                 if u128::from(v6) <= 1 {
                     continue;
                 }
@@ -313,6 +336,28 @@ const ALLOW_LIST: &[(&[&str], &str, Option<&str>)] = &[
     ),
     (&["::/0"], "::ffff:7f00:1", Some("127.0.0.0/8 (loopback)")),
     (&["::/0"], "64:ff9b::a00:1", Some("10.0.0.0/8 (private)")),
+    (
+        &["::/0"],
+        "64:ff9b:1::7f00:1",
+        Some("127.0.0.0/8 (loopback)"),
+    ),
+    (
+        &["::/0"],
+        "64:ff9b:1::a9fe:a9fe",
+        Some("169.254.169.254/32 (cloud metadata)"),
+    ),
+    // A public IPv4 address behind local-use NAT64 passes with an IPv6 allow entry only.
+    (&["::/0"], "64:ff9b:1::808:808", None),
+    (
+        &["0.0.0.0/0"],
+        "64:ff9b:1::808:808",
+        Some("64:ff9b:1::/48 (local-use NAT64)"),
+    ),
+    (
+        &["127.0.0.0/8"],
+        "64:ff9b:1::7f00:1",
+        Some("64:ff9b:1::/48 (local-use NAT64)"),
+    ),
     (&["::/0"], "::1", None),
     (&["0.0.0.0/0"], "10.0.0.1", None),
     (&["0.0.0.0/0"], "fe80::1", Some("fe80::/10 (link-local)")),
