@@ -1237,7 +1237,12 @@ export function handle(body, headers) {
     if (ctx.stale()) return;
     if (ep && APP === "console") S.account = ep.account_id;
     const out = h("div", { "aria-live": "polite" });
-    const url = h("input", { type: "url", id: "f-url", name: "url", required: true, value: ep ? ep.url : "", placeholder: "https://example.com/webhooks", class: "mono", spellcheck: "false", autocomplete: "off" });
+    // A portal session may not add or change a header that uses an account secret, nor move an
+    // endpoint that has one to another URL (the API answers 403 secret_macro): those fields are
+    // the operator's, shown disabled with the reason.
+    const usesSecret = (v) => /\{\{\s*secret\./.test(v);
+    const operatorOwned = APP === "portal" && Boolean(ep) && Object.values(ep.headers || {}).some(usesSecret);
+    const url = h("input", { type: "url", id: "f-url", name: "url", required: true, value: ep ? ep.url : "", placeholder: "https://example.com/webhooks", class: "mono", spellcheck: "false", autocomplete: "off", disabled: operatorOwned });
     const desc = h("input", { type: "text", id: "f-description", name: "description", value: ep ? ep.description : "", maxlength: "1024" });
     const chosen = new Set(ep ? ep.event_types : []);
     const known = new Set(cat.map((t) => t.type));
@@ -1250,8 +1255,9 @@ export function handle(body, headers) {
     const headerRows = h("div", { class: "header-rows" });
     const addHeader = (k = "", v = "") => {
       const n = headerRows.children.length + 1;
-      const name = h("input", { type: "text", class: "mono", value: k, "aria-label": `Header ${n} name`, placeholder: "x-api-key", spellcheck: "false" });
-      const value = h("input", { type: "text", class: "mono", value: v, "aria-label": `Header ${n} value`, placeholder: "{{ secret.API_KEY }}", spellcheck: "false" });
+      const locked = APP === "portal" && usesSecret(v);
+      const name = h("input", { type: "text", class: "mono", value: k, "aria-label": `Header ${n} name`, placeholder: "x-api-key", spellcheck: "false", disabled: locked });
+      const value = h("input", { type: "text", class: "mono", value: v, "aria-label": `Header ${n} value`, placeholder: APP === "portal" ? "value" : "{{ secret.API_KEY }}", spellcheck: "false", disabled: locked });
       const row = h("div", { class: "header-row" }, name, value, button("Remove", () => { row.remove(); }, { kind: "small" }));
       headerRows.append(row);
       return name;
@@ -1265,14 +1271,18 @@ export function handle(body, headers) {
     const rate = h("input", { type: "number", id: "f-rate_limit", min: "0", step: "any", value: ep && ep.rate_limit ? String(ep.rate_limit.per_second) : "", placeholder: "no limit" });
     const submit = button(ep ? "Save" : "Create endpoint", null, { type: "submit", kind: "primary" });
     const form = h("form", { class: "card form", novalidate: true },
-      field("URL", url, "Where herald POSTs the webhooks (https)."),
+      field("URL", url, operatorOwned
+        ? "This endpoint sends a secret set by your platform in its headers, so only the platform's operator can change its URL."
+        : "Where herald POSTs the webhooks (https)."),
       field("Description", desc),
       h("fieldset", null, h("legend", null, "Event types"),
         h("p", { class: "hint" }, "Check none to receive every type."),
         boxes.length ? boxes : h("p", { class: "muted" }, "The catalog is empty."),
         field("Other patterns", other, "Comma-separated; a trailing * matches a prefix (order.*).")),
       h("fieldset", null, h("legend", null, "Custom headers"),
-        h("p", { class: "hint" }, "Sent with every request. A value may use {{ secret.NAME }}, an account secret set by the operator."),
+        h("p", { class: "hint" }, APP === "portal"
+          ? "Sent with every request. Headers that use a secret of your platform ({{ secret.NAME }}) are set by its operator and cannot be changed here."
+          : "Sent with every request. A value may use {{ secret.NAME }}, an account secret set with PUT /v1/accounts/{id}/secrets/{NAME}."),
         headerRows, button("Add header", () => addHeader().focus(), { kind: "small" })),
       field("Retry policy", retry, "A policy name from herald's config; empty for the default."),
       h("datalist", { id: "retry-policies" }, (policies.length ? policies : [{ name: "none" }, { name: "short" }, { name: "standard" }])

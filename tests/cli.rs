@@ -129,6 +129,36 @@ fn check_config_refuses_weak_and_shared_tokens() {
     );
 }
 
+/// SPEC §9: a token holding anything but visible ASCII can never match (clients cannot send it
+/// in an Authorization header, and herald reads only visible ASCII there), so it is refused
+/// rather than locking the operator out.
+#[test]
+fn check_config_refuses_tokens_outside_visible_ascii() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ingest.tokens");
+    std::fs::write(&file, "ingest-token-with\ttab-0123\n").unwrap();
+    let lines = assert_refused(
+        &format!(
+            "[server]\nadmin_tokens = [\"{}\", \"admin token with spaces 0123\", \
+             \"admin-token-\\u0007-bell-0123\"]\n\
+             ingest_token_file = {}\n",
+            "é".repeat(20),
+            common::toml_string(&file.display().to_string()),
+        ),
+        &[
+            ("server.admin_tokens[0]", "visible ASCII"),
+            ("server.admin_tokens[1]", "visible ASCII"),
+            ("server.admin_tokens[2]", "visible ASCII"),
+            ("server.ingest_token_file (token 1)", "visible ASCII"),
+        ],
+    );
+    assert_eq!(lines.len(), 4, "one line per problem: {lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.contains("0123") || l.contains('é')),
+        "a token was printed: {lines:?}"
+    );
+}
+
 #[test]
 fn check_config_accepts_a_good_file_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();

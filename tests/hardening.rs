@@ -430,3 +430,194 @@ async fn the_allocator_runs_with_herald_s_options() {
     )
     .await;
 }
+
+/// SPEC §9: deleting the data directory under a running herald does not make sled's writes
+/// fail (it writes on into its open, unlinked files), so herald checks that `storage.path`
+/// still names the directory it opened: from then on ingest and `/healthz` answer 503, nothing
+/// more is acknowledged, and herald stops with exit code 1 after its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_deleted_under_herald_stops_acknowledging() {
+    let mut h = Herald::start(common::ON_SLED).await;
+    let event = json!({"account_id": "acc", "type": "t.x", "payload": {}});
+    let (status, answer) = h.ingest(event.clone()).await;
+    assert_eq!(status, 202, "{answer}");
+
+    std::fs::remove_dir_all(h.storage_path()).unwrap();
+    // The very next ingest is refused: the check runs in every commit, not on a timer.
+    let (status, answer) = h.ingest(event.clone()).await;
+    assert_eq!(
+        status, 503,
+        "an event was acknowledged into deleted files: {answer}"
+    );
+    assert_eq!(answer["error"]["code"], "unavailable");
+    let (status, body) = h.call("GET", "/healthz", None, None).await;
+    assert_eq!(status, 503, "{body}");
+    let (status, _) = h
+        .call(
+            "POST",
+            "/v1/events/batch",
+            Some(INGEST_TOKEN),
+            Some(json!({"events": [event]})),
+        )
+        .await;
+    assert_eq!(status, 503);
+
+    let status = h
+        .exit_within(Duration::from_secs(30))
+        .await
+        .expect("herald kept running on a deleted data directory");
+    assert_eq!(status.code(), Some(1), "{status}");
+    let log = h.log_text();
+    assert!(log.contains("is gone"), "the log says why: {log}");
+}
+
+/// The same when the directory is replaced (moved away and another put in its place): the
+/// files herald writes are no longer the ones `storage.path` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_replaced_under_herald_stops_acknowledging() {
+    let h = Herald::start(common::ON_SLED).await;
+    let path = h.storage_path();
+    std::fs::rename(&path, path.with_extension("moved")).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let (status, body) = h.call("GET", "/healthz", None, None).await;
+    assert_eq!(status, 503, "{body}");
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {}}))
+        .await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        h.log_text().contains("names another directory"),
+        "{}",
+        h.log_text()
+    );
+}
+
+/// SPEC §10: every API answer carries `X-Content-Type-Options: nosniff` (JSON, errors,
+/// `/metrics`, `/openapi.json`), as the pages do; an error echoes the request path only as
+/// JSON text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_carries_nosniff() {
+    let h = Herald::start("").await;
+    let client = common::herald::new_client();
+    let base = h.base_url();
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        ("GET", "/healthz", None),
+        ("GET", "/metrics", None),
+        ("GET", "/openapi.json", None),
+        ("GET", "/v1/status", Some(ADMIN_TOKEN)),
+        ("GET", "/v1/status", None),
+        ("GET", "/v1/accounts/acc", Some(ADMIN_TOKEN)),
+        ("POST", "/v1/events", Some(INGEST_TOKEN)),
+        ("GET", "/v1/nothing/%3Cscript%3E", None),
+        ("DELETE", "/healthz", None),
+        ("GET", "/portal", None),
+    ];
+    for &(method, path, token) in cases {
+        let (status, headers, body) = common::herald::http_call(
+            &client,
+            &base,
+            method,
+            path,
+            token,
+            &[("content-type", "application/json")],
+            b"{".to_vec(),
+        )
+        .await
+        .unwrap();
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            header("x-content-type-options"),
+            Some("nosniff"),
+            "{method} {path} answered {status} without nosniff"
+        );
+        if status == 404 {
+            // The path comes back as JSON text, never as markup.
+            assert_eq!(header("content-type"), Some("application/json"));
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains("/v1/nothing/%3Cscript%3E"), "{message}");
+        }
+    }
+}
+
+/// SPEC §1: a payload nests at most 64 levels (the payload object is level 1); deeper is 422
+/// naming `payload`, alone in a batch, and stores nothing. 64 levels pass byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_nested_deeper_than_64_levels_is_refused() {
+    let h = Herald::start("").await;
+    let nested = |levels: usize| {
+        format!(
+            "{{\"a\":{}1{}}}",
+            "[".repeat(levels - 1),
+            "]".repeat(levels - 1)
+        )
+    };
+    let body = |payload: &str| {
+        format!("{{\"account_id\":\"acc\",\"type\":\"t.deep\",\"payload\":{payload}}}")
+    };
+    let client = common::herald::new_client();
+    let post = |path: &'static str, bytes: String| {
+        let client = client.clone();
+        let base = h.base_url();
+        async move {
+            let (status, _, answer) = common::herald::http_call(
+                &client,
+                &base,
+                "POST",
+                path,
+                Some(INGEST_TOKEN),
+                &[("content-type", "application/json")],
+                bytes.into_bytes(),
+            )
+            .await
+            .unwrap();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&answer).unwrap(),
+            )
+        }
+    };
+    for levels in [65, 100_000] {
+        let (status, answer) = post("/v1/events", body(&nested(levels))).await;
+        assert_eq!(status, 422, "{levels} levels: {answer}");
+        assert_eq!(answer["error"]["field"], "payload", "{answer}");
+        assert_eq!(answer["error"]["code"], "invalid_field", "{answer}");
+    }
+    let ok = nested(64);
+    let (status, answer) = post("/v1/events", body(&ok)).await;
+    assert_eq!(status, 202, "64 levels are allowed: {answer}");
+    let id = answer["event_id"].as_str().unwrap().to_string();
+    let (_, event) = h.admin("GET", &format!("/v1/events/{id}"), None).await;
+    assert_eq!(
+        event["payload"].to_string(),
+        ok,
+        "the payload is kept as sent"
+    );
+
+    let batch = format!(
+        "{{\"events\":[{},{}]}}",
+        body(&nested(65)),
+        body(&nested(2))
+    );
+    let (status, answer) = post("/v1/events/batch", batch).await;
+    assert_eq!(status, 202, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(
+        results[0]["error"]["field"], "events[0].payload",
+        "{answer}"
+    );
+    assert!(results[1]["event_id"].is_string(), "{answer}");
+    let (_, list) = h
+        .admin("GET", "/v1/deliveries?account_id=acc&limit=100", None)
+        .await;
+    assert_eq!(
+        list["items"].as_array().unwrap().len(),
+        2,
+        "only the two good events were stored: {list}"
+    );
+}

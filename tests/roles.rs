@@ -329,3 +329,81 @@ async fn a_revoked_portal_session_is_refused_at_once() {
         );
     }
 }
+
+/// SPEC §1: an account id is never `.` or `..` (a browser resolves them as path segments, so
+/// their portal could never load). Everything that takes an account id to create or write
+/// refuses them with `422` naming `account_id`, and stores nothing; the admin's reads still
+/// reach an account an older herald accepted (docs/operations.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_account_ids_are_refused_wherever_an_account_is_written() {
+    let w = World::start_manual("", "", T0).await;
+    let h = &w.herald;
+    for id in [".", ".."] {
+        let refused = |(status, answer): (u16, Value), what: &str| {
+            assert_eq!(status, 422, "{what} for {id:?}: {answer}");
+            assert_eq!(answer["error"]["field"], "account_id", "{what}: {answer}");
+        };
+        refused(
+            h.ingest(json!({"account_id": id, "type": "t.x", "payload": {}}))
+                .await,
+            "ingest",
+        );
+        let (status, answer) = h
+            .call(
+                "POST",
+                "/v1/events/batch",
+                Some(INGEST_TOKEN),
+                Some(json!({"events": [{"account_id": id, "type": "t.x", "payload": {}}]})),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        assert_eq!(
+            answer["results"][0]["error"]["field"], "events[0].account_id",
+            "{answer}"
+        );
+        let path = |rest: &str| format!("/v1/accounts/{id}{rest}");
+        refused(
+            h.admin("PUT", &path(""), Some(json!({"plan": null}))).await,
+            "PUT account",
+        );
+        refused(
+            h.admin("PUT", &path("/secrets/KEY"), Some(json!({"value": "v"})))
+                .await,
+            "PUT secret",
+        );
+        refused(
+            h.admin(
+                "POST",
+                &path("/endpoints"),
+                Some(json!({"url": "https://example.com/"})),
+            )
+            .await,
+            "create endpoint",
+        );
+        refused(
+            h.admin("POST", &path("/portal-sessions"), Some(json!({})))
+                .await,
+            "portal session",
+        );
+        // Reads still reach such an account.
+        let (status, account) = h.admin("GET", &path(""), None).await;
+        assert_eq!(status, 200, "{account}");
+        let (status, list) = h.admin("GET", &path("/endpoints"), None).await;
+        assert_eq!(status, 200, "{list}");
+        let (status, list) = h
+            .admin("GET", &format!("/v1/deliveries?account_id={id}"), None)
+            .await;
+        assert_eq!(status, 200, "{list}");
+        assert_eq!(list["items"], json!([]), "nothing was stored: {list}");
+    }
+    let (_, accounts) = h.admin("GET", "/v1/accounts", None).await;
+    assert!(
+        !accounts.to_string().contains("\"..\""),
+        "no dot account was made: {accounts}"
+    );
+    // Dots inside an id are fine.
+    let (status, answer) = h
+        .ingest(json!({"account_id": "...", "type": "t.x", "payload": {}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+}

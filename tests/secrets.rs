@@ -223,3 +223,156 @@ async fn imported_plain_secret_signs_with_its_utf8_bytes() {
         "another key must not verify"
     );
 }
+
+/// SPEC §7: a portal session cannot send an account secret to a URL of its choosing. It gets
+/// `403 secret_macro` when it adds or changes a header value that uses `{{ secret.…}}` (any
+/// spelling the expansion takes), or gives a new URL to an endpoint whose stored headers use
+/// one; values sent unchanged are accepted (the portal's Save sends every field). The admin
+/// token may do both. Nothing the portal tried reaches its receiver with the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_session_cannot_send_an_account_secret_to_its_own_url() {
+    const SECRET: &str = "operator-api-key-0123456789";
+    let world = World::start("", "").await;
+    let h = &world.herald;
+    let theirs = Receiver::ok_https(&world.ca);
+    let (status, _) = h
+        .admin(
+            "PUT",
+            "/v1/accounts/acct/secrets/API_KEY",
+            Some(json!({"value": SECRET})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, s) = h
+        .admin("POST", "/v1/accounts/acct/portal-sessions", Some(json!({})))
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let portal = s["token"].as_str().unwrap().to_string();
+    let as_portal = |method: &'static str, path: String, body: Value| {
+        let portal = portal.clone();
+        async move { h.call(method, &path, Some(&portal), Some(body)).await }
+    };
+    let refused = |(status, answer): (u16, Value), field: &str| {
+        assert_eq!(status, 403, "{answer}");
+        assert_eq!(answer["error"]["code"], "secret_macro", "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    };
+
+    // Creating one with a macro, in every spelling the expansion takes.
+    for value in [
+        "{{ secret.API_KEY }}",
+        "{{secret.API_KEY}}",
+        "Bearer {{\tsecret.API_KEY }}",
+    ] {
+        let answer = as_portal(
+            "POST",
+            "/v1/accounts/acct/endpoints".into(),
+            json!({"url": theirs.url("/grab"), "headers": {"x-grab": value}}),
+        )
+        .await;
+        refused(answer, "headers.x-grab");
+    }
+    // Their own endpoint, without a macro: fine; adding one later is refused.
+    let (status, created) = as_portal(
+        "POST",
+        "/v1/accounts/acct/endpoints".into(),
+        json!({"url": theirs.url("/own"), "headers": {"x-plain": "1"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let own = created["endpoint"]["id"].as_str().unwrap().to_string();
+    let answer = as_portal(
+        "PATCH",
+        format!("/v1/endpoints/{own}"),
+        json!({"headers": {"x-plain": "1", "x-grab": "{{ secret.API_KEY }}"}}),
+    )
+    .await;
+    refused(answer, "headers.x-grab");
+
+    // The operator's endpoint that carries the secret, at the operator's chosen receiver.
+    let operators = Receiver::ok_https(&world.ca);
+    let (ep, _) = world
+        .endpoint(
+            "acct",
+            &operators.url("/hook"),
+            json!({"headers": {"authorization": "Bearer {{ secret.API_KEY }}"}}),
+        )
+        .await;
+    // Moving it to the portal's URL, alone or with its headers sent unchanged, is refused.
+    let answer = as_portal(
+        "PATCH",
+        format!("/v1/endpoints/{ep}"),
+        json!({"url": theirs.url("/moved")}),
+    )
+    .await;
+    refused(answer, "url");
+    let answer = as_portal(
+        "PATCH",
+        format!("/v1/endpoints/{ep}"),
+        json!({"url": theirs.url("/moved"),
+               "headers": {"authorization": "Bearer {{ secret.API_KEY }}"}}),
+    )
+    .await;
+    refused(answer, "url");
+    // Copying the macro into another header is a change.
+    let answer = as_portal(
+        "PATCH",
+        format!("/v1/endpoints/{ep}"),
+        json!({"headers": {"authorization": "Bearer {{ secret.API_KEY }}",
+                           "x-copy": "{{ secret.API_KEY }}"}}),
+    )
+    .await;
+    refused(answer, "headers.x-copy");
+    // The portal's Save: every field sent, the URL and headers unchanged.
+    let (_, stored) = h.admin("GET", &format!("/v1/endpoints/{ep}"), None).await;
+    let (status, saved) = as_portal(
+        "PATCH",
+        format!("/v1/endpoints/{ep}"),
+        json!({"url": stored["url"], "headers": stored["headers"],
+               "description": "edited in the portal", "event_types": []}),
+    )
+    .await;
+    assert_eq!(status, 200, "{saved}");
+    assert_eq!(saved["description"], "edited in the portal");
+    assert_eq!(saved["url"], stored["url"]);
+
+    // The refusals changed nothing.
+    let (_, list) = h.admin("GET", "/v1/accounts/acct/endpoints", None).await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    let (_, own_now) = h.admin("GET", &format!("/v1/endpoints/{own}"), None).await;
+    assert_eq!(own_now["headers"], json!({"x-plain": "1"}));
+
+    // The test event of both endpoints: the secret goes only to the operator's receiver.
+    for id in [&own, &ep] {
+        let (status, answer) =
+            as_portal("POST", format!("/v1/endpoints/{id}/test"), json!({})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert!(
+        !theirs.requests().is_empty(),
+        "the portal's test event arrived"
+    );
+    for r in theirs.requests() {
+        for (name, value) in &r.headers {
+            assert!(
+                !value.contains(SECRET),
+                "the portal's receiver got it in {name}"
+            );
+        }
+    }
+    assert_eq!(
+        operators.requests()[0].header("authorization"),
+        Some(format!("Bearer {SECRET}").as_str())
+    );
+
+    // The admin token may do both.
+    let (status, answer) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ep}"),
+            Some(json!({"url": operators.url("/other"),
+                        "headers": {"x-copy": "{{ secret.API_KEY }}"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}

@@ -57,7 +57,7 @@ pub async fn put(
 }
 
 pub async fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
-    validate::account_id_str("account_id", account_id)?;
+    validate::account_id_lookup("account_id", account_id)?;
     Ok(json(StatusCode::OK, &account(state, account_id).await?))
 }
 

@@ -36,7 +36,7 @@ pub async fn list(
         }
         match k.as_ref() {
             "account_id" => {
-                validate::account_id_str("account_id", &v)?;
+                validate::account_id_lookup("account_id", &v)?;
                 filter.account_id = Some(v)
             }
             "endpoint_id" => filter.endpoint_id = Some(v),

@@ -15,6 +15,7 @@ use super::error::ApiError;
 use super::{json, no_content, validate, AppState, Resp, Scope};
 use crate::ids::{self, ENDPOINT};
 use crate::model::{Endpoint, EndpointState, Ordering, RateLimit, SignatureKind, StoredSecret};
+use crate::outbound::request::mentions_secret;
 use crate::policy::url::check_endpoint_url;
 use crate::signing as sign;
 
@@ -54,6 +55,7 @@ const MAX_RATE: f64 = 100_000.0;
 
 pub async fn create(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     account_id: &str,
 ) -> Result<Resp, ApiError> {
@@ -99,6 +101,7 @@ pub async fn create(
         client_certificate: None,
     };
     apply_common(state, &mut ep, &f)?;
+    secret_macros_stay(scope, None, &ep)?;
 
     let max = state.config.endpoints.max_per_account;
     let Some(ep) = state.store.create_endpoint(ep, max).await? else {
@@ -116,7 +119,7 @@ pub async fn create(
 }
 
 pub async fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
-    validate::account_id_str("account_id", account_id)?;
+    validate::account_id_lookup("account_id", account_id)?;
     let mut items: Vec<Value> = Vec::new();
     for e in state.store.account_endpoints(account_id).iter().rev() {
         items.push(with_health(state, e).await?);
@@ -169,6 +172,7 @@ pub async fn patch(
     let changed = state
         .store
         .change_endpoint(id, |ep| {
+            let stored = ep.clone();
             if let Some(url) = &new_url {
                 if *url != ep.url {
                     ep.url = url.clone();
@@ -177,6 +181,9 @@ pub async fn patch(
                 }
             }
             apply_common(state, ep, &f)?;
+            // Checked against the endpoint as stored when the change applies, so no concurrent
+            // change can slip a macro past it.
+            secret_macros_stay(scope, Some(&stored), ep)?;
             ep.updated_at = now;
             Ok::<_, ApiError>(true)
         })
@@ -235,6 +242,46 @@ pub fn find(state: &AppState, scope: &Scope, id: &str) -> Result<Arc<Endpoint>, 
         .ok_or_else(|| ApiError::not_found("endpoint"))?;
     scope.check(&ep.account_id, "endpoint")?;
     Ok(ep)
+}
+
+/// A portal session may not send an account secret where it chooses (docs/api.md, "Custom
+/// headers"): `403 secret_macro` when its change adds or changes a header value that mentions
+/// `{{ secret.…}}`, or gives a new URL to an endpoint whose stored headers mention one. Values
+/// sent unchanged pass, since the portal's Save sends every field. The admin token may do both.
+fn secret_macros_stay(
+    scope: &Scope,
+    stored: Option<&Endpoint>,
+    changed: &Endpoint,
+) -> Result<(), ApiError> {
+    if scope.account().is_none() {
+        return Ok(());
+    }
+    let refuse = |field: String, message: &str| {
+        Err(ApiError {
+            field: Some(field),
+            ..ApiError::new(StatusCode::FORBIDDEN, "secret_macro", message)
+        })
+    };
+    for (name, value) in &changed.headers {
+        let unchanged = stored.and_then(|ep| ep.headers.get(name)) == Some(value);
+        if mentions_secret(value) && !unchanged {
+            return refuse(
+                format!("headers.{name}"),
+                "a header that uses an account secret ({{ secret.… }}) can be added or changed \
+                 only by the platform's operator",
+            );
+        }
+    }
+    if let Some(stored) = stored {
+        if stored.url != changed.url && stored.headers.values().any(|v| mentions_secret(v)) {
+            return refuse(
+                "url".to_string(),
+                "this endpoint sends an account secret in its headers, so only the platform's \
+                 operator can change its URL",
+            );
+        }
+    }
+    Ok(())
 }
 
 fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {

@@ -82,7 +82,7 @@ pub async fn incidents(
         }
         match k.as_ref() {
             "account_id" => {
-                validate::account_id_str("account_id", &v)?;
+                validate::account_id_lookup("account_id", &v)?;
                 filter.account_id = Some(v);
             }
             "since" => filter.since = Some(super::deliveries::time_param("since", &v)?),

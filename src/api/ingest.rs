@@ -161,6 +161,15 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
         Some(_) => return Err(ApiError::field("payload", "payload must be a JSON object")),
         None => return Err(ApiError::field("payload", "payload is required")),
     };
+    if validate::nests_deeper_than(payload.get().as_bytes(), validate::MAX_PAYLOAD_DEPTH) {
+        return Err(ApiError::field(
+            "payload",
+            format!(
+                "payload nests deeper than {} levels of objects and arrays",
+                validate::MAX_PAYLOAD_DEPTH
+            ),
+        ));
+    }
     if config.catalog.validate && schemas.has(&event_type) {
         // Only validated payloads pay for a parse into values.
         let value: Value = serde_json::from_str(payload.get())

@@ -33,7 +33,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
 use hyper::{Method, Request, Response, StatusCode};
 use subtle::ConstantTimeEq;
 
@@ -98,7 +98,7 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let result = dispatch(&state, req, &method, &path).await;
-    match result {
+    let mut resp = match result {
         Ok(r) => r,
         Err(e) => {
             if e.status == StatusCode::UNAUTHORIZED {
@@ -106,7 +106,12 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -
             }
             e.into_response()
         }
-    }
+    };
+    // Every answer, JSON, errors, /metrics and pages alike: a browser must never guess a type
+    // (an error echoes the request path as text; sniffed as HTML it could run).
+    resp.headers_mut()
+        .insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    resp
 }
 
 fn bearer(req: &Request<Incoming>) -> Option<String> {
@@ -207,7 +212,7 @@ async fn dispatch(
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
         Id::EventTypes => catalog::event_types(state),
         Id::RetryPolicies => Ok(catalog::retry_policies(state)),
-        Id::EndpointCreate => endpoints::create(state, req, p("account_id")).await,
+        Id::EndpointCreate => endpoints::create(state, s, req, p("account_id")).await,
         Id::EndpointList => endpoints::list(state, p("account_id")).await,
         Id::EndpointGet => endpoints::get(state, s, p("id")).await,
         Id::EndpointPatch => endpoints::patch(state, s, req, p("id")).await,

@@ -29,8 +29,26 @@ pub fn account_id(field: &str, v: &Value) -> Result<String, ApiError> {
     Ok(s)
 }
 
-/// Checks an account id already in string form (also the path segment of account routes).
+/// Checks an account id already in string form (also the path segment of account routes), for
+/// a request that may create the account or write to it.
+///
+/// `.` and `..` are refused: a browser or proxy resolves them as path segments, so the
+/// account's portal pages and routes could never be reached.
 pub fn account_id_str(field: &str, s: &str) -> Result<(), ApiError> {
+    account_id_lookup(field, s)?;
+    if s == "." || s == ".." {
+        return Err(ApiError::field(
+            field,
+            format!("{field} must not be \".\" or \"..\" (they read as path segments)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an account id that a read names. It admits `.` and `..`, which no request can create
+/// any more, so that the admin can still read an account an older version accepted (see
+/// docs/operations.md).
+pub fn account_id_lookup(field: &str, s: &str) -> Result<(), ApiError> {
     if s.is_empty() || s.len() > MAX_ID_LEN {
         return Err(ApiError::field(
             field,
@@ -124,6 +142,43 @@ pub fn is_reserved_header(name: &str) -> bool {
         || n.starts_with("herald-")
 }
 
+/// How deep a payload may nest: the payload object is level 1, and each object or array inside
+/// adds one (docs/api.md). Deeper JSON breaks parsers downstream (receivers' and the pages').
+pub const MAX_PAYLOAD_DEPTH: usize = 64;
+
+/// True if JSON text, already known to be valid, nests objects and arrays deeper than `max`
+/// levels. One pass over the bytes, nothing parsed or allocated, so the payload stays as sent.
+pub fn nests_deeper_than(json: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut bytes = json.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'"' => {
+                // Skip the string: brackets inside it are text. Valid JSON means every escape
+                // is a backslash and one more byte (the \u form's digits hold no quote).
+                while let Some(&c) = bytes.next() {
+                    match c {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// True if a raw JSON value is an object (the payload must be one).
 pub fn is_object(raw: &RawValue) -> bool {
     raw.get().trim_start().starts_with('{')
@@ -146,10 +201,35 @@ mod tests {
             json!("a b"),
             json!("_operator"),
             json!("x/y"),
+            json!("."),
+            json!(".."),
         ] {
             let e = account_id("account_id", &bad).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("account_id"), "{bad}");
         }
+        assert_eq!(account_id("account_id", &json!("...")).unwrap(), "...");
+        assert_eq!(account_id("account_id", &json!(".a")).unwrap(), ".a");
+        assert!(account_id_lookup("account_id", "..").is_ok());
+    }
+
+    #[test]
+    fn nesting_depth_counts_objects_and_arrays_but_not_strings() {
+        let nested = |levels: usize| "[".repeat(levels - 1) + "1" + &"]".repeat(levels - 1);
+        let payload = |levels: usize| format!("{{\"a\":{}}}", nested(levels));
+        // The payload object is level 1.
+        assert!(!nests_deeper_than(b"{}", 1));
+        assert!(nests_deeper_than(b"{\"a\":{}}", 1));
+        assert!(!nests_deeper_than(payload(64).as_bytes(), 64));
+        assert!(nests_deeper_than(payload(65).as_bytes(), 64));
+        assert!(nests_deeper_than(payload(100_000).as_bytes(), 64));
+        // Brackets inside strings, escaped quotes and backslashes are text.
+        let text = format!("{{\"s\":\"{}\\\"\\\\\",\"t\":[[]]}}", "[{".repeat(100));
+        assert!(serde_json::from_str::<Value>(&text).is_ok(), "{text}");
+        assert!(!nests_deeper_than(text.as_bytes(), 3));
+        assert!(nests_deeper_than(text.as_bytes(), 2));
+        // Siblings do not add up.
+        let wide = format!("{{{}\"z\":1}}", "\"a\":[[1]],".repeat(100));
+        assert!(!nests_deeper_than(wide.as_bytes(), 3));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use super::{Config, ConfigError, MAX_RESPONSE_BODY_LIMIT, MIN_TOKEN_LEN};
 
 impl Config {
     /// The admin and ingest tokens: the lists and the lines of the token files. Refused: a
-    /// token shorter than [`MIN_TOKEN_LEN`] characters, one with surrounding whitespace (it
-    /// could never match), and one token in both lists.
+    /// token shorter than [`MIN_TOKEN_LEN`] characters, one with surrounding whitespace or a
+    /// character outside visible ASCII (it could never match), and one token in both lists.
     pub fn tokens(&self) -> Result<(Vec<String>, Vec<String>), Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut read = |key: &str, list: &[String], file: &Option<PathBuf>| -> Vec<String> {
@@ -41,6 +41,14 @@ impl Config {
                         key: k.clone(),
                         message: "has leading or trailing whitespace, so no request could ever \
                                   match it"
+                            .into(),
+                    });
+                } else if !t.bytes().all(|b| b.is_ascii_graphic()) {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: "may hold only visible ASCII characters (no spaces, control \
+                                  characters or non-ASCII letters): an Authorization header \
+                                  carrying any other could never match it"
                             .into(),
                     });
                 } else if t.chars().count() < MIN_TOKEN_LEN {

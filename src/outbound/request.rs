@@ -157,6 +157,21 @@ pub fn expand_macros(
     (out, missing)
 }
 
+/// True if a header value asks for an account secret: `{{`, optional white space, `secret.`.
+/// Wider than what [`expand_macros`] replaces (any name, closed or not), so that nothing it
+/// would expand escapes a check built on this.
+pub fn mentions_secret(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(start) = rest.find("{{") {
+        // One byte on, not two: `{{{ secret.X }}` holds a `{{` that starts at its second brace.
+        rest = &rest[start + 1..];
+        if rest[1..].trim_start().starts_with("secret.") {
+            return true;
+        }
+    }
+    false
+}
+
 /// Account secret names: letters, digits and `_`; those starting with `_` are reserved.
 pub fn is_secret_name(name: &str) -> bool {
     !name.is_empty()
@@ -194,5 +209,36 @@ mod tests {
             expand_macros("{{ other }} {{ secret.bad-name }} {{", lookup),
             ("{{ other }} {{ secret.bad-name }} {{".to_string(), vec![])
         );
+    }
+
+    #[test]
+    fn secret_mentions_cover_every_form_that_expands() {
+        let lookup = |_: &str| Some("SECRET".to_string());
+        for v in [
+            "{{ secret.API_KEY }}",
+            "{{secret.API_KEY}}",
+            "Bearer {{\tsecret.X}}",
+            "{{ x }}{{ secret.X }}",
+        ] {
+            assert!(expand_macros(v, lookup).0.contains("SECRET"), "{v}");
+            assert!(mentions_secret(v), "{v}");
+        }
+        // Wider than what expands: unclosed, bad names, a third brace.
+        for v in [
+            "{{{ secret.X }}",
+            "a {{ b }} {{  secret.x",
+            "{{ secret.bad-name }}",
+        ] {
+            assert!(mentions_secret(v), "{v}");
+        }
+        for v in [
+            "Bearer abc",
+            "{{ other }}",
+            "{ secret.X }",
+            "secret.X",
+            "{{ secrets.X }}",
+        ] {
+            assert!(!mentions_secret(v), "{v}");
+        }
     }
 }

@@ -164,15 +164,16 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
         ..Cycle::default()
     };
     let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut result = Ok(());
+    // A store that failed for good writes nothing more (see `health`).
+    let mut result = inner.health.usable();
     for job in &jobs {
+        if result.is_err() {
+            break;
+        }
         if let Job::Ingest { events, .. } = job {
             match apply(inner, &mut cycle, events) {
                 Ok(o) => outcomes.push(o),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+                Err(e) => result = Err(e),
             }
         }
     }

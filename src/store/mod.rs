@@ -58,6 +58,7 @@ mod due;
 mod endpoints;
 pub mod files;
 mod fold;
+mod health;
 pub mod key;
 mod keys;
 mod migrate;
@@ -117,6 +118,10 @@ pub enum StoreError {
     },
     #[error("storage is closed")]
     Closed,
+    /// A sync failed, or the data directory was deleted or replaced under herald: nothing is
+    /// acknowledged again by this process (see [`health`]).
+    #[error("storage is unusable: {0}")]
+    Unusable(String),
     /// Cluster mode's database refused or could not be reached (the message names the database
     /// and PostgreSQL's reason, never the password).
     #[error("{0}")]
@@ -181,7 +186,7 @@ pub(crate) struct Inner {
     due: Arc<DueIndex>,
     stats: Stats,
     fresh: Mutex<Fresh>,
-    healthy: AtomicBool,
+    health: health::Health,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     /// Deliveries someone is reading, changing and writing now ([`Claim`]).
@@ -227,21 +232,33 @@ impl Drop for Claim {
 }
 
 impl Inner {
-    /// sled's flush (a `sync_file_range`), then a real fdatasync of its data file.
+    /// sled's flush (a `sync_file_range`), then a real fdatasync of its data file. A failure
+    /// fails the store for good ([`health`]), and so does a data directory that is no longer
+    /// where it was opened: nothing synced into unlinked files is durable.
     fn sync(&self) -> Result<(), StoreError> {
-        #[cfg(test)]
-        self.faults.check(&self.faults.sync)?;
+        self.health.usable()?;
         let started = std::time::Instant::now();
-        self.db.flush()?;
-        self.data_file.sync_data()?;
+        let synced = self.sync_files();
+        if let Err(e) = &synced {
+            self.health.fail_for_good(&format!("a sync failed: {e}"));
+        }
+        synced?;
         self.metrics
             .fsync_duration
             .observe_duration(started.elapsed());
+        self.health.usable()
+    }
+
+    fn sync_files(&self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.faults.check(&self.faults.sync)?;
+        self.db.flush()?;
+        self.data_file.sync_data()?;
         Ok(())
     }
 
     fn set_healthy(&self, ok: bool) {
-        self.healthy.store(ok, Ordering::Relaxed);
+        self.health.set_last_commit(ok);
     }
 
     fn lock_fresh(&self) -> std::sync::MutexGuard<'_, Fresh> {
@@ -498,7 +515,7 @@ impl Store {
             due: Arc::new(DueIndex::default()),
             stats: Stats::default(),
             fresh: Mutex::new(Fresh::default()),
-            healthy: AtomicBool::new(true),
+            health: health::Health::new(path)?,
             metrics,
             clock,
             claims: Mutex::new(HashSet::new()),
@@ -590,9 +607,10 @@ impl Store {
         &self.inner.stats
     }
 
-    /// True while the last commit succeeded and sled answers reads.
+    /// True while the last commit succeeded, nothing failed for good ([`health`]), and sled
+    /// answers reads.
     pub fn healthy(&self) -> bool {
-        self.inner.healthy.load(Ordering::Relaxed)
+        self.inner.health.healthy()
             && self.inner.trees.meta.get(meta_keys::FORMAT).is_ok()
             && !self.commit_tx.is_closed()
     }
@@ -625,6 +643,12 @@ impl Store {
     /// writes.
     pub fn close(&self) -> Result<(), StoreError> {
         self.checkpoint()?;
+        if let Err(e) = self.inner.health.usable() {
+            // Hand sled's buffers to the file (no promise of durability) and record no
+            // watermark of the keys: nothing written since the failure is known to be on disk.
+            let _ = self.inner.db.flush();
+            return Err(e);
+        }
         self.inner.keys.checkpoint()?;
         self.inner.sync()
     }
@@ -680,8 +704,21 @@ async fn checkpoints(store: std::sync::Weak<Store>) {
         if let Err(e) = store.checkpoint() {
             tracing::warn!(error = %e, "cannot write the store's checkpoint");
         }
-        // Syncs a database: off the runtime's workers.
-        let synced = tokio::task::spawn_blocking(move || store.inner.keys.checkpoint()).await;
+        // Syncs a database: off the runtime's workers. Keys that cannot be synced may be gone
+        // after a crash, and a retry within their window would be delivered again: the store
+        // fails for good, like any failed sync.
+        let synced = tokio::task::spawn_blocking(move || {
+            let checkpoint = store.inner.health.usable();
+            let checkpoint = checkpoint.and_then(|()| store.inner.keys.checkpoint());
+            if let Err(e) = &checkpoint {
+                store
+                    .inner
+                    .health
+                    .fail_for_good(&format!("cannot sync the idempotency keys: {e}"));
+            }
+            checkpoint
+        })
+        .await;
         if let Ok(Err(e)) = synced {
             tracing::warn!(error = %e, "cannot sync the idempotency keys");
         }

@@ -87,6 +87,19 @@ fn close(store: Arc<Store>) {
     }
 }
 
+/// Closes a store whose sync failed: the close says so, and the directory can be opened again.
+fn close_failed(store: Arc<Store>) {
+    let committer = store.take_committer();
+    assert!(
+        matches!(store.close(), Err(StoreError::Unusable(_))),
+        "a store whose sync failed stays failed until it is opened again"
+    );
+    drop(store);
+    if let Some(c) = committer {
+        c.join().expect("committer");
+    }
+}
+
 fn event(account: &str, targets: &[Lane], at: Millis) -> NewEvent {
     NewEvent {
         account_id: account.into(),
@@ -183,7 +196,7 @@ async fn a_failed_commit_whose_undo_fails_in_sled_is_undone_at_the_next_start() 
         "the cycle failed"
     );
     // sled writes the failed cycle's rows to its file (at close, as its own flush would).
-    close(store);
+    close_failed(store);
     assert_eq!(
         std::fs::read_dir(dir.path().join("undo")).unwrap().count(),
         1,
@@ -223,7 +236,7 @@ async fn a_failed_commit_whose_undo_cannot_be_recorded_stays_deliverable() {
     store.inner.faults.undo.store(true, Ordering::SeqCst);
     assert!(store.ingest(vec![ev]).await.is_err(), "the cycle failed");
     // The watermark is written meanwhile (every second, and at close).
-    close(store);
+    close_failed(store);
 
     let store = open(dir.path(), &clock);
     assert_eq!(
