@@ -177,7 +177,10 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
             }
         }
     }
+    // The keys go in before the fsync: a key that cannot be written fails the cycle, so no
+    // event is acknowledged without its key (see `keys`).
     let result = result
+        .and_then(|()| inner.keys.write(&cycle.keys))
         .and_then(|()| cycle.write(inner))
         .and_then(|()| inner.sync());
     inner.set_healthy(result.is_ok());
@@ -186,6 +189,10 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
         // request stores nothing and a retry of it is not answered as a duplicate.
         if let Err(undo) = cycle.undo(inner) {
             tracing::error!(error = %undo, "cannot roll back a failed commit");
+        }
+        // Its keys name events that do not exist (no claim); their slots are freed if they can be.
+        if let Err(release) = inner.keys.release(&cycle.keys) {
+            tracing::warn!(error = %release, "cannot release a failed commit's idempotency keys");
         }
         tracing::error!(error = %e, "commit failed; answering 503 to its requests");
         for job in jobs {
@@ -203,11 +210,8 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);
     }
-    // Durable: the keys join their index (the next cycle finds them), up to the last event.
-    let last_event = inner.lock_fresh().last_event;
-    if let Err(e) = inner.keys.add(&cycle.keys, last_event) {
-        tracing::error!(error = %e, "cannot add idempotency keys; the next start adds them from the log");
-    }
+    // Durable: the keys written up to the last event may be recorded as synced once they are.
+    inner.keys.mark(inner.lock_fresh().last_event);
     inner.due.insert_many(cycle.due.drain(..));
     for state in &cycle.states {
         inner.stats.count(None, *state);
@@ -391,7 +395,8 @@ fn apply(
 }
 
 /// `Some(first event id)` if the event's idempotency key was claimed within the window (by an
-/// event that exists). A key claimed on one day is looked for that day and the next.
+/// event that exists). A key claimed on one day is looked for that day and the next, on the
+/// keys' own timeline ([`Inner::key_time`]).
 fn claimed_before(
     inner: &Inner,
     cycle: &Cycle,
@@ -400,7 +405,7 @@ fn claimed_before(
     let Some(idem) = &ev.idempotency_key else {
         return Ok(None);
     };
-    let now = cycle.now.max(ev.received_at);
+    let now = inner.key_time(cycle.now.max(ev.received_at));
     let today = key::idempotency_day(now);
     for day in [today, today.saturating_sub(1)] {
         let k = key::idempotency(day, &ev.account_id, idem);

@@ -28,6 +28,9 @@
 //! place, and its memory is the kernel's page cache, which gives way under pressure, not
 //! herald's heap. They live apart from the log because their lifetime is not the log's.
 //!
+//! A table's blocks are allocated when it is made (`fallocate`), so writing a slot never needs
+//! a block a full disk no longer has.
+//!
 //! One writer at a time changes slots (`writes`): the committer adding keys, retention
 //! releasing them, expiry. Lookups take no lock; they run on the committer, the only thread
 //! that fills slots, so none runs while a slot fills. A release (retention's thread) only
@@ -37,14 +40,16 @@
 //! # Durability without a second fsync per commit
 //!
 //! The event row holds its idempotency key, so the log is the record and the tables an index
-//! of it. The committer adds a cycle's keys here after the cycle's fsync (before it answers,
-//! so the next cycle sees them) without syncing; once a second the checkpoint syncs the tables
+//! of it. The committer writes a cycle's keys here before the cycle's fsync (a key that cannot
+//! be written fails the cycle: `503`, nothing stored), without syncing them, and marks them
+//! durable once the cycle is; once a second the checkpoint syncs the tables
 //! it changed (headers with their counts, and the directory if a table was created) and then
 //! records the *watermark* (a file, `watermark`, replaced by rename): the last event whose key
 //! is here durably. At open, the keys of the events after the watermark are read from their
 //! event rows and written again, so keys that a crash took come back before the first ingest;
 //! a table whose header did not reach the disk can only hold such keys and is removed. An
-//! insert that fails stops the watermark where it was (the next open rebuilds from there).
+//! insert or a sync that fails stops the watermark where it was for the rest of the process
+//! (the next open rebuilds from there).
 //!
 //! # A digest of 12 bytes
 //!
@@ -80,8 +85,7 @@ const BLOCK: u64 = 512;
 const PER_BLOCK: u64 = BLOCK / SLOT as u64;
 const MAGIC: &[u8; 8] = b"herald-k";
 const VERSION: u32 = 1;
-/// A table's blocks at least (36,864 slots, 1 MiB, written sparsely: a table of few keys
-/// costs the pages they land on).
+/// A table's blocks at least (36,864 slots, 1 MiB, allocated when the table is made).
 const MIN_BLOCKS: u64 = 1 << 11;
 const WATERMARK: &str = "watermark";
 /// The next watermark is written to `watermark.new.N` and renamed (a name of its own for each
@@ -102,6 +106,29 @@ pub(super) struct Keys {
     writes: Mutex<()>,
     /// Held through a checkpoint, so watermarks are recorded in order.
     checkpoints: Mutex<()>,
+    /// Failures injected by the store's own tests.
+    #[cfg(test)]
+    pub(super) faults: KeyFaults,
+}
+
+/// Failures the store's tests inject, each armed for one call.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct KeyFaults {
+    /// Writing a key's slot (as on a full disk: a slot can need a new block).
+    pub write: AtomicBool,
+    /// A table's sync.
+    pub sync: AtomicBool,
+}
+
+#[cfg(test)]
+impl KeyFaults {
+    fn check(which: &AtomicBool, what: &str) -> Result<(), StoreError> {
+        if which.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::other(format!("injected {what} failure")).into());
+        }
+        Ok(())
+    }
 }
 
 struct Marks {
@@ -149,7 +176,7 @@ impl Table {
             .truncate(true)
             .mode(FILE_MODE)
             .open(&path)?;
-        file.set_len(BLOCK + slots / PER_BLOCK * BLOCK)?;
+        allocate(&file, BLOCK + slots / PER_BLOCK * BLOCK)?;
         let table = Table {
             file,
             path,
@@ -328,6 +355,8 @@ impl Keys {
             }),
             writes: Mutex::new(()),
             checkpoints: Mutex::new(()),
+            #[cfg(test)]
+            faults: KeyFaults::default(),
         })
     }
 
@@ -356,26 +385,37 @@ impl Keys {
         Ok(None)
     }
 
-    /// Adds durable events' keys; `through` is the last of those events. Not synced (see the
-    /// module's doc). If it fails, the watermark stays where it is from then on.
+    /// Adds durable events' keys; `through` is the last of those events ([`Keys::write`], then
+    /// [`Keys::mark`]).
     pub fn add(&self, rows: &[(KeyRow, u128)], through: u128) -> Result<(), StoreError> {
+        self.write(rows)?;
+        self.mark(through);
+        Ok(())
+    }
+
+    /// Writes keys (not synced, see the module's doc). The committer writes a cycle's keys
+    /// before the cycle's fsync, so a key that cannot be written fails the cycle (`503`, nothing
+    /// stored) instead of leaving an acknowledged event without its key; keys of a cycle that
+    /// fails name events that do not exist, which claim nothing. If it fails, the watermark
+    /// stays where it is from then on.
+    pub fn write(&self, rows: &[(KeyRow, u128)]) -> Result<(), StoreError> {
         let mut marks = self.lock_marks();
         let changed = {
             let _writes = self.lock_writes();
             rows.iter()
                 .try_for_each(|(k, e)| self.change(k, Change::Claim(*e)))
         };
-        match changed {
-            Ok(()) => {
-                if let Some(w) = marks.through.as_mut() {
-                    *w = (*w).max(through);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                marks.through = None;
-                Err(e)
-            }
+        if changed.is_err() {
+            marks.through = None;
+        }
+        changed
+    }
+
+    /// Every event up to `through` is durable and its key written ([`Keys::write`]): the next
+    /// checkpoint may record it as the watermark.
+    pub fn mark(&self, through: u128) {
+        if let Some(w) = self.lock_marks().through.as_mut() {
+            *w = (*w).max(through);
         }
     }
 
@@ -412,6 +452,8 @@ impl Keys {
         let Change::Claim(event) = change else {
             return Ok(());
         };
+        #[cfg(test)]
+        KeyFaults::check(&self.faults.write, "key write")?;
         // A released key's slot first: it is counted as used already.
         if let Some((t, slot)) = reuse {
             return t.write_slot(slot, digest, event);
@@ -470,6 +512,17 @@ impl Keys {
             _ => return Ok(()),
         };
         self.sync()?;
+        let recorded = self.record(w);
+        match &recorded {
+            Ok(()) => self.lock_marks().recorded = w,
+            // A watermark file or directory whose sync failed is as doubtful as a table.
+            Err(_) => self.lock_marks().through = None,
+        }
+        recorded
+    }
+
+    /// Replaces the watermark file with `w`, durably.
+    fn record(&self, w: u128) -> Result<(), StoreError> {
         let n = WATERMARK_WRITES.fetch_add(1, Ordering::Relaxed);
         let new = self.dir.join(format!("{WATERMARK_NEW}.{n}"));
         let mut f = OpenOptions::new()
@@ -482,7 +535,6 @@ impl Keys {
         f.sync_data()?;
         std::fs::rename(&new, self.dir.join(WATERMARK))?;
         self.dir_file.sync_all()?;
-        self.lock_marks().recorded = w;
         Ok(())
     }
 
@@ -493,8 +545,24 @@ impl Keys {
     }
 
     /// Syncs every table written since its last sync, and the directory if a table was made.
+    ///
+    /// After a failed fsync Linux may report the next one as a success without the pages having
+    /// reached the disk, so a failure stops the watermark for the rest of the process: the
+    /// next open rebuilds the keys from the last one recorded.
     pub fn sync(&self) -> Result<(), StoreError> {
+        let synced = self.sync_files();
+        if synced.is_err() {
+            self.lock_marks().through = None;
+        }
+        synced
+    }
+
+    fn sync_files(&self) -> Result<(), StoreError> {
         for t in &self.all_tables() {
+            #[cfg(test)]
+            if t.dirty.load(Ordering::Acquire) {
+                KeyFaults::check(&self.faults.sync, "table sync")?;
+            }
             t.sync()?;
         }
         if self.names_changed.swap(false, Ordering::AcqRel) {
@@ -603,6 +671,17 @@ impl Keys {
                     .map(|t| (*day, t.generation, t.slots, t.used.load(Ordering::Relaxed)))
             })
             .collect()
+    }
+}
+
+/// Gives a new table its blocks now (`fallocate`), so that writing a slot never needs a block
+/// the disk may no longer have; a sparse file where the filesystem cannot preallocate.
+fn allocate(file: &File, len: u64) -> Result<(), StoreError> {
+    use rustix::io::Errno;
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(Errno::OPNOTSUPP | Errno::NOSYS) => Ok(file.set_len(len)?),
+        Err(e) => Err(std::io::Error::from(e).into()),
     }
 }
 

@@ -4,7 +4,7 @@
 //! format-6 stores (sled rows, one per key or packed) move to tables at open and keep answering
 //! with their first events, once each even when a migration cut short runs again.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -227,6 +227,33 @@ fn a_table_a_crash_cut_short_is_dropped_and_the_watermark_holds() {
     assert!(!second.exists());
     assert_eq!(keys.recorded(), 30_000);
     assert_eq!(keys.get(&first[7].0).unwrap(), Some(first[7].1));
+}
+
+/// After a table's sync failed, a later sync may "succeed" without the pages having reached the
+/// disk (Linux): the watermark never moves again in this process, so the next open rebuilds
+/// every key after the last one recorded.
+#[test]
+fn a_failed_table_sync_stops_the_watermark_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = Keys::open(dir.path()).unwrap();
+    keys.add(&[(row(DAY, 1), 1)], 1).unwrap();
+    keys.checkpoint().unwrap();
+    assert_eq!(keys.recorded(), 1);
+    keys.add(&[(row(DAY, 2), 2)], 2).unwrap();
+    keys.faults.sync.store(true, Ordering::SeqCst);
+    assert!(keys.checkpoint().is_err(), "the injected failure");
+    assert_eq!(keys.recorded(), 1);
+    // The retry's sync succeeds, and still records nothing; later keys neither.
+    keys.add(&[(row(DAY, 3), 3)], 3).unwrap();
+    keys.checkpoint().unwrap();
+    assert_eq!(
+        keys.recorded(),
+        1,
+        "a watermark was recorded after a failed sync"
+    );
+    drop(keys);
+    let keys = Keys::open(dir.path()).unwrap();
+    assert_eq!(keys.recorded(), 1, "the file holds the last good watermark");
 }
 
 /// The format-5 and format-6 fixtures (tests/fixtures/format5 and format6, see their READMEs):

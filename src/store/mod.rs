@@ -91,7 +91,7 @@ pub use fold::Folded;
 use fold::Place;
 pub use retention::Pruned;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Millis};
 use crate::ids::{self, ENDPOINT, EVENT};
 use crate::metrics::Metrics;
 use crate::model::{Endpoint, EventMeta};
@@ -259,6 +259,15 @@ impl Inner {
 
     fn set_healthy(&self, ok: bool) {
         self.health.set_last_commit(ok);
+    }
+
+    /// The time idempotency keys are looked up and expired at: `now`, or the newest event id's
+    /// time if the clock is behind it. A key is filed under its event id's day and ids never go
+    /// backwards, so after the clock steps back (an NTP step, a VM resume) the wall clock's day
+    /// would look in the wrong tables, and a clock that ran a day ahead and was corrected would
+    /// expire the real day's keys.
+    fn key_time(&self, now: Millis) -> Millis {
+        now.max(ids::ulid_ms(self.lock_fresh().last_event))
     }
 
     fn lock_fresh(&self) -> std::sync::MutexGuard<'_, Fresh> {

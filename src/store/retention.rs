@@ -127,7 +127,7 @@ impl Store {
     /// debounce windows, in time order. Returns how many; fewer than `max` means none is left.
     pub fn prune_keys(&self, now: Millis, max: usize) -> Result<usize, StoreError> {
         let log = &self.inner.trees.log;
-        let keep_from = key::idempotency_day(now).saturating_sub(1);
+        let keep_from = key::idempotency_day(self.inner.key_time(now)).saturating_sub(1);
         let mut removed = self.inner.keys.expire_before(keep_from, max)?;
         let closed =
             log.range(key::window_end_before(0)..key::window_end_before(now.saturating_add(1)));

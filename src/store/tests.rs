@@ -221,6 +221,75 @@ async fn a_failed_commit_whose_undo_fails_in_sled_is_undone_at_the_next_start() 
     close(store);
 }
 
+/// A key that cannot be written (a full disk: a table's slot can need a block) fails its
+/// cycle before anything is acknowledged: the request is refused and stored nothing, and the
+/// same key sent again is new, then a duplicate. Never an acknowledged event whose retry is
+/// delivered a second time.
+#[tokio::test]
+async fn a_key_that_cannot_be_written_fails_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let mut ev = event("a", &[LANE], T0);
+    ev.idempotency_key = Some("B".into());
+    store.inner.keys.faults.write.store(true, Ordering::SeqCst);
+    assert!(
+        store.ingest(vec![ev.clone()]).await.is_err(),
+        "a commit whose key was not written was acknowledged"
+    );
+    assert_eq!(store.due().len(), 0, "the refused event stored nothing");
+    let first = store.ingest(vec![ev.clone()]).await.unwrap();
+    let (first_id, _) = created(&first[0]);
+    let again = store.ingest(vec![ev]).await.unwrap();
+    assert!(
+        matches!(&again[0], IngestOutcome::Duplicate { event_id } if event_id == first_id),
+        "{again:?}"
+    );
+    close(store);
+}
+
+/// Keys are filed under their event id's day, and ids never go backwards: after the clock
+/// steps back across midnight UTC, a key claimed just after midnight is still found (keys are
+/// looked up on the timeline of the newest event id), and their expiry leaves them alone.
+#[tokio::test]
+async fn a_key_is_found_after_the_clock_steps_back_across_midnight() {
+    const DAY: Millis = 86_400_000;
+    let midnight = (T0 / DAY + 1) * DAY;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(midnight + 2_000));
+    let store = open(dir.path(), &clock);
+    let keyed = |at: Millis| {
+        let mut ev = event("a", &[LANE], at);
+        ev.idempotency_key = Some("K".into());
+        ev
+    };
+    let first = store.ingest(vec![keyed(midnight + 2_000)]).await.unwrap();
+    let (first_id, _) = created(&first[0]);
+    clock.set(midnight - 2_000);
+    let again = store.ingest(vec![keyed(midnight - 2_000)]).await.unwrap();
+    assert!(
+        matches!(&again[0], IngestOutcome::Duplicate { event_id } if event_id == first_id),
+        "{again:?}"
+    );
+    // A clock that ran a day ahead and was corrected: the keys claimed meanwhile stay visible,
+    // and their expiry (on the same timeline) keeps them.
+    let ahead = midnight + DAY + 5_000;
+    clock.set(ahead);
+    let mut k2 = event("a", &[LANE], ahead);
+    k2.idempotency_key = Some("K2".into());
+    let first_k2 = store.ingest(vec![k2.clone()]).await.unwrap();
+    let (first_k2_id, _) = created(&first_k2[0]);
+    clock.set(midnight + 3_000);
+    store.prune_keys(clock.now_ms(), 1_000).unwrap();
+    k2.received_at = midnight + 3_000;
+    let again = store.ingest(vec![k2]).await.unwrap();
+    assert!(
+        matches!(&again[0], IngestOutcome::Duplicate { event_id } if event_id == first_k2_id),
+        "{again:?}"
+    );
+    close(store);
+}
+
 /// Issue 9 item 12: if the undo's own file cannot be written either, the failed cycle's fresh
 /// deliveries stay under the watermark: after a restart they are found and delivered (the
 /// request was answered 503; at least once, never lost with a key that answers `duplicate`).
