@@ -123,7 +123,8 @@ pub struct Refill {
 #[derive(Default)]
 struct LaneQueue {
     fresh: VecDeque<Slot>,
-    /// The newest delivery ever put at the back of `fresh`.
+    /// The newest delivery outside a sequence ever put at the back of `fresh`: a refill skips
+    /// what is at or below it (in memory already).
     fresh_max: u128,
     spill: Option<Spill>,
     later: BTreeSet<(Millis, u128)>,
@@ -309,7 +310,12 @@ impl Inner {
             if back_in {
                 q.fresh.push_front(Slot::new(at, delivery));
                 self.fresh_total += 1;
-            } else if in_sequence || !q.spills(delivery, total) {
+            } else if in_sequence {
+                // Not counted in `fresh_max`: sequence heads never spill, and a head newer than
+                // the spilled entries must not make a refill take those for ones in memory.
+                q.fresh.push_back(Slot::new(at, delivery));
+                self.fresh_total += 1;
+            } else if !q.spills(delivery, total) {
                 q.fresh.push_back(Slot::new(at, delivery));
                 q.fresh_max = q.fresh_max.max(delivery);
                 self.fresh_total += 1;
@@ -783,6 +789,40 @@ mod tests {
         assert!(d.is_empty(), "{} left", d.len());
         assert_eq!(d.lane_len(7), 0);
         assert!(d.lock().lanes.is_empty(), "the spill ended");
+    }
+
+    /// A lane's backlog spilled; then its endpoint became ordered, and sequence heads newer
+    /// than every spilled entry went into the deque. The refill still reads the spilled ones
+    /// back: all 5,010 come out once each.
+    #[test]
+    fn a_spilled_backlog_comes_back_after_the_lane_gets_sequences() {
+        let d = index(1_000_000);
+        let mut sled = Sled::new();
+        for i in 1..=5_000u128 {
+            sled.entry(7).or_default().insert(i, 0);
+            d.insert(7, 0, i, true);
+        }
+        assert!(d.fresh_in_memory() < 5_000, "part of it spilled");
+        d.insert_many((5_001..=5_010u128).map(|i| seq(7, 0, i, i as u64)));
+        let mut out = Vec::new();
+        loop {
+            let got = d.take(0, 500);
+            for e in &got {
+                if e.delivery > 5_000 {
+                    d.ended(7, e.delivery);
+                } else {
+                    sled.get_mut(&7).unwrap().remove(&e.delivery);
+                }
+                d.done(e.lane);
+            }
+            out.extend(ids(&got));
+            if got.is_empty() && serve(&d, &sled) == 0 {
+                break;
+            }
+        }
+        out.sort_unstable();
+        assert_eq!(out, (1..=5_010u128).collect::<Vec<_>>(), "every entry once");
+        assert!(d.is_empty(), "{} left", d.len());
     }
 
     #[test]
