@@ -38,6 +38,8 @@ const POP_BATCH: usize = 1024;
 /// How long a due entry whose delivery was claimed by someone else waits before it is looked
 /// at again.
 const CLAIM_RETRY_MS: Millis = 20;
+/// How long a due delivery waits while storage is unusable (herald stops within seconds).
+const STORE_DOWN_RETRY_MS: Millis = 1_000;
 
 /// What the engine needs from the config.
 #[derive(Debug, Clone)]
@@ -305,6 +307,13 @@ impl Engine {
     /// Runs one due entry's attempt on its own task, holding the delivery's claim throughout
     /// (so a manual retry, retention or the committer cannot change it meanwhile).
     fn start(self: &Arc<Self>, store: &Arc<Store>, due: Due, permit: OwnedSemaphorePermit) {
+        if !store.usable() {
+            // Storage failed for good: no attempt whose result cannot be recorded (herald stops
+            // shortly; the next start attempts it).
+            let again = self.clock.now_ms() + STORE_DOWN_RETRY_MS;
+            store.due().put_back(due, Some(again));
+            return;
+        }
         let Some(claim) = store.claim(due.delivery) else {
             // Someone is changing this delivery now (a manual retry, retention, another attempt
             // of a stale entry): look again shortly; the entry is found stale if it is.

@@ -249,6 +249,12 @@ impl Store {
         self.inner.claim(delivery)
     }
 
+    /// False once the store failed for good ([`health`](super::health)): nothing should be
+    /// attempted, since no result could be recorded.
+    pub fn usable(&self) -> bool {
+        self.inner.health.usable().is_ok()
+    }
+
     /// Whether someone holds the delivery's claim (an attempt of it is running, say).
     pub fn is_claimed(&self, delivery_id: &str) -> bool {
         ids::parse(DELIVERY, delivery_id).is_some_and(|d| self.inner.lock_claims().contains(&d))
@@ -263,6 +269,10 @@ impl Store {
         now: &Delivery,
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
+        // Nothing more is recorded once the store failed for good: a write now may reach the
+        // file, and an undo kept for the next start could put back what it removed (a
+        // delivered candidate made due again).
+        self.inner.health.usable()?;
         let written = self.write_delivery(was, now, attempt);
         if written.is_err() {
             // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).

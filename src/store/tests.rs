@@ -464,6 +464,93 @@ async fn debounce_windows_are_judged_at_commit_time() {
     close(store);
 }
 
+/// A cycle that supersedes a trailing candidate fails its fsync, and so does its undo's
+/// (the undo is applied in sled; its file is kept for the next start). The store has failed
+/// for good: the candidate cannot be delivered and recorded in this process, so no write can
+/// come after the kept undo for it to put back. After a reopen the candidate is due once, and
+/// a delivery of it then stays delivered across another reopen.
+#[tokio::test]
+async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store
+        .ingest(vec![debounced_event(T0, 10_000)])
+        .await
+        .unwrap();
+    clock.set(T0 + 100);
+    let out = store
+        .ingest(vec![debounced_event(T0 + 100, 10_000)])
+        .await
+        .unwrap();
+    let candidate = created(&out[0]).1[0].clone();
+    let ulid = ids::parse(ids::DELIVERY, &candidate.id).unwrap();
+
+    // The superseding cycle's fsync fails, then the undo's.
+    clock.set(T0 + 200);
+    store.inner.faults.sync.store(true, Ordering::SeqCst);
+    assert!(store
+        .ingest(vec![debounced_event(T0 + 200, 10_000)])
+        .await
+        .is_err());
+    assert!(!store.usable(), "a failed sync fails the store for good");
+    // The engine's delivery of the candidate is refused, not written.
+    let claim = store.claim(ulid).unwrap();
+    let mut delivered = candidate.clone();
+    delivered.state = DeliveryState::Delivered;
+    delivered.attempt_count = 1;
+    delivered.last_status = Some(Status::Delivered);
+    delivered.next_attempt_at = None;
+    delivered.queued = false;
+    let first = attempt(1, Status::Delivered, T0 + 10_000);
+    assert!(matches!(
+        store.update_delivery(&candidate, &delivered, Some(&first)),
+        Err(StoreError::Unusable(_))
+    ));
+    drop(claim);
+    close_failed(store);
+
+    let store = open(dir.path(), &clock);
+    let c = store.delivery(&candidate.id).unwrap().unwrap();
+    assert_eq!((c.state, c.attempt_count), (DeliveryState::Pending, 0));
+    let due = all_due(&store, T0 + 20_000);
+    assert_eq!(due.iter().filter(|d| **d == ulid).count(), 1, "{due:?}");
+    let claim = store.claim(ulid).unwrap();
+    let now = store.delivery(&candidate.id).unwrap().unwrap();
+    store
+        .update_delivery(&now, &delivered, Some(&first))
+        .unwrap();
+    drop(claim);
+    close(store);
+    let store = open(dir.path(), &clock);
+    let c = store.delivery(&candidate.id).unwrap().unwrap();
+    assert_eq!(
+        c.state,
+        DeliveryState::Delivered,
+        "delivered stays delivered"
+    );
+    assert!(
+        !all_due(&store, T0 + 20_000).contains(&ulid),
+        "the candidate is due again after it was delivered"
+    );
+    close(store);
+}
+
+/// Every delivery due at `now`, taken from the index lane by lane (each taken one is done).
+fn all_due(store: &Store, now: Millis) -> Vec<u128> {
+    let mut out = Vec::new();
+    loop {
+        let got = store.due().take(now, 100);
+        if got.is_empty() {
+            return out;
+        }
+        for d in got {
+            store.due().done(d.lane);
+            out.push(d.delivery);
+        }
+    }
+}
+
 /// Issue 9 items 10 and 11: a trailing candidate whose attempt is running (it holds its claim)
 /// is not debounced by a newer event: the log never says `debounced` for a request the
 /// receiver got, and the counts stay right.

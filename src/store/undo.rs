@@ -13,6 +13,11 @@
 //! Each record names a key, the digest of the value the failed cycle wrote there (or that it
 //! removed the key) and the value to put back: a key is put back only while it still holds what
 //! the cycle wrote, so a record never undoes a later write that did reach the disk.
+//!
+//! A file is kept past its cycle only when the undo's own flush or fsync failed, and any failed
+//! sync fails the store for good (see `health`): nothing more is written or attempted in that
+//! process, so no later change (a delivery of a candidate the undo put back) can be undone by
+//! the file at the next start.
 
 use std::fs::File;
 use std::io::Write;
