@@ -628,3 +628,62 @@ async fn an_endpoint_rate_limit_holds_across_three_nodes() {
         assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
     }
 }
+
+/// A commit whose answer is lost (PostgreSQL committed, the connection died before its reply
+/// came: a restart, a failover, a cut) is answered by what happened: the node finds out on a
+/// new connection. Committed: `202`, and the event is delivered once. A statement cut before
+/// the server got it: `503`, no event row, nothing delivered, not even after the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_answered_by_what_happened() {
+    use common::pgproxy::{Cut, PgProxy};
+    let pg = Postgres::start();
+    pg.database("herald");
+    let proxy = PgProxy::start(pg.port(), "INSERT INTO events").await;
+    let url = format!("postgres://herald@localhost:{}/herald", proxy.port());
+    let ca = TestCa::new();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let node = Herald::start(&node_toml(&url, &ca.write_ca_file(ca_dir.path()))).await;
+    let recv = Receiver::ok_https(&ca);
+    shared_endpoint(
+        std::slice::from_ref(&node),
+        json!({"url": recv.url("/hook")}),
+    )
+    .await;
+    let events = || pg.sql("SELECT count(*) FROM events", "herald");
+
+    // Cut right after the server completed the statement (it commits on its own).
+    proxy.arm(Cut::AfterComplete);
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": 1}}))
+        .await;
+    assert_eq!(proxy.fired(), 1, "the proxy cut the ingest's connection");
+    assert_eq!(
+        status,
+        202,
+        "a committed event was answered {status}: {answer}\n{}",
+        node.log_text()
+    );
+    let first = answer["event_id"].as_str().unwrap().to_string();
+    assert_eq!(events(), "1");
+    wait_until(Duration::from_secs(20), "the event arrives", || async {
+        recv.webhook_ids().contains(&first)
+    })
+    .await;
+
+    // Cut before the statement reached the server.
+    proxy.arm(Cut::BeforeExecute);
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": 2}}))
+        .await;
+    assert_eq!(proxy.fired(), 2);
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(events(), "1", "a 503 stored an event");
+
+    // Past the lease and then some: one delivery, of the first event, and nothing else.
+    tokio::time::sleep(Duration::from_secs(LEASE_S + 5)).await;
+    assert_eq!(recv.count(), 1, "{:?}", recv.webhook_ids());
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": 3}}))
+        .await;
+    assert_eq!(status, 202, "the node works on after both cuts: {answer}");
+}

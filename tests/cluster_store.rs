@@ -1365,3 +1365,137 @@ async fn a_listening_node_hears_again_after_the_database_restarts() {
     })
     .await;
 }
+
+/// A finished attempt at `now` of a leased delivery: delivered, one attempt.
+fn delivered(d: &herald::model::Delivery, now: i64) -> (herald::model::Delivery, Attempt) {
+    let mut done = d.clone();
+    done.state = DeliveryState::Delivered;
+    done.last_status = Some(Status::Delivered);
+    done.attempt_count = 1;
+    done.next_attempt_at = None;
+    let attempt = Attempt {
+        id: herald::ids::new_id(herald::ids::ATTEMPT, now),
+        number: 1,
+        at: now,
+        duration_ms: 5,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: vec![],
+        response_body: String::new(),
+    };
+    (done, attempt)
+}
+
+/// A trailing candidate leased by a node that then died (its lease lapsed) is superseded by
+/// the next event like any other, and the dead node's late result is refused: it is not sent
+/// as well as its replacement. A change of a delivery whose lease lapsed (a manual retry) is
+/// not refused as busy either, and fences the dead node out the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_lease_holds_nothing_against_supersede_or_change() {
+    let c = Cluster::new().await;
+    let (a, b) = (c.node().await, c.node().await);
+    deliveries_of(&a.ingest(vec![debounced("k", true)]).await.unwrap());
+    c.clock.advance(Duration::from_secs(1));
+    let candidate = deliveries_of(&a.ingest(vec![debounced("k", true)]).await.unwrap());
+    // Sent early (a manual retry made it due) by A, which then dies mid-attempt.
+    c.pg.sql(
+        &format!(
+            "UPDATE deliveries SET due_at = {} WHERE event_id IN (SELECT event_id FROM
+             deliveries WHERE due_at > {})",
+            START,
+            START + 1_000
+        ),
+        "herald",
+    );
+    let held: Vec<_> = a
+        .claim_due(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.due.delivery.event_id == candidate[0].event_id)
+        .collect();
+    assert_eq!(held.len(), 2, "A holds the candidate's deliveries");
+    c.clock.advance(LEASE + Duration::from_secs(1));
+    let replacement = deliveries_of(&b.ingest(vec![debounced("k", true)]).await.unwrap());
+    for d in &candidate {
+        let now = b.delivery(&d.id).await.unwrap().unwrap();
+        assert_eq!(
+            (now.state, now.last_status),
+            (DeliveryState::Skipped, Some(Status::Debounced)),
+            "a candidate whose lease lapsed was kept: {now:?}"
+        );
+    }
+    let (done, attempt) = delivered(&held[0].due.delivery, c.clock.now_ms());
+    let late = a.finish(held[0].claim, &done, Some(&attempt)).await;
+    assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
+
+    // A manual retry of a delivery whose lease lapsed.
+    c.clock.set(START + 60_000);
+    let due = a.claim_due(10).await.unwrap();
+    let mine = due
+        .iter()
+        .find(|l| l.due.delivery.event_id == replacement[0].event_id)
+        .expect("the replacement is due at the window's end");
+    c.clock.advance(LEASE + Duration::from_secs(1));
+    let now = c.clock.now_ms();
+    let changed = b
+        .change_delivery(&mine.due.delivery.id, |d| {
+            let mut d = d.clone();
+            d.next_attempt_at = Some(now);
+            d.manual = true;
+            Some((d, ()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(changed, herald::store::Changed::Yes(()));
+    let (done, attempt) = delivered(&mine.due.delivery, now);
+    let late = a.finish(mine.claim, &done, Some(&attempt)).await;
+    assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
+}
+
+/// A node keeps a lease (and renews it) until the attempt's result is written: a slow result
+/// write (here: the row locked by another transaction) must not let the lease lapse for
+/// another node to send the delivery again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_is_kept_until_its_result_is_written() {
+    let c = Cluster::new().await;
+    let a = c.node().await;
+    a.ingest(vec![event("a", None)]).await.unwrap();
+    let lease = a.claim_due(10).await.unwrap().remove(0);
+    let id = lease.due.delivery.id.clone();
+    let mut locker = c.database().dedicated().await.unwrap();
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&herald::ids::parse(herald::ids::DELIVERY, &id)
+            .unwrap()
+            .to_be_bytes()
+            .to_vec()],
+    )
+    .await
+    .unwrap();
+    let (done, attempt) = delivered(&lease.due.delivery, c.clock.now_ms());
+    let finishing = {
+        let a = a.clone();
+        tokio::spawn(async move { a.finish(lease.claim, &done, Some(&attempt)).await })
+    };
+    common::wait_until(
+        Duration::from_secs(10),
+        "the result's write waits for the row",
+        || async {
+            c.count(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'",
+            ) > 0
+        },
+    )
+    .await;
+    assert!(
+        a.holds(&id),
+        "the lease was given up before its result was written"
+    );
+    tx.commit().await.unwrap();
+    finishing.await.unwrap().unwrap();
+    assert!(!a.holds(&id));
+    assert_eq!(c.count("SELECT count(*) FROM attempts"), 1);
+}

@@ -582,8 +582,9 @@ async fn produce_until_refused(
     }
 }
 
-/// The limit on the store's file size: room for startup and a few dozen events.
-const FSIZE: u64 = 256 * 1024;
+/// The limit on the store's file size: room for startup, a day's first idempotency table
+/// (1 MiB and a block, allocated whole when it is made) and some events.
+const FSIZE: u64 = 1280 * 1024;
 
 async fn storage_fault_scenario(ignore_sigxfsz: bool) {
     let ca = TestCa::new();

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod herald;
 pub mod inproc;
+pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
 pub mod sig;

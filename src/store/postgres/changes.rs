@@ -26,19 +26,22 @@ impl PgStore {
         let key = ulid.to_be_bytes().to_vec();
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
+        // Busy only under a live lease: a lease that lapsed (its node died) holds nothing, and
+        // the change clears its claim so the dead node's late result is refused. A lease's end
+        // is the delivery's `due_at`.
         let Some(row) = tx
             .query_opt(
                 &format!(
-                    "SELECT {DELIVERY_COLUMNS}, d.leased_by FROM deliveries d WHERE d.id = $1
-                     FOR UPDATE"
+                    "SELECT {DELIVERY_COLUMNS}, d.leased_by IS NOT NULL AND d.due_at > $2
+                     FROM deliveries d WHERE d.id = $1 FOR UPDATE"
                 ),
-                &[&key],
+                &[&key, &self.clock.now_ms()],
             )
             .await?
         else {
             return Ok(Changed::NotFound);
         };
-        if row.get::<_, Option<&str>>(13).is_some() {
+        if row.get::<_, Option<bool>>(13) == Some(true) {
             return Ok(Changed::Busy);
         }
         let was = delivery_from(&row)?;
@@ -55,7 +58,8 @@ impl PgStore {
             "UPDATE deliveries SET state = $2, last_status = $3, last_http_status = $4,
                  attempt_count = $5, next_attempt_at = $6, due_at = $6, manual = $7, queued = $8,
                  lane = CASE WHEN $9 THEN NULL ELSE lane END,
-                 lane_seq = CASE WHEN $9 THEN NULL ELSE lane_seq END
+                 lane_seq = CASE WHEN $9 THEN NULL ELSE lane_seq END,
+                 leased_by = NULL, claim = NULL
              WHERE id = $1",
             &[
                 &key,

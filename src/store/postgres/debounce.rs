@@ -110,7 +110,7 @@ impl Debouncer {
     }
 
     /// Ends the candidate's deliveries `debounced`: in this transaction's rows if it was made
-    /// here, else in the table (those not leased and still pending).
+    /// here, else in the table (those still pending and not under a live lease).
     pub(super) async fn supersede(
         &mut self,
         tx: &impl deadpool_postgres::GenericClient,
@@ -127,14 +127,18 @@ impl Debouncer {
             return Ok(());
         }
         let event = candidate.event.to_be_bytes().to_vec();
+        // A delivery whose lease lapsed (its node died) is no longer being attempted: it is
+        // superseded like any other, and its claim cleared, so the dead node's late result is
+        // refused. A lease's end is the delivery's `due_at`.
         let ended = tx
             .query(
                 "UPDATE deliveries SET state = 'skipped', last_status = 'debounced',
                      attempt_count = attempt_count + 1, due_at = NULL, next_attempt_at = NULL,
-                     queued = false
-                 WHERE event_id = $1 AND state = 'pending' AND leased_by IS NULL
+                     queued = false, leased_by = NULL, claim = NULL
+                 WHERE event_id = $1 AND state = 'pending'
+                   AND (leased_by IS NULL OR due_at <= $2)
                  RETURNING id, attempt_count",
-                &[&event],
+                &[&event, &now],
             )
             .await?;
         for r in ended {

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::debounce::Debouncer;
+use super::lost::{self, Backends};
 use super::queue::{Leased, Leases};
 use super::{Database, PgStore};
 use crate::clock::{Clock, Millis};
@@ -70,6 +71,9 @@ pub(super) struct Committer {
     /// The last event id this node minted: ids grow on each node (ULIDs, unique across nodes
     /// by their random part).
     last_event: Mutex<u128>,
+    /// The server process behind each connection, to settle a commit whose answer was lost
+    /// ([`super::lost`]).
+    backends: Backends,
 }
 
 impl Committer {
@@ -86,6 +90,7 @@ impl Committer {
             metrics,
             lessor,
             last_event: Mutex::new(0),
+            backends: Backends::default(),
         });
         let (tx, rx) = mpsc::channel::<Job>(4096);
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -171,11 +176,14 @@ impl Committer {
                 .iter()
                 .all(|e| e.idempotency_key.is_none() && e.debounce.is_none());
         let mut client = self.db.client().await?;
+        let backend = self.backends.of(&client).await;
         if plain {
             let mut staged = self.stage(&client, events, lanes).await?;
             let lent = self.lend(&mut staged.d_rows, staged.now);
             let committing = std::time::Instant::now();
+            // The statement commits on its own: its outcome is the batch's.
             let written = write_rows(&client, &staged).await;
+            let written = self.settled(written, backend, &staged).await;
             if written.is_ok() {
                 self.observe_commit(committing);
             }
@@ -194,15 +202,48 @@ impl Committer {
         let written = match write_rows(&tx, &staged).await {
             Ok(()) => {
                 let committing = std::time::Instant::now();
-                let committed = tx.commit().await.map_err(StoreError::from);
+                let committed = tx.commit().await;
+                let committed = self.settled(committed, backend, &staged).await;
                 if committed.is_ok() {
                     self.observe_commit(committing);
                 }
                 committed
             }
-            Err(e) => Err(e),
+            // Before the COMMIT: the transaction cannot have committed.
+            Err(e) => Err(e.into()),
         };
         self.settle(events, staged, lent, written)
+    }
+
+    /// The outcome of the step that commits a batch. An error the server reported means it
+    /// did not commit; a lost connection leaves that unknown, so the node finds out before it
+    /// answers ([`super::lost`]): a batch that committed is answered as committed.
+    async fn settled(
+        &self,
+        step: Result<(), tokio_postgres::Error>,
+        backend: Option<lost::Backend>,
+        staged: &Staged<'_>,
+    ) -> Result<(), StoreError> {
+        let e = match step {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let first = match staged.e_rows.id.first() {
+            Some(first) if lost::outcome_unknown(&e) => first,
+            _ => return Err(e.into()),
+        };
+        tracing::warn!(error = %super::describe(&e), "the connection was lost at an ingest's commit; finding out whether it committed");
+        match lost::committed(&self.db, backend, first).await {
+            Ok(true) => {
+                tracing::info!("the ingest whose answer was lost had committed: answered 202");
+                Ok(())
+            }
+            Ok(false) => Err(e.into()),
+            Err(why) => {
+                tracing::error!(error = %why, "cannot tell whether an ingest whose answer was lost committed: answered 503, its events may exist");
+                Err(e.into())
+            }
+        }
     }
 
     /// The commit is where the WAL reaches the disk: the cluster's counterpart of sled's fsync
@@ -520,7 +561,10 @@ async fn claim_keys(
 /// idle nodes with its commit when some delivery waits for any node (a trailing delivery
 /// falling due later included); not when this node leased every one. Nothing when the batch
 /// holds only duplicates.
-async fn write_rows(c: &impl GenericClient, staged: &Staged<'_>) -> Result<(), StoreError> {
+async fn write_rows(
+    c: &impl GenericClient,
+    staged: &Staged<'_>,
+) -> Result<(), tokio_postgres::Error> {
     let (e, d, a) = (&staged.e_rows, &staged.d_rows, &staged.attempts);
     if e.id.is_empty() {
         return Ok(());

@@ -16,6 +16,7 @@ mod debounce;
 mod endpoints;
 mod handle;
 mod ingest;
+mod lost;
 mod migrate;
 pub mod nodes;
 mod queue;

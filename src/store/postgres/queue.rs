@@ -58,6 +58,10 @@ pub(super) struct Leases {
     /// Delivery id → claim of every lease whose attempt has not finished, renewed by
     /// [`keep_leases`] until it does.
     held: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Deliveries whose result is being written: still held (and renewed) until it is, since a
+    /// slow write must not let the lease lapse and another node attempt them again; a renewal
+    /// that finds one given up meanwhile is the write's doing, not a lost lease.
+    finishing: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Where ingest hands fresh deliveries to this node's engine, while it runs.
     intake: std::sync::RwLock<Option<std::sync::Arc<dyn Intake>>>,
 }
@@ -67,6 +71,10 @@ impl Leases {
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, i64>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_finishing(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.finishing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
@@ -218,10 +226,13 @@ impl PgStore {
             .collect();
         let pairs: Vec<(&str, i64)> = held.iter().map(|(id, c)| (id.as_str(), *c)).collect();
         let lost = self.renew(&pairs).await?;
+        let finishing = self.leases.lock_finishing();
         let mut set = self.lock_held();
         for id in &lost {
-            tracing::warn!(delivery_id = %id, "lost the lease of a delivery being attempted; another node attempts it");
-            set.remove(id);
+            if !finishing.contains(id) {
+                tracing::warn!(delivery_id = %id, "lost the lease of a delivery being attempted; another node attempts it");
+                set.remove(id);
+            }
         }
         Ok(held.len() - lost.len())
     }
@@ -278,7 +289,20 @@ impl PgStore {
         now: &Delivery,
         attempt: Option<&Attempt>,
     ) -> Result<(), StoreError> {
+        // Held, and renewed, until the result is written (see `Leases::finishing`).
+        self.leases.lock_finishing().insert(now.id.clone());
+        let written = self.write_result(claim, now, attempt).await;
+        self.leases.lock_finishing().remove(&now.id);
         self.lock_held().remove(&now.id);
+        written
+    }
+
+    async fn write_result(
+        &self,
+        claim: i64,
+        now: &Delivery,
+        attempt: Option<&Attempt>,
+    ) -> Result<(), StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.results
             .send(super::results::Finish {
