@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::herald::herald_bin;
 use common::postgres::{PgOptions, Postgres};
 use common::{behaviour, toml_string, Receiver, Reply, TestCa, World};
+use herald::store::postgres::SCHEMA_VERSION;
 use serde_json::json;
 
 /// A config file in `dir` for a node of the cluster on `url`, plus `extra` keys of
@@ -56,18 +57,21 @@ fn migrate_applies_the_schema_once() {
     let first = herald_migrate(&config);
     assert!(first.status.success(), "first migrate: {}", text(&first));
     assert!(
-        text(&first).contains("from version 0 to 3"),
+        text(&first).contains(&format!("from version 0 to {SCHEMA_VERSION}")),
         "first migrate: {}",
         text(&first)
     );
     let again = herald_migrate(&config);
     assert!(again.status.success(), "second migrate: {}", text(&again));
     assert!(
-        text(&again).contains("at version 3; nothing to do"),
+        text(&again).contains(&format!("at version {SCHEMA_VERSION}; nothing to do")),
         "second migrate: {}",
         text(&again)
     );
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "3");
+    assert_eq!(
+        pg.sql("SELECT count(*) FROM herald_schema", "herald"),
+        SCHEMA_VERSION.to_string()
+    );
     let tables = pg.sql(
         "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables \
          WHERE schemaname = 'public'",
@@ -120,10 +124,13 @@ fn nodes_migrating_together_apply_each_migration_once() {
     }
     let applied = outs
         .iter()
-        .filter(|o| text(o).contains("from version 0 to 3"))
+        .filter(|o| text(o).contains(&format!("from version 0 to {SCHEMA_VERSION}")))
         .count();
     assert_eq!(applied, 1, "exactly one node applies the schema");
-    assert_eq!(pg.sql("SELECT count(*) FROM herald_schema", "herald"), "3");
+    assert_eq!(
+        pg.sql("SELECT count(*) FROM herald_schema", "herald"),
+        SCHEMA_VERSION.to_string()
+    );
 }
 
 #[test]
@@ -143,7 +150,7 @@ fn a_schema_this_herald_does_not_know_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("at version 99 (applied by herald 9.0.0)")
-            && text(&out).contains("knows versions up to 3"),
+            && text(&out).contains(&format!("knows versions up to {SCHEMA_VERSION}")),
         "{}",
         text(&out)
     );
@@ -583,6 +590,72 @@ async fn a_version_2_database_with_an_open_breaker_is_migrated_and_served() {
     // Their successes ended acct_wait's run of failures too: no breaker is kept.
     assert_eq!(pg.sql("SELECT count(*) FROM breakers", "herald"), "0");
     assert_fixture_key_is_a_duplicate(&node).await;
+    node.sigterm().await;
+}
+
+/// A database herald's schema version 3 wrote (tests/fixtures/cluster3, see its README), with
+/// a rate-limited endpoint's bucket, a synced plan and an open breaker, is migrated by a node
+/// that starts on it: the directory's version starts at 0, the plan and the breaker hold, the
+/// rate-limited endpoint delivers, its keys still dedupe and its pending deliveries go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_database_with_a_rate_limit_and_a_plan_is_migrated_and_served() {
+    let (pg, url) = fixture_database(3);
+    assert_eq!(states(&pg), "delivered:3,failed:10,pending:2");
+    assert_eq!(pg.sql("SELECT count(*) FROM rate_buckets", "herald"), "1");
+    let ok = Receiver::ok_http();
+    for account in ["acct_ok", "acct_fail", "acct_wait"] {
+        move_endpoint(&pg, account, &ok.url(&format!("/{account}")));
+    }
+    // The waiting ones' retries fall due an hour after the fixture was written: due now, as
+    // for an install that upgrades an hour or more later.
+    pg.sql(
+        "UPDATE deliveries SET due_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+             next_attempt_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+         WHERE state = 'pending'",
+        "herald",
+    );
+    let mut node = node_migrating(&pg, &url).await;
+    assert_eq!(
+        pg.sql("SELECT version FROM directory_version", "herald"),
+        "0"
+    );
+    let (_, account) = node.admin("GET", "/v1/accounts/acct_ok", None).await;
+    assert_eq!(account["plan"], "basic", "{account}");
+    let (_, st) = node.admin("GET", "/v1/status", None).await;
+    assert_eq!(
+        st["open_breakers"].as_array().map(Vec::len),
+        Some(1),
+        "{st}"
+    );
+
+    // The rate-limited endpoint takes from the bucket version 3 left, and delivers.
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 3}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = common::first_delivery(&answer);
+    common::wait_until(
+        Duration::from_secs(20),
+        "the event is delivered",
+        || async {
+            node.admin("GET", &format!("/v1/deliveries/{id}"), None)
+                .await
+                .1["state"]
+                == "delivered"
+        },
+    )
+    .await;
+    fixture_waiting_ones_are_delivered(&pg, "delivered:6,failed:10").await;
+    assert_fixture_key_is_a_duplicate(&node).await;
+    // A change bumps the directory's version.
+    let (status, _) = node
+        .admin("PUT", "/v1/accounts/acct_ok", Some(json!({"plan": null})))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        pg.sql("SELECT version FROM directory_version", "herald"),
+        "1"
+    );
     node.sigterm().await;
 }
 

@@ -687,3 +687,49 @@ async fn a_commit_whose_answer_is_lost_is_answered_by_what_happened() {
         .await;
     assert_eq!(status, 202, "the node works on after both cuts: {answer}");
 }
+
+/// Behind a load balancer "create the endpoint, then post" reaches two nodes: a node must act
+/// on every change of endpoints committed before a request began, though another node's notice
+/// arrives a moment after its commit. 120 rounds over three nodes: an endpoint created through
+/// one node, then at once an event through the next (its fan-out has the new endpoint) and a
+/// read through the third (it finds it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_created_through_one_node_is_there_for_the_next_request_on_any() {
+    let Setup {
+        pg: _pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Herald::start(&toml).await);
+    }
+    let recv = Receiver::ok_https(&ca);
+    for round in 0..120 {
+        let [a, b, c] = [0, 1, 2].map(|i| &nodes[(round + i) % 3]);
+        let account = format!("acct{round}");
+        let (status, created) = a
+            .admin(
+                "POST",
+                &format!("/v1/accounts/{account}/endpoints"),
+                Some(json!({"url": recv.url("/hook")})),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        let id = created["endpoint"]["id"].as_str().unwrap();
+        let (status, answer) = b
+            .ingest(json!({"account_id": account, "type": "t.x", "payload": {"round": round}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        assert_eq!(
+            answer["deliveries"][0]["endpoint_id"], id,
+            "round {round}: the event fanned out without the new endpoint: {answer}"
+        );
+        let (status, got) = c.admin("GET", &format!("/v1/endpoints/{id}"), None).await;
+        assert_eq!(
+            status, 200,
+            "round {round}: another node did not find it: {got}"
+        );
+    }
+}

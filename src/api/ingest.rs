@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::model::Delivery;
 use crate::policy::debounce;
 use crate::policy::schema;
-use crate::store::{DebounceRule, IngestOutcome, NewEvent};
+use crate::store::{DebounceRule, IngestOutcome, NewEvent, StoreError};
 
 /// Events one batch may carry (SPEC §2).
 pub const MAX_BATCH: usize = 1000;
@@ -47,8 +47,8 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
     refuse_when_stopping(state)?;
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let item: Item = body::parse(&bytes)?;
-    let event = prepare(state, item, state.clock.now_ms())?;
-    let outcome = state.store.ingest(vec![event]).await?;
+    let checked = check(&state.config, &state.schemas, item)?;
+    let outcome = store(state, std::slice::from_ref(&checked), state.clock.now_ms()).await?;
     Ok(json(
         StatusCode::ACCEPTED,
         &answer(state, outcome.first()).await?,
@@ -75,7 +75,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
     let mut placed = Vec::new();
     for (i, raw) in batch.events.iter().enumerate() {
         let prepared = body::parse::<Item>(raw.get().as_bytes())
-            .and_then(|item| prepare(state, item, now))
+            .and_then(|item| check(&state.config, &state.schemas, item))
             .map_err(|e| at_index(e, i));
         match prepared {
             Ok(ev) => {
@@ -85,11 +85,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
         }
     }
-    let outcomes = if good.is_empty() {
-        Vec::new()
-    } else {
-        state.store.ingest(good).await?
-    };
+    let outcomes = store(state, &good, now).await?;
     for (i, outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
         let mut v = answer(state, outcome).await?;
         v["status"] = json!(202);
@@ -118,6 +114,7 @@ fn at_index(mut e: ApiError, i: usize) -> ApiError {
 }
 
 /// An ingest item whose fields passed every check.
+#[derive(Clone)]
 pub struct Checked {
     pub account_id: String,
     pub event_type: String,
@@ -228,8 +225,37 @@ fn key_field(name: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> 
     }
 }
 
-/// Validates one item and fans it out to the account's matching endpoints.
-fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, ApiError> {
+/// How often ingest fans out again when, in a cluster, the endpoints changed meanwhile.
+const FAN_OUT_TRIES: usize = 3;
+
+/// Fans the checked items out over their accounts' endpoints and stores them. In a cluster a
+/// fan-out made with a copy of the endpoints that missed another node's change is refused
+/// with nothing stored: the copy is brought up to date and the items fanned out again.
+async fn store(
+    state: &AppState,
+    items: &[Checked],
+    now: Millis,
+) -> Result<Vec<IngestOutcome>, ApiError> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    for _ in 0..FAN_OUT_TRIES {
+        let mark = state.store.directory_mark();
+        let events = items.iter().map(|c| fan_out(state, c, now)).collect();
+        match state.store.ingest_fanned_out(events, mark).await {
+            Err(StoreError::Stale) => state.store.fresh_directory().await?,
+            stored => return Ok(stored?),
+        }
+    }
+    tracing::warn!(
+        tries = FAN_OUT_TRIES,
+        "the endpoints kept changing while ingest fanned out; answering 503"
+    );
+    Err(ApiError::unavailable())
+}
+
+/// One checked item fanned out to its account's matching endpoints.
+fn fan_out(state: &AppState, checked: &Checked, now: Millis) -> NewEvent {
     let Checked {
         account_id,
         event_type,
@@ -237,7 +263,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
         idempotency_key,
         debounce_key,
         ordering_key,
-    } = check(&state.config, &state.schemas, item)?;
+    } = checked.clone();
 
     let debounce = state
         .config
@@ -263,7 +289,7 @@ fn prepare(state: &AppState, item: Item<'_>, now: Millis) -> Result<NewEvent, Ap
     event.debounce_key = debounce_key;
     event.ordering_key = ordering_key;
     event.debounce = debounce;
-    Ok(event)
+    event
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.

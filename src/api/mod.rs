@@ -173,6 +173,15 @@ async fn dispatch(
             return Err(e);
         }
     };
+    // In a cluster another node's change of endpoints or plans reaches this node's copy by
+    // notice a moment after its commit: a request that may read them brings the copy up to date
+    // first (ingest checks its fan-out as it writes instead).
+    if route.access != Access::Public && !matches!(route.id, Id::Ingest | Id::IngestBatch) {
+        if let Err(e) = state.store.fresh_directory().await {
+            body::discard_body(req).await;
+            return Err(e.into());
+        }
+    }
     // A portal session's object of another account does not exist for it (before anything of
     // the request is looked at).
     if let (Some(account), Some((_, id))) =

@@ -81,6 +81,43 @@ impl Backend {
         both_async!(self, s => s.ingest(events))
     }
 
+    /// The version of the endpoints and plans in memory, to pass to
+    /// [`Backend::ingest_fanned_out`] with events fanned out over them (take it first). `None`
+    /// on one machine, whose copy is always the store's.
+    pub fn directory_mark(&self) -> Option<i64> {
+        match self {
+            Backend::Sled(_) => None,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => Some(s.directory_mark()),
+        }
+    }
+
+    /// Stores events fanned out over the endpoints in memory at `mark`
+    /// ([`Backend::directory_mark`]). In a cluster, [`StoreError::Stale`] (nothing stored) when
+    /// another node changed the endpoints or plans meanwhile: bring them up to date
+    /// ([`Backend::fresh_directory`]) and fan out again.
+    pub async fn ingest_fanned_out(
+        &self,
+        events: Vec<NewEvent>,
+        mark: Option<i64>,
+    ) -> Result<Vec<IngestOutcome>, StoreError> {
+        match self {
+            Backend::Sled(s) => s.ingest(events).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => s.ingest_marked(events, mark).await,
+        }
+    }
+
+    /// Makes the endpoints and plans in memory reflect every change committed before now (in a
+    /// cluster, other nodes' changes arrive by notice a moment later; one small query).
+    pub async fn fresh_directory(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Sled(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => s.fresh_directory().await,
+        }
+    }
+
     // Endpoints and plans: in memory on every node.
 
     pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {

@@ -118,6 +118,10 @@ pub enum StoreError {
     },
     #[error("storage is closed")]
     Closed,
+    /// Cluster mode: the events were fanned out over a copy of the endpoints that missed a
+    /// change committed meanwhile; nothing was stored, and the caller fans out again.
+    #[error("the endpoints changed while the events were fanned out")]
+    Stale,
     /// A sync failed, or the data directory was deleted or replaced under herald: nothing is
     /// acknowledged again by this process (see [`health`]).
     #[error("storage is unusable: {0}")]

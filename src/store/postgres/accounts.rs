@@ -36,8 +36,10 @@ impl PgStore {
             &[&super::CHANGED_CHANNEL, &format!("p:{account_id}")],
         )
         .await?;
+        let version = super::version::bump(&tx).await?;
         tx.commit().await?;
         self.directory.set_plan(account_id, plan);
+        self.saw_own_change(version);
         Ok(())
     }
 

@@ -46,9 +46,9 @@ impl PgStore {
         if count as usize >= max_per_account {
             return Ok(None);
         }
-        write_endpoint(&tx, &ep).await?;
+        let version = write_endpoint(&tx, &ep).await?;
         tx.commit().await?;
-        Ok(Some(self.cache_endpoint(ep)))
+        Ok(Some(self.cache_own(ep, version)))
     }
 
     /// Changes the endpoint `id` with `f` (see the sled store's `change_endpoint`): `f` sees
@@ -67,33 +67,39 @@ impl PgStore {
             let current = self.cache_endpoint(ep);
             return Ok(Some((current, false)));
         }
-        write_endpoint(&tx, &ep).await?;
+        let version = write_endpoint(&tx, &ep).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        Ok(Some((self.cache_endpoint(ep), true)))
+        Ok(Some((self.cache_own(ep, version), true)))
     }
 
     /// Stores an endpoint as given (created or replaced).
     pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
-        write_endpoint(&tx, &ep).await?;
+        let version = write_endpoint(&tx, &ep).await?;
         tx.commit().await?;
-        Ok(self.cache_endpoint(ep))
+        Ok(self.cache_own(ep, version))
     }
 
     pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
         let client = self.db.client().await?;
-        let n = client
-            .execute(
+        let version: Option<i64> = client
+            .query_opt(
                 "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id),
                       breaker AS (DELETE FROM breakers WHERE endpoint_id = $1),
-                      bucket AS (DELETE FROM rate_buckets WHERE endpoint_id = $1)
-                 SELECT pg_notify($2, 'e:' || id) FROM gone",
+                      bucket AS (DELETE FROM rate_buckets WHERE endpoint_id = $1),
+                      bumped AS (UPDATE directory_version SET version = version + 1
+                                 WHERE EXISTS (SELECT 1 FROM gone) RETURNING version)
+                 SELECT (SELECT version FROM bumped), pg_notify($2, 'e:' || id) FROM gone",
                 &[&id, &super::CHANGED_CHANNEL],
             )
-            .await?;
+            .await?
+            .map(|r| r.get(0));
         self.directory.remove_endpoint(id);
-        Ok(n > 0)
+        if let Some(v) = version {
+            self.saw_own_change(v);
+        }
+        Ok(version.is_some())
     }
 
     /// Sets (or with `None` removes) the endpoint's client certificate; `Ok(None)` if there is
@@ -111,7 +117,7 @@ impl PgStore {
         };
         ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
         ep.updated_at = now;
-        write_endpoint(&tx, &ep).await?;
+        let version = write_endpoint(&tx, &ep).await?;
         match pair {
             Some((certificate, private_key, _)) => {
                 tx.execute(
@@ -132,7 +138,7 @@ impl PgStore {
             }
         }
         tx.commit().await?;
-        Ok(Some(self.cache_endpoint(ep)))
+        Ok(Some(self.cache_own(ep, version)))
     }
 
     /// The endpoint's client certificate chain and key (PEM), if it has them.
@@ -197,6 +203,13 @@ impl PgStore {
     fn cache_endpoint(&self, ep: Endpoint) -> Arc<Endpoint> {
         self.directory.put_endpoint(ep)
     }
+
+    /// Keeps a change of this node's own, committed as the directory's `version`.
+    fn cache_own(&self, ep: Endpoint, version: i64) -> Arc<Endpoint> {
+        let ep = self.cache_endpoint(ep);
+        self.saw_own_change(version);
+        ep
+    }
 }
 
 fn decode(id: &str, record: serde_json::Value) -> Result<Endpoint, StoreError> {
@@ -220,11 +233,12 @@ async fn read_endpoint(
     }
 }
 
-/// Writes the endpoint and tells the other nodes (the notice goes out with the commit).
+/// Writes the endpoint and tells the other nodes (the notice goes out with the commit);
+/// returns the directory's version the change makes ([`super::version`]).
 async fn write_endpoint(
     tx: &tokio_postgres::Transaction<'_>,
     ep: &Endpoint,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     let size = crate::store::Store::endpoint_row_size(ep);
     if size > crate::store::codec::MAX_ROW {
         return Err(StoreError::TooLarge {
@@ -245,5 +259,5 @@ async fn write_endpoint(
         &[&super::CHANGED_CHANNEL, &format!("e:{}", ep.id)],
     )
     .await?;
-    Ok(())
+    super::version::bump(tx).await
 }

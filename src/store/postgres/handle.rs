@@ -86,6 +86,10 @@ pub struct PgStore {
     /// Every endpoint and synced plan, kept in step with the other nodes
     /// ([`super::endpoints`], [`super::accounts`]).
     pub(super) directory: Directory,
+    /// The directory's version the copy reflects at least ([`super::version`]).
+    pub(super) directory_version: std::sync::atomic::AtomicI64,
+    /// Held by a reload of the copy.
+    pub(super) reloading: tokio::sync::Mutex<()>,
     /// The leases this node holds ([`super::queue`]), shared with its ingest.
     pub(super) leases: Arc<Leases>,
     /// This node's copies of endpoints' circuit breakers ([`super::breakers`]).
@@ -167,6 +171,8 @@ impl PgStore {
             lease_ms,
             wake: Arc::new(Notify::new()),
             directory: Directory::default(),
+            directory_version: std::sync::atomic::AtomicI64::new(0),
+            reloading: tokio::sync::Mutex::new(()),
             leases,
             breakers: Default::default(),
             _identity: None,
@@ -194,9 +200,13 @@ impl PgStore {
     /// Reloads what every node keeps in memory (at start, and when the listener reconnects:
     /// change notices may have been missed meanwhile).
     pub(super) async fn reload(&self) -> Result<(), StoreError> {
+        let version = self.directory_version_now().await?;
         self.breakers.forget(None);
         self.load_endpoints().await?;
-        self.load_plans().await
+        self.load_plans().await?;
+        // Only now: a fan-out made with this version must see what was loaded.
+        self.loaded_directory(version);
+        Ok(())
     }
 }
 

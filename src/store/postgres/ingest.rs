@@ -52,6 +52,9 @@ pub(super) struct Job {
     events: Vec<NewEvent>,
     /// Each event's deliveries' ordering lanes ([`lane`]), in target order.
     lanes: Vec<Vec<Option<Vec<u8>>>>,
+    /// For events fanned out over the account's endpoints: the directory's version the fan-out
+    /// was made with, which the database's must still be ([`super::version`]).
+    mark: Option<i64>,
     reply: oneshot::Sender<Result<Vec<IngestOutcome>, StoreError>>,
 }
 
@@ -105,7 +108,9 @@ impl Committer {
         tx
     }
 
-    /// Commits the jobs' events in one transaction and answers each job.
+    /// Commits the jobs' events in one transaction and answers each job. If a fan-out was made
+    /// with a directory that missed a change, the jobs that fanned out are answered
+    /// [`StoreError::Stale`] (their caller fans out again) and the others are committed alone.
     async fn commit_jobs(&self, mut jobs: Vec<Job>) {
         let counts: Vec<usize> = jobs.iter().map(|j| j.events.len()).collect();
         let events: Vec<NewEvent> = jobs
@@ -116,7 +121,25 @@ impl Committer {
             .iter_mut()
             .flat_map(|j| std::mem::take(&mut j.lanes))
             .collect();
-        match self.commit(&events, &lanes).await {
+        let mark = jobs.iter().filter_map(|j| j.mark).min();
+        let committed = self.commit(&events, &lanes, mark).await;
+        if let Err(StoreError::Stale) = committed {
+            let (mut events, mut lanes) = (events.into_iter(), lanes.into_iter());
+            let mut rest = Vec::new();
+            for (mut job, n) in jobs.into_iter().zip(counts) {
+                job.events = events.by_ref().take(n).collect();
+                job.lanes = lanes.by_ref().take(n).collect();
+                match job.mark {
+                    Some(_) => drop(job.reply.send(Err(StoreError::Stale))),
+                    None => rest.push(job),
+                }
+            }
+            if !rest.is_empty() {
+                Box::pin(self.commit_jobs(rest)).await;
+            }
+            return;
+        }
+        match committed {
             Ok(outcomes) => {
                 let created = outcomes
                     .iter()
@@ -155,6 +178,7 @@ impl Committer {
         &self,
         events: &[NewEvent],
         lanes: &[Vec<Option<Vec<u8>>>],
+        mark: Option<i64>,
     ) -> Result<Vec<IngestOutcome>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
@@ -182,7 +206,7 @@ impl Committer {
             let lent = self.lend(&mut staged.d_rows, staged.now);
             let committing = std::time::Instant::now();
             // The statement commits on its own: its outcome is the batch's.
-            let written = write_rows(&client, &staged).await;
+            let written = write_rows(&client, &staged, mark).await;
             let written = self.settled(written, backend, &staged).await;
             if written.is_ok() {
                 self.observe_commit(committing);
@@ -199,8 +223,10 @@ impl Committer {
         }
         let mut staged = self.stage(&tx, events, lanes).await?;
         let lent = self.lend(&mut staged.d_rows, staged.now);
-        let written = match write_rows(&tx, &staged).await {
-            Ok(()) => {
+        let written = match write_rows(&tx, &staged, mark).await {
+            // Nothing written; the transaction rolls back when dropped.
+            Ok(false) => Err(StoreError::Stale),
+            Ok(true) => {
                 let committing = std::time::Instant::now();
                 let committed = tx.commit().await;
                 let committed = self.settled(committed, backend, &staged).await;
@@ -218,14 +244,14 @@ impl Committer {
     /// The outcome of the step that commits a batch. An error the server reported means it
     /// did not commit; a lost connection leaves that unknown, so the node finds out before it
     /// answers ([`super::lost`]): a batch that committed is answered as committed.
-    async fn settled(
+    async fn settled<T: Into<Settled>>(
         &self,
-        step: Result<(), tokio_postgres::Error>,
+        step: Result<T, tokio_postgres::Error>,
         backend: Option<lost::Backend>,
         staged: &Staged<'_>,
     ) -> Result<(), StoreError> {
         let e = match step {
-            Ok(()) => return Ok(()),
+            Ok(done) => return done.into().0,
             Err(e) => e,
         };
         let first = match staged.e_rows.id.first() {
@@ -557,25 +583,50 @@ async fn claim_keys(
     Ok(duplicate_of)
 }
 
+/// What a step that commits a batch did, when it ran to its end.
+struct Settled(Result<(), StoreError>);
+
+impl From<()> for Settled {
+    fn from((): ()) -> Settled {
+        Settled(Ok(()))
+    }
+}
+
+/// [`write_rows`]' answer: `false` when the directory's version had moved past the mark.
+impl From<bool> for Settled {
+    fn from(written: bool) -> Settled {
+        Settled(if written {
+            Ok(())
+        } else {
+            Err(StoreError::Stale)
+        })
+    }
+}
+
 /// Writes a batch's events, deliveries and `debounced` attempts in one statement, and wakes
 /// idle nodes with its commit when some delivery waits for any node (a trailing delivery
 /// falling due later included); not when this node leased every one. Nothing when the batch
-/// holds only duplicates.
+/// holds only duplicates. With a `mark`, it writes only while the directory's version is the
+/// mark, and answers `false` (nothing written) otherwise ([`super::version`]).
 async fn write_rows(
     c: &impl GenericClient,
     staged: &Staged<'_>,
-) -> Result<(), tokio_postgres::Error> {
+    mark: Option<i64>,
+) -> Result<bool, tokio_postgres::Error> {
     let (e, d, a) = (&staged.e_rows, &staged.d_rows, &staged.attempts);
     if e.id.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let insert = c
         .prepare_cached(
-            "WITH e AS (
+            "WITH v AS (
+                 SELECT 1 FROM directory_version WHERE $30::bigint IS NULL OR version = $30
+             ), e AS (
                  INSERT INTO events (id, account_id, type, received_at, idempotency_key,
                                      debounce_key, ordering_key, payload)
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
                                       $5::text[], $6::text[], $7::text[], $8::bytea[])
+                 WHERE EXISTS (SELECT 1 FROM v)
              ), d AS (
                  INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type,
                                          state, last_status, attempt_count, due_at,
@@ -589,6 +640,7 @@ async fn write_rows(
                              $14::text[], $15::text[], $16::integer[], $17::bigint[],
                              $18::boolean[], $19::bigint[], $20::bytea[], $21::bigint[])
                       WITH ORDINALITY AS d(id, ev, ep, a, t, st, ls, n, due, q, at, l, le, i)
+                 WHERE EXISTS (SELECT 1 FROM v)
                  ORDER BY i
              ), a AS (
                  INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
@@ -596,46 +648,51 @@ async fn write_rows(
                  SELECT d, n, i, at, 0, 'debounced', NULL, NULL, '[]'::jsonb, ''
                  FROM unnest($24::bytea[], $25::integer[], $26::text[], $27::bigint[])
                       AS t(d, n, i, at)
+                 WHERE EXISTS (SELECT 1 FROM v)
+             ), notified AS (
+                 SELECT pg_notify($28, '') FROM v WHERE $29::boolean
              )
-             SELECT pg_notify($28, '') WHERE $29::boolean",
+             SELECT EXISTS (SELECT 1 FROM v), (SELECT count(*) FROM notified)",
         )
         .await?;
-    c.execute(
-        &insert,
-        &[
-            &e.id,
-            &e.account,
-            &e.event_type,
-            &e.received_at,
-            &e.idempotency_key,
-            &e.debounce_key,
-            &e.ordering_key,
-            &e.payload,
-            &d.id,
-            &d.event,
-            &d.endpoint,
-            &d.account,
-            &d.event_type,
-            &d.state,
-            &d.last_status,
-            &d.attempt_count,
-            &d.due,
-            &d.queued,
-            &d.created,
-            &d.lane,
-            &d.lease_end,
-            &d.node,
-            &d.claim,
-            &a.delivery,
-            &a.number,
-            &a.id,
-            &a.at,
-            &DUE_CHANNEL,
-            &d.any_for_others(),
-        ],
-    )
-    .await?;
-    Ok(())
+    let row = c
+        .query_one(
+            &insert,
+            &[
+                &e.id,
+                &e.account,
+                &e.event_type,
+                &e.received_at,
+                &e.idempotency_key,
+                &e.debounce_key,
+                &e.ordering_key,
+                &e.payload,
+                &d.id,
+                &d.event,
+                &d.endpoint,
+                &d.account,
+                &d.event_type,
+                &d.state,
+                &d.last_status,
+                &d.attempt_count,
+                &d.due,
+                &d.queued,
+                &d.created,
+                &d.lane,
+                &d.lease_end,
+                &d.node,
+                &d.claim,
+                &a.delivery,
+                &a.number,
+                &a.id,
+                &a.at,
+                &DUE_CHANNEL,
+                &d.any_for_others(),
+                &mark,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// Deliveries a transaction stores leased to this node.
@@ -685,6 +742,17 @@ async fn gather(rx: &tokio::sync::Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>
 impl PgStore {
     /// Stores the events (or finds them duplicates), answering once they are committed.
     pub async fn ingest(&self, events: Vec<NewEvent>) -> Result<Vec<IngestOutcome>, StoreError> {
+        self.ingest_marked(events, None).await
+    }
+
+    /// [`PgStore::ingest`] of events fanned out over their accounts' endpoints with the copy at
+    /// `mark` ([`PgStore::directory_mark`]): [`StoreError::Stale`], with nothing stored, if a
+    /// change of the directory was committed that the copy missed.
+    pub async fn ingest_marked(
+        &self,
+        events: Vec<NewEvent>,
+        mark: Option<i64>,
+    ) -> Result<Vec<IngestOutcome>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -708,6 +776,7 @@ impl PgStore {
             .send(Job {
                 events,
                 lanes,
+                mark,
                 reply,
             })
             .await

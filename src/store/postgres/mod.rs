@@ -26,6 +26,7 @@ mod results;
 mod retention;
 mod sessions;
 mod tokens;
+mod version;
 pub mod wake;
 
 use std::sync::Arc;
