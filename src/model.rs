@@ -1,7 +1,7 @@
 //! The shared vocabulary: accounts' endpoints, events, deliveries, attempts and their statuses.
 //!
 //! These are the stored records (serde JSON in sled) and the source of the API's JSON shapes
-//! (SPEC §10). Secrets live on [`Endpoint`] but are skipped by every view: only `store` and the
+//! (docs/api.md). Secrets live on [`Endpoint`] but are skipped by every view: only `store` and the
 //! signing step read them.
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ impl Default for Plan {
     }
 }
 
-/// What happened to one attempt (SPEC §6). The strings are part of the contract.
+/// What happened to one attempt (docs/delivery-contract.md). The strings are part of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -92,7 +92,7 @@ impl Status {
     }
 }
 
-/// Where a delivery stands (SPEC §4).
+/// Where a delivery stands (docs/delivery-contract.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryState {
@@ -173,10 +173,10 @@ pub struct Endpoint {
     pub updated_at: Millis,
     /// Newest first. Never shown by any view.
     pub secrets: Vec<StoredSecret>,
-    /// Ordered delivery per key (SPEC §15); `None`: best effort.
+    /// Ordered delivery per key (docs/delivery-contract.md); `None`: best effort.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering: Option<Ordering>,
-    /// At most this many attempts per second to the endpoint (SPEC §15).
+    /// At most this many attempts per second to the endpoint (docs/delivery-contract.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
     /// The client certificate herald presents (mutual TLS): what the endpoint object shows of
@@ -232,7 +232,7 @@ impl Endpoint {
             .map(|s| s.value.as_str())
     }
 
-    /// The endpoint object of SPEC §10: no secret, header values as configured. An ed25519
+    /// The endpoint object (docs/api.md): no secret, header values as configured. An ed25519
     /// endpoint also shows its current public key (which is not a secret).
     pub fn view(&self) -> Value {
         let mut v = json!({
@@ -285,8 +285,8 @@ pub struct EventMeta {
     pub idempotency_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debounce_key: Option<String>,
-    /// The ingest request's `ordering_key` (SPEC §15), which overrides an ordered endpoint's
-    /// payload field.
+    /// The ingest request's `ordering_key` (docs/delivery-contract.md), which overrides an ordered
+    /// endpoint's payload field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
     /// The deliveries made at ingest, in fan-out order.
@@ -419,7 +419,7 @@ mod tests {
     }
 }
 
-/// A portal session (SPEC §13): one account's routes for a customer, until it expires or is
+/// A portal session (docs/api.md): one account's routes for a customer, until it expires or is
 /// revoked. Its token is stored only as a hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortalSession {

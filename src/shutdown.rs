@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// How long in-flight attempts may take to finish after a shutdown starts (SPEC §9).
+/// How long in-flight attempts may take to finish after a shutdown starts (docs/operations.md).
 pub const GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]

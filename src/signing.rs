@@ -30,7 +30,8 @@ pub fn new_secret() -> String {
 }
 
 /// The HMAC key of a secret: the decoded base64 of a `whsec_` secret, else the UTF-8 bytes of an
-/// imported one (as the SPEC says for secrets that do not start with `whsec_`).
+/// imported one (docs/delivery-contract.md: a secret that does not start with `whsec_` signs as its
+/// bytes).
 pub fn secret_key(secret: &str) -> Vec<u8> {
     match secret.strip_prefix(SECRET_PREFIX) {
         Some(b64) => SECRET_B64

@@ -1,6 +1,6 @@
-//! The `herald` command (SPEC §9): `check-config` reports every problem with its key path and
-//! exits 2 (0 for a good file); `serve` with no admin token configured makes one in the data
-//! directory (mode 0600), logs the file's path but never the token, and that token opens the
+//! The `herald` command (docs/operations.md): `check-config` reports every problem with its key
+//! path and exits 2 (0 for a good file); `serve` with no admin token configured makes one in the
+//! data directory (mode 0600), logs the file's path but never the token, and that token opens the
 //! admin routes.
 
 mod common;
@@ -94,9 +94,9 @@ fn check_config_reports_every_error_with_its_key_path_and_exits_2() {
     assert_eq!(lines.len(), 3, "one line per problem: {lines:?}");
 }
 
-/// SPEC §9: a token shorter than 16 characters, a token with surrounding whitespace (it could
-/// never match) and one token in both lists are refused, each named by its key; a token file's
-/// lines count like the lists.
+/// docs/operations.md: a token shorter than 16 characters, a token with surrounding whitespace (it
+/// could never match) and one token in both lists are refused, each named by its key; a token
+/// file's lines count like the lists.
 #[test]
 fn check_config_refuses_weak_and_shared_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -129,8 +129,8 @@ fn check_config_refuses_weak_and_shared_tokens() {
     );
 }
 
-/// SPEC §9: a token holding anything but visible ASCII can never match (clients cannot send it
-/// in an Authorization header, and herald reads only visible ASCII there), so it is refused
+/// docs/operations.md: a token holding anything but visible ASCII can never match (clients cannot
+/// send it in an Authorization header, and herald reads only visible ASCII there), so it is refused
 /// rather than locking the operator out.
 #[test]
 fn check_config_refuses_tokens_outside_visible_ascii() {
@@ -207,8 +207,8 @@ fn check_config_reports_an_unknown_key_together_with_the_other_errors() {
     );
 }
 
-/// SPEC §14: a catalog schema that is not a valid JSON Schema, and a sample that does not satisfy
-/// its type's schema, are errors with their key paths.
+/// docs/api.md: a catalog schema that is not a valid JSON Schema, and a sample that does not
+/// satisfy its type's schema, are errors with their key paths.
 #[test]
 fn check_config_refuses_a_bad_schema_and_a_sample_that_fails_its_schema() {
     assert_refused(

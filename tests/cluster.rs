@@ -1,4 +1,4 @@
-//! Cluster mode on PostgreSQL (SPEC §16), on a real PostgreSQL server each test starts
+//! Cluster mode on PostgreSQL (docs/cluster.md), on a real PostgreSQL server each test starts
 //! ([`common::postgres`]): the compiled-in schema and `herald migrate`, TLS to the database,
 //! `herald copy` of a real herald's stopped store.
 

@@ -1,4 +1,4 @@
-//! Cluster mode end to end (SPEC §16): three real herald processes on one real PostgreSQL,
+//! Cluster mode end to end (docs/cluster.md): three real herald processes on one real PostgreSQL,
 //! events posted round robin across them, one node killed with SIGKILL while it holds leases.
 
 mod common;
@@ -450,10 +450,10 @@ async fn quotas_keys_debounce_and_order_hold_across_three_nodes() {
     assert_eq!(arrivals(&recv), (0..30).collect::<Vec<i64>>());
 }
 
-/// SPEC §7 and §16: a breaker is the cluster's, not a node's. Ten failures in all, spread over
-/// three nodes, open it on every node and tell the operator once; the endpoint's deliveries
-/// then wait on every node; one probe goes out in the whole cluster, and its success closes the
-/// breaker and sends what waited at once.
+/// docs/delivery-contract.md, docs/cluster.md: a breaker is the cluster's, not a node's. Ten
+/// failures in all, spread over three nodes, open it on every node and tell the operator once; the
+/// endpoint's deliveries then wait on every node; one probe goes out in the whole cluster, and its
+/// success closes the breaker and sends what waited at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_share_one_breaker_and_send_one_probe() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -590,9 +590,9 @@ async fn three_nodes_share_one_breaker_and_send_one_probe() {
     }
 }
 
-/// SPEC §15 and §16: an endpoint's `rate_limit` is the cluster's. Events posted round robin to
-/// three nodes reach a 4-a-second endpoint at no more than that (bursts of 4) in all, and
-/// waiting is no attempt: each is delivered with one.
+/// docs/delivery-contract.md, docs/cluster.md: an endpoint's `rate_limit` is the cluster's. Events
+/// posted round robin to three nodes reach a 4-a-second endpoint at no more than that (bursts of 4)
+/// in all, and waiting is no attempt: each is delivered with one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_rate_limit_holds_across_three_nodes() {
     let Setup {

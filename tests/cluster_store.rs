@@ -1,4 +1,4 @@
-//! Cluster mode's shared state on a real PostgreSQL (SPEC §16), through the store's own
+//! Cluster mode's shared state on a real PostgreSQL (docs/cluster.md), through the store's own
 //! interface, with several nodes (each a [`PgStore`] with its own pool and id) on one
 //! database: ingest and idempotency across nodes, leased claims that never overlap, leases
 //! that lapse and pass to another node, fenced writes, release at shutdown, exact quotas, and

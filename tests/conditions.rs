@@ -1,4 +1,5 @@
-//! The delivery conditions of SPEC §5 and their order, plans and quotas, on a manual clock.
+//! The delivery conditions and their order (docs/delivery-contract.md), plans and quotas, on a
+//! manual clock.
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! The receiver-facing contract of SPEC §3 and §7: the verification handshake, custom headers
-//! with account-secret macros, secret rotation, and the `sha256-hex` scheme.
+//! The receiver-facing contract (docs/delivery-contract.md): the verification handshake, custom
+//! headers with account-secret macros, secret rotation, and the `sha256-hex` scheme.
 
 mod common;
 

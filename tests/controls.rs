@@ -1,5 +1,5 @@
-//! Delivery controls (SPEC §15): an endpoint's rate limit, the egress proxy and mutual TLS, with
-//! the real process, real receivers and a real proxy (Debian's `tinyproxy`).
+//! Delivery controls (docs/delivery-contract.md): an endpoint's rate limit, the egress proxy and
+//! mutual TLS, with the real process, real receivers and a real proxy (Debian's `tinyproxy`).
 
 mod common;
 

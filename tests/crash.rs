@@ -310,7 +310,7 @@ async fn store_opens_after_a_kill_during_a_snapshot_write() {
 }
 
 /// Idempotency keys are written to their own database after the commit's fsync and synced
-/// once a second (issue 11): a kill -9 takes the last second's keys with it, and the next
+/// once a second: a kill -9 takes the last second's keys with it, and the next
 /// start writes them again from the log. Every key acknowledged before the kill answers as a
 /// duplicate of its first event afterwards, over several rounds killed at random moments.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

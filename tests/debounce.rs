@@ -1,4 +1,5 @@
-//! Debounce at ingest (SPEC §5), `leading` and `leading_trailing`, on a manual clock.
+//! Debounce at ingest (docs/delivery-contract.md), `leading` and `leading_trailing`, on a manual
+//! clock.
 
 mod common;
 

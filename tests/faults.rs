@@ -1,6 +1,6 @@
 //! Fault injection: receivers that misbehave at the TCP, HTTP and TLS level, a name the SSRF guard
 //! must refuse, and storage that stops accepting writes. Each fault maps to one exact attempt
-//! status (SPEC §6) or, for storage, to `503` with nothing acknowledged lost.
+//! status (docs/delivery-contract.md) or, for storage, to `503` with nothing acknowledged lost.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The API server's limits and the data directory's privacy (SPEC §9, issue 9): nobody without
+//! The API server's limits and the data directory's privacy (docs/operations.md): nobody without
 //! a token can exhaust herald, a client cannot hold up its shutdown, and the files that hold
 //! secrets are private whatever the umask; and the binary's allocator runs with the options
 //! that keep its memory where the README's figures say.
@@ -55,7 +55,7 @@ async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>,
     }
 }
 
-/// Issue 9 item 1: 1,500 connections sending an endless header line grew herald by 450 MB and
+/// 1,500 connections sending an endless header line grew herald by 450 MB and
 /// kept it; with `server.max_header_bytes` (16 KiB) each gets `431` and herald grows by less
 /// than 32 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,7 +111,7 @@ async fn endless_header_lines_get_431_and_do_not_grow_memory() {
     assert!(text.starts_with("HTTP/1.1 431"), "{text}");
 }
 
-/// Issue 9 item 2: ~5,000 idle connections used up herald's file descriptors (no deliveries,
+/// ~5,000 idle connections used up herald's file descriptors (no deliveries,
 /// no `/healthz`). Past `server.max_connections` herald stops accepting: deliveries go on
 /// while the flood is held, and once it ends new clients are served at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,7 +202,7 @@ async fn idle_connections_past_the_limit_stop_neither_deliveries_nor_later_clien
     );
 }
 
-/// Issue 9 item 3: a body sent a byte now and then kept its connection open forever
+/// A body sent a byte now and then kept its connection open forever
 /// (`header_read_timeout` covers the head only). The whole request must arrive within
 /// `server.request_timeout`; past it herald answers `408` and closes the connection. A head
 /// trickled in is cut off the same way.
@@ -274,7 +274,7 @@ async fn a_request_that_does_not_arrive_within_request_timeout_is_closed() {
     assert_eq!(status, 200);
 }
 
-/// Issue 9 item 4: a client with a half-sent body kept herald running after SIGTERM until the
+/// A client with a half-sent body kept herald running after SIGTERM until the
 /// client went away. herald exits within the grace period (10 s) + 5 s whatever clients do,
 /// and what it acknowledged is there after the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,7 +327,7 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Issue 9 item 5: under umask 022 the data directory was 0755 and `db` (endpoint and account
+/// Under umask 022 the data directory was 0755 and `db` (endpoint and account
 /// secrets in plain text) 0644. The directory is 0700 and every file 0600 whatever the umask.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_directory_is_private_whatever_the_umask() {
@@ -362,7 +362,7 @@ async fn the_data_directory_is_private_whatever_the_umask() {
     assert_eq!(mode(&data.join("db")), 0o600);
 }
 
-/// Issue 9 item 7: failed authentications are logged with the address and the route, never the
+/// Failed authentications are logged with the address and the route, never the
 /// token, at most once a second per address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_authentications_are_logged_once_a_second_without_the_token() {
@@ -431,10 +431,10 @@ async fn the_allocator_runs_with_herald_s_options() {
     .await;
 }
 
-/// SPEC §9: deleting the data directory under a running herald does not make sled's writes
-/// fail (it writes on into its open, unlinked files), so herald checks that `storage.path`
-/// still names the directory it opened: from then on ingest and `/healthz` answer 503, nothing
-/// more is acknowledged, and herald stops with exit code 1 after its grace.
+/// docs/operations.md: deleting the data directory under a running herald does not make sled's
+/// writes fail (it writes on into its open, unlinked files), so herald checks that `storage.path`
+/// still names the directory it opened: from then on ingest and `/healthz` answer 503, nothing more
+/// is acknowledged, and herald stops with exit code 1 after its grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_deleted_under_herald_stops_acknowledging() {
     let mut h = Herald::start(common::ON_SLED).await;
@@ -492,7 +492,7 @@ async fn a_data_directory_replaced_under_herald_stops_acknowledging() {
     );
 }
 
-/// SPEC §10: every API answer carries `X-Content-Type-Options: nosniff` (JSON, errors,
+/// docs/api.md: every API answer carries `X-Content-Type-Options: nosniff` (JSON, errors,
 /// `/metrics`, `/openapi.json`), as the pages do; an error echoes the request path only as
 /// JSON text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,7 +545,7 @@ async fn every_answer_carries_nosniff() {
     }
 }
 
-/// SPEC §1: a payload nests at most 64 levels (the payload object is level 1); deeper is 422
+/// docs/api.md: a payload nests at most 64 levels (the payload object is level 1); deeper is 422
 /// naming `payload`, alone in a batch, and stores nothing. 64 levels pass byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_nested_deeper_than_64_levels_is_refused() {

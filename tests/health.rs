@@ -1,5 +1,5 @@
-//! Endpoint health (SPEC §7): the circuit breaker, auto-disable, and operator events, on a
-//! manual clock.
+//! Endpoint health (docs/delivery-contract.md): the circuit breaker, auto-disable, and operator
+//! events, on a manual clock.
 
 mod common;
 

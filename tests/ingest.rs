@@ -1,5 +1,5 @@
-//! Ingest (SPEC §2): what `POST /v1/events` and `POST /v1/events/batch` accept, what they refuse
-//! (and that a refusal stores nothing), tokens, idempotency, the catalog, account-id
+//! Ingest (docs/api.md): what `POST /v1/events` and `POST /v1/events/batch` accept, what they
+//! refuse (and that a refusal stores nothing), tokens, idempotency, the catalog, account-id
 //! normalization and fan-out to the account's endpoints.
 
 mod common;
@@ -552,7 +552,7 @@ async fn strict_catalog_rejects_an_undeclared_type_with_422() {
     assert_eq!(status, 202, "a declared type is accepted: {answer}");
 }
 
-/// SPEC §14: with `catalog.validate = true` a payload that violates its type's schema is
+/// docs/api.md: with `catalog.validate = true` a payload that violates its type's schema is
 /// `422 schema_violation`, the rule in the message and the JSON pointer of the offending value
 /// in `field`; nothing is stored. In a batch only that item fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

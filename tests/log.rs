@@ -1,6 +1,7 @@
-//! The delivery log, retry and the endpoints API (SPEC §7, §8, §9, §10): listing deliveries newest
-//! first with every filter and a cursor, one delivery with every attempt, one event with its
-//! payload, the manual retry, endpoint CRUD, pause and resume, limits, `/v1/status` and `/healthz`.
+//! The delivery log, retry and the endpoints API (docs/api.md, docs/operations.md): listing
+//! deliveries newest first with every filter and a cursor, one delivery with every attempt, one
+//! event with its payload, the manual retry, endpoint CRUD, pause and resume, limits, `/v1/status`
+//! and `/healthz`.
 
 mod common;
 
@@ -624,7 +625,7 @@ async fn retry_of_a_delivery_in_flight_is_409_delivery_in_flight() {
 
 // --- endpoints -------------------------------------------------------------------------------
 
-/// Asserts the endpoint object of SPEC §10 (no secret in it).
+/// Asserts the endpoint object (docs/api.md) (no secret in it).
 fn assert_endpoint_object(ep: &Value) {
     for key in [
         "id",

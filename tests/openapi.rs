@@ -1,4 +1,4 @@
-//! The OpenAPI document (SPEC §14) checked as clients check it: `openapi-spec-validator` says it
+//! The OpenAPI document (docs/api.md) checked as clients check it: `openapi-spec-validator` says it
 //! is valid OpenAPI 3.1, and `schemathesis` runs every documented operation against a live herald
 //! with the admin token — no 5xx, and every status, content type and body as documented
 //! (tests/tools/openapi/check.py). herald runs in a network namespace of its own (loopback

@@ -1,4 +1,4 @@
-//! The operator's tools of SPEC §8: retry vs replay, recover, test events, the catalog.
+//! The operator's tools (docs/api.md): retry vs replay, recover, test events, the catalog.
 
 mod common;
 

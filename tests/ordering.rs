@@ -1,6 +1,6 @@
-//! Ordered delivery per key (SPEC §15), with the real process: one delivery in flight per key, in
-//! commit order, a failing head holding back only its own key, a failed head moving its key on,
-//! and the order kept across kill -9.
+//! Ordered delivery per key (docs/delivery-contract.md), with the real process: one delivery in
+//! flight per key, in commit order, a failing head holding back only its own key, a failed head
+//! moving its key on, and the order kept across kill -9.
 
 mod common;
 

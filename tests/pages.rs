@@ -1,4 +1,4 @@
-//! The portal and the console in a real browser (SPEC §13): herald runs with a receiver that
+//! The portal and the console in a real browser (README.md): herald runs with a receiver that
 //! fails some requests with an HTML body, events with HTML in their payloads are delivered, and
 //! `tests/browser/test_pages.py` drives Debian's Chromium through Playwright over the pages:
 //! sign-in, overview, minting a portal link, one account's view, creating an endpoint (secret

@@ -1,4 +1,4 @@
-//! Who may do what (SPEC §12), as a table over every route of the router × every kind of
+//! Who may do what (docs/api.md), as a table over every route of the router × every kind of
 //! caller: admin, ingest, portal session, read-only portal session, expired portal session, and
 //! none. Another account's object answers `404` to a portal session.
 
@@ -330,7 +330,7 @@ async fn a_revoked_portal_session_is_refused_at_once() {
     }
 }
 
-/// SPEC §1: an account id is never `.` or `..` (a browser resolves them as path segments, so
+/// docs/api.md: an account id is never `.` or `..` (a browser resolves them as path segments, so
 /// their portal could never load). Everything that takes an account id to create or write
 /// refuses them with `422` naming `account_id`, and stores nothing; the admin's reads still
 /// reach an account an older herald accepted (docs/operations.md).

@@ -1,6 +1,7 @@
-//! Signing secrets (SPEC §3, §7, §9, §10): shown only in the create answer, never in any later
-//! answer nor in any log line; imported secrets sign as the Standard Webhooks spec says
-//! (`whsec_` → its base64-decoded key; anything else → its UTF-8 bytes).
+//! Signing secrets (docs/delivery-contract.md, docs/api.md and docs/operations.md): shown only in
+//! the create answer, never in any later answer nor in any log line; imported secrets sign as the
+//! Standard Webhooks spec says (`whsec_` → its base64-decoded key; anything else → its UTF-8
+//! bytes).
 
 mod common;
 
@@ -224,7 +225,7 @@ async fn imported_plain_secret_signs_with_its_utf8_bytes() {
     );
 }
 
-/// SPEC §7: a portal session cannot send an account secret to a URL of its choosing. It gets
+/// docs/api.md: a portal session cannot send an account secret to a URL of its choosing. It gets
 /// `403 secret_macro` when it adds or changes a header value that uses `{{ secret.…}}` (any
 /// spelling the expansion takes), or gives a new URL to an endpoint whose stored headers use
 /// one; values sent unchanged are accepted (the portal's Save sends every field). The admin

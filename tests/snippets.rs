@@ -1,7 +1,8 @@
 //! The receiver snippets in `docs/receivers/` (Python and Node), run for real: each verifies
 //! requests with the official Standard Webhooks library, refuses forged ones, answers the
 //! verification challenge, and verifies what the real herald delivers with a secret herald
-//! generated itself (the SPEC's promise that official libraries verify every request).
+//! generated itself (the contract's promise that official libraries verify every request:
+//! docs/delivery-contract.md).
 //!
 //! The interpreters and libraries are prerequisites, not optional: a missing one fails the test
 //! with the command that installs it (CI installs them in `.ci/run`).

@@ -1,5 +1,5 @@
-//! The SSRF guard of SPEC §3: refused literal addresses at endpoint creation, and names that
-//! resolve to refused addresses at send time.
+//! The SSRF guard (docs/delivery-contract.md): refused literal addresses at endpoint creation, and
+//! names that resolve to refused addresses at send time.
 
 mod common;
 
@@ -174,7 +174,7 @@ async fn name_resolving_to_loopback_is_blocked_at_send_time_and_nothing_arrives(
 }
 
 /// An allow-list entry for an IPv6 range never lets a refused IPv4 address through, whatever
-/// IPv6 form embeds it (issue 9: `::/0` let `[::ffff:7f00:1]` reach 127.0.0.1).
+/// IPv6 form embeds it (`::/0` once let `[::ffff:7f00:1]` reach 127.0.0.1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv6_allow_list_never_lets_an_embedded_refused_ipv4_through() {
     let h = Herald::start("[delivery]\nallow_private_networks = [\"::/0\"]\n").await;

@@ -20,17 +20,17 @@ pub const BACKLOG_TARGET_SIZE: u64 = 1_000_000;
 pub const HEALTHZ_TARGET_S: f64 = 5.0;
 /// With a full log, ingest and end-to-end keep at least this share of the empty-store figures.
 pub const HISTORY_TARGET: f64 = 0.80;
-/// An account's first page of the delivery log (the portal's log view), at its p95 (issue 10).
+/// An account's first page of the delivery log (the portal's log view), at its p95.
 pub const ACCOUNT_LOG_TARGET_MS: f64 = 50.0;
 pub const HISTORY_TARGET_SIZE: u64 = 5_000_000;
 /// Once retention applies, the data dir grows by at most this share over the rest of the phase
 /// (sled reuses freed space segment by segment, so the size steps up and down a little; without
 /// retention it would grow by half the span again).
 pub const RETENTION_FLAT: f64 = 0.20;
-/// Disk per idempotency key (issue 11).
+/// Disk per idempotency key.
 pub const KEY_BYTES_TARGET: f64 = 64.0;
 /// After this long of keyed traffic (every event keyed, retention 60 s, 2,000/s) the data dir
-/// and RSS stay within the two targets below (issue 11).
+/// and RSS stay within the two targets below.
 pub const KEYS_SOAK_S: f64 = 600.0;
 pub const KEYS_DISK_TARGET: u64 = 400_000_000;
 pub const KEYS_RSS_TARGET: u64 = 160 * 1024 * 1024;

@@ -81,7 +81,7 @@ async fn view(state: &AppState, account_id: &str) -> Result<Resp, ApiError> {
     Ok(json(StatusCode::OK, &account(state, account_id).await?))
 }
 
-/// The account object (SPEC §10).
+/// The account object (docs/api.md).
 async fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> {
     let plan = state.store.account_plan(account_id);
     let limits = plan.as_ref().and_then(|p| state.config.plans.get(p));

@@ -20,7 +20,7 @@ use crate::policy::debounce;
 use crate::policy::schema;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent, StoreError};
 
-/// Events one batch may carry (SPEC §2).
+/// Events one batch may carry (docs/api.md).
 pub const MAX_BATCH: usize = 1000;
 
 #[derive(Deserialize)]

@@ -1,4 +1,4 @@
-//! `GET /openapi.json` and `herald openapi` (SPEC §14): an OpenAPI 3.1 document of the whole
+//! `GET /openapi.json` and `herald openapi` (docs/api.md): an OpenAPI 3.1 document of the whole
 //! API — every route of [`super::routes::ROUTES`] with its parameters, bodies and answers
 //! (errors included), the three bearer roles of §12 — and a top-level `webhooks` map with one
 //! entry per catalog type: the request herald sends (§3 headers, the type's schema as the body,

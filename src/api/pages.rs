@@ -1,5 +1,5 @@
 //! The portal (`/portal`, for the platform's customers) and the console (`/console`, for the
-//! operator), served from the binary (SPEC §13). The pages hold no data: every datum comes
+//! operator), served from the binary (README.md). The pages hold no data: every datum comes
 //! from the JSON API with the token the page keeps in `sessionStorage`.
 //!
 //! Safety headers on every page and asset: a Content-Security-Policy with no inline script or
@@ -49,7 +49,7 @@ const ASSETS: &[Asset] = &[
     },
 ];
 
-/// All assets together stay within this (SPEC §13: at most 300 KB).
+/// All assets together stay within this (README.md, "The portal and the console": at most 300 KB).
 #[cfg(test)]
 const ASSET_BUDGET: usize = 300 * 1000;
 

@@ -1,4 +1,4 @@
-//! Replay and recover (SPEC §8). Retry (in `deliveries`) attempts the same delivery again with
+//! Replay and recover (docs/api.md). Retry (in `deliveries`) attempts the same delivery again with
 //! the same `webhook-id`; replay ingests an event again as a new event (new id, new
 //! `webhook-id`); recover retries every `failed` or `skipped` delivery of an endpoint since a
 //! time. Replay and recover take `"dry_run": true` to answer how many deliveries they would

@@ -1,4 +1,4 @@
-//! Every route of the API in one table, with who may call it (SPEC §12). The router matches a
+//! Every route of the API in one table, with who may call it (docs/api.md). The router matches a
 //! request against it, [`authorize`] decides on the caller's role, and the OpenAPI document
 //! is checked against the same table, so a route cannot exist without its access rule or its
 //! documentation.
@@ -352,7 +352,7 @@ impl Scope {
     }
 }
 
-/// Decides whether `role` may call `route` (SPEC §12): `401` without a credential the route
+/// Decides whether `role` may call `route` (docs/api.md): `401` without a credential the route
 /// takes, `403 read_only` for a read-only session's change, `404` for another account's path.
 pub fn authorize(
     route: &Route,

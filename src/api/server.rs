@@ -2,7 +2,7 @@
 //! `server.max_header_bytes`, bound every request by `server.request_timeout`, and close them
 //! all within the grace period when herald stops.
 //!
-//! Limits (SPEC §9): nobody without a token can exhaust the server.
+//! Limits (docs/operations.md): nobody without a token can exhaust the server.
 //! - Past `max_connections` open connections herald stops accepting; new connections wait in
 //!   the kernel's backlog (or are refused once it is full) while established ones keep working,
 //!   so file descriptors are left for the store and outbound deliveries.

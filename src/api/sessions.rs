@@ -1,4 +1,4 @@
-//! Portal sessions (SPEC §13): an admin mints a link for one account's customer; the portal
+//! Portal sessions (docs/api.md): an admin mints a link for one account's customer; the portal
 //! page uses its token for that account's routes until it expires or is revoked. Tokens are
 //! returned once and stored only as a hash.
 

@@ -129,7 +129,7 @@ pub fn is_reserved_header(name: &str) -> bool {
             | "transfer-encoding"
             | "connection"
             | "user-agent"
-            // Hop-by-hop names (SPEC §7): they would change how the request travels.
+            // Hop-by-hop names (docs/api.md): they would change how the request travels.
             | "upgrade"
             | "expect"
             | "te"

@@ -1,9 +1,9 @@
 //! The one TOML file: structs with compiled-in defaults, then the file, then [`Config::validate`].
 //!
-//! Every key of SPEC §11 lives here with its default; `config.example.toml` documents each once.
-//! Unknown keys are errors (a typo must not silently fall back to a default). Validation collects
-//! every problem with its key path, so `check-config` and `serve` report them all at once before
-//! anything binds ([`validate`]).
+//! Every config key lives here with its default; `config.example.toml` documents
+//! each once. Unknown keys are errors (a typo must not silently fall back to a default). Validation
+//! collects every problem with its key path, so `check-config` and `serve` report them all at once
+//! before anything binds ([`validate`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,7 +24,7 @@ pub struct Dur(pub Duration);
 /// bound keeps that arithmetic (and the ±10 % jitter on retry delays) far from overflowing.
 pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 86_400);
 
-/// The shortest token accepted (SPEC §9).
+/// The shortest token accepted (docs/operations.md).
 pub const MIN_TOKEN_LEN: usize = 16;
 /// The largest `delivery.response_body_limit`: an attempt's record keeps the excerpt, and every
 /// record must stay below the size at which the store could no longer fsync it.
@@ -125,8 +125,8 @@ impl Default for Storage {
     }
 }
 
-/// Where herald keeps its state (SPEC §16): sled in `storage.path` (one node, the default) or a
-/// PostgreSQL database shared by any number of nodes.
+/// Where herald keeps its state (docs/cluster.md): sled in `storage.path` (one node, the default)
+/// or a PostgreSQL database shared by any number of nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
@@ -189,7 +189,8 @@ pub struct Delivery {
     pub allow_private_networks: Vec<String>,
     pub extra_ca_file: Option<PathBuf>,
     pub response_body_limit: usize,
-    /// `http://host:port` of an HTTP CONNECT proxy every delivery goes through (SPEC §15).
+    /// `http://host:port` of an HTTP CONNECT proxy every delivery goes through
+    /// (docs/delivery-contract.md).
     pub proxy: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! `storage.backend` and `[storage.postgres]` (SPEC §16): which keys cluster mode needs, the
+//! `storage.backend` and `[storage.postgres]` (docs/cluster.md): which keys cluster mode needs, the
 //! database URL from the config or its file, and their checks. The URL carries a password:
 //! no message here ever quotes it.
 

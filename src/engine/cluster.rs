@@ -1,4 +1,5 @@
-//! The scheduler of a cluster node (SPEC §16): due work comes from the shared queue as leases.
+//! The scheduler of a cluster node (docs/cluster.md): due work comes from the shared queue as
+//! leases.
 //!
 //! Each turn the node claims as many due deliveries as it has room for (`max_in_flight` less
 //! what it holds), at most [`HOLD_PER_SLOT`] times `max_in_flight_per_endpoint` of any one

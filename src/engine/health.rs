@@ -1,5 +1,5 @@
 //! Endpoint health: the circuit breaker gate and its bookkeeping, auto-disable, per-endpoint
-//! success rates, and the operator events that report them (SPEC §7).
+//! success rates, and the operator events that report them (docs/delivery-contract.md).
 //!
 //! Operator events are ordinary events of the reserved account [`OPERATOR_ACCOUNT`], delivered
 //! to `operator.webhook_url` by this same engine, signed with `operator.secret` and logged like

@@ -1,4 +1,4 @@
-//! The verification handshake (SPEC §7): herald POSTs a signed challenge
+//! The verification handshake (docs/delivery-contract.md): herald POSTs a signed challenge
 //! `{"type": "endpoint.verification", "nonce": "<hex>"}` and the endpoint proves it holds the
 //! secret by answering `2xx` with the lowercase hex HMAC-SHA256(key, nonce), as plain text or as
 //! `{"hmac": "<hex>"}`.

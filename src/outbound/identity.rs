@@ -1,8 +1,8 @@
-//! An endpoint's client certificate for mutual TLS (SPEC §15): the PEM chain and key as the API
-//! takes them, checked (they parse, the key is one herald can sign with, it matches the
-//! certificate, the certificate has not expired) and turned into what the endpoint shows of it.
-//! The chain and key themselves are write-only: the store keeps them apart from the endpoint,
-//! and nothing here ever puts them in an error.
+//! An endpoint's client certificate for mutual TLS (docs/delivery-contract.md): the PEM chain and
+//! key as the API takes them, checked (they parse, the key is one herald can sign with, it matches
+//! the certificate, the certificate has not expired) and turned into what the endpoint shows of it.
+//! The chain and key themselves are write-only: the store keeps them apart from the endpoint, and
+//! nothing here ever puts them in an error.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};

@@ -1,6 +1,6 @@
-//! Builds the signed request of SPEC §3 for one message to one endpoint: the standard headers,
-//! the Standard Webhooks signature, the optional `sha256-hex` header, and the endpoint's custom
-//! headers with `{{ secret.NAME }}` macros expanded.
+//! Builds the signed request (docs/delivery-contract.md) for one message to one endpoint: the
+//! standard headers, the Standard Webhooks signature, the optional `sha256-hex` header, and the
+//! endpoint's custom headers with `{{ secret.NAME }}` macros expanded.
 //!
 //! The headers recorded in the delivery log keep the macros unexpanded: an account secret never
 //! reaches the log or the API.

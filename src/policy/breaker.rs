@@ -1,5 +1,6 @@
-//! The per-endpoint circuit breaker and auto-disable (SPEC §7). Pure state transitions; the
-//! engine keeps the states and the store persists them, so a restart keeps an open breaker open.
+//! The per-endpoint circuit breaker and auto-disable (docs/delivery-contract.md). Pure state
+//! transitions; the engine keeps the states and the store persists them, so a restart keeps an open
+//! breaker open.
 //!
 //! - closed: attempts go out. 10 consecutive failed attempts open it.
 //! - open: the endpoint's deliveries wait (not attempted, not counted) until `next_probe_at`;
@@ -11,7 +12,7 @@
 //!   next probe: only probes double the cool-down.
 //!
 //! The state is kept whole (`probe_until` too), so on a cluster every node reads the same one
-//! and one probe goes out in the whole cluster (SPEC §16).
+//! and one probe goes out in the whole cluster (docs/cluster.md).
 //!
 //! An endpoint whose attempts have all failed for `endpoints.disable_after` is disabled.
 

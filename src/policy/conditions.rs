@@ -1,5 +1,6 @@
-//! The checks before each attempt, in the SPEC's order (§5). The first that fails names the
-//! status the attempt is recorded with; the delivery then ends `skipped` and nothing is sent.
+//! The checks before each attempt, in the contract's order (docs/delivery-contract.md). The first
+//! that fails names the status the attempt is recorded with; the delivery then ends `skipped` and
+//! nothing is sent.
 //!
 //! 1. entitled: the account's plan allows webhooks (no plan synced: entitled) → `not_entitled`
 //! 2. the account has an endpoint for the event → `no_endpoint`

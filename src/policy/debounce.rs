@@ -1,4 +1,4 @@
-//! Debounce at ingest (SPEC §5), for catalog event types that declare it:
+//! Debounce at ingest (docs/delivery-contract.md), for catalog event types that declare it:
 //! `debounce = { window = "60s", key = "location_id", mode = "leading" }`.
 //!
 //! The first event for (account, type, key) opens a window and is delivered at once. Events in

@@ -5,7 +5,7 @@
 //!
 //! - [`breaker`]: the circuit breaker's state machine.
 //! - [`cidr`]: CIDR ranges for the SSRF guard's allow-list.
-//! - [`conditions`]: the ordered delivery conditions of SPEC §5.
+//! - [`conditions`]: the ordered delivery conditions (docs/delivery-contract.md).
 //! - [`debounce`]: debounce windows at ingest.
 //! - [`ordering`]: which sequence of an ordered endpoint a delivery joins.
 //! - [`quota`]: the fixed per-minute and per-day windows.

@@ -1,4 +1,5 @@
-//! Ordered delivery per key (SPEC §15): which sequence a delivery to an ordered endpoint joins.
+//! Ordered delivery per key (docs/delivery-contract.md): which sequence a delivery to an ordered
+//! endpoint joins.
 //!
 //! An endpoint with `ordering = {"key": "<field>"}` delivers the events with the same value of
 //! that top-level payload field one at a time, in commit order; the ingest field `ordering_key`

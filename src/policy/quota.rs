@@ -1,6 +1,6 @@
 //! Per-account quotas: two independent fixed windows, the calendar minute and the UTC day
-//! (SPEC §5). No sliding window, no hourly window. The arithmetic here is pure; the counters live
-//! in the store.
+//! (docs/delivery-contract.md). No sliding window, no hourly window. The arithmetic here is pure;
+//! the counters live in the store.
 
 use crate::clock::Millis;
 

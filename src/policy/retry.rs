@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use crate::clock::Millis;
 use crate::model::Status;
 
-/// `Retry-After` never holds a delivery longer than this (SPEC §4).
+/// `Retry-After` never holds a delivery longer than this (docs/delivery-contract.md).
 pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(3600);
 /// Each delay moves by up to this fraction either way, so retries of many deliveries that failed
 /// together do not arrive together.

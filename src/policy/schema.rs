@@ -1,4 +1,4 @@
-//! Catalog schemas (SPEC §14): each event type's payload schema, JSON Schema draft 2020-12,
+//! Catalog schemas (docs/api.md): each event type's payload schema, JSON Schema draft 2020-12,
 //! compiled once at start. `check-config` reports a schema that is not a valid schema, or a
 //! sample that does not satisfy its schema; with `catalog.validate = true` ingest refuses a
 //! payload that violates its type's schema.

@@ -1,8 +1,8 @@
-//! A token bucket per endpoint for `rate_limit` (SPEC §15): at most `per_second` attempts a
-//! second, bursts up to `max(1, ceil(per_second))`. A delivery over the rate waits (its lane is
-//! held until the next token); it is not dropped, not recorded and not counted as a failure.
-//! On a cluster the bucket is a row the nodes take from together (`store::postgres`), with the
-//! same arithmetic.
+//! A token bucket per endpoint for `rate_limit` (docs/delivery-contract.md): at most `per_second`
+//! attempts a second, bursts up to `max(1, ceil(per_second))`. A delivery over the rate waits (its
+//! lane is held until the next token); it is not dropped, not recorded and not counted as a
+//! failure. On a cluster the bucket is a row the nodes take from together (`store::postgres`), with
+//! the same arithmetic.
 
 use crate::clock::Millis;
 use crate::model::RateLimit;

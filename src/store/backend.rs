@@ -1,6 +1,6 @@
 //! The store the API and the engine use: the embedded sled store of one box, or the PostgreSQL
-//! store a cluster of nodes shares (SPEC §16). Both answer the same questions; this facade asks
-//! the one herald was started with.
+//! store a cluster of nodes shares (docs/cluster.md). Both answer the same questions; this facade
+//! asks the one herald was started with.
 //!
 //! Reads that are in memory on both (endpoints, plans) stay synchronous. Everything else is
 //! async: on sled, reads that may look at many rows (the log, its filters, an event with many

@@ -44,7 +44,7 @@ use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta};
 
-/// How long an idempotency key keeps answering with the first event (SPEC §2).
+/// How long an idempotency key keeps answering with the first event (docs/api.md).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 /// Events taken into one commit at most: bounds a cycle's latency and memory.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;

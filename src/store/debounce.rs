@@ -1,7 +1,7 @@
-//! Debounce at ingest, inside the commit cycle (SPEC §5): the window of an event's (account,
-//! type, key) decides whether its deliveries go now, are `debounced`, or trail at the window's
-//! end; a trailing candidate that a newer event replaces ends `debounced`. The decision is
-//! [`crate::policy::debounce`]'s; this writes it into the cycle.
+//! Debounce at ingest, inside the commit cycle (docs/delivery-contract.md): the window of an
+//! event's (account, type, key) decides whether its deliveries go now, are `debounced`, or trail at
+//! the window's end; a trailing candidate that a newer event replaces ends `debounced`. The
+//! decision is [`crate::policy::debounce`]'s; this writes it into the cycle.
 
 use std::sync::Arc;
 

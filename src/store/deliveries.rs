@@ -193,8 +193,9 @@ impl Store {
         })
     }
 
-    /// For a delivery to an ordered endpoint (SPEC §15): its ordering key and, while it waits
-    /// behind another delivery of its key, that one's id. `None` for an unordered endpoint.
+    /// For a delivery to an ordered endpoint (docs/delivery-contract.md): its ordering key and,
+    /// while it waits behind another delivery of its key, that one's id. `None` for an unordered
+    /// endpoint.
     pub fn ordering_of(
         &self,
         d: &Delivery,

@@ -55,7 +55,7 @@ impl Directory {
         eps
     }
 
-    /// The ordering (SPEC §15) of the endpoint `id`, if it is an ordered endpoint.
+    /// The ordering (docs/delivery-contract.md) of the endpoint `id`, if it is an ordered endpoint.
     pub fn ordering(&self, id: Option<&str>) -> Option<Ordering> {
         read(&self.endpoints).get(id?)?.ordering.clone()
     }

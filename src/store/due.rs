@@ -10,11 +10,12 @@
 //! breaker hands out nothing until its hold ends. A dead endpoint's backlog therefore waits in its
 //! own lane, costs nothing per tick, and never delays another endpoint's deliveries.
 //!
-//! Ordered endpoints (SPEC §15): an entry may belong to a *sequence* of its lane (the deliveries
-//! with one ordering key). Only a sequence's head is in the lane's queues; the others wait in the
-//! sequence, in commit (ULID) order, and the next goes into the queues when the head ends
-//! ([`DueIndex::ended`]): retries of the head hold back only its own key, and different keys of a
-//! lane go in parallel within the lane limit. Lanes without sequences pay nothing for them.
+//! Ordered endpoints (docs/delivery-contract.md): an entry may belong to a *sequence* of its lane
+//! (the deliveries with one ordering key). Only a sequence's head is in the lane's queues; the
+//! others wait in the sequence, in commit (ULID) order, and the next goes into the queues when the
+//! head ends ([`DueIndex::ended`]): retries of the head hold back only its own key, and different
+//! keys of a lane go in parallel within the lane limit. Lanes without sequences pay nothing for
+//! them.
 //!
 //! Memory: an entry is 24 bytes (due time and delivery ULID). First attempts, which arrive in
 //! time order, sit in a deque; retries and other later attempts in an ordered set. A sequence's

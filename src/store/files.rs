@@ -1,6 +1,6 @@
 //! The data directory holds endpoint secrets (`whsec_`, `whsk_`) and account secrets in plain
 //! text, so it is private: the directory `0700`, every file in it `0600`, whatever the umask
-//! of whoever started herald (SPEC §9).
+//! of whoever started herald (docs/operations.md).
 //!
 //! sled creates its own files (`db`, `conf`, `snap.*`, `blobs/`) with the process's umask, so
 //! `herald serve` sets the umask to `077` before anything starts ([`private_umask`]); the

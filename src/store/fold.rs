@@ -1,7 +1,7 @@
 //! Folded history: ended events packed many to a row.
 //!
 //! sled keeps bookkeeping in memory for every page of its tree, and a leaf page holds at most
-//! 17 rows, so its memory grows with the number of rows (issue 11). Once every delivery of an
+//! 17 rows, so its memory grows with the number of rows. Once every delivery of an
 //! event has ended and the event is older than `storage.fold_after`, the folder moves the
 //! event's rows (the event, its payload chunks, its target rows, its attempts) into a *fold*:
 //! one row of the `log` tree, keyed by its first event's ULID ([`key::fold`]), that holds the

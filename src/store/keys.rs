@@ -21,11 +21,11 @@
 //! removed. A slot never straddles two blocks, so a write that a power cut tears (disks write
 //! 512-byte sectors whole) leaves each slot old or new, never an old digest naming a new event.
 //!
-//! Why not sled: its costs are per row and per write (a leaf splits at 16 rows, a changed row
-//! is written again whole, and a segment of its file is reused only once half of it is dead),
-//! so a key cost 161–180 bytes on disk with a row each and 97–113 packed ~45 to a row (storage
-//! format 6, measured in issue 11), against 28 bytes of data. Here a key is written once, in
-//! place, and its memory is the kernel's page cache, which gives way under pressure, not
+//! Why not sled: its costs are per row and per write (a leaf splits at 16 rows, a changed row is
+//! written again whole, and a segment of its file is reused only once half of it is dead), so a key
+//! cost 161–180 bytes on disk with a row each and 97–113 packed ~45 to a row (storage format 6,
+//! measured with the load benchmark's keys phase), against 28 bytes of data. Here a key is written
+//! once, in place, and its memory is the kernel's page cache, which gives way under pressure, not
 //! herald's heap. They live apart from the log because their lifetime is not the log's.
 //!
 //! A table's blocks are allocated when it is made (`fallocate`), so writing a slot never needs

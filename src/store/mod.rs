@@ -335,7 +335,7 @@ impl Inner {
     }
 
     /// The sequence a delivery to `lane` of this event joins, if `lane` is an ordered
-    /// endpoint's (SPEC §15).
+    /// endpoint's (docs/delivery-contract.md).
     fn sequence(&self, lane: Lane, ordering_key: Option<&str>, payload: &[u8]) -> Option<u64> {
         let orderings = self.orderings.read().unwrap_or_else(|e| e.into_inner());
         let ordering = orderings.get(&lane)?;

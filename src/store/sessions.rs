@@ -1,4 +1,4 @@
-//! Portal sessions (SPEC §13), in the `portal_sessions` tree: the token's SHA-256 → the
+//! Portal sessions (docs/api.md), in the `portal_sessions` tree: the token's SHA-256 → the
 //! session, and its id → the token's hash (to revoke it). Tokens themselves are never stored.
 //! Expired sessions answer nothing and are pruned by retention.
 

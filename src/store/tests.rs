@@ -290,7 +290,7 @@ async fn a_key_is_found_after_the_clock_steps_back_across_midnight() {
     close(store);
 }
 
-/// Issue 9 item 12: if the undo's own file cannot be written either, the failed cycle's fresh
+/// If the undo's own file cannot be written either, the failed cycle's fresh
 /// deliveries stay under the watermark: after a restart they are found and delivered (the
 /// request was answered 503; at least once, never lost with a key that answers `duplicate`).
 #[tokio::test]
@@ -318,7 +318,7 @@ async fn a_failed_commit_whose_undo_cannot_be_recorded_stays_deliverable() {
     close(store);
 }
 
-/// Issue 9 item 8: an attempt's record, its delivery's pending entry and that entry's removal
+/// An attempt's record, its delivery's pending entry and that entry's removal
 /// are one write: a failure leaves the delivery exactly as it was (never "delivered" and still
 /// pending, which would send it again).
 #[tokio::test]
@@ -371,7 +371,7 @@ async fn a_delivery_change_is_written_all_or_nothing() {
     close(store);
 }
 
-/// Issue 9 item 9: endpoint changes made at the same time (the API's and the engine's) are
+/// Endpoint changes made at the same time (the API's and the engine's) are
 /// never lost, and what is in memory is what is on disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_endpoint_changes_are_all_kept() {
@@ -424,7 +424,7 @@ fn debounced_event(at: Millis, window_ms: Millis) -> NewEvent {
     ev
 }
 
-/// Issue 9 item 10: a window is judged at the commit's time, not the time the request was
+/// A window is judged at the commit's time, not the time the request was
 /// received: an event received before the window's end but committed after it opens a new
 /// window (it is delivered), and does not debounce a candidate the engine is sending.
 #[tokio::test]
@@ -551,7 +551,7 @@ fn all_due(store: &Store, now: Millis) -> Vec<u128> {
     }
 }
 
-/// Issue 9 items 10 and 11: a trailing candidate whose attempt is running (it holds its claim)
+/// A trailing candidate whose attempt is running (it holds its claim)
 /// is not debounced by a newer event: the log never says `debounced` for a request the
 /// receiver got, and the counts stay right.
 #[tokio::test]
@@ -612,7 +612,7 @@ async fn a_candidate_being_attempted_is_not_debounced() {
     close(store);
 }
 
-/// Issue 9 item 11: retention never prunes an event one of whose deliveries is claimed (a
+/// Retention never prunes an event one of whose deliveries is claimed (a
 /// manual retry or an attempt of it), and a manual retry finds the delivery busy while
 /// retention holds it.
 #[tokio::test]
@@ -650,7 +650,7 @@ async fn retention_and_retries_exclude_each_other() {
     close(store);
 }
 
-/// Issue 9 item 15: a sweep in slices looks at every event (a slice used to skip the event at
+/// A sweep in slices looks at every event (a slice used to skip the event at
 /// its boundary).
 #[tokio::test]
 async fn retention_slices_skip_no_event() {
@@ -692,7 +692,7 @@ async fn retention_slices_skip_no_event() {
     close(store);
 }
 
-/// Issue 9 item 15: idempotency keys expire a whole day at a time once past their 24 h, and
+/// Idempotency keys expire a whole day at a time once past their 24 h, and
 /// closed debounce windows in order of their end; nothing younger goes.
 #[tokio::test]
 async fn keys_and_windows_expire_in_time_order() {
@@ -734,7 +734,7 @@ async fn keys_and_windows_expire_in_time_order() {
     close(store);
 }
 
-/// Issue 9 item 13: at the largest fan-out, the largest payload and the largest attempt
+/// At the largest fan-out, the largest payload and the largest attempt
 /// record, every row herald writes is at most `MAX_ROW`, and sled moved nothing to its
 /// never-fsynced `blobs/` directory.
 #[tokio::test]
@@ -1056,10 +1056,10 @@ async fn the_account_index_lists_pages_and_follows_retention() {
     close(store);
 }
 
-/// Ordered endpoints (SPEC §15): the committer puts each key's deliveries in one sequence, and a
-/// reopened store rebuilds every sequence with its oldest pending delivery at the head, even when
-/// a newer one of the key has a retry saved and the older one has no record (its attempt's record
-/// was lost in a crash).
+/// Ordered endpoints (docs/delivery-contract.md): the committer puts each key's deliveries in one
+/// sequence, and a reopened store rebuilds every sequence with its oldest pending delivery at the
+/// head, even when a newer one of the key has a retry saved and the older one has no record (its
+/// attempt's record was lost in a crash).
 #[tokio::test]
 async fn ordered_sequences_are_rebuilt_oldest_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -1190,7 +1190,7 @@ async fn a_client_certificate_too_large_for_the_endpoint_changes_nothing() {
     assert!(store.endpoint("ep_1").unwrap().client_certificate.is_none());
 }
 
-/// Issue 11: a key whose event retention prunes goes with it (it claims nothing without the
+/// A key whose event retention prunes goes with it (it claims nothing without the
 /// event), so with a retention shorter than a day keys do not outlive their events; a key
 /// another event holds now stays.
 #[tokio::test]
@@ -1382,7 +1382,7 @@ async fn lost_idempotency_keys_are_rebuilt_from_the_log() {
 }
 
 /// Deleting an endpoint whose breaker holds its lane ends the hold: its waiting deliveries end
-/// now, not at the breaker's next probe (found in issue 11's benchmark: 551,271 deliveries to a
+/// now, not at the breaker's next probe (found by the load benchmark: 551,271 deliveries to a
 /// deleted endpoint waited three minutes).
 #[tokio::test]
 async fn expediting_an_endpoint_releases_its_lane_hold() {
@@ -1403,7 +1403,7 @@ async fn expediting_an_endpoint_releases_its_lane_hold() {
     close(store);
 }
 
-/// A backlog bigger than a lane keeps in memory (issue 11): the newer fresh deliveries spill
+/// A backlog bigger than a lane keeps in memory: the newer fresh deliveries spill
 /// to sled only, at ingest and again when a restart rebuilds the index; the engine's refills
 /// (a thread walking the log for every lane that waits) bring every one back, once, in order,
 /// and one that was attempted while spilled is not handed out again. Two lanes spill.

@@ -1,4 +1,4 @@
-//! A real PostgreSQL server for cluster tests (SPEC §16): Debian's server binaries
+//! A real PostgreSQL server for cluster tests (docs/cluster.md): Debian's server binaries
 //! (`initdb`, `pg_ctl`, from the `postgresql` package that `.ci/run` installs), a cluster in a
 //! temp directory, a free port on 127.0.0.1, trust authentication for the user `herald`.
 //! PostgreSQL refuses to run as root, so when the tests run as root (CI) the server runs as

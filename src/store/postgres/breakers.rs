@@ -1,4 +1,4 @@
-//! Endpoints' circuit breakers on PostgreSQL, shared by every node (SPEC §16): one row per
+//! Endpoints' circuit breakers on PostgreSQL, shared by every node (docs/cluster.md): one row per
 //! endpoint that has failed since its last success, changed only under the row's lock, so the
 //! cluster counts failures together, opens a breaker once (one node sees the transition and
 //! reports it) and sends one probe (the row records until when it is out).

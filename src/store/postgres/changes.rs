@@ -1,7 +1,7 @@
-//! Changes to a delivery outside its attempt (SPEC §8, §15) on PostgreSQL: a manual retry, an
-//! endpoint's waiting deliveries made due at once when it is deleted, and what an ordered
-//! delivery waits for. A delivery a node holds the lease of is being attempted: a change then
-//! answers [`Changed::Busy`], as a claimed delivery does on one node.
+//! Changes to a delivery outside its attempt (docs/api.md, docs/delivery-contract.md) on
+//! PostgreSQL: a manual retry, an endpoint's waiting deliveries made due at once when it is
+//! deleted, and what an ordered delivery waits for. A delivery a node holds the lease of is being
+//! attempted: a change then answers [`Changed::Busy`], as a claimed delivery does on one node.
 
 use super::reads::{delivery_from, DELIVERY_COLUMNS};
 use super::{PgStore, DUE_CHANNEL};
@@ -12,9 +12,9 @@ use crate::policy::ordering;
 use crate::store::{Changed, StoreError};
 
 impl PgStore {
-    /// Reads, changes and writes one delivery under its row's lock; [`Changed::Busy`] while a
-    /// node holds its lease. A delivery that had ended and is made pending again (a manual
-    /// retry) leaves its ordering lane: it is sent at once, out of order (SPEC §15).
+    /// Reads, changes and writes one delivery under its row's lock; [`Changed::Busy`] while a node
+    /// holds its lease. A delivery that had ended and is made pending again (a manual retry) leaves
+    /// its ordering lane: it is sent at once, out of order (docs/delivery-contract.md).
     pub async fn change_delivery<T>(
         &self,
         id: &str,
@@ -107,9 +107,9 @@ impl PgStore {
         Ok(n)
     }
 
-    /// For a delivery to an ordered endpoint (SPEC §15): its ordering key and, while it waits
-    /// behind another delivery of its key, the id of the one just ahead. `None` for an
-    /// unordered endpoint.
+    /// For a delivery to an ordered endpoint (docs/delivery-contract.md): its ordering key and,
+    /// while it waits behind another delivery of its key, the id of the one just ahead. `None` for
+    /// an unordered endpoint.
     pub async fn ordering_of(
         &self,
         d: &Delivery,

@@ -1,4 +1,4 @@
-//! `herald copy --from sled:PATH --to postgres:URL` (SPEC §16): a stopped single-node store
+//! `herald copy --from sled:PATH --to postgres:URL` (docs/cluster.md): a stopped single-node store
 //! moved into an empty cluster database, page by page, each page one transaction (a statement
 //! per table, arrays unnested) that also records how far the copy got (`herald_copy`). Run again after an interruption it goes on
 //! from there; rows copied twice are skipped (every insert is `ON CONFLICT DO NOTHING`), so

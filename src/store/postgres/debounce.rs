@@ -1,8 +1,8 @@
-//! Debounce on PostgreSQL (SPEC §5, §16): a window per (account, type, key) in
-//! `debounce_windows`, decided inside the ingest transaction under the window row's lock, so
-//! events of one key on several nodes are decided one after another, as on one node. A
-//! window's row is made (expired) before it is locked, so even the first two events of a key
-//! find a row to wait on. The decision is [`crate::policy::debounce`]'s.
+//! Debounce on PostgreSQL (docs/delivery-contract.md, docs/cluster.md): a window per (account,
+//! type, key) in `debounce_windows`, decided inside the ingest transaction under the window row's
+//! lock, so events of one key on several nodes are decided one after another, as on one node. A
+//! window's row is made (expired) before it is locked, so even the first two events of a key find a
+//! row to wait on. The decision is [`crate::policy::debounce`]'s.
 //!
 //! Events of one key in the same transaction see each other's decisions through this
 //! transaction's copy of their windows. A trailing candidate superseded by a newer event ends

@@ -1,15 +1,14 @@
-//! Ingest on PostgreSQL (SPEC §2, §16): events, their deliveries and idempotency keys in one
-//! transaction, answered after it commits (synchronous commit, so after the database's WAL
-//! flush). Like the sled store's committer, requests that arrive together share a transaction
-//! (group commit): the committer task takes every request waiting, so one WAL flush
-//! acknowledges them all; measured here with 64 clients posting single events to a durable
-//! PostgreSQL on the same 2 cores, a transaction per request made 1,700 events/s and shared
-//! transactions 12,000 (the store alone, without the HTTP layer). One statement writes the
-//! batch's events, deliveries and attempts (arrays unnested, data-modifying `WITH`), whatever
-//! their number; a batch without idempotency keys, debounce rules or ordering lanes is that
-//! statement alone, committed on its own: one round trip instead of four or five (`BEGIN`, a
-//! statement per table, a `NOTIFY`, `COMMIT`). If the batch fails, every request in it gets
-//! the error and nothing of it is stored.
+//! Ingest on PostgreSQL (docs/api.md, docs/cluster.md): events, their deliveries and idempotency
+//! keys in one transaction, answered after it commits (synchronous commit, so after the database's
+//! WAL flush). Like the sled store's committer, requests that arrive together share a transaction
+//! (group commit): the committer task takes every request waiting, so one WAL flush acknowledges
+//! them all; measured here with 64 clients posting single events to a durable PostgreSQL on the
+//! same 2 cores, a transaction per request made 1,700 events/s and shared transactions 12,000 (the
+//! store alone, without the HTTP layer). One statement writes the batch's events, deliveries and
+//! attempts (arrays unnested, data-modifying `WITH`), whatever their number; a batch without
+//! idempotency keys, debounce rules or ordering lanes is that statement alone, committed on its
+//! own: one round trip instead of four or five (`BEGIN`, a statement per table, a `NOTIFY`,
+//! `COMMIT`). If the batch fails, every request in it gets the error and nothing of it is stored.
 //!
 //! Idempotency keys are claimed first, with a conditional upsert: the key is ours if no row
 //! has it or its row is older than the window; otherwise the event is a duplicate of the row's
@@ -703,9 +702,9 @@ struct Lent {
     rows: Vec<usize>,
 }
 
-/// The ordering lane of a delivery to an ordered endpoint (SPEC §15): the endpoint's ULID and
-/// the first 16 bytes of the SHA-256 of its ordering key. Stored, so it must not change between
-/// builds (unlike a std hasher).
+/// The ordering lane of a delivery to an ordered endpoint (docs/delivery-contract.md): the
+/// endpoint's ULID and the first 16 bytes of the SHA-256 of its ordering key. Stored, so it
+/// must not change between builds (unlike a std hasher).
 pub(super) fn lane(endpoint: u128, key: &str) -> Vec<u8> {
     use sha2::Digest;
     let mut out = endpoint.to_be_bytes().to_vec();

@@ -1,9 +1,9 @@
-//! The cluster schema's migrations, compiled in and applied in order (SPEC §16): at start and
-//! by `herald migrate`. All of them run in one transaction that first takes an advisory lock, so
-//! nodes starting together apply each migration once and the others wait, then find it done.
+//! The cluster schema's migrations, compiled in and applied in order (docs/cluster.md): at start
+//! and by `herald migrate`. All of them run in one transaction that first takes an advisory lock,
+//! so nodes starting together apply each migration once and the others wait, then find it done.
 //! Each applied migration is recorded with a digest of its text: a database whose recorded
-//! migration differs from this binary's, or that has one this binary does not know (a newer
-//! herald migrated it), is refused with a sentence saying so, never used half-understood.
+//! migration differs from this binary's, or that has one this binary does not know (a newer herald
+//! migrated it), is refused with a sentence saying so, never used half-understood.
 
 use sha2::{Digest, Sha256};
 
@@ -13,7 +13,7 @@ use super::DbError;
 /// the database serializes on it and nothing else is likely to use it.
 const LOCK: i64 = 0x6865_7261_6c64;
 
-/// The oldest PostgreSQL herald runs on (SPEC §16).
+/// The oldest PostgreSQL herald runs on (docs/cluster.md).
 const MIN_SERVER_VERSION: i32 = 130000;
 
 /// The migrations, in order: (version, name, SQL).

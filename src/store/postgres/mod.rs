@@ -1,4 +1,4 @@
-//! Cluster mode's database (SPEC §16): connecting to PostgreSQL (TLS through rustls with the
+//! Cluster mode's database (docs/cluster.md): connecting to PostgreSQL (TLS through rustls with the
 //! bundled web roots and `storage.postgres.ca_file`), the pool every node query goes through, and
 //! the compiled-in schema ([`migrate`]).
 //!
@@ -161,7 +161,7 @@ impl Database {
         if pg.get_application_name().is_none() {
             pg.application_name("herald");
         }
-        // `202` means committed durably (SPEC §16): a database (or role) set to
+        // `202` means committed durably (docs/cluster.md): a database (or role) set to
         // `synchronous_commit = off` would acknowledge commits its crash can lose, so herald's
         // sessions turn it on, unless the URL's options choose a level themselves (such as
         // `remote_apply` with a synchronous standby).

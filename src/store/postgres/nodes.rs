@@ -1,4 +1,4 @@
-//! The nodes of a cluster (SPEC §16: `/v1/status` shows the shared queue and this node;
+//! The nodes of a cluster (docs/cluster.md: `/v1/status` shows the shared queue and this node;
 //! `/healthz` fails when the database is unreachable): each node has a row it refreshes
 //! (`seen_at`) while it runs and removes when it stops; a node that died stops refreshing and
 //! drops out of the list once it has not been seen for [`GONE_AFTER_BEATS`] beats.

@@ -1,4 +1,4 @@
-//! The shared delivery queue (SPEC §16): work is leased, never owned.
+//! The shared delivery queue (docs/cluster.md): work is leased, never owned.
 //!
 //! A node claims due deliveries with `FOR UPDATE SKIP LOCKED` (claimers never wait on each
 //! other's rows) and stamps each with its id and a claim token; the claim moves the delivery's
@@ -8,13 +8,13 @@
 //! to another learns so ([`StoreError::LeaseLost`]) and records nothing (the other node
 //! attempts it: at least once). `SIGTERM` releases the node's leases at once ([`release_all`]).
 //!
-//! Ordered endpoints (SPEC §15): a delivery with a lane (its endpoint and ordering key) is
-//! claimed only when no earlier delivery of its lane is unfinished (pending, whether due, waiting
-//! for a retry or leased), so a key has one delivery in flight in the whole cluster and the next
-//! waits until the one ahead has ended. Two nodes claiming at once cannot both pass a head: the
-//! head is pending until the transaction that ends it commits. "Ahead" is by `lane_seq`, which
-//! ingest takes under the lane's lock: the order of commits, whichever nodes made them (event
-//! ids, minted by each node's clock, are not).
+//! Ordered endpoints (docs/delivery-contract.md): a delivery with a lane (its endpoint and ordering
+//! key) is claimed only when no earlier delivery of its lane is unfinished (pending, whether due,
+//! waiting for a retry or leased), so a key has one delivery in flight in the whole cluster and the
+//! next waits until the one ahead has ended. Two nodes claiming at once cannot both pass a head:
+//! the head is pending until the transaction that ends it commits. "Ahead" is by `lane_seq`, which
+//! ingest takes under the lane's lock: the order of commits, whichever nodes made them (event ids,
+//! minted by each node's clock, are not).
 //!
 //! Claims, renewals, holds and results commit asynchronously ([`Database::queue_client`]): none
 //! acknowledges anything, and a result the database's crash loses is attempted again.

@@ -1,7 +1,7 @@
-//! Quotas across nodes (SPEC §5, §16): a counter row per account, window kind and window
-//! number, taken with a conditional upsert, so the fixed windows hold exactly however many
-//! nodes count at once (the row's lock serializes them). Both windows are taken in one
-//! transaction: a delivery that fits the minute but not the day counts in neither.
+//! Quotas across nodes (docs/delivery-contract.md, docs/cluster.md): a counter row per account,
+//! window kind and window number, taken with a conditional upsert, so the fixed windows hold
+//! exactly however many nodes count at once (the row's lock serializes them). Both windows are
+//! taken in one transaction: a delivery that fits the minute but not the day counts in neither.
 
 use super::PgStore;
 use crate::policy::quota::{Limits, Windows};

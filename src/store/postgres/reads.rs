@@ -1,4 +1,4 @@
-//! Reading the log on PostgreSQL (SPEC §8, §10): events with their payload bytes as ingested,
+//! Reading the log on PostgreSQL (docs/api.md): events with their payload bytes as ingested,
 //! deliveries, attempts, and delivery lists newest first with the same filters and cursors as
 //! on sled (the cursor is the last delivery id of a page).
 

@@ -1,9 +1,9 @@
-//! Retention on PostgreSQL (SPEC §8, §16): the log is pruned in bounded batches, each its own
-//! short transaction, so a sweep never holds locks on much at once and any node may run one
-//! (two nodes pruning together each skip the other's rows). An event goes once it is older than
-//! the retention and none of its deliveries is pending; its deliveries and their attempts go
-//! with it, in the same statement. Idempotency keys outlive their window by nothing; ended
-//! debounce windows and quota counters of past windows are dropped.
+//! Retention on PostgreSQL (docs/api.md, docs/cluster.md): the log is pruned in bounded batches,
+//! each its own short transaction, so a sweep never holds locks on much at once and any node may
+//! run one (two nodes pruning together each skip the other's rows). An event goes once it is older
+//! than the retention and none of its deliveries is pending; its deliveries and their attempts go
+//! with it, in the same statement. Idempotency keys outlive their window by nothing; ended debounce
+//! windows and quota counters of past windows are dropped.
 
 use super::PgStore;
 use crate::clock::Millis;

@@ -1,5 +1,5 @@
-//! Portal sessions on PostgreSQL (SPEC §13, §16): shared, so a session made through one node
-//! opens the portal through any; tokens are never stored, only their SHA-256.
+//! Portal sessions on PostgreSQL (docs/api.md, docs/cluster.md): shared, so a session made through
+//! one node opens the portal through any; tokens are never stored, only their SHA-256.
 
 use super::PgStore;
 use crate::clock::Millis;

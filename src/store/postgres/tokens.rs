@@ -1,8 +1,8 @@
-//! Endpoints' rate limits across nodes (SPEC §15, §16): the endpoint's token bucket is a row,
-//! refilled and taken from in one conditional upsert (the row's lock serializes the nodes), so
-//! the whole cluster sends at most `per_second` attempts a second to it, as one node does.
-//! Written on the queue's connections (asynchronous commit): a bucket lost in a database crash
-//! starts full again, as on a node's restart.
+//! Endpoints' rate limits across nodes (docs/delivery-contract.md, docs/cluster.md): the endpoint's
+//! token bucket is a row, refilled and taken from in one conditional upsert (the row's lock
+//! serializes the nodes), so the whole cluster sends at most `per_second` attempts a second to it,
+//! as one node does. Written on the queue's connections (asynchronous commit): a bucket lost in a
+//! database crash starts full again, as on a node's restart.
 
 use super::PgStore;
 use crate::clock::Millis;

@@ -1,10 +1,10 @@
-//! A node's ear on the cluster (SPEC §16): a connection of its own `LISTEN`s on the due channel
-//! (another node's new events or released leases wake this node's engine through [`PgStore::wake`])
-//! and on the change channel (an endpoint or plan another node changed is reloaded into this node's
-//! memory; a breaker's copy is forgotten). Notifications arrive on the listening connection itself,
-//! so it is driven here rather than pooled. Whenever the listener (re)connects it reloads endpoints
-//! and plans, forgets every breaker and wakes the engine, since news may have been missed
-//! meanwhile; if the connection drops it listens again, backing off.
+//! A node's ear on the cluster (docs/cluster.md): a connection of its own `LISTEN`s on the due
+//! channel (another node's new events or released leases wake this node's engine through
+//! [`PgStore::wake`]) and on the change channel (an endpoint or plan another node changed is
+//! reloaded into this node's memory; a breaker's copy is forgotten). Notifications arrive on the
+//! listening connection itself, so it is driven here rather than pooled. Whenever the listener
+//! (re)connects it reloads endpoints and plans, forgets every breaker and wakes the engine, since
+//! news may have been missed meanwhile; if the connection drops it listens again, backing off.
 
 use std::sync::Arc;
 use std::time::Duration;
