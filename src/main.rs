@@ -27,6 +27,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// serves at 121 MiB ingesting and 143 MiB delivering (135 and 171 before), and ingest and
 /// delivery rates stay where they were.
 #[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)] // the symbol jemalloc reads; the binary's only unsafe code
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: MallocConf = MallocConf(
     c"narenas:2,tcache_max:4096,dirty_decay_ms:500,muzzy_decay_ms:0,background_thread:true"
@@ -40,6 +41,7 @@ struct MallocConf(*const std::ffi::c_char);
 
 // SAFETY: the pointer is to a `'static` C string that nothing writes.
 #[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)]
 unsafe impl Sync for MallocConf {}
 
 #[derive(Parser)]
@@ -149,7 +151,7 @@ fn load(path: Option<&PathBuf>) -> Result<Config, ExitCode> {
     .map_err(|errors| report(&errors))
 }
 
-/// `herald migrate`: the cluster schema brought to this herald's version (SPEC §16).
+/// `herald migrate`: the cluster schema brought to this herald's version (docs/cluster.md).
 fn migrate(path: Option<PathBuf>) -> ExitCode {
     let config = match load(path.as_ref()) {
         Ok(c) => c,
@@ -202,7 +204,7 @@ fn migrate_postgres(config: &Config) -> ExitCode {
     }
 }
 
-/// `herald copy`: a stopped sled store into an empty cluster database (SPEC §16).
+/// `herald copy`: a stopped sled store into an empty cluster database (docs/cluster.md).
 #[cfg(feature = "postgres")]
 fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
     use herald::store::postgres::copy::{copy, Copied};
@@ -329,7 +331,7 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 fn serve(path: Option<PathBuf>, dev: bool) -> ExitCode {
-    // Before any file or thread exists: the data directory holds secrets (SPEC §9).
+    // Before any file or thread exists: the data directory holds secrets (docs/operations.md).
     herald::store::files::private_umask();
     let mut config = match &path {
         Some(p) => match Config::load(p) {
