@@ -68,7 +68,7 @@ usage: cargo bench --bench load -- [options]
                        every event keyed
   --keys-marginal N    seconds of each of its two runs that measure a live key's disk cost
                        (default 120, retention 30 days: unkeyed, then keyed)
-  --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 64 MiB)
+  --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 32 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
                        retention,keys

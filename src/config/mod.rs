@@ -117,7 +117,7 @@ impl Default for Storage {
         Self {
             path: PathBuf::from("./herald-data"),
             retention: secs(30 * 86_400),
-            cache_capacity: 64 * 1024 * 1024,
+            cache_capacity: 32 * 1024 * 1024,
             fold_after: secs(600),
             backend: Backend::Sled,
             postgres: Postgres::default(),
