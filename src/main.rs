@@ -22,10 +22,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// pages for 10 s, and caches blocks up to 32 KiB per thread: memory herald's threads (tokio's
 /// workers, sled's flushers, the committer) freed but the process still holds. Two arenas,
 /// freed pages returned after half a second by jemalloc's own thread, and only blocks up to
-/// 4 KiB cached per thread: measured with `cargo bench --bench load`, a million pending
-/// deliveries peak at 144–148 MiB (164–169 before), a store of 10,000,000 folded attempts
-/// serves at 121 MiB ingesting and 143 MiB delivering (135 and 171 before), and ingest and
-/// delivery rates stay where they were.
+/// 4 KiB cached per thread: measured with `cargo bench --bench load`, this takes 15–30 MiB off
+/// every peak (a million pending deliveries at the same cache: 144–148 MiB against 164–169 with
+/// jemalloc's defaults; a store of 10,000,000 folded attempts serves at 121 MiB ingesting and
+/// 143 MiB delivering against 135 and 171), with the same ingest and delivery rates.
 #[cfg(feature = "jemalloc")]
 #[allow(unsafe_code)] // the symbol jemalloc reads; the binary's only unsafe code
 #[export_name = "_rjem_malloc_conf"]

@@ -627,6 +627,18 @@ async fn a_version_3_database_with_a_rate_limit_and_a_plan_is_migrated_and_serve
         Some(1),
         "{st}"
     );
+    // The node and the cluster's nodes, as /v1/status shows them.
+    let me = st["cluster"]["node"].as_str().expect("this node's id");
+    let listed = &st["cluster"]["nodes"][0];
+    assert_eq!(listed["id"], me, "{st}");
+    assert_eq!(listed["leases"], 0, "{st}");
+    for time in ["started_at", "seen_at"] {
+        assert!(
+            listed[time].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{st}"
+        );
+    }
+    assert!(listed["name"].is_string(), "{st}");
 
     // The rate-limited endpoint takes from the bucket version 3 left, and delivers.
     let (status, answer) = node

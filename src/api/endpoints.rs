@@ -139,8 +139,10 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
 
 async fn with_health(state: &AppState, ep: &Endpoint) -> Result<Value, ApiError> {
     let mut v = ep.view();
-    if let (Value::Object(v), Value::Object(h)) = (&mut v, state.engine.health_view(&ep.id).await?)
-    {
+    if let (Value::Object(v), Value::Object(h)) = (
+        &mut v,
+        super::health::health_view(&state.engine.health(&ep.id).await?),
+    ) {
         v.extend(h);
     }
     Ok(v)

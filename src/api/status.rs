@@ -73,8 +73,20 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
             "attempts": counts.into_iter().map(|(s, n)| (s.as_str().to_string(), json!(n))).collect::<Map<String, Value>>(),
         })).collect::<Vec<_>>(),
     });
-    if let Some(Value::Object(cluster)) = nodes {
-        v["cluster"] = Value::Object(cluster);
+    if let Some((node, nodes)) = nodes {
+        let nodes: Vec<Value> = nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "id": n.id,
+                    "name": n.name,
+                    "started_at": rfc3339(n.started_at),
+                    "seen_at": rfc3339(n.seen_at),
+                    "leases": n.leases,
+                })
+            })
+            .collect();
+        v["cluster"] = json!({"node": node, "nodes": nodes});
     }
     Ok(json(StatusCode::OK, &v))
 }

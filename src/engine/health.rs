@@ -14,6 +14,17 @@ use crate::model::{Delivery, Endpoint, EndpointState, Status};
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
 use crate::store::NewEvent;
 
+/// An endpoint's health, as the engine and the store know it.
+#[derive(Debug, Clone)]
+pub struct Health {
+    pub breaker: Breaker,
+    /// The last hour's (successes, sent attempts), if it had any.
+    pub last_hour: Option<(u32, u32)>,
+    pub last_success_at: Option<Millis>,
+    /// Its deliveries waiting for an attempt.
+    pub pending: u64,
+}
+
 /// The account operator events belong to. Account ids starting with `_` are reserved.
 pub const OPERATOR_ACCOUNT: &str = "_operator";
 
@@ -227,23 +238,18 @@ impl Engine {
         Ok(out)
     }
 
-    /// The breaker as the endpoint view shows it, and the last hour's success rate.
-    /// With how many of its deliveries are pending.
-    pub async fn health_view(&self, endpoint_id: &str) -> Result<Value, crate::store::StoreError> {
+    /// The endpoint's health: its breaker, the last hour's attempts, its last success and how
+    /// many of its deliveries are pending.
+    pub async fn health(&self, endpoint_id: &str) -> Result<Health, crate::store::StoreError> {
         let pending = self.store.endpoint_pending(endpoint_id).await?;
-        let b = self.store.breaker(endpoint_id).await?;
+        let breaker = self.store.breaker(endpoint_id).await?;
         let now = self.clock.now_ms();
-        let rate = lock(&self.rates).rate(endpoint_id, now);
-        Ok(json!({
-            "breaker": {
-                "state": b.phase,
-                "consecutive_failures": b.consecutive_failures,
-                "next_probe_at": b.next_probe_at.map(rfc3339),
-            },
-            "success_rate_1h": rate.map(|(good, all)| f64::from(good) / f64::from(all)),
-            "attempts_1h": rate.map_or(0, |(_, all)| all),
-            "last_success_at": lock(&self.rates).last_success(endpoint_id).map(rfc3339),
-            "pending": pending,
-        }))
+        let rates = lock(&self.rates);
+        Ok(Health {
+            breaker,
+            last_hour: rates.rate(endpoint_id, now),
+            last_success_at: rates.last_success(endpoint_id),
+            pending,
+        })
     }
 }

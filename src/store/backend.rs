@@ -5,7 +5,7 @@
 //! Reads that are in memory on both (endpoints, plans) stay synchronous. Everything else is
 //! async: on sled, reads that may look at many rows (the log, its filters, an event with many
 //! deliveries) run on a blocking thread so they never hold up the async workers; small point
-//! reads and writes run in place as before.
+//! reads and writes run in place.
 
 use std::sync::Arc;
 
@@ -18,6 +18,17 @@ use crate::clock::Millis;
 use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
+
+/// A node of a cluster as the others see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    pub started_at: Millis,
+    pub seen_at: Millis,
+    /// Deliveries it holds leases on now.
+    pub leases: i64,
+}
 
 /// Which store herald runs on.
 #[derive(Clone)]
@@ -412,29 +423,12 @@ impl Backend {
         }
     }
 
-    /// In a cluster: this node and every node seen lately, as `/v1/status` shows them (`None`
-    /// on one box).
-    pub async fn nodes(&self) -> Result<Option<serde_json::Value>, StoreError> {
+    /// In a cluster: this node's id and every node seen lately (`None` on one box).
+    pub async fn nodes(&self) -> Result<Option<(String, Vec<Node>)>, StoreError> {
         match self {
             Backend::Sled(_) => Ok(None),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => {
-                let nodes: Vec<serde_json::Value> = s
-                    .nodes()
-                    .await?
-                    .into_iter()
-                    .map(|n| {
-                        serde_json::json!({
-                            "id": n.id,
-                            "name": n.name,
-                            "started_at": crate::clock::rfc3339(n.started_at),
-                            "seen_at": crate::clock::rfc3339(n.seen_at),
-                            "leases": n.leases,
-                        })
-                    })
-                    .collect();
-                Ok(Some(serde_json::json!({"node": s.node(), "nodes": nodes})))
-            }
+            Backend::Postgres(s) => Ok(Some((s.node().to_string(), s.nodes().await?))),
         }
     }
 

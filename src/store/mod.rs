@@ -80,7 +80,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
-pub use backend::Backend;
+pub use backend::{Backend, Node};
 pub use commit::{DebounceRule, IngestOutcome, NewEvent, IDEMPOTENCY_WINDOW_MS};
 use counts::Fresh;
 pub use counts::Stats;

@@ -650,8 +650,7 @@ async fn retention_and_retries_exclude_each_other() {
     close(store);
 }
 
-/// A sweep in slices looks at every event (a slice used to skip the event at
-/// its boundary).
+/// A sweep in slices looks at every event, the one at each slice's boundary included.
 #[tokio::test]
 async fn retention_slices_skip_no_event() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::PgStore;
 use crate::clock::Millis;
-use crate::store::StoreError;
+use crate::store::{Node, StoreError};
 
 /// How often a node refreshes its row.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -15,17 +15,6 @@ pub const HEARTBEAT: Duration = Duration::from_secs(5);
 const GONE_AFTER_BEATS: i64 = 6;
 /// How long `/healthz` waits for the database.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A node as the cluster sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub id: String,
-    pub name: String,
-    pub started_at: Millis,
-    pub seen_at: Millis,
-    /// Deliveries it holds leases on now.
-    pub leases: i64,
-}
 
 impl PgStore {
     /// Refreshes this node's row (making it again if it was removed, as after a long pause),
