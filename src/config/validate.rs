@@ -152,7 +152,7 @@ impl Config {
         out
     }
 
-    /// Every problem with its key path; empty means the config can run.
+    /// Every problem with its key path, table by table; empty means the config can run.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut err = |key: &str, message: String| {
@@ -161,19 +161,28 @@ impl Config {
                 message,
             })
         };
+        self.check_server(&mut err);
+        self.check_storage(&mut err);
+        self.check_portal(&mut err);
+        self.check_delivery(&mut err);
+        self.check_retry_policies(&mut err);
+        self.check_signing(&mut err);
+        self.check_endpoints(&mut err);
+        self.check_catalog(&mut err);
+        self.check_operator(&mut err);
+        self.check_log(&mut err);
+        errors.extend(self.postgres_problems());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// `[server]`: the listener, the tokens and the API server's limits.
+    fn check_server(&self, err: &mut impl FnMut(&str, String)) {
         if let Err(e) = self.listen_addr() {
             err(&e.key, e.message);
-        }
-        if let Err(e) = self.proxy() {
-            err(&e.key, e.message);
-        }
-        if let Some(p) = &self.delivery.extra_ca_file {
-            if let Err(e) = std::fs::metadata(p) {
-                err(
-                    "delivery.extra_ca_file",
-                    format!("cannot read {}: {e}", p.display()),
-                );
-            }
         }
         if let Err(es) = self.tokens() {
             for e in es {
@@ -207,6 +216,20 @@ impl Config {
                 "must be between \"1s\" and \"1h\"".into(),
             );
         }
+        if let Some(u) = &self.server.public_url {
+            let ok = url::Url::parse(u)
+                .is_ok_and(|p| matches!(p.scheme(), "http" | "https") && p.host().is_some());
+            if !ok {
+                err(
+                    "server.public_url",
+                    format!("{u:?} is not an http(s) URL such as \"https://hooks.example.com\""),
+                );
+            }
+        }
+    }
+
+    /// `[storage]`: retention, folding and the page cache.
+    fn check_storage(&self, err: &mut impl FnMut(&str, String)) {
         if self.storage.retention.0 < Duration::from_secs(60) {
             err("storage.retention", "must be at least \"1m\"".into());
         }
@@ -219,24 +242,10 @@ impl Config {
                 "must be at least 1048576 bytes (1 MiB)".into(),
             );
         }
-        for (key, d) in [
-            ("delivery.connect_timeout", self.delivery.connect_timeout),
-            ("delivery.timeout", self.delivery.timeout),
-        ] {
-            if d.0.is_zero() || d.0 > Duration::from_secs(300) {
-                err(key, "must be between \"1ms\" and \"300s\"".into());
-            }
-        }
-        if let Some(u) = &self.server.public_url {
-            let ok = url::Url::parse(u)
-                .is_ok_and(|p| matches!(p.scheme(), "http" | "https") && p.host().is_some());
-            if !ok {
-                err(
-                    "server.public_url",
-                    format!("{u:?} is not an http(s) URL such as \"https://hooks.example.com\""),
-                );
-            }
-        }
+    }
+
+    /// `[portal]`: sessions' lifetimes and who may frame the portal.
+    fn check_portal(&self, err: &mut impl FnMut(&str, String)) {
         if self.portal.session_ttl.0 < Duration::from_secs(1)
             || self.portal.session_ttl > self.portal.max_session_ttl
         {
@@ -256,6 +265,29 @@ impl Config {
                     &format!("portal.frame_ancestors[{i}]"),
                     format!("{origin:?} is not an origin such as \"https://app.example.com\""),
                 );
+            }
+        }
+    }
+
+    /// `[delivery]`: the proxy, the CA file, timeouts, the private ranges allowed, limits and the default retry policy.
+    fn check_delivery(&self, err: &mut impl FnMut(&str, String)) {
+        if let Err(e) = self.proxy() {
+            err(&e.key, e.message);
+        }
+        if let Some(p) = &self.delivery.extra_ca_file {
+            if let Err(e) = std::fs::metadata(p) {
+                err(
+                    "delivery.extra_ca_file",
+                    format!("cannot read {}: {e}", p.display()),
+                );
+            }
+        }
+        for (key, d) in [
+            ("delivery.connect_timeout", self.delivery.connect_timeout),
+            ("delivery.timeout", self.delivery.timeout),
+        ] {
+            if d.0.is_zero() || d.0 > Duration::from_secs(300) {
+                err(key, "must be between \"1ms\" and \"300s\"".into());
             }
         }
         if self.delivery.response_body_limit > MAX_RESPONSE_BODY_LIMIT {
@@ -298,6 +330,10 @@ impl Config {
                 err(&e.key, e.message);
             }
         }
+    }
+
+    /// `[retry_policies]`: how many retries a policy may list.
+    fn check_retry_policies(&self, err: &mut impl FnMut(&str, String)) {
         for (name, delays) in &self.retry_policies {
             if delays.len() > 50 {
                 err(
@@ -306,6 +342,10 @@ impl Config {
                 );
             }
         }
+    }
+
+    /// `[signing]`: the schemes and the hex header's name.
+    fn check_signing(&self, err: &mut impl FnMut(&str, String)) {
         for (i, scheme) in self.signing.schemes.iter().enumerate() {
             if scheme != "standard" && scheme != "sha256-hex" {
                 err(
@@ -321,6 +361,10 @@ impl Config {
                 "must be a valid HTTP header name".into(),
             );
         }
+    }
+
+    /// `[endpoints]`: how many endpoints an account may have.
+    fn check_endpoints(&self, err: &mut impl FnMut(&str, String)) {
         if self.endpoints.max_per_account == 0 {
             err("endpoints.max_per_account", "must be at least 1".into());
         }
@@ -331,6 +375,10 @@ impl Config {
                 format!("must be at most {}", crate::ids::MAX_FAN_OUT),
             );
         }
+    }
+
+    /// `[catalog]`: debounce rules, sample and schema files, and the schemas themselves.
+    fn check_catalog(&self, err: &mut impl FnMut(&str, String)) {
         for (ty, ev) in &self.catalog.events {
             if let Some(d) = &ev.debounce {
                 if d.mode != "leading" && d.mode != "leading_trailing" {
@@ -399,6 +447,10 @@ impl Config {
                 "is on, but no catalog type has a schema to validate against".into(),
             );
         }
+    }
+
+    /// `[operator]`: the operator's webhook URL and its secret, given together.
+    fn check_operator(&self, err: &mut impl FnMut(&str, String)) {
         match (&self.operator.webhook_url, &self.operator.secret) {
             (Some(url), Some(secret)) => {
                 let guard =
@@ -425,6 +477,10 @@ impl Config {
             ),
             (None, None) => {}
         }
+    }
+
+    /// `[log]`: the format and the level.
+    fn check_log(&self, err: &mut impl FnMut(&str, String)) {
         if self.log.format != "text" && self.log.format != "json" {
             err(
                 "log.format",
@@ -442,12 +498,6 @@ impl Config {
                     self.log.level
                 ),
             );
-        }
-        errors.extend(self.postgres_problems());
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
         }
     }
 }
