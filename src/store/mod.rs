@@ -436,60 +436,21 @@ impl Store {
             path,
         )?;
         let format = check_format(&db)?;
-        let tree = |name: &str| db.open_tree(name);
-        let trees = Trees {
-            log: tree("log")?,
-            meta: tree("meta")?,
-            endpoints: tree("endpoints")?,
-            accounts: tree("accounts")?,
-            quota: tree("quota")?,
-            account_secrets: tree("account_secrets")?,
-            breakers: tree("breakers")?,
-            portal_sessions: tree("portal_sessions")?,
-            client_certs: tree("client_certs")?,
-        };
+        let trees = Trees::open(&db)?;
         let data_file = File::open(path.join("db"))?;
         let keys = keys::Keys::open(&path.join(KEYS_DIR))?;
-        if format == Some(2) {
-            migrate::from_format_2(&db, &trees, &data_file, clock.now_ms())?;
-        }
-        if matches!(format, Some(2 | 3)) {
-            migrate::from_format_3(&trees, &keys)?;
-        }
-        if matches!(format, Some(2..=4)) {
-            migrate::from_format_4();
-        }
-        if matches!(format, Some(2..=5)) {
-            migrate::from_format_5();
-        }
         let old_keys = path.join(OLD_KEYS_DIR);
-        if matches!(format, Some(2..=6)) {
-            migrate::from_format_6(&old_keys, &keys)?;
-        }
-        if format != Some(FORMAT) {
-            trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
-            db.flush()?;
-            data_file.sync_data()?;
-        }
+        migrate_to_current(
+            format,
+            &db,
+            &trees,
+            &data_file,
+            &keys,
+            &old_keys,
+            clock.now_ms(),
+        )?;
         // What commits that failed (answered 503) wrote goes before anything reads the log.
-        let undone = undo::pending(path)?;
-        if !undone.is_empty() {
-            let mut put_back = 0;
-            for file in &undone {
-                put_back += undo::apply(file, &trees.log)?;
-            }
-            db.flush()?;
-            data_file.sync_data()?;
-            for file in &undone {
-                std::fs::remove_file(file)?;
-            }
-            File::open(path.join(undo::UNDO_DIR))?.sync_all()?;
-            tracing::warn!(
-                failed_commits = undone.len(),
-                keys = put_back,
-                "the writes of commits that failed (their requests were answered 503) are undone"
-            );
-        }
+        apply_undo_files(path, &db, &trees, &data_file)?;
         // Formats 4 to 6's keys database, moved by the migration (left behind if a crash
         // came between the format's record and this).
         if old_keys.exists() {
@@ -506,13 +467,7 @@ impl Store {
         // Files sled made before this herald set its umask (an older herald's) are private too.
         files::make_private(path)?;
 
-        let mut endpoints = HashMap::new();
-        for item in trees.endpoints.iter() {
-            let (_, v) = item?;
-            let ep: Endpoint = serde_json::from_slice(&v)
-                .map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
-            endpoints.insert(ep.id.clone(), Arc::new(ep));
-        }
+        let endpoints = load_endpoints(&trees.endpoints)?;
         let plans = accounts::load_plans(&trees.accounts)?;
         let orderings = endpoints
             .values()
@@ -757,6 +712,98 @@ pub(crate) fn open_sled(config: sled::Config, path: &Path) -> Result<sled::Db, S
             }
             opened => return Ok(opened?),
         }
+    }
+}
+
+/// Brings a store of an older format (`Some(2..=6)`) to [`FORMAT`] step by step, and records the
+/// format a new or migrated store is in, durably.
+fn migrate_to_current(
+    format: Option<u8>,
+    db: &sled::Db,
+    trees: &Trees,
+    data_file: &File,
+    keys: &keys::Keys,
+    old_keys: &Path,
+    now: crate::clock::Millis,
+) -> Result<(), StoreError> {
+    if format == Some(2) {
+        migrate::from_format_2(db, trees, data_file, now)?;
+    }
+    if matches!(format, Some(2 | 3)) {
+        migrate::from_format_3(trees, keys)?;
+    }
+    if matches!(format, Some(2..=4)) {
+        migrate::from_format_4();
+    }
+    if matches!(format, Some(2..=5)) {
+        migrate::from_format_5();
+    }
+    if matches!(format, Some(2..=6)) {
+        migrate::from_format_6(old_keys, keys)?;
+    }
+    if format != Some(FORMAT) {
+        trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
+        db.flush()?;
+        data_file.sync_data()?;
+    }
+    Ok(())
+}
+
+/// Applies the undo files that commits which failed left ([`undo`]), durably, and removes them.
+fn apply_undo_files(
+    path: &Path,
+    db: &sled::Db,
+    trees: &Trees,
+    data_file: &File,
+) -> Result<(), StoreError> {
+    let undone = undo::pending(path)?;
+    if undone.is_empty() {
+        return Ok(());
+    }
+    let mut put_back = 0;
+    for file in &undone {
+        put_back += undo::apply(file, &trees.log)?;
+    }
+    db.flush()?;
+    data_file.sync_data()?;
+    for file in &undone {
+        std::fs::remove_file(file)?;
+    }
+    File::open(path.join(undo::UNDO_DIR))?.sync_all()?;
+    tracing::warn!(
+        failed_commits = undone.len(),
+        keys = put_back,
+        "the writes of commits that failed (their requests were answered 503) are undone"
+    );
+    Ok(())
+}
+
+/// Every endpoint, by id, as the `endpoints` tree holds them.
+fn load_endpoints(tree: &sled::Tree) -> Result<HashMap<String, Arc<Endpoint>>, StoreError> {
+    let mut endpoints = HashMap::new();
+    for item in tree.iter() {
+        let (_, v) = item?;
+        let ep: Endpoint = serde_json::from_slice(&v)
+            .map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
+        endpoints.insert(ep.id.clone(), Arc::new(ep));
+    }
+    Ok(endpoints)
+}
+
+impl Trees {
+    fn open(db: &sled::Db) -> Result<Trees, StoreError> {
+        let tree = |name: &str| db.open_tree(name);
+        Ok(Trees {
+            log: tree("log")?,
+            meta: tree("meta")?,
+            endpoints: tree("endpoints")?,
+            accounts: tree("accounts")?,
+            quota: tree("quota")?,
+            account_secrets: tree("account_secrets")?,
+            breakers: tree("breakers")?,
+            portal_sessions: tree("portal_sessions")?,
+            client_certs: tree("client_certs")?,
+        })
     }
 }
 
