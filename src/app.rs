@@ -129,23 +129,7 @@ pub async fn start(
         })?;
     let tokens = load_tokens(&config)?;
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
-    let client = Client::new(
-        ClientConfig {
-            connect_timeout: config.delivery.connect_timeout.0,
-            timeout: config.delivery.timeout.0,
-            response_body_limit: config.delivery.response_body_limit,
-            allow_http: config.delivery.allow_http,
-            guard: guard.clone(),
-            proxy: config
-                .proxy()
-                .map_err(|e| AppError::Config {
-                    key: e.key,
-                    message: e.message,
-                })?
-                .map(|(host, port)| Proxy { host, port }),
-        },
-        config.delivery.extra_ca_file.as_deref(),
-    )?;
+    let client = delivery_client(&config, guard.clone())?;
     let engine = Engine::new(
         store.clone(),
         client,
@@ -172,19 +156,8 @@ pub async fn start(
             request_timeout: config.server.request_timeout.0,
         },
         auth_failures: Default::default(),
-        public_url: config
-            .server
-            .public_url
-            .as_ref()
-            .map(|u| u.trim_end_matches('/').to_string())
-            .unwrap_or_else(|| format!("http://{addr}")),
-        schemas: config.compile_schemas().map_err(|mut e| {
-            let (ty, why) = e.remove(0);
-            AppError::Config {
-                key: format!("catalog.events.\"{ty}\".schema"),
-                message: why,
-            }
-        })?,
+        public_url: public_url(&config, addr),
+        schemas: compiled_schemas(&config)?,
         metrics,
     });
 
@@ -214,34 +187,14 @@ pub async fn start(
         ));
     }
     let engine_task = tokio::spawn(engine.clone().run(shutdown.clone(), GRACE));
-    let flush_store = store.sled().cloned();
-    let flush_failure = failure.clone();
-    let task = tokio::spawn(async move {
-        api::serve(listener, state, shutdown, GRACE).await;
-        notify_systemd("STOPPING=1");
-        if let Err(e) = engine_task.await {
-            tracing::error!(error = %e, "delivery engine stopped abnormally");
-        }
-        let Some(flush_store) = flush_store else {
-            // Everything acknowledged was committed; the engine gave its leases back.
-            tracing::info!("left the cluster; stopped");
-            return;
-        };
-        let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
-        let error = match flushed {
-            Ok(Ok(())) => {
-                tracing::info!("storage flushed; stopped");
-                return;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e.to_string(),
-        };
-        tracing::error!(error = %error, "final flush failed");
-        flush_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(format!("the final flush failed: {error}"));
-    });
+    let task = tokio::spawn(serve_until_stopped(
+        listener,
+        state,
+        shutdown,
+        engine_task,
+        store.sled().cloned(),
+        failure.clone(),
+    ));
     Ok(Running {
         addr,
         store,
@@ -308,6 +261,83 @@ fn storage_label(config: &Config) -> String {
         #[cfg(not(feature = "postgres"))]
         StorageBackend::Postgres => "the cluster's database".into(),
     }
+}
+
+/// The HTTP client deliveries go out through, as `[delivery]` sets it up.
+fn delivery_client(config: &Config, guard: Guard) -> Result<Client, AppError> {
+    let proxy = config.proxy().map_err(|e| AppError::Config {
+        key: e.key,
+        message: e.message,
+    })?;
+    Ok(Client::new(
+        ClientConfig {
+            connect_timeout: config.delivery.connect_timeout.0,
+            timeout: config.delivery.timeout.0,
+            response_body_limit: config.delivery.response_body_limit,
+            allow_http: config.delivery.allow_http,
+            guard,
+            proxy: proxy.map(|(host, port)| Proxy { host, port }),
+        },
+        config.delivery.extra_ca_file.as_deref(),
+    )?)
+}
+
+/// Where people reach herald: `server.public_url`, else `http://` and the bound address.
+fn public_url(config: &Config, addr: SocketAddr) -> String {
+    config
+        .server
+        .public_url
+        .as_ref()
+        .map(|u| u.trim_end_matches('/').to_string())
+        .unwrap_or_else(|| format!("http://{addr}"))
+}
+
+/// The catalog's schemas, compiled (`check-config` has refused a config whose schema does not
+/// compile; this names the first such schema if one gets here anyway).
+fn compiled_schemas(config: &Config) -> Result<crate::policy::schema::Catalog, AppError> {
+    config.compile_schemas().map_err(|mut e| {
+        let (ty, why) = e.remove(0);
+        AppError::Config {
+            key: format!("catalog.events.\"{ty}\".schema"),
+            message: why,
+        }
+    })
+}
+
+/// Serves the API until `shutdown`, then waits for the engine and flushes the store: herald's
+/// stop, in order. A final flush that fails is recorded in `failure` (herald exits 1).
+async fn serve_until_stopped(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: Shutdown,
+    engine_task: tokio::task::JoinHandle<()>,
+    flush_store: Option<Arc<Store>>,
+    failure: Arc<Mutex<Option<String>>>,
+) {
+    api::serve(listener, state, shutdown, GRACE).await;
+    notify_systemd("STOPPING=1");
+    if let Err(e) = engine_task.await {
+        tracing::error!(error = %e, "delivery engine stopped abnormally");
+    }
+    let Some(flush_store) = flush_store else {
+        // Everything acknowledged was committed; the engine gave its leases back.
+        tracing::info!("left the cluster; stopped");
+        return;
+    };
+    let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
+    let error = match flushed {
+        Ok(Ok(())) => {
+            tracing::info!("storage flushed; stopped");
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(error = %error, "final flush failed");
+    failure
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(format!("the final flush failed: {error}"));
 }
 
 /// Runs herald until `shutdown` fires and it has stopped.
