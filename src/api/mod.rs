@@ -162,25 +162,35 @@ async fn dispatch(
             });
         }
     };
-    let role = match bearer(&req) {
-        Some(token) if route.access != Access::Public => role_of(state, &token).await?,
-        _ => None,
-    };
-    let scope = match routes::authorize(route, &params, role.as_ref()) {
-        Ok(scope) => scope,
+    let (role, scope) = match admit(state, &req, route, &params).await {
+        Ok(admitted) => admitted,
         Err(e) => {
             body::discard_body(req).await;
             return Err(e);
         }
     };
+    handle(state, req, route.id, &params, role, scope).await
+}
+
+/// Who calls and what they may reach: the caller's role from its token, the scope the route
+/// allows it (`401`, `403`), the node's copy of endpoints and plans brought up to date in a
+/// cluster, and another account's object answering `404` to a portal session.
+async fn admit(
+    state: &Arc<AppState>,
+    req: &Request<Incoming>,
+    route: &routes::Route,
+    params: &routes::Params<'_>,
+) -> Result<(Option<Role>, Scope), ApiError> {
+    let role = match bearer(req) {
+        Some(token) if route.access != Access::Public => role_of(state, &token).await?,
+        _ => None,
+    };
+    let scope = routes::authorize(route, params, role.as_ref())?;
     // In a cluster another node's change of endpoints or plans reaches this node's copy by
     // notice a moment after its commit: a request that may read them brings the copy up to date
     // first (ingest checks its fan-out as it writes instead).
     if route.access != Access::Public && !matches!(route.id, Id::Ingest | Id::IngestBatch) {
-        if let Err(e) = state.store.fresh_directory().await {
-            body::discard_body(req).await;
-            return Err(e.into());
-        }
+        state.store.fresh_directory().await?;
     }
     // A portal session's object of another account does not exist for it (before anything of
     // the request is looked at).
@@ -189,10 +199,21 @@ async fn dispatch(
     {
         let owner = owner_of(state, route.id, id).await?;
         if owner.is_some_and(|o| o != account) {
-            body::discard_body(req).await;
             return Err(ApiError::not_found(object_name(route.id)));
         }
     }
+    Ok((role, scope))
+}
+
+/// The route's handler, for an admitted request.
+async fn handle(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    route: Id,
+    params: &routes::Params<'_>,
+    role: Option<Role>,
+    scope: Scope,
+) -> Result<Resp, ApiError> {
     let p = |name: &str| {
         params
             .iter()
@@ -201,7 +222,7 @@ async fn dispatch(
             .unwrap_or_default()
     };
     let s = &scope;
-    match route.id {
+    match route {
         Id::Root => Ok(pages::root()),
         Id::Healthz => Ok(status::healthz(state).await),
         Id::Metrics => Ok(status::metrics(state).await),
