@@ -125,44 +125,7 @@ impl Engine {
     ) {
         let wake = store.wake();
         let running: Arc<std::sync::Mutex<Holding>> = Arc::default();
-        let (handover, mut handed) = tokio::sync::mpsc::unbounded_channel();
-        let intake = Arc::new(NodeIntake {
-            running: running.clone(),
-            global: self.global.clone(),
-            reserved: std::sync::Mutex::default(),
-            cap: self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT,
-            slots: self.cfg.max_in_flight_per_endpoint,
-            handover,
-        });
-        store.set_intake(Some(intake.clone()));
-        // Deliveries this node's ingest leased to it, attempted as they are committed.
-        let taking = {
-            let (engine, store, running, intake) =
-                (self.clone(), store.clone(), running.clone(), intake.clone());
-            tokio::spawn(async move {
-                while let Some(l) = handed.recv().await {
-                    // Each delivery handed over had its permit and place reserved.
-                    let reserved = lock(&intake.reserved).pop();
-                    let permit = match reserved {
-                        Some(permit) => permit,
-                        None => match engine.global.clone().acquire_owned().await {
-                            Ok(permit) => permit,
-                            Err(_) => break,
-                        },
-                    };
-                    let endpoint = l.due.delivery.endpoint_id.clone().unwrap_or_default();
-                    let slots = {
-                        let mut running = lock(&running);
-                        match running.get(&endpoint) {
-                            Some((_, slots)) => slots.clone(),
-                            None => count_in(&mut running, &endpoint, intake.slots),
-                        }
-                    };
-                    engine.spawn_leased(&store, &running, endpoint, slots, l, permit);
-                }
-            })
-        };
-        drop(intake);
+        let taking = self.take_ingested(&store, &running);
         let mut next_sweep = self.clock.now_ms();
         let mut failing = ClaimFailures::default();
         loop {
@@ -296,8 +259,60 @@ impl Engine {
                 break;
             }
         }
-        // Ingest stores what follows due, for the other nodes; what was handed over and not
-        // started yet is given back with the other leases.
+        self.leave_cluster(&store, taking, grace).await;
+    }
+
+    /// Makes this node's ingest hand it the fresh deliveries it has room for ([`NodeIntake`]),
+    /// and attempts them as they are committed, on the task returned.
+    fn take_ingested(
+        self: &Arc<Self>,
+        store: &Arc<PgStore>,
+        running: &Arc<std::sync::Mutex<Holding>>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (handover, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        let intake = Arc::new(NodeIntake {
+            running: running.clone(),
+            global: self.global.clone(),
+            reserved: std::sync::Mutex::default(),
+            cap: self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT,
+            slots: self.cfg.max_in_flight_per_endpoint,
+            handover,
+        });
+        store.set_intake(Some(intake.clone()));
+        let (engine, store, running) = (self.clone(), store.clone(), running.clone());
+        tokio::spawn(async move {
+            while let Some(l) = handed.recv().await {
+                // Each delivery handed over had its permit and place reserved.
+                let reserved = lock(&intake.reserved).pop();
+                let permit = match reserved {
+                    Some(permit) => permit,
+                    None => match engine.global.clone().acquire_owned().await {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                };
+                let endpoint = l.due.delivery.endpoint_id.clone().unwrap_or_default();
+                let slots = {
+                    let mut running = lock(&running);
+                    match running.get(&endpoint) {
+                        Some((_, slots)) => slots.clone(),
+                        None => count_in(&mut running, &endpoint, intake.slots),
+                    }
+                };
+                engine.spawn_leased(&store, &running, endpoint, slots, l, permit);
+            }
+        })
+    }
+
+    /// Leaves the cluster: ingest stores what follows due for the other nodes, running attempts
+    /// get the grace period, and the leases of what did not finish (or was handed over and not
+    /// started) are given back.
+    async fn leave_cluster(
+        &self,
+        store: &PgStore,
+        taking: tokio::task::JoinHandle<()>,
+        grace: Duration,
+    ) {
         store.set_intake(None);
         taking.abort();
         self.drain(grace).await;
