@@ -20,7 +20,7 @@ use hyper::{Method, Request as HttpRequest, Response};
 use url::Url;
 
 pub use super::connect::{ClientSetupError, Proxy};
-use super::connect::{ConnectError, Connector, Sender, TlsConnector};
+use super::connect::{ConnectError, Connector, Driver, Sender, TlsConnector};
 use crate::model::Status;
 use crate::policy::ssrf::Guard;
 
@@ -159,42 +159,10 @@ impl Client {
             return fail(start, Status::ConnectionError, "request was lost".into());
         };
 
-        let connect = tokio::time::timeout(
-            self.cfg.connect_timeout,
-            self.connector.connect(
-                &req.url,
-                &host,
-                port,
-                https,
-                req.identity.as_ref().map(|i| &i.tls),
-            ),
-        );
-        let sender = match connect.await {
-            Err(_) => {
-                return fail(
-                    start,
-                    Status::Timeout,
-                    format!(
-                        "connecting took longer than {}",
-                        humantime::format_duration(self.cfg.connect_timeout)
-                    ),
-                )
-            }
-            Ok(Err(ConnectError::Blocked(r))) => {
-                return fail(start, Status::Blocked, r.to_string())
-            }
-            Ok(Err(ConnectError::Resolve(e))) => {
-                return fail(
-                    start,
-                    Status::ConnectionError,
-                    format!("cannot resolve {host}: {e}"),
-                )
-            }
-            Ok(Err(ConnectError::Tcp(e))) => return fail(start, Status::ConnectionError, e),
-            Ok(Err(ConnectError::Tls(e))) => return fail(start, Status::TlsError, e),
-            Ok(Ok(s)) => s,
+        let (mut sender, driver) = match self.open(&req, &host, port, https, start).await {
+            Ok(connection) => connection,
+            Err(failed) => return failed,
         };
-        let (mut sender, driver) = sender;
         match self.exchange(&mut sender, http_req, start).await {
             Exchange::Done(outcome, reusable) => {
                 if reusable {
@@ -202,33 +170,48 @@ impl Client {
                 }
                 outcome
             }
-            // A fresh connection that died before the request left. Why is the driving task's
-            // error (the sender knows only that its channel closed): a server that refused the
-            // client certificate (TLS 1.3) closes it with an alert right after the handshake.
-            Exchange::Unsent(..) => {
-                let cause = match tokio::time::timeout(Duration::from_secs(1), driver).await {
-                    Ok(Ok(Err(e))) => Some(e),
-                    _ => None,
-                };
-                match cause {
-                    Some(e) if is_tls_failure(&e) => {
-                        fail(start, Status::TlsError, describe_hyper_error(&e))
-                    }
-                    Some(e) => fail(
-                        start,
-                        Status::ConnectionError,
-                        format!(
-                            "connection closed before the request was sent: {}",
-                            describe_hyper_error(&e)
-                        ),
-                    ),
-                    None => fail(
-                        start,
-                        Status::ConnectionError,
-                        "connection closed before the request was sent".into(),
-                    ),
-                }
-            }
+            Exchange::Unsent(..) => closed_before_sent(driver, start).await,
+        }
+    }
+
+    /// A new connection to the request's endpoint (through the SSRF guard, the proxy, TLS with
+    /// its client certificate), within the connect timeout; the failed attempt's outcome if not.
+    async fn open(
+        &self,
+        req: &Request,
+        host: &str,
+        port: u16,
+        https: bool,
+        start: Instant,
+    ) -> Result<(Sender, Driver), Outcome> {
+        let connect = tokio::time::timeout(
+            self.cfg.connect_timeout,
+            self.connector.connect(
+                &req.url,
+                host,
+                port,
+                https,
+                req.identity.as_ref().map(|i| &i.tls),
+            ),
+        );
+        match connect.await {
+            Err(_) => Err(fail(
+                start,
+                Status::Timeout,
+                format!(
+                    "connecting took longer than {}",
+                    humantime::format_duration(self.cfg.connect_timeout)
+                ),
+            )),
+            Ok(Err(ConnectError::Blocked(r))) => Err(fail(start, Status::Blocked, r.to_string())),
+            Ok(Err(ConnectError::Resolve(e))) => Err(fail(
+                start,
+                Status::ConnectionError,
+                format!("cannot resolve {host}: {e}"),
+            )),
+            Ok(Err(ConnectError::Tcp(e))) => Err(fail(start, Status::ConnectionError, e)),
+            Ok(Err(ConnectError::Tls(e))) => Err(fail(start, Status::TlsError, e)),
+            Ok(Ok(connection)) => Ok(connection),
         }
     }
 
@@ -417,6 +400,32 @@ async fn read_limited(
 }
 
 /// Whether a TLS error (an alert from the server, a bad record) caused `e`.
+/// The outcome of a fresh connection that died before the request left. Why is the driving
+/// task's error (the sender knows only that its channel closed): a server that refused the
+/// client certificate (TLS 1.3) closes it with an alert right after the handshake.
+async fn closed_before_sent(driver: Driver, start: Instant) -> Outcome {
+    let cause = match tokio::time::timeout(Duration::from_secs(1), driver).await {
+        Ok(Ok(Err(e))) => Some(e),
+        _ => None,
+    };
+    match cause {
+        Some(e) if is_tls_failure(&e) => fail(start, Status::TlsError, describe_hyper_error(&e)),
+        Some(e) => fail(
+            start,
+            Status::ConnectionError,
+            format!(
+                "connection closed before the request was sent: {}",
+                describe_hyper_error(&e)
+            ),
+        ),
+        None => fail(
+            start,
+            Status::ConnectionError,
+            "connection closed before the request was sent".into(),
+        ),
+    }
+}
+
 fn is_tls_failure(e: &hyper::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
