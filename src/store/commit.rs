@@ -195,6 +195,9 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
             tracing::warn!(error = %release, "cannot release a failed commit's idempotency keys");
         }
         tracing::error!(error = %e, "commit failed; answering 503 to its requests");
+        // The superseded candidates are released before the answer, not when the cycle is
+        // dropped after it: whoever hears the 503 finds them free.
+        cycle.claims.clear();
         for job in jobs {
             match job {
                 Job::Ingest { reply, .. } => drop(reply.send(Err(e.clone()))),
