@@ -1,8 +1,8 @@
-//! What the fuzz targets check, shared with `tests/fuzz_regressions.rs` so a saved input is
+//! What the fuzz targets check, shared with `tests/command/fuzz_regressions.rs` so a saved input is
 //! replayed through exactly the calls and assertions that flagged it. Each function takes one
 //! arbitrary input and panics if herald breaks a rule; the comments say why each rule holds.
 //!
-//! Included with `#[path]` by fuzz/fuzz_targets/*.rs and by tests/fuzz_regressions.rs; it uses
+//! Included with `#[path]` by fuzz/fuzz_targets/*.rs and by tests/command/fuzz_regressions.rs; it uses
 //! only herald's public API plus serde_json and url (dependencies of both crates).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

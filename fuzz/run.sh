@@ -19,7 +19,7 @@
 # fuzz/corpus/<target> (git-ignored, grows), with the tokens of fuzz/dicts/<target>.dict. What
 # each target checks, and why, is in fuzz/checks.rs. A crashing input is saved under
 # fuzz/artifacts/<target>/; copy it to fuzz/regressions/<target>/ and add a test to
-# tests/fuzz_regressions.rs.
+# tests/command/fuzz_regressions.rs.
 set -euo pipefail
 cd "$(dirname "$0")"
 

@@ -1,7 +1,7 @@
 //! The delivery conditions and their order (docs/delivery-contract.md), plans and quotas, on a
 //! manual clock.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The receiver-facing contract (docs/delivery-contract.md): the verification handshake, custom
 //! headers with account-secret macros, secret rotation, and the `sha256-hex` scheme.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

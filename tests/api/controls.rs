@@ -1,7 +1,7 @@
 //! Delivery controls (docs/delivery-contract.md): an endpoint's rate limit, the egress proxy and
 //! mutual TLS, with the real process, real receivers and a real proxy (Debian's `tinyproxy`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

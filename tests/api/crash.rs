@@ -2,7 +2,7 @@
 //! and while a restart replays pending deliveries) lose no acknowledged event and leave nothing
 //! stuck `pending`; a partial sled snapshot left by a crash does not keep the store from opening.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! Debounce at ingest (docs/delivery-contract.md), `leading` and `leading_trailing`, on a manual
 //! clock.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Delivery over HTTPS: payload bytes, headers and signature; retries by policy; what is and is
 //! not retried; timeouts; 410; per-endpoint isolation; kept-alive connections.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -1,7 +1,7 @@
 //! Nothing acknowledged is lost: kill -9 under concurrent producers, and pending retries across a
 //! graceful restart.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};

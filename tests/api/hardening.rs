@@ -3,7 +3,7 @@
 //! secrets are private whatever the umask; and the binary's allocator runs with the options
 //! that keep its memory where the README's figures say.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

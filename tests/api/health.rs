@@ -1,7 +1,7 @@
 //! Endpoint health (docs/delivery-contract.md): the circuit breaker, auto-disable, and operator
 //! events, on a manual clock.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

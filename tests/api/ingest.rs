@@ -2,7 +2,7 @@
 //! refuse (and that a refusal stores nothing), tokens, idempotency, the catalog, account-id
 //! normalization and fan-out to the account's endpoints.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

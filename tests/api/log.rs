@@ -3,7 +3,7 @@
 //! event with its payload, the manual retry, endpoint CRUD, pause and resume, limits, `/v1/status`
 //! and `/healthz`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

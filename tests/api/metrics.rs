@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus text that the official Prometheus client library parses, with
 //! values that move with what herald did.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

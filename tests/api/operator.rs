@@ -1,6 +1,6 @@
 //! The operator's tools (docs/api.md): retry vs replay, recover, test events, the catalog.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

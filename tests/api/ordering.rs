@@ -2,7 +2,7 @@
 //! flight per key, in commit order, a failing head holding back only its own key, a failed head
 //! moving its key on, and the order kept across kill -9.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

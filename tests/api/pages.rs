@@ -9,7 +9,7 @@
 //! Needs python3, Playwright for Python (`tests/browser/requirements.txt`) and
 //! `/usr/bin/chromium`; without them the test fails and says how to install them.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -59,10 +59,10 @@ fn require_browser_stack(root: &Path) {
         .output();
     match probe {
         Err(e) => panic!(
-            "tests/pages.rs needs python3 ({e}); install it: apt-get install -y python3 python3-pip"
+            "tests/api/pages.rs needs python3 ({e}); install it: apt-get install -y python3 python3-pip"
         ),
         Ok(o) if !o.status.success() => panic!(
-            "tests/pages.rs needs Playwright for Python; install it: \
+            "tests/api/pages.rs needs Playwright for Python; install it: \
              python3 -m pip install -r tests/browser/requirements.txt\n{}",
             String::from_utf8_lossy(&o.stderr)
         ),
@@ -70,7 +70,7 @@ fn require_browser_stack(root: &Path) {
     }
     assert!(
         Path::new(CHROMIUM).exists(),
-        "tests/pages.rs needs Debian's Chromium at {CHROMIUM}; install it: apt-get install -y chromium \
+        "tests/api/pages.rs needs Debian's Chromium at {CHROMIUM}; install it: apt-get install -y chromium \
          (Playwright drives the system browser; `playwright install` is not used)"
     );
 }

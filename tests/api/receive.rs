@@ -1,7 +1,7 @@
 //! `herald receive`, the README walkthrough's receiver: it verifies signatures, refuses bad
 //! ones, answers verification challenges, and herald (`allow_http`) delivers to it.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

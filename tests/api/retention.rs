@@ -1,7 +1,7 @@
 //! Retention (`storage.retention`): old events, deliveries and attempts are pruned in the
 //! background; pending deliveries never are. On a manual clock.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! caller: admin, ingest, portal session, read-only portal session, expired portal session, and
 //! none. Another account's object answers `404` to a portal session.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! Standard Webhooks spec says (`whsec_` → its base64-decoded key; anything else → its UTF-8
 //! bytes).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

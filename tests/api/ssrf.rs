@@ -1,7 +1,7 @@
 //! The SSRF guard (docs/delivery-contract.md): refused literal addresses at endpoint creation, and
 //! names that resolve to refused addresses at send time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """herald's portal and console, driven in a real browser (Debian's Chromium through Playwright).
 
-Run by tests/pages.rs, which starts herald with a receiver and prepares the fixtures; it can also
+Run by tests/api/pages.rs, which starts herald with a receiver and prepares the fixtures; it can also
 be run by hand against any herald prepared the same way. Inputs (environment variables):
 
   HERALD_URL          herald's base URL, e.g. http://127.0.0.1:8080

@@ -2,7 +2,7 @@
 //! ([`common::postgres`]): the compiled-in schema and `herald migrate`, TLS to the database,
 //! `herald copy` of a real herald's stopped store.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! Cluster mode end to end (docs/cluster.md): three real herald processes on one real PostgreSQL,
 //! events posted round robin across them, one node killed with SIGKILL while it holds leases.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

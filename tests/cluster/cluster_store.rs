@@ -5,7 +5,7 @@
 //! the notification that wakes idle nodes. Lease expiry runs on a manual clock shared by the
 //! nodes (the nodes' clocks must agree in production too: docs/cluster.md).
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

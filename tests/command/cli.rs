@@ -3,7 +3,7 @@
 //! data directory (mode 0600), logs the file's path but never the token, and that token opens the
 //! admin routes.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! To add one: copy the crashing input from fuzz/artifacts/<target>/ to
 //! fuzz/regressions/<target>/<what-it-is>, and add a test below.
 
-#[path = "../fuzz/checks.rs"]
+#[path = "../../fuzz/checks.rs"]
 #[allow(dead_code)]
 mod checks;
 
@@ -54,7 +54,7 @@ fn seeds_pass_the_fuzz_checks() {
 #[test]
 fn ingest_lone_surrogate_payload_is_refused_or_debounced() {
     checks::ingest_body(include_bytes!(
-        "../fuzz/regressions/ingest_body/lone-surrogate-payload.json"
+        "../../fuzz/regressions/ingest_body/lone-surrogate-payload.json"
     ));
 }
 
@@ -65,7 +65,7 @@ fn ingest_lone_surrogate_payload_is_refused_or_debounced() {
 #[test]
 fn config_huge_retry_delay_does_not_panic() {
     checks::config_toml(include_bytes!(
-        "../fuzz/regressions/config_toml/retry-delay-jitter-panic.toml"
+        "../../fuzz/regressions/config_toml/retry-delay-jitter-panic.toml"
     ));
 }
 
@@ -77,11 +77,11 @@ fn config_huge_retry_delay_does_not_panic() {
 #[test]
 fn config_durations_beyond_i64_millis_are_refused() {
     for text in [
-        &include_bytes!("../fuzz/regressions/config_toml/retention-wraps.toml")[..],
-        include_bytes!("../fuzz/regressions/config_toml/disable-after-wraps.toml"),
-        include_bytes!("../fuzz/regressions/config_toml/rotation-grace-wraps.toml"),
-        include_bytes!("../fuzz/regressions/config_toml/retry-delay-wraps.toml"),
-        include_bytes!("../fuzz/regressions/config_toml/debounce-window-overflows.toml"),
+        &include_bytes!("../../fuzz/regressions/config_toml/retention-wraps.toml")[..],
+        include_bytes!("../../fuzz/regressions/config_toml/disable-after-wraps.toml"),
+        include_bytes!("../../fuzz/regressions/config_toml/rotation-grace-wraps.toml"),
+        include_bytes!("../../fuzz/regressions/config_toml/retry-delay-wraps.toml"),
+        include_bytes!("../../fuzz/regressions/config_toml/debounce-window-overflows.toml"),
     ] {
         checks::config_toml(text);
     }

@@ -7,7 +7,7 @@
 //! The interpreters and libraries are prerequisites, not optional: a missing one fails the test
 //! with the command that installs it (CI installs them in `.ci/run`).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! must refuse, and storage that stops accepting writes. Each fault maps to one exact attempt
 //! status (docs/delivery-contract.md) or, for storage, to `503` with nothing acknowledged lost.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::net::IpAddr;

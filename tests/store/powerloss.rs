@@ -18,7 +18,7 @@
 //! filesystem: with `--ignore-fdatasync` (fdatasync makes nothing durable, a disk that lies) this
 //! test fails, which shows it can.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! in this one, are migrated in place, and keep their log, their endpoints and their pending
 //! deliveries.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

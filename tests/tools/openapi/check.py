@@ -1,4 +1,4 @@
-"""Checks herald's OpenAPI document against a live herald (tests/openapi.rs runs this).
+"""Checks herald's OpenAPI document against a live herald (tests/command/openapi.rs runs this).
 
 1. openapi-spec-validator validates GET /openapi.json as OpenAPI 3.1.
 2. schemathesis runs every documented operation with the admin token, with the checks

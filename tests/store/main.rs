@@ -1,0 +1,9 @@
+//! The embedded store's own files under faults: a full disk or a file-size limit, a power cut
+//! under herald, and the stores older versions wrote (migrated in place).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod faults;
+mod powerloss;
+mod upgrade;
