@@ -253,7 +253,7 @@ impl Store {
     /// False once the store failed for good ([`health`](super::health)): nothing should be
     /// attempted, since no result could be recorded.
     pub fn usable(&self) -> bool {
-        self.inner.health.usable().is_ok()
+        self.inner.health.not_failed().is_ok()
     }
 
     /// Whether someone holds the delivery's claim (an attempt of it is running, say).
@@ -273,7 +273,7 @@ impl Store {
         // Nothing more is recorded once the store failed for good: a write now may reach the
         // file, and an undo kept for the next start could put back what it removed (a
         // delivered candidate made due again).
-        self.inner.health.usable()?;
+        self.inner.health.not_failed()?;
         let written = self.write_delivery(was, now, attempt);
         if written.is_err() {
             // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).

@@ -62,12 +62,19 @@ impl Health {
         }
     }
 
+    /// `Ok` unless the store failed for good (no look at the directory: for the hot paths,
+    /// an attempt's record; every commit and `/healthz` look at it with [`Health::usable`]).
+    pub(super) fn not_failed(&self) -> Result<(), StoreError> {
+        match self.failed.get() {
+            Some(why) => Err(StoreError::Unusable(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// `Ok` while the store may acknowledge writes: nothing failed for good, and `path` still
     /// names the directory that was opened (checked now; a change fails the store for good).
     pub(super) fn usable(&self) -> Result<(), StoreError> {
-        if let Some(why) = self.failed.get() {
-            return Err(StoreError::Unusable(why.clone()));
-        }
+        self.not_failed()?;
         let here = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
         if here.as_ref().ok() != Some(&self.place) {
             let why = match here {
