@@ -373,10 +373,9 @@ async fn failed_authentications_are_logged_once_a_second_without_the_token() {
         let (status, _) = h.call("GET", "/v1/status", Some(wrong), None).await;
         assert_eq!(status, 401);
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "the test is too slow to judge"
-    );
+    // At most one line a second: a slow machine that took longer over the five may see one more
+    // line for each second that began meanwhile (usually none: the five take milliseconds).
+    let allowed = 1 + started.elapsed().as_secs() as usize;
     // Everything logged before this line is read once it is.
     let (status, _) = h
         .admin(
@@ -393,7 +392,11 @@ async fn failed_authentications_are_logged_once_a_second_without_the_token() {
         .into_iter()
         .filter(|l| l.contains("authentication failed"))
         .collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        (1..=allowed).contains(&lines.len()),
+        "{} lines for 5 failures in {allowed} second(s): {lines:?}",
+        lines.len()
+    );
     assert!(lines[0].contains("127.0.0.1"), "{}", lines[0]);
     assert!(lines[0].contains("/v1/status"), "{}", lines[0]);
     assert!(!h.log_text().contains(wrong), "the token was logged");
