@@ -83,7 +83,7 @@ impl PgStore {
 
     pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
         let client = self.db.client().await?;
-        let version: Option<i64> = client
+        let gone = client
             .query_opt(
                 "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id),
                       breaker AS (DELETE FROM breakers WHERE endpoint_id = $1),
@@ -93,13 +93,13 @@ impl PgStore {
                  SELECT (SELECT version FROM bumped), pg_notify($2, 'e:' || id) FROM gone",
                 &[&id, &super::CHANGED_CHANNEL],
             )
-            .await?
-            .map(|r| r.get(0));
+            .await?;
         self.directory.remove_endpoint(id);
+        let version = gone.as_ref().and_then(|r| r.get::<_, Option<i64>>(0));
         if let Some(v) = version {
             self.saw_own_change(v);
         }
-        Ok(version.is_some())
+        Ok(gone.is_some())
     }
 
     /// Sets (or with `None` removes) the endpoint's client certificate; `Ok(None)` if there is
