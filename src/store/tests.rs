@@ -464,16 +464,9 @@ async fn debounce_windows_are_judged_at_commit_time() {
     close(store);
 }
 
-/// A cycle that supersedes a trailing candidate fails its fsync, and so does its undo's
-/// (the undo is applied in sled; its file is kept for the next start). The store has failed
-/// for good: the candidate cannot be delivered and recorded in this process, so no write can
-/// come after the kept undo for it to put back. After a reopen the candidate is due once, and
-/// a delivery of it then stays delivered across another reopen.
-#[tokio::test]
-async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let store = open(dir.path(), &clock);
+/// A leading event at T0, then one at T0 + 100 ms that trails its 10 s window: the candidate
+/// (its delivery and that delivery's ULID), due at the window's end.
+async fn trailing_candidate(store: &Store, clock: &ManualClock) -> (Delivery, u128) {
     store
         .ingest(vec![debounced_event(T0, 10_000)])
         .await
@@ -485,6 +478,20 @@ async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
         .unwrap();
     let candidate = created(&out[0]).1[0].clone();
     let ulid = ids::parse(ids::DELIVERY, &candidate.id).unwrap();
+    (candidate, ulid)
+}
+
+/// A cycle that supersedes a trailing candidate fails its fsync, and so does its undo's
+/// (the undo is applied in sled; its file is kept for the next start). The store has failed
+/// for good: the candidate cannot be delivered and recorded in this process, so no write can
+/// come after the kept undo for it to put back. After a reopen the candidate is due once, and
+/// a delivery of it then stays delivered across another reopen.
+#[tokio::test]
+async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (candidate, ulid) = trailing_candidate(&store, &clock).await;
 
     // The superseding cycle's fsync fails, then the undo's.
     clock.set(T0 + 200);
@@ -559,17 +566,7 @@ async fn a_candidate_being_attempted_is_not_debounced() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store
-        .ingest(vec![debounced_event(T0, 10_000)])
-        .await
-        .unwrap();
-    clock.set(T0 + 100);
-    let out = store
-        .ingest(vec![debounced_event(T0 + 100, 10_000)])
-        .await
-        .unwrap();
-    let candidate = created(&out[0]).1[0].clone();
-    let ulid = ids::parse(ids::DELIVERY, &candidate.id).unwrap();
+    let (candidate, ulid) = trailing_candidate(&store, &clock).await;
     let pending_before = store.stats().get(DeliveryState::Pending);
 
     // The engine is attempting it (a manual retry sent it early).
