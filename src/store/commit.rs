@@ -165,7 +165,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
     };
     let mut outcomes = Vec::with_capacity(jobs.len());
     // A store that failed for good writes nothing more (see `health`).
-    let mut result = inner.health.usable();
+    let mut result = inner.health.not_failed();
     for job in &jobs {
         if result.is_err() {
             break;

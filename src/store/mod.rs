@@ -240,7 +240,7 @@ impl Inner {
     /// fails the store for good ([`health`]), and so does a data directory that is no longer
     /// where it was opened: nothing synced into unlinked files is durable.
     fn sync(&self) -> Result<(), StoreError> {
-        self.health.usable()?;
+        self.health.not_failed()?;
         let started = std::time::Instant::now();
         let synced = self.sync_files();
         if let Err(e) = &synced {
