@@ -48,7 +48,7 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let item: Item = body::parse(&bytes)?;
     let checked = check(&state.config, &state.schemas, item)?;
-    let outcome = store(state, std::slice::from_ref(&checked), state.clock.now_ms()).await?;
+    let outcome = store(state, vec![checked], state.clock.now_ms()).await?;
     Ok(json(
         StatusCode::ACCEPTED,
         &answer(state, outcome.first()).await?,
@@ -85,7 +85,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
         }
     }
-    let outcomes = store(state, &good, now).await?;
+    let outcomes = store(state, good, now).await?;
     for (i, outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
         let mut v = answer(state, outcome).await?;
         v["status"] = json!(202);
@@ -233,15 +233,23 @@ const FAN_OUT_TRIES: usize = 3;
 /// with nothing stored: the copy is brought up to date and the items fanned out again.
 async fn store(
     state: &AppState,
-    items: &[Checked],
+    items: Vec<Checked>,
     now: Millis,
 ) -> Result<Vec<IngestOutcome>, ApiError> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
+    if state.store.directory_mark().is_none() {
+        // One machine: its copy is the store's, a fan-out is never stale.
+        let events = items.into_iter().map(|c| fan_out(state, c, now)).collect();
+        return Ok(state.store.ingest(events).await?);
+    }
     for _ in 0..FAN_OUT_TRIES {
         let mark = state.store.directory_mark();
-        let events = items.iter().map(|c| fan_out(state, c, now)).collect();
+        let events = items
+            .iter()
+            .map(|c| fan_out(state, c.clone(), now))
+            .collect();
         match state.store.ingest_fanned_out(events, mark).await {
             Err(StoreError::Stale) => state.store.fresh_directory().await?,
             stored => return Ok(stored?),
@@ -255,7 +263,7 @@ async fn store(
 }
 
 /// One checked item fanned out to its account's matching endpoints.
-fn fan_out(state: &AppState, checked: &Checked, now: Millis) -> NewEvent {
+fn fan_out(state: &AppState, checked: Checked, now: Millis) -> NewEvent {
     let Checked {
         account_id,
         event_type,
@@ -263,7 +271,7 @@ fn fan_out(state: &AppState, checked: &Checked, now: Millis) -> NewEvent {
         idempotency_key,
         debounce_key,
         ordering_key,
-    } = checked.clone();
+    } = checked;
 
     let debounce = state
         .config
