@@ -205,8 +205,11 @@ impl Committer {
             let lent = self.lend(&mut staged.d_rows, staged.now);
             let committing = std::time::Instant::now();
             // The statement commits on its own: its outcome is the batch's.
-            let written = write_rows(&client, &staged, mark).await;
-            let written = self.settled(written, backend, &staged).await;
+            let written = match write_rows(&client, &staged, mark).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(StoreError::Stale),
+                Err(e) => self.after_lost_answer(e, backend, &staged).await,
+            };
             if written.is_ok() {
                 self.observe_commit(committing);
             }
@@ -227,8 +230,10 @@ impl Committer {
             Ok(false) => Err(StoreError::Stale),
             Ok(true) => {
                 let committing = std::time::Instant::now();
-                let committed = tx.commit().await;
-                let committed = self.settled(committed, backend, &staged).await;
+                let committed = match tx.commit().await {
+                    Ok(()) => Ok(()),
+                    Err(e) => self.after_lost_answer(e, backend, &staged).await,
+                };
                 if committed.is_ok() {
                     self.observe_commit(committing);
                 }
@@ -240,19 +245,16 @@ impl Committer {
         self.settle(events, staged, lent, written)
     }
 
-    /// The outcome of the step that commits a batch. An error the server reported means it
-    /// did not commit; a lost connection leaves that unknown, so the node finds out before it
-    /// answers ([`super::lost`]): a batch that committed is answered as committed.
-    async fn settled<T: Into<Settled>>(
+    /// The outcome of the step that commits a batch, which failed with `e`. An error the server
+    /// reported means it did not commit; a lost connection leaves that unknown, so the node
+    /// finds out before it answers ([`super::lost`]): a batch that committed is answered as
+    /// committed.
+    async fn after_lost_answer(
         &self,
-        step: Result<T, tokio_postgres::Error>,
+        e: tokio_postgres::Error,
         backend: Option<lost::Backend>,
         staged: &Staged<'_>,
     ) -> Result<(), StoreError> {
-        let e = match step {
-            Ok(done) => return done.into().0,
-            Err(e) => e,
-        };
         let first = match staged.e_rows.id.first() {
             Some(first) if lost::outcome_unknown(&e) => first,
             _ => return Err(e.into()),
@@ -580,26 +582,6 @@ async fn claim_keys(
         }
     }
     Ok(duplicate_of)
-}
-
-/// What a step that commits a batch did, when it ran to its end.
-struct Settled(Result<(), StoreError>);
-
-impl From<()> for Settled {
-    fn from((): ()) -> Settled {
-        Settled(Ok(()))
-    }
-}
-
-/// [`write_rows`]' answer: `false` when the directory's version had moved past the mark.
-impl From<bool> for Settled {
-    fn from(written: bool) -> Settled {
-        Settled(if written {
-            Ok(())
-        } else {
-            Err(StoreError::Stale)
-        })
-    }
 }
 
 /// Writes a batch's events, deliveries and `debounced` attempts in one statement, and wakes
