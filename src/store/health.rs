@@ -47,12 +47,14 @@ impl Health {
         self.last_commit_ok.store(ok, Ordering::Relaxed);
     }
 
-    /// Marks the store unusable for the rest of this process (the first reason is kept).
+    /// Marks the store unusable for the rest of this process (the first reason is kept). When
+    /// the data directory is gone or replaced, that is the reason given: a sync failing on a
+    /// deleted directory is its consequence, not its cause.
     pub(super) fn fail_for_good(&self, why: &dyn std::fmt::Display) {
         let mut first = false;
         self.failed.get_or_init(|| {
             first = true;
-            why.to_string()
+            self.moved().unwrap_or_else(|| why.to_string())
         });
         if first {
             tracing::error!(
@@ -75,23 +77,49 @@ impl Health {
     /// names the directory that was opened (checked now; a change fails the store for good).
     pub(super) fn usable(&self) -> Result<(), StoreError> {
         self.not_failed()?;
-        let here = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
-        if here.as_ref().ok() != Some(&self.place) {
-            let why = match here {
-                Err(e) => format!("the data directory {} is gone ({e})", self.path.display()),
-                Ok(_) => format!(
-                    "{} names another directory than the one herald opened",
-                    self.path.display()
-                ),
-            };
+        if let Some(why) = self.moved() {
             self.fail_for_good(&why);
-            return Err(StoreError::Unusable(why));
+            return self.not_failed();
         }
         Ok(())
+    }
+
+    /// Why `path` no longer names the directory that was opened, if it does not.
+    fn moved(&self) -> Option<String> {
+        match std::fs::metadata(&self.path) {
+            Err(e) => Some(format!(
+                "the data directory {} is gone ({e})",
+                self.path.display()
+            )),
+            Ok(m) if (m.dev(), m.ino()) != self.place => Some(format!(
+                "{} names another directory than the one herald opened",
+                self.path.display()
+            )),
+            Ok(_) => None,
+        }
     }
 
     /// True while the last commit succeeded and the store is [`usable`](Health::usable).
     pub(super) fn healthy(&self) -> bool {
         self.last_commit_ok.load(Ordering::Relaxed) && self.usable().is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sync that fails because the directory was deleted names the deletion as the reason,
+    /// whichever noticed first: the sync or the commit's look at the directory.
+    #[test]
+    fn a_failure_after_the_directory_is_gone_names_it() {
+        let dir = std::env::temp_dir().join(format!("herald-health-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let health = Health::new(&dir).unwrap();
+        assert!(health.usable().is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+        health.fail_for_good(&"cannot sync the idempotency keys: No such file or directory");
+        let why = health.not_failed().unwrap_err().to_string();
+        assert!(why.contains("is gone"), "{why}");
     }
 }
