@@ -22,7 +22,9 @@ use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError, Proxy};
 use crate::policy::ssrf::Guard;
 use crate::shutdown::{self, Shutdown, Trigger, GRACE};
-use crate::store::{Backend, Store, StoreError};
+use crate::store::prelude::*;
+use crate::store::sled::SledStore;
+use crate::store::{Backend, StoreError};
 
 /// The file holding the generated admin token when the config names none.
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
@@ -219,8 +221,8 @@ async fn open_store(
     match config.storage.backend {
         StorageBackend::Sled => {
             let path = &config.storage.path;
-            let store =
-                Store::open(path, config.storage.cache_capacity, clock, metrics).map_err(failed)?;
+            let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)
+                .map_err(failed)?;
             Ok(Backend::Sled(store))
         }
         #[cfg(feature = "postgres")]
@@ -311,7 +313,7 @@ async fn serve_until_stopped(
     state: Arc<AppState>,
     shutdown: Shutdown,
     engine_task: tokio::task::JoinHandle<()>,
-    flush_store: Option<Arc<Store>>,
+    flush_store: Option<Arc<SledStore>>,
     failure: Arc<Mutex<Option<String>>>,
 ) {
     api::serve(listener, state, shutdown, GRACE).await;
@@ -353,7 +355,7 @@ pub async fn run(
 /// Stops herald (with [`AppError::Storage`]) once storage has refused writes for
 /// [`STORAGE_DOWN_STOP`] in a row.
 async fn watch_storage(
-    store: Arc<Store>,
+    store: Arc<SledStore>,
     mut shutdown: Shutdown,
     trigger: Arc<Trigger>,
     failure: Arc<Mutex<Option<String>>>,

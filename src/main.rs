@@ -237,7 +237,7 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
         if !source.join("conf").exists() {
             return Err(format!("{} holds no herald store", source.display()));
         }
-        let store = herald::store::Store::open(
+        let store = herald::store::sled::SledStore::open(
             &source,
             config.storage.cache_capacity,
             Arc::new(SystemClock),

@@ -18,7 +18,8 @@ use herald::metrics::Metrics;
 use herald::model::{
     Attempt, DeliveryState, Endpoint, EndpointState, SignatureKind, Status, StoredSecret,
 };
-use herald::store::{IngestOutcome, NewEvent, Store};
+use herald::store::sled::SledStore;
+use herald::store::{IngestOutcome, NewEvent};
 
 use crate::drive::{self, Counters};
 use crate::herald::{new_dir, Dir, Herald};
@@ -292,7 +293,7 @@ const FOLD_EVERY: u64 = 100_000;
 
 async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
-    let store = Store::open(
+    let store = SledStore::open(
         data,
         cache,
         Arc::new(SystemClock),

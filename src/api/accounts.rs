@@ -13,6 +13,7 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::outbound::request;
 use crate::policy::quota;
+use crate::store::prelude::*;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

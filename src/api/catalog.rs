@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::rfc3339;
 use crate::config::CatalogEvent;
+use crate::store::prelude::*;
 use crate::store::{IngestOutcome, NewEvent};
 
 /// The type of a test event when none is given.

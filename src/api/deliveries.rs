@@ -16,6 +16,7 @@ use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::{Delivery, DeliveryState, Status};
+use crate::store::prelude::*;
 use crate::store::DeliveryFilter;
 
 const DEFAULT_LIMIT: usize = 50;

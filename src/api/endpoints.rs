@@ -18,6 +18,7 @@ use crate::model::{Endpoint, EndpointState, Ordering, RateLimit, SignatureKind, 
 use crate::outbound::request::mentions_secret;
 use crate::policy::url::check_endpoint_url;
 use crate::signing as sign;
+use crate::store::prelude::*;
 
 const MAX_DESCRIPTION: usize = 1024;
 /// Secrets that sign at once during rotations (the new one and those in their grace).

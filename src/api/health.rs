@@ -13,6 +13,7 @@ use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::{rfc3339, Millis};
 use crate::engine::health::Health;
 use crate::model::{Delivery, Status};
+use crate::store::prelude::*;
 use crate::store::DeliveryFilter;
 
 /// `GET /v1/endpoints/{id}/stats`: the endpoint's health (breaker, success rate, last success,

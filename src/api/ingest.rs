@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::model::Delivery;
 use crate::policy::debounce;
 use crate::policy::schema;
+use crate::store::prelude::*;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent, StoreError};
 
 /// Events one batch may carry (docs/api.md).

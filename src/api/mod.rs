@@ -42,6 +42,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::policy::ssrf::Guard;
 use crate::shutdown::Shutdown;
+use crate::store::prelude::*;
 use crate::store::Backend;
 use error::ApiError;
 

@@ -18,6 +18,7 @@ use crate::clock::{parse_rfc3339, Millis};
 use crate::engine::RetryError;
 use crate::ids::{self, EVENT};
 use crate::model::DeliveryState;
+use crate::store::prelude::*;
 use crate::store::{Backend, DeliveryFilter, IngestOutcome, NewEvent, StoreError};
 
 #[derive(Deserialize, Default)]
@@ -200,7 +201,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::metrics::Metrics;
     use crate::model::{Attempt, Status};
-    use crate::store::Store;
+    use crate::store::sled::SledStore;
 
     /// Recover is bounded: past `max` deliveries it stops and says there are more.
     #[tokio::test]
@@ -208,7 +209,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t0 = 1_796_277_600_000;
         let clock = Arc::new(ManualClock::new(t0));
-        let store = Store::open(dir.path(), 8 << 20, clock, Arc::new(Metrics::default())).unwrap();
+        let store =
+            SledStore::open(dir.path(), 8 << 20, clock, Arc::new(Metrics::default())).unwrap();
         let endpoint = ids::new_id(ids::ENDPOINT, t0);
         let lane = ids::parse(ids::ENDPOINT, &endpoint).unwrap();
         for i in 0..5 {

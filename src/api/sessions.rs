@@ -17,7 +17,8 @@ use super::routes::Role;
 use super::{json, no_content, validate, AppState, Resp};
 use crate::ids;
 use crate::model::PortalSession;
-use crate::store::sessions::token_hash;
+use crate::store::prelude::*;
+use crate::store::token_hash;
 
 /// Every portal session token starts with this (so herald knows to look it up).
 pub const PORTAL_TOKEN_PREFIX: &str = "hps_";

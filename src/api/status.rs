@@ -14,6 +14,7 @@ use super::{json, AppState, Resp};
 use crate::clock::rfc3339;
 use crate::metrics::Gauges;
 use crate::model::DeliveryState;
+use crate::store::prelude::*;
 
 pub async fn healthz(state: &Arc<AppState>) -> Resp {
     if state.store.healthy().await {

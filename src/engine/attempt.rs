@@ -20,7 +20,9 @@ use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
 use crate::policy::tokens::Bucket;
 use crate::policy::{conditions, retry};
-use crate::store::{Backend, Changed, Due, DueDelivery, Store};
+use crate::store::prelude::*;
+use crate::store::sled::{Due, SledStore};
+use crate::store::{Backend, Changed, DueDelivery};
 
 /// How long a delivery waits when its endpoint's rate-limit token cannot be taken (the
 /// cluster's database failed).
@@ -63,7 +65,7 @@ impl Engine {
 
     /// One due entry of the embedded store's index: its delivery is read, and attempted
     /// unless the entry is stale.
-    pub(super) async fn attempt(self: &Arc<Self>, store: &Arc<Store>, due: Due) -> Handled {
+    pub(super) async fn attempt(self: &Arc<Self>, store: &Arc<SledStore>, due: Due) -> Handled {
         let found = match store.due_delivery(due.delivery) {
             Ok(Some(found)) => found,
             Ok(None) => {

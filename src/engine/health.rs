@@ -12,6 +12,7 @@ use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState, Status};
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
+use crate::store::prelude::*;
 use crate::store::NewEvent;
 
 /// An endpoint's health, as the engine and the store know it.

@@ -31,7 +31,8 @@ use crate::config::{Config, Plan};
 use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
-use crate::store::{Backend, Due, Store};
+use crate::store::sled::{Due, SledStore};
+use crate::store::Backend;
 
 /// Due entries taken from the index per scheduler turn at most.
 const POP_BATCH: usize = 1024;
@@ -195,7 +196,7 @@ impl Engine {
     /// The scheduler of one box: takes due entries from the in-memory due index.
     async fn run_local(
         self: Arc<Self>,
-        store: Arc<Store>,
+        store: Arc<SledStore>,
         mut shutdown: Shutdown,
         grace: Duration,
     ) {
@@ -306,7 +307,7 @@ impl Engine {
 
     /// Runs one due entry's attempt on its own task, holding the delivery's claim throughout
     /// (so a manual retry, retention or the committer cannot change it meanwhile).
-    fn start(self: &Arc<Self>, store: &Arc<Store>, due: Due, permit: OwnedSemaphorePermit) {
+    fn start(self: &Arc<Self>, store: &Arc<SledStore>, due: Due, permit: OwnedSemaphorePermit) {
         if !store.usable() {
             // Storage failed for good: no attempt whose result cannot be recorded (herald stops
             // shortly; the next start attempts it).

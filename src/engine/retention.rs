@@ -1,18 +1,20 @@
 //! The retention sweep: started by the scheduler every [`sweep_every`] of clock time, it folds
-//! ended history ([`Store::fold_history`]) and prunes, in slices on a blocking thread, yielding
+//! ended history ([`SledStore::fold_history`]) and prunes, in slices on a blocking thread, yielding
 //! between slices, so ingest and delivery never wait on it.
 //!
 //! Folding goes on from where the last sweep stopped; the events it passed while one of their
 //! deliveries was still pending are looked at again by a pass from the oldest event once every
 //! `storage.fold_after` (at most every ten minutes). Then the account index rows written since
-//! the last sweep and older than the horizon are packed ([`Store::pack_account_index`]).
+//! the last sweep and older than the horizon are packed ([`SledStore::pack_account_index`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Engine;
 use crate::clock::Millis;
-use crate::store::{Store, StoreError};
+use crate::store::prelude::*;
+use crate::store::sled::SledStore;
+use crate::store::StoreError;
 
 /// How often a sweep starts: a tenth of the retention or the fold horizon if shorter, between
 /// 1 s and 1 min, so what is older than the retention is gone within a tenth of it more.
@@ -42,8 +44,8 @@ const KEY_SLICE: usize = 5_000;
 
 /// Runs one slice of store work on a blocking thread.
 async fn slice<T: Send + 'static>(
-    store: &Arc<Store>,
-    f: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    store: &Arc<SledStore>,
+    f: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
 ) -> Option<T> {
     let store = store.clone();
     match tokio::task::spawn_blocking(move || f(&store)).await {
@@ -79,7 +81,7 @@ impl Engine {
     }
 
     /// Folds the ended events older than `storage.fold_after`, a slice at a time.
-    async fn fold(&self, store: &Arc<Store>, now: Millis) {
+    async fn fold(&self, store: &Arc<SledStore>, now: Millis) {
         let before = now - self.cfg.fold_after_ms;
         let every_full = self.cfg.fold_after_ms.min(600_000);
         let mut from = {
@@ -126,7 +128,7 @@ impl Engine {
 
     /// Starts a sweep as of `now`; `false` if the previous one is still going (the scheduler
     /// tries again shortly: a sweep as of an earlier time may not cover `now`).
-    pub(super) fn start_sweep(self: Arc<Self>, store: Arc<Store>, now: Millis) -> bool {
+    pub(super) fn start_sweep(self: Arc<Self>, store: Arc<SledStore>, now: Millis) -> bool {
         if self.sweeping.swap(true, Ordering::AcqRel) {
             return false;
         }

@@ -137,7 +137,7 @@ mod tests {
     use super::*;
 
     fn endpoint(id: &str) -> Endpoint {
-        crate::store::tests::endpoint(id, "a")
+        crate::store::sled::tests::endpoint(id, "a")
     }
 
     /// A reload that read storage before an endpoint was written must not drop it: it is

@@ -21,6 +21,7 @@ pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
 pub mod sig;
+pub mod store;
 pub mod tls;
 pub mod world;
 

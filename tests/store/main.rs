@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod conformance;
 mod faults;
 mod powerloss;
 mod upgrade;

@@ -18,7 +18,8 @@ use super::Database;
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta};
-use crate::store::{DeliveryFilter, Store, StoreError, IDEMPOTENCY_WINDOW_MS};
+use crate::store::sled::SledStore;
+use crate::store::{DeliveryFilter, StoreError, IDEMPOTENCY_WINDOW_MS};
 
 /// Deliveries read from the sled store per transaction.
 const PAGE: usize = 500;
@@ -45,7 +46,7 @@ pub enum Copied {
 
 /// Copies the store at `source` (its canonical path names it) into `db`.
 pub async fn copy(
-    from: &Store,
+    from: &SledStore,
     source: &str,
     db: &Database,
     now: Millis,
@@ -151,7 +152,7 @@ pub async fn copy(
 
 /// Endpoints, client certificates, plans and account secrets, in one transaction.
 async fn copy_accounts(
-    from: &Store,
+    from: &SledStore,
     client: &mut deadpool_postgres::Object,
 ) -> Result<(), StoreError> {
     let tx = client.transaction().await?;

@@ -239,14 +239,7 @@ async fn write_endpoint(
     tx: &tokio_postgres::Transaction<'_>,
     ep: &Endpoint,
 ) -> Result<i64, StoreError> {
-    let size = crate::store::Store::endpoint_row_size(ep);
-    if size > crate::store::codec::MAX_ROW {
-        return Err(StoreError::TooLarge {
-            what: "the endpoint",
-            size,
-            max: crate::store::codec::MAX_ROW,
-        });
-    }
+    crate::store::check_endpoint_size(ep)?;
     let record = serde_json::to_value(ep).map_err(|e| StoreError::Encode(e.to_string()))?;
     tx.execute(
         "INSERT INTO endpoints (id, account_id, record, updated_at) VALUES ($1, $2, $3, $4)

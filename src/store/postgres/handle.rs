@@ -34,7 +34,7 @@ fn node_identity(dir: &std::path::Path) -> Result<(String, std::fs::File), Store
         .open(&path)?;
     rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
         |_| {
-            StoreError::Database(format!(
+            StoreError::database(format!(
                 "another herald node runs with the data directory {}; each node needs its own \
                  storage.path",
                 dir.display()
@@ -57,7 +57,7 @@ fn node_identity(dir: &std::path::Path) -> Result<(String, std::fs::File), Store
 
 impl From<DbError> for StoreError {
     fn from(e: DbError) -> Self {
-        StoreError::Database(e.to_string())
+        StoreError::Database(std::sync::Arc::new(e))
     }
 }
 

@@ -131,7 +131,7 @@ async fn look(
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(StoreError::Database(format!(
+                return Err(StoreError::database(format!(
                     "server process {} did not end",
                     b.pid
                 )));

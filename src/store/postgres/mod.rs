@@ -11,6 +11,7 @@
 mod accounts;
 mod breakers;
 mod changes;
+mod contract;
 pub mod copy;
 mod debounce;
 mod endpoints;

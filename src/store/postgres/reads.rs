@@ -252,7 +252,7 @@ impl PgStore {
             .await?
             .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])
             .await?;
-        let stats = Stats::default();
+        let mut stats = Stats::default();
         for r in rows {
             let (state, n): (&str, i64) = (r.get(0), r.get(1));
             if let Some(s) = DeliveryState::parse(state) {

@@ -4,7 +4,7 @@
 use super::PgStore;
 use crate::clock::Millis;
 use crate::model::PortalSession;
-use crate::store::sessions::token_hash;
+use crate::store::token_hash;
 use crate::store::StoreError;
 
 impl PgStore {

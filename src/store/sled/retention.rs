@@ -23,7 +23,7 @@ use std::ops::Bound;
 use super::codec;
 use super::key;
 use super::keys::KeyRow;
-use super::{Place, Store, StoreError};
+use super::{Place, SledStore, StoreError};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
@@ -38,7 +38,7 @@ pub struct Pruned {
     pub next: Option<Vec<u8>>,
 }
 
-impl Store {
+impl SledStore {
     /// Prunes events received before `cutoff`, looking at up to `max` of them, starting after
     /// `from` (the previous slice's `next`).
     pub fn prune_events(

@@ -26,6 +26,8 @@ use crate::policy::debounce::{Candidate, Window};
 /// The largest row (key and value) herald writes: 17 of them fit one sled page below its blob
 /// threshold (131,052 bytes), with room for sled's own framing.
 pub const MAX_ROW: usize = 7 * 1024;
+// An endpoint is one row (its id the key, its JSON the value).
+const _: () = assert!(crate::store::MAX_ENDPOINT_SIZE <= MAX_ROW);
 /// Payloads up to this size stayed inside the event's value in layout 1; larger ones were
 /// chunked. Layout 2 inlines whatever fits [`MAX_ROW`].
 pub const INLINE_PAYLOAD: usize = 6 * 1024;

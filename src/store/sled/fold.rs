@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Reader, Writer, MAX_ROW};
 use super::key;
-use super::{meta_keys, Claim, Inner, Store, StoreError};
+use super::{meta_keys, Claim, Inner, SledStore, StoreError};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
@@ -58,7 +58,7 @@ const CACHED: usize = 8;
 /// read by id decompresses one frame, not the fold.
 const FRAME_RAW: usize = 8 * 1024;
 
-/// Where packing the account index stands ([`Store::pack_account_index`]).
+/// Where packing the account index stands ([`SledStore::pack_account_index`]).
 #[derive(Default)]
 pub(super) struct IndexPass {
     /// Rows starting before this are packed (in `meta` too, read by the first pass after
@@ -737,7 +737,7 @@ impl Inner {
     }
 }
 
-impl Store {
+impl SledStore {
     /// Folds the ended events received before `before` (and before the idempotency keys'
     /// watermark), looking at up to `max` hot events from after `from`.
     pub fn fold_history(

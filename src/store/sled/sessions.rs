@@ -2,16 +2,10 @@
 //! session, and its id → the token's hash (to revoke it). Tokens themselves are never stored.
 //! Expired sessions answer nothing and are pruned by retention.
 
-use sha2::{Digest, Sha256};
-
-use super::{Store, StoreError};
+use super::{SledStore, StoreError};
 use crate::clock::Millis;
 use crate::model::PortalSession;
-
-/// The hash a session is stored under.
-pub fn token_hash(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
+use crate::store::token_hash;
 
 fn by_hash(hash: &[u8; 32]) -> Vec<u8> {
     [b"h".as_slice(), hash].concat()
@@ -21,7 +15,7 @@ fn by_id(id: &str) -> Vec<u8> {
     [b"i".as_slice(), id.as_bytes()].concat()
 }
 
-impl Store {
+impl SledStore {
     /// Stores a new session for the token whose hash is `hash`, durably.
     pub async fn create_portal_session(
         &self,

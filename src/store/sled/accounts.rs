@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use super::{codec, Store, StoreError};
+use super::{codec, SledStore, StoreError};
 use crate::policy::breaker::{Breaker, Phase};
 use crate::policy::quota::{self, Limits, Windows};
 
@@ -73,7 +73,7 @@ impl Counters {
     }
 }
 
-impl Store {
+impl SledStore {
     // --- accounts and quotas ------------------------------------------------------------------
 
     /// The account's synced plan; `None` when no plan was ever synced (or it was removed).

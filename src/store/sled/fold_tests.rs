@@ -3,16 +3,16 @@
 //! failed fold changes nothing; retention removes folds whole.
 
 use super::*;
-use crate::store::fold::Place;
+use crate::store::sled::fold::Place;
 
 /// Everything the API can read of the store, as text: every event with its payload and
 /// deliveries, every delivery's attempts, and list pages with and without filters.
-fn everything(store: &Store, events: &[String]) -> String {
+fn everything(store: &SledStore, events: &[String]) -> String {
     events_text(store, events) + &lists_text(store)
 }
 
 /// Each event with its payload, its deliveries (from the event and by id) and their attempts.
-fn events_text(store: &Store, events: &[String]) -> String {
+fn events_text(store: &SledStore, events: &[String]) -> String {
     let mut out = String::new();
     for id in events {
         let (meta, payload, deliveries) = store.event_with_deliveries(id).unwrap().unwrap();
@@ -34,7 +34,7 @@ fn events_text(store: &Store, events: &[String]) -> String {
 }
 
 /// Pages of the delivery list, with and without filters.
-fn lists_text(store: &Store) -> String {
+fn lists_text(store: &SledStore) -> String {
     let mut out = String::new();
     let filters = [
         DeliveryFilter::default(),
@@ -70,7 +70,7 @@ fn lists_text(store: &Store) -> String {
     out
 }
 
-fn rows_of(store: &Store, kind: u8) -> usize {
+fn rows_of(store: &SledStore, kind: u8) -> usize {
     store
         .inner
         .trees
@@ -80,7 +80,7 @@ fn rows_of(store: &Store, kind: u8) -> usize {
 }
 
 /// Folds never overlap, and each holds at least one event.
-fn assert_disjoint(store: &Store) {
+fn assert_disjoint(store: &SledStore) {
     let mut last = None;
     for item in store
         .inner
@@ -99,7 +99,7 @@ fn assert_disjoint(store: &Store) {
 }
 
 /// No event is both folded and hot (its event row still there).
-fn assert_hot_or_folded(store: &Store) {
+fn assert_hot_or_folded(store: &SledStore) {
     let log = &store.inner.trees.log;
     for item in log.range(key::fold(0)..key::end(key::FOLD)) {
         let (k, _) = item.unwrap();
@@ -137,7 +137,7 @@ fn noise_from(seed: u64, n: usize) -> Vec<u8> {
 
 /// 240 events over two accounts, some with two deliveries, one with a payload in chunks and
 /// one too large to fold; delivered, failed after two attempts, or left pending.
-async fn history(store: &Store) -> (Vec<String>, Vec<Delivery>) {
+async fn history(store: &SledStore) -> (Vec<String>, Vec<Delivery>) {
     let mut events = Vec::new();
     let mut pending = Vec::new();
     for i in 0..240i64 {
@@ -375,7 +375,7 @@ async fn a_format_4_store_opens_and_folds() {
 }
 
 /// Every delivery id of the log, newest first, through the list's pages.
-fn listed(store: &Store) -> Vec<String> {
+fn listed(store: &SledStore) -> Vec<String> {
     let mut ids = Vec::new();
     let mut cursor = None;
     loop {
@@ -600,7 +600,7 @@ async fn a_kill_9_inside_a_fold_batch_loses_nothing() {
 }
 
 /// Account index rows per account, by account digest.
-fn index_rows(store: &Store) -> std::collections::BTreeMap<Vec<u8>, usize> {
+fn index_rows(store: &SledStore) -> std::collections::BTreeMap<Vec<u8>, usize> {
     let mut out = std::collections::BTreeMap::new();
     for k in store
         .inner

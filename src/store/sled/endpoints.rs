@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use super::{codec, Store, StoreError};
+use super::{codec, SledStore, StoreError};
 use crate::model::{ClientCertificate, Endpoint, Ordering};
 
-impl Store {
+impl SledStore {
     /// Every account with a synced plan or an endpoint, sorted.
     pub fn account_ids(&self) -> Vec<String> {
         self.directory.account_ids()
@@ -47,7 +47,7 @@ impl Store {
     /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
     /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
     /// endpoint. Durable when this returns. Every endpoint change (the API's
-    /// and the engine's) goes through here or [`Store::put_endpoint`], so none is lost to
+    /// and the engine's) goes through here or [`SledStore::put_endpoint`], so none is lost to
     /// another made at the same time, and memory and disk always agree.
     pub async fn change_endpoint<E: From<StoreError>>(
         &self,
@@ -161,22 +161,10 @@ impl Store {
         Ok(())
     }
 
-    /// The size an endpoint takes stored, which [`codec::MAX_ROW`] bounds.
-    pub fn endpoint_row_size(ep: &Endpoint) -> usize {
-        ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len())
-    }
-
     /// Writes sled and the map; the caller holds `endpoint_writes`.
     fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        crate::store::check_endpoint_size(&ep)?;
         let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let size = ep.id.len() + value.len();
-        if size > codec::MAX_ROW {
-            return Err(StoreError::TooLarge {
-                what: "the endpoint",
-                size,
-                max: codec::MAX_ROW,
-            });
-        }
         self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         self.set_ordering(&ep.id, ep.ordering.clone());
         Ok(self.directory.put_endpoint(ep))

@@ -39,6 +39,7 @@ use tokio::sync::Notify;
 
 use crate::clock::Millis;
 use crate::ids;
+use crate::store::Lane;
 
 /// The most fresh entries one lane keeps in memory: 4096 × 24 bytes.
 const LANE_FRESH: usize = 4096;
@@ -49,10 +50,6 @@ const ALL_FRESH: usize = 1 << 18;
 const LANE_FLOOR: usize = 256;
 /// A lane with spilled entries asks for more when its deque is down to this.
 const LANE_LOW: usize = LANE_FRESH / 4;
-
-/// The endpoint an entry goes to (its ULID); [`NO_LANE`] for deliveries without an endpoint.
-pub type Lane = u128;
-pub const NO_LANE: Lane = 0;
 
 /// An entry to add: a delivery due at `at` to `lane`; `fresh` for its first attempt, due since
 /// ingest; `sequence` names its sequence when its endpoint is ordered.

@@ -29,7 +29,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use sled::IVec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -39,86 +38,15 @@ use super::deliveries::delivery_from;
 use super::key;
 use super::keys::KeyRow;
 use super::undo;
-use super::{Claim, Entry, Inner, Lane, StoreError};
+use super::{
+    Claim, Entry, IngestOutcome, Inner, Lane, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS,
+};
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
-use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta};
+use crate::model::{Delivery, DeliveryState, EventMeta};
 
-/// How long an idempotency key keeps answering with the first event (docs/api.md).
-pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 /// Events taken into one commit at most: bounds a cycle's latency and memory.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;
-
-/// An event ready to store: checked, fanned out, payload bytes as received. The committer gives
-/// it its id (so event ids grow in commit order) and its deliveries theirs.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub account_id: String,
-    pub event_type: String,
-    pub received_at: Millis,
-    pub payload: Bytes,
-    /// The endpoint (lane) of each delivery, in fan-out order; one [`super::NO_LANE`] for an
-    /// event that has no endpoint, which the engine records as `no_endpoint` (once per event,
-    /// after the conditions that come before it).
-    pub targets: Vec<Lane>,
-    pub idempotency_key: Option<String>,
-    pub debounce_key: Option<String>,
-    /// The ingest request's `ordering_key`.
-    pub ordering_key: Option<String>,
-    /// Set when the event's type is debounced and the event has a debounce key.
-    pub debounce: Option<DebounceRule>,
-}
-
-impl NewEvent {
-    /// A new event with one delivery per target endpoint, due `now`.
-    pub fn fan_out<'a>(
-        account_id: String,
-        event_type: String,
-        payload: Bytes,
-        targets: impl Iterator<Item = &'a Arc<Endpoint>>,
-        now: Millis,
-    ) -> NewEvent {
-        let mut lanes: Vec<Lane> = targets.map(|ep| super::lane_of(Some(&ep.id))).collect();
-        if lanes.is_empty() {
-            lanes.push(super::NO_LANE);
-        }
-        lanes.truncate(ids::MAX_FAN_OUT);
-        NewEvent {
-            account_id,
-            event_type,
-            received_at: now,
-            payload,
-            targets: lanes,
-            idempotency_key: None,
-            debounce_key: None,
-            ordering_key: None,
-            debounce: None,
-        }
-    }
-}
-
-/// The debounce rule that applies to one event.
-#[derive(Debug, Clone)]
-pub struct DebounceRule {
-    /// The key's window state lives under (account, type, key).
-    pub key: String,
-    pub window_ms: Millis,
-    pub trailing: bool,
-}
-
-/// What the commit did with one event.
-#[derive(Debug, Clone)]
-pub enum IngestOutcome {
-    /// Stored with this id; the deliveries as stored (a debounced event's are `skipped`, a
-    /// trailing candidate's are due when its window closes).
-    Created {
-        event_id: String,
-        deliveries: Vec<Delivery>,
-    },
-    /// The idempotency key was seen within the window: nothing was queued; this is the first
-    /// event's id.
-    Duplicate { event_id: String },
-}
 
 pub(super) enum Job {
     Ingest {

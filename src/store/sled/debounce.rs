@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use super::codec::{self, Pending};
-use super::commit::{Cycle, DebounceRule};
+use super::commit::Cycle;
 use super::key;
-use super::{Inner, Lane, StoreError};
+use super::{DebounceRule, Inner, Lane, StoreError};
 use crate::clock::Millis;
 use crate::ids::{self, ATTEMPT};
 use crate::model::{Attempt, Delivery, DeliveryState, Status};

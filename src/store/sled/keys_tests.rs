@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::store::keys::{KeyRow, Keys};
+use crate::store::sled::keys::{KeyRow, Keys};
 
 const DAY: u32 = 20_000;
 /// A table's block and the slots it holds (see the module's doc).
@@ -320,7 +320,7 @@ async fn a_format_6_migration_cut_short_runs_again_and_adds_each_key_once() {
     copy_fixture("format6", dir.path());
     {
         let keys = Keys::open(&dir.path().join("idempotency")).unwrap();
-        crate::store::migrate::from_format_6(&dir.path().join("keys"), &keys).unwrap();
+        crate::store::sled::migrate::from_format_6(&dir.path().join("keys"), &keys).unwrap();
         assert_eq!(keys.len(), 210);
     }
     let late = "evt_01M904W3ZR4RNQSQMJ8AH9HW00";

@@ -72,13 +72,13 @@ impl Faults {
 /// 2026-12-03T06:00:00Z.
 const T0: Millis = 1_796_277_600_000;
 
-fn open(dir: &Path, clock: &Arc<ManualClock>) -> Arc<Store> {
-    Store::open(dir, 8 << 20, clock.clone(), Arc::new(Metrics::default())).expect("open store")
+fn open(dir: &Path, clock: &Arc<ManualClock>) -> Arc<SledStore> {
+    SledStore::open(dir, 8 << 20, clock.clone(), Arc::new(Metrics::default())).expect("open store")
 }
 
 /// Closes the store the way herald does (checkpoint, sync, last handle, committer joined), so
 /// the directory can be opened again.
-fn close(store: Arc<Store>) {
+fn close(store: Arc<SledStore>) {
     let committer = store.take_committer();
     store.close().expect("close");
     drop(store);
@@ -88,7 +88,7 @@ fn close(store: Arc<Store>) {
 }
 
 /// Closes a store whose sync failed: the close says so, and the directory can be opened again.
-fn close_failed(store: Arc<Store>) {
+fn close_failed(store: Arc<SledStore>) {
     let committer = store.take_committer();
     assert!(
         matches!(store.close(), Err(StoreError::Unusable(_))),
@@ -143,7 +143,7 @@ fn attempt(number: u32, status: Status, at: Millis) -> Attempt {
 }
 
 /// Records a delivered first attempt of `d` at `at`.
-fn deliver(store: &Store, d: &Delivery, at: Millis) {
+fn deliver(store: &SledStore, d: &Delivery, at: Millis) {
     let done = Delivery {
         state: DeliveryState::Delivered,
         next_attempt_at: None,
@@ -466,7 +466,7 @@ async fn debounce_windows_are_judged_at_commit_time() {
 
 /// A leading event at T0, then one at T0 + 100 ms that trails its 10 s window: the candidate
 /// (its delivery and that delivery's ULID), due at the window's end.
-async fn trailing_candidate(store: &Store, clock: &ManualClock) -> (Delivery, u128) {
+async fn trailing_candidate(store: &SledStore, clock: &ManualClock) -> (Delivery, u128) {
     store
         .ingest(vec![debounced_event(T0, 10_000)])
         .await
@@ -544,7 +544,7 @@ async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
 }
 
 /// Every delivery due at `now`, taken from the index lane by lane (each taken one is done).
-fn all_due(store: &Store, now: Millis) -> Vec<u128> {
+fn all_due(store: &SledStore, now: Millis) -> Vec<u128> {
     let mut out = Vec::new();
     loop {
         let got = store.due().take(now, 100);
@@ -1249,7 +1249,7 @@ async fn a_data_directory_in_use_is_refused_until_closed() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    let second = Store::open(
+    let second = SledStore::open(
         dir.path(),
         8 << 20,
         clock.clone(),

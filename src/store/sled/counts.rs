@@ -10,11 +10,11 @@ use crate::model::DeliveryState;
 
 /// Deliveries by state, kept in memory (sled's `len` scans the whole tree).
 #[derive(Debug, Default)]
-pub struct Stats {
+pub struct Counts {
     by_state: [AtomicI64; 4],
 }
 
-impl Stats {
+impl Counts {
     pub(super) fn count(&self, from: Option<DeliveryState>, to: DeliveryState) {
         if from == Some(to) {
             return;
@@ -38,8 +38,8 @@ impl Stats {
     }
 
     /// The counts as they are now, in a value of their own.
-    pub fn copy(&self) -> Stats {
-        let copy = Stats::default();
+    pub fn copy(&self) -> crate::store::Stats {
+        let mut copy = crate::store::Stats::default();
         for s in DeliveryState::ALL {
             copy.set(s, self.get(s));
         }

@@ -6,10 +6,13 @@ use bytes::Bytes;
 
 use super::codec::{self, AttemptRecord, Pending};
 use super::key;
-use super::{lane_of, Claim, Inner, Lane, Place, Store, StoreError, NO_LANE};
+use super::{
+    lane_of, Changed, Claim, DeliveryFilter, DueDelivery, Inner, Lane, Place, SledStore,
+    StoreError, NO_LANE,
+};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
-use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use crate::model::{Attempt, Delivery, DeliveryState, EventMeta};
 use crate::policy::ordering;
 
 impl Inner {
@@ -89,41 +92,10 @@ pub(super) fn delivery_from(
     }
 }
 
-/// A due delivery as the engine attempts it: the delivery, its event and the payload.
-pub struct DueDelivery {
-    pub delivery: Delivery,
-    pub event: EventMeta,
-    pub payload: Bytes,
-}
-
-/// Which deliveries a list asks for.
-#[derive(Debug, Default, Clone)]
-pub struct DeliveryFilter {
-    pub account_id: Option<String>,
-    pub endpoint_id: Option<String>,
-    pub event_type: Option<String>,
-    pub state: Option<DeliveryState>,
-    pub status: Option<Status>,
-    pub since: Option<Millis>,
-    pub until: Option<Millis>,
-}
-
 /// Deliveries a list request looks at most before it answers with a cursor to go on from.
 const LIST_SCAN_BUDGET: usize = 50_000;
 
-/// What [`Store::change_delivery`] did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Changed<T> {
-    /// Changed and written; what the change returned.
-    Yes(T),
-    /// The change chose to leave the delivery as it is.
-    No,
-    NotFound,
-    /// Someone holds the delivery's claim (an attempt is running): nothing was changed.
-    Busy,
-}
-
-impl Store {
+impl SledStore {
     /// The event, its payload bytes exactly as ingested, and its deliveries as stored now (in
     /// fan-out order), from one read of its row.
     pub fn event_with_deliveries(

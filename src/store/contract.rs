@@ -1,0 +1,311 @@
+//! The store contract: what the engine and the API may ask of storage, by concern, and what
+//! each answer guarantees. The embedded store (`sled/`) and the cluster's (`postgres/`) both
+//! implement every trait; `tests/store/conformance.rs` runs the same cases against both.
+//!
+//! Words used below:
+//! - *durable*: written and synced (an fsync on one box, a synchronous commit in a cluster)
+//!   before the call returns; a crash or a kill -9 right after keeps it.
+//! - *flushed*: written, and on disk within the embedded store's flush interval (half a second);
+//!   a crash may lose the last moments of it, never leave half of one write. In a cluster every
+//!   write is durable.
+//! - *node*: one herald process. On one box there is one; in a cluster, what another node
+//!   changed reaches this node's copy of the endpoints and plans by notice within a moment, and
+//!   at once through [`Directory::fresh_directory`].
+//!
+//! Errors are [`StoreError`]s; an operation that answers one has changed nothing unless its
+//! documentation says otherwise.
+//!
+//! Operations return futures that are `Send` (handlers and the engine run them on tokio's
+//! workers); reads that may look at many rows never block a worker. The traits are not object
+//! safe on purpose: [`super::Backend`] dispatches with a `match` over the two stores, which
+//! costs nothing measurable and keeps generic operations (a change given as a closure) typed.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use crate::clock::Millis;
+use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::policy::breaker::Breaker;
+use crate::policy::quota::{Limits, Windows};
+
+/// Taking events in.
+pub trait Ingest {
+    /// Stores `events`, each with its deliveries, and answers one outcome per event, in order.
+    ///
+    /// - Durable when it returns `Ok`: every created event and its deliveries survive a crash,
+    ///   and the engine will attempt each delivery (at least once).
+    /// - All or nothing: on `Err` none of the events was stored, no idempotency key was taken
+    ///   and no debounce window moved, so a retry of the request is not a duplicate.
+    /// - An idempotency key seen within [`super::IDEMPOTENCY_WINDOW_MS`] (on any node) answers
+    ///   [`IngestOutcome::Duplicate`] with the first event's id and stores nothing; two
+    ///   requests racing on one key make one event.
+    /// - Event ids grow in commit order; deliveries of one ordering key are attempted in that
+    ///   order.
+    /// - A debounced event's window is decided at commit: a later event of the same key within
+    ///   it is stored with `skipped` deliveries (or replaces the trailing candidate).
+    fn ingest(
+        &self,
+        events: Vec<NewEvent>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send;
+
+    /// The version of the endpoints and plans in memory, to pass to
+    /// [`Ingest::ingest_fanned_out`] with events fanned out over them (take it first). `None`
+    /// on one box, whose copy is always the store's.
+    fn directory_mark(&self) -> Option<i64>;
+
+    /// [`Ingest::ingest`] for events fanned out over the endpoints in memory at `mark`. In a
+    /// cluster, [`StoreError::Stale`] (nothing stored) when another node changed the endpoints
+    /// or plans since: bring them up to date ([`Directory::fresh_directory`]) and fan out again.
+    fn ingest_fanned_out(
+        &self,
+        events: Vec<NewEvent>,
+        mark: Option<i64>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send;
+}
+
+/// Endpoints and plans: kept in memory on every node, changed durably, one change at a time.
+pub trait Directory {
+    /// Makes the endpoints and plans in memory reflect every change committed before now, on
+    /// any node (one small query in a cluster; nothing to do on one box).
+    fn fresh_directory(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The endpoint as this node knows it (no I/O).
+    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>>;
+
+    /// The account's endpoints, oldest first (no I/O).
+    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>>;
+
+    /// Every account with a synced plan or an endpoint, sorted (no I/O).
+    fn account_ids(&self) -> Vec<String>;
+
+    /// The account's synced plan; `None` when none was ever synced (no I/O).
+    fn account_plan(&self, account_id: &str) -> Option<String>;
+
+    /// Creates the endpoint, durably, unless its account has `max_per_account` already
+    /// (`Ok(None)`, nothing written; counted across nodes under one lock in a cluster).
+    /// [`StoreError::TooLarge`] past [`super::MAX_ENDPOINT_SIZE`].
+    fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send;
+
+    /// Changes the endpoint with `f` against its stored state, durably. Changes of one endpoint
+    /// apply one at a time, on every node, so none is lost to another made at once. `f`
+    /// answers whether it changed anything (`false` writes nothing) or refuses with its own
+    /// error. `Ok(None)` when there is no such endpoint.
+    fn change_endpoint<E: From<StoreError> + Send>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E> + Send,
+    ) -> impl Future<Output = Result<Option<(Arc<Endpoint>, bool)>, E>> + Send;
+
+    /// Writes the endpoint as given (the engine's own changes: verification, a breaker's
+    /// state), durably.
+    fn put_endpoint(
+        &self,
+        ep: Endpoint,
+    ) -> impl Future<Output = Result<Arc<Endpoint>, StoreError>> + Send;
+
+    /// Deletes the endpoint and its client certificate, durably; `false` when there was none.
+    /// Its waiting deliveries stay and are recorded `no_endpoint` when attempted
+    /// ([`Log::expedite_endpoint`]).
+    fn delete_endpoint(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Sets (or with `None`, removes) the endpoint's client certificate chain and key (PEM)
+    /// and its public description, durably. `Ok(None)` when there is no such endpoint.
+    fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send;
+
+    /// The endpoint's client certificate chain and key (PEM), for the connection only.
+    fn client_certificate_pem(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send;
+}
+
+/// What is kept per account and per endpoint besides the directory: plans, secrets, quotas,
+/// circuit breakers and portal sessions.
+pub trait Accounts {
+    /// Sets or (with `None`) removes the account's synced plan, durably; every node's copy
+    /// follows.
+    fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The account secret's value (write-only to the API: for header macros only).
+    fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
+    /// Sets the account secret, durably.
+    fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Counts one attempt in the account's windows `w` unless that would pass `limits`
+    /// (`false`, nothing counted). Exact under concurrency, on every node; flushed.
+    fn quota_take(
+        &self,
+        account_id: &str,
+        w: Windows,
+        limits: Limits,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The attempts counted in the account's windows `w`: (this minute, this day).
+    fn quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
+
+    /// The endpoint's circuit breaker (closed, never failed, when none is kept).
+    fn breaker(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<Breaker, StoreError>> + Send;
+
+    /// Changes the endpoint's circuit breaker with `f`, one change at a time on every node,
+    /// flushed. When it closes, the deliveries it held are due at once (`now`).
+    fn change_breaker<T: Send>(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+        f: impl FnOnce(&mut Breaker) -> T + Send,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send;
+
+    /// Every circuit breaker that is not closed, by endpoint id.
+    fn open_breakers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send;
+
+    /// Stores a portal session under its token's hash ([`super::token_hash`]), durably. The
+    /// token itself is never stored.
+    fn create_portal_session(
+        &self,
+        session: &PortalSession,
+        hash: [u8; 32],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The session the token opens, unless it expired by `now` or was revoked.
+    fn portal_session(
+        &self,
+        token: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<PortalSession>, StoreError>> + Send;
+
+    /// Revokes the session, durably: its token opens nothing from the moment this returns, on
+    /// every node. `false` when there was none.
+    fn revoke_portal_session(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// The delivery log: events, deliveries and attempts, read and changed.
+pub trait Log {
+    /// The delivery with its state as stored now.
+    fn delivery(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Delivery>, StoreError>> + Send;
+
+    /// The event and its payload bytes, exactly as ingested.
+    fn event(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes)>, StoreError>> + Send;
+
+    /// The event, its payload and every delivery of it, read together (no delivery changes
+    /// state between the reads).
+    fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError>> + Send;
+
+    /// The delivery's attempts, first first.
+    fn attempts(
+        &self,
+        delivery_id: &str,
+    ) -> impl Future<Output = Result<Vec<Attempt>, StoreError>> + Send;
+
+    /// A page of at most `limit` deliveries matching `filter`, newest first, and the cursor of
+    /// the next page. A page may be short (a bounded look at the log) while more follow: only a
+    /// `None` cursor ends the list. Deliveries ingested after the first page never appear on a
+    /// later one.
+    fn list_deliveries(
+        &self,
+        filter: DeliveryFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> impl Future<Output = Result<(Vec<Delivery>, Option<String>), StoreError>> + Send;
+
+    /// An ordered delivery's ordering key and the delivery ahead of it in its lane, if any.
+    fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> impl Future<Output = Result<Option<(String, Option<String>)>, StoreError>> + Send;
+
+    /// Changes the delivery with `f` unless an attempt holds it ([`Changed::Busy`], nothing
+    /// changed); flushed. `f` sees the delivery as stored and answers the new one, or `None` to
+    /// leave it. The change is a manual retry's or a recovery's: the delivery pending again,
+    /// due at a time. Other changes of state come with an attempt (the engine's): the embedded
+    /// store derives a delivery's state from its pending entry and its last attempt.
+    fn change_delivery<T: Send + 'static>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
+    ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send;
+
+    /// Makes a deleted endpoint's waiting deliveries due now (their attempts record
+    /// `no_endpoint`). Returns how many.
+    fn expedite_endpoint(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// How many of the endpoint's deliveries are pending. On one box this is the due index's
+    /// count, which counts a delivery twice from a manual retry before its first attempt until
+    /// that attempt (the index drops the older entry when it comes due).
+    fn endpoint_pending(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// The store's own health and figures.
+pub trait Status {
+    /// Whether the store takes writes now (ingest and `/healthz` answer `503` while not).
+    fn healthy(&self) -> impl Future<Output = bool> + Send;
+
+    /// Deliveries by state.
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
+
+    /// How many deliveries are due at `now`, and when the oldest pending one fell due.
+    fn due_summary(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send;
+
+    /// In a cluster: this node's id and every node seen lately (`None` on one box).
+    fn nodes(&self)
+        -> impl Future<Output = Result<Option<(String, Vec<Node>)>, StoreError>> + Send;
+
+    /// Bytes the store takes on disk (the data directory; the cluster's database).
+    fn size_on_disk(&self) -> impl Future<Output = u64> + Send;
+}

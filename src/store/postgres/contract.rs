@@ -1,0 +1,285 @@
+//! The store contract ([`crate::store::contract`]) on the cluster's PostgreSQL store: every
+//! operation is one of [`PgStore`]'s own, in the file of its concern.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::PgStore;
+use crate::clock::Millis;
+use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::policy::breaker::Breaker;
+use crate::policy::quota::{Limits, Windows};
+use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
+use crate::store::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats, StoreError};
+
+impl Ingest for PgStore {
+    fn ingest(
+        &self,
+        events: Vec<NewEvent>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
+        PgStore::ingest(self, events)
+    }
+
+    fn directory_mark(&self) -> Option<i64> {
+        Some(PgStore::directory_mark(self))
+    }
+
+    fn ingest_fanned_out(
+        &self,
+        events: Vec<NewEvent>,
+        mark: Option<i64>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
+        PgStore::ingest_marked(self, events, mark)
+    }
+}
+
+impl Directory for PgStore {
+    fn fresh_directory(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::fresh_directory(self)
+    }
+
+    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+        PgStore::endpoint(self, id)
+    }
+
+    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
+        PgStore::account_endpoints(self, account_id)
+    }
+
+    fn account_ids(&self) -> Vec<String> {
+        PgStore::account_ids(self)
+    }
+
+    fn account_plan(&self, account_id: &str) -> Option<String> {
+        PgStore::account_plan(self, account_id)
+    }
+
+    fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send {
+        PgStore::create_endpoint(self, ep, max_per_account)
+    }
+
+    fn change_endpoint<E: From<StoreError> + Send>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E> + Send,
+    ) -> impl Future<Output = Result<Option<(Arc<Endpoint>, bool)>, E>> + Send {
+        PgStore::change_endpoint(self, id, f)
+    }
+
+    fn put_endpoint(
+        &self,
+        ep: Endpoint,
+    ) -> impl Future<Output = Result<Arc<Endpoint>, StoreError>> + Send {
+        PgStore::put_endpoint(self, ep)
+    }
+
+    fn delete_endpoint(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        PgStore::delete_endpoint(self, id)
+    }
+
+    fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send {
+        PgStore::set_client_certificate(self, id, pair, now)
+    }
+
+    fn client_certificate_pem(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send {
+        PgStore::client_certificate_pem(self, id)
+    }
+}
+
+impl Accounts for PgStore {
+    fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::set_account_plan(self, account_id, plan)
+    }
+
+    fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        PgStore::account_secret(self, account_id, name)
+    }
+
+    fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::set_account_secret(self, account_id, name, value)
+    }
+
+    fn quota_take(
+        &self,
+        account_id: &str,
+        w: Windows,
+        limits: Limits,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        PgStore::quota_take(self, account_id, w, limits)
+    }
+
+    fn quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send {
+        PgStore::quota_usage(self, account_id, w)
+    }
+
+    fn breaker(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<Breaker, StoreError>> + Send {
+        PgStore::breaker(self, endpoint_id)
+    }
+
+    fn change_breaker<T: Send>(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+        f: impl FnOnce(&mut Breaker) -> T + Send,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send {
+        PgStore::change_breaker(self, endpoint_id, now, f)
+    }
+
+    fn open_breakers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
+        PgStore::open_breakers(self)
+    }
+
+    fn create_portal_session(
+        &self,
+        session: &PortalSession,
+        hash: [u8; 32],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::create_portal_session(self, session, hash)
+    }
+
+    fn portal_session(
+        &self,
+        token: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<PortalSession>, StoreError>> + Send {
+        PgStore::portal_session(self, token, now)
+    }
+
+    fn revoke_portal_session(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        PgStore::revoke_portal_session(self, id)
+    }
+}
+
+impl Log for PgStore {
+    fn delivery(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Delivery>, StoreError>> + Send {
+        PgStore::delivery(self, id)
+    }
+
+    fn event(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes)>, StoreError>> + Send {
+        PgStore::event(self, id)
+    }
+
+    fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError>> + Send
+    {
+        PgStore::event_with_deliveries(self, id)
+    }
+
+    fn attempts(
+        &self,
+        delivery_id: &str,
+    ) -> impl Future<Output = Result<Vec<Attempt>, StoreError>> + Send {
+        PgStore::attempts(self, delivery_id)
+    }
+
+    async fn list_deliveries(
+        &self,
+        filter: DeliveryFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
+        PgStore::list_deliveries(self, &filter, limit, cursor.as_deref()).await
+    }
+
+    fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> impl Future<Output = Result<Option<(String, Option<String>)>, StoreError>> + Send {
+        PgStore::ordering_of(self, d)
+    }
+
+    fn change_delivery<T: Send + 'static>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
+    ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send {
+        PgStore::change_delivery(self, id, f)
+    }
+
+    fn expedite_endpoint(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        PgStore::expedite_endpoint(self, endpoint_id, now)
+    }
+
+    fn endpoint_pending(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        PgStore::endpoint_pending(self, endpoint_id)
+    }
+}
+
+impl Status for PgStore {
+    fn healthy(&self) -> impl Future<Output = bool> + Send {
+        PgStore::healthy(self)
+    }
+
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send {
+        PgStore::stats(self)
+    }
+
+    fn due_summary(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send {
+        PgStore::due_summary(self, now)
+    }
+
+    async fn nodes(&self) -> Result<Option<(String, Vec<Node>)>, StoreError> {
+        Ok(Some((self.node().to_string(), PgStore::nodes(self).await?)))
+    }
+
+    fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
+        PgStore::size_on_disk(self)
+    }
+}

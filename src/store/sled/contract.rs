@@ -1,0 +1,310 @@
+//! The store contract ([`crate::store::contract`]) on the embedded store. Reads that may look
+//! at many rows (the log, its filters, an event with many deliveries, a change of a delivery)
+//! run on a blocking thread, with a handle of the store of their own. Small point reads and
+//! writes run in place.
+
+use std::future::{ready, Future};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{SledStore, StoreError};
+use crate::clock::Millis;
+use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::policy::breaker::Breaker;
+use crate::policy::quota::{Limits, Windows};
+use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
+use crate::store::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats};
+
+/// Runs `read` on a blocking thread with a handle of the store.
+async fn blocking<T: Send + 'static>(
+    store: &SledStore,
+    read: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.this.upgrade().ok_or(StoreError::Closed)?;
+    tokio::task::spawn_blocking(move || read(&store))
+        .await
+        .map_err(|e| StoreError::Engine(Arc::new(e)))?
+}
+
+impl Ingest for SledStore {
+    fn ingest(
+        &self,
+        events: Vec<NewEvent>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
+        SledStore::ingest(self, events)
+    }
+
+    fn directory_mark(&self) -> Option<i64> {
+        None
+    }
+
+    fn ingest_fanned_out(
+        &self,
+        events: Vec<NewEvent>,
+        _mark: Option<i64>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
+        SledStore::ingest(self, events)
+    }
+}
+
+impl Directory for SledStore {
+    fn fresh_directory(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        ready(Ok(()))
+    }
+
+    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+        SledStore::endpoint(self, id)
+    }
+
+    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
+        SledStore::account_endpoints(self, account_id)
+    }
+
+    fn account_ids(&self) -> Vec<String> {
+        SledStore::account_ids(self)
+    }
+
+    fn account_plan(&self, account_id: &str) -> Option<String> {
+        SledStore::account_plan(self, account_id)
+    }
+
+    fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send {
+        SledStore::create_endpoint(self, ep, max_per_account)
+    }
+
+    fn change_endpoint<E: From<StoreError> + Send>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E> + Send,
+    ) -> impl Future<Output = Result<Option<(Arc<Endpoint>, bool)>, E>> + Send {
+        SledStore::change_endpoint(self, id, f)
+    }
+
+    fn put_endpoint(
+        &self,
+        ep: Endpoint,
+    ) -> impl Future<Output = Result<Arc<Endpoint>, StoreError>> + Send {
+        SledStore::put_endpoint(self, ep)
+    }
+
+    fn delete_endpoint(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        SledStore::delete_endpoint(self, id)
+    }
+
+    fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<Arc<Endpoint>>, StoreError>> + Send {
+        SledStore::set_client_certificate(self, id, pair, now)
+    }
+
+    fn client_certificate_pem(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send {
+        ready(SledStore::client_certificate_pem(self, id))
+    }
+}
+
+impl Accounts for SledStore {
+    fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        SledStore::set_account_plan(self, account_id, plan)
+    }
+
+    fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        ready(SledStore::account_secret(self, account_id, name))
+    }
+
+    fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        SledStore::set_account_secret(self, account_id, name, value)
+    }
+
+    fn quota_take(
+        &self,
+        account_id: &str,
+        w: Windows,
+        limits: Limits,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        ready(SledStore::quota_take(self, account_id, w, limits))
+    }
+
+    fn quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send {
+        ready(SledStore::quota_usage(self, account_id, w))
+    }
+
+    fn breaker(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<Breaker, StoreError>> + Send {
+        ready(SledStore::breaker(self, endpoint_id))
+    }
+
+    fn change_breaker<T: Send>(
+        &self,
+        endpoint_id: &str,
+        _now: Millis,
+        f: impl FnOnce(&mut Breaker) -> T + Send,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send {
+        // The due index lets the deliveries a closing breaker held go by itself.
+        ready(SledStore::change_breaker(self, endpoint_id, f))
+    }
+
+    fn open_breakers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
+        ready(SledStore::open_breakers(self))
+    }
+
+    fn create_portal_session(
+        &self,
+        session: &PortalSession,
+        hash: [u8; 32],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        SledStore::create_portal_session(self, session, hash)
+    }
+
+    fn portal_session(
+        &self,
+        token: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<PortalSession>, StoreError>> + Send {
+        ready(SledStore::portal_session(self, token, now))
+    }
+
+    fn revoke_portal_session(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        SledStore::revoke_portal_session(self, id)
+    }
+}
+
+impl Log for SledStore {
+    fn delivery(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Delivery>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.delivery(&id))
+    }
+
+    fn event(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes)>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.event(&id))
+    }
+
+    fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError>> + Send
+    {
+        let id = id.to_string();
+        blocking(self, move |s| s.event_with_deliveries(&id))
+    }
+
+    fn attempts(
+        &self,
+        delivery_id: &str,
+    ) -> impl Future<Output = Result<Vec<Attempt>, StoreError>> + Send {
+        let id = delivery_id.to_string();
+        blocking(self, move |s| s.attempts(&id))
+    }
+
+    fn list_deliveries(
+        &self,
+        filter: DeliveryFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> impl Future<Output = Result<(Vec<Delivery>, Option<String>), StoreError>> + Send {
+        blocking(self, move |s| {
+            s.list_deliveries(&filter, limit, cursor.as_deref())
+        })
+    }
+
+    fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> impl Future<Output = Result<Option<(String, Option<String>)>, StoreError>> + Send {
+        ready(SledStore::ordering_of(self, d))
+    }
+
+    fn change_delivery<T: Send + 'static>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
+    ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.change_delivery(&id, f))
+    }
+
+    fn expedite_endpoint(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        ready(SledStore::expedite_endpoint(self, endpoint_id, now).map(|n| n as u64))
+    }
+
+    fn endpoint_pending(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let lane = crate::store::lane_of(Some(endpoint_id));
+        ready(Ok(self.due().lane_len(lane) as u64))
+    }
+}
+
+impl Status for SledStore {
+    fn healthy(&self) -> impl Future<Output = bool> + Send {
+        ready(SledStore::healthy(self))
+    }
+
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send {
+        ready(Ok(SledStore::stats(self).copy()))
+    }
+
+    fn due_summary(
+        &self,
+        _now: Millis,
+    ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send {
+        // The due index knows without the time.
+        ready(Ok((self.due().len(), self.due().oldest())))
+    }
+
+    fn nodes(
+        &self,
+    ) -> impl Future<Output = Result<Option<(String, Vec<Node>)>, StoreError>> + Send {
+        ready(Ok(None))
+    }
+
+    fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
+        ready(SledStore::size_on_disk(self))
+    }
+}

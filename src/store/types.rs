@@ -1,0 +1,178 @@
+//! The values both stores take and give: what the store contract ([`super::contract`]) is
+//! written in. Neither store's own types appear here.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::StoreError;
+use crate::clock::Millis;
+use crate::ids::{self, ENDPOINT};
+use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta, Status};
+
+/// How long an idempotency key keeps answering with the first event (docs/api.md).
+pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
+
+/// An event ready to store: checked, fanned out, payload bytes as received. The committer gives
+/// it its id (so event ids grow in commit order) and its deliveries theirs.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub account_id: String,
+    pub event_type: String,
+    pub received_at: Millis,
+    pub payload: Bytes,
+    /// The endpoint (lane) of each delivery, in fan-out order; one [`NO_LANE`] for an
+    /// event that has no endpoint, which the engine records as `no_endpoint` (once per event,
+    /// after the conditions that come before it).
+    pub targets: Vec<Lane>,
+    pub idempotency_key: Option<String>,
+    pub debounce_key: Option<String>,
+    /// The ingest request's `ordering_key`.
+    pub ordering_key: Option<String>,
+    /// Set when the event's type is debounced and the event has a debounce key.
+    pub debounce: Option<DebounceRule>,
+}
+
+impl NewEvent {
+    /// A new event with one delivery per target endpoint, due `now`.
+    pub fn fan_out<'a>(
+        account_id: String,
+        event_type: String,
+        payload: Bytes,
+        targets: impl Iterator<Item = &'a Arc<Endpoint>>,
+        now: Millis,
+    ) -> NewEvent {
+        let mut lanes: Vec<Lane> = targets.map(|ep| lane_of(Some(&ep.id))).collect();
+        if lanes.is_empty() {
+            lanes.push(NO_LANE);
+        }
+        lanes.truncate(ids::MAX_FAN_OUT);
+        NewEvent {
+            account_id,
+            event_type,
+            received_at: now,
+            payload,
+            targets: lanes,
+            idempotency_key: None,
+            debounce_key: None,
+            ordering_key: None,
+            debounce: None,
+        }
+    }
+}
+
+/// The debounce rule that applies to one event.
+#[derive(Debug, Clone)]
+pub struct DebounceRule {
+    /// The key's window state lives under (account, type, key).
+    pub key: String,
+    pub window_ms: Millis,
+    pub trailing: bool,
+}
+
+/// What the commit did with one event.
+#[derive(Debug, Clone)]
+pub enum IngestOutcome {
+    /// Stored with this id; the deliveries as stored (a debounced event's are `skipped`, a
+    /// trailing candidate's are due when its window closes).
+    Created {
+        event_id: String,
+        deliveries: Vec<Delivery>,
+    },
+    /// The idempotency key was seen within the window: nothing was queued; this is the first
+    /// event's id.
+    Duplicate { event_id: String },
+}
+
+/// A due delivery as the engine attempts it: the delivery, its event and the payload.
+pub struct DueDelivery {
+    pub delivery: Delivery,
+    pub event: EventMeta,
+    pub payload: Bytes,
+}
+
+/// Which deliveries a list asks for.
+#[derive(Debug, Default, Clone)]
+pub struct DeliveryFilter {
+    pub account_id: Option<String>,
+    pub endpoint_id: Option<String>,
+    pub event_type: Option<String>,
+    pub state: Option<DeliveryState>,
+    pub status: Option<Status>,
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+}
+
+/// What a change of a delivery did ([`super::Log::change_delivery`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Changed<T> {
+    /// Changed and written; what the change returned.
+    Yes(T),
+    /// The change chose to leave the delivery as it is.
+    No,
+    NotFound,
+    /// Someone holds the delivery's claim (an attempt is running): nothing was changed.
+    Busy,
+}
+
+/// The endpoint an entry goes to (its ULID); [`NO_LANE`] for deliveries without an endpoint.
+pub type Lane = u128;
+pub const NO_LANE: Lane = 0;
+
+/// The due index lane of an endpoint id (its ULID); [`NO_LANE`] for none.
+pub fn lane_of(endpoint_id: Option<&str>) -> Lane {
+    endpoint_id
+        .and_then(|e| ids::parse(ENDPOINT, e))
+        .unwrap_or(NO_LANE)
+}
+
+/// A node of a cluster as the others see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    pub started_at: Millis,
+    pub seen_at: Millis,
+    /// Deliveries it holds leases on now.
+    pub leases: i64,
+}
+
+/// Deliveries by state, as counted when asked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    by_state: [i64; 4],
+}
+
+impl Stats {
+    pub fn get(&self, state: DeliveryState) -> i64 {
+        self.by_state[state as usize]
+    }
+
+    pub fn set(&mut self, state: DeliveryState, n: i64) {
+        self.by_state[state as usize] = n;
+    }
+}
+
+/// The most an endpoint may take stored: its id and its JSON, within one row of the embedded
+/// store (docs/api.md, error `too_large`). Both stores hold endpoints to it, so an endpoint one of them
+/// takes, the other takes too (a store can be copied into a cluster's).
+pub const MAX_ENDPOINT_SIZE: usize = 7 * 1024;
+
+/// [`StoreError::TooLarge`] unless `ep` fits [`MAX_ENDPOINT_SIZE`] stored.
+pub fn check_endpoint_size(ep: &Endpoint) -> Result<(), StoreError> {
+    let size = ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len());
+    if size > MAX_ENDPOINT_SIZE {
+        return Err(StoreError::TooLarge {
+            what: "the endpoint",
+            size,
+            max: MAX_ENDPOINT_SIZE,
+        });
+    }
+    Ok(())
+}
+
+/// The hash a portal session is stored under: stores keep no token.
+pub fn token_hash(token: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes()).into()
+}

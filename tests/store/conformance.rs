@@ -1,0 +1,958 @@
+//! The store contract's conformance suite (src/store/contract.rs): every case runs, through
+//! [`Backend`], against the embedded store on a temporary directory and against a real
+//! PostgreSQL this test process starts (one server, a fresh database per case). A behaviour
+//! one store has and the other lacks fails here, naming the store.
+//!
+//! The cases use only the contract and a manual clock; what only one store has (sled's due
+//! index and folds, the cluster's leases and notices) is tested beside that store.
+
+use crate::common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald::clock::{Clock, ManualClock};
+use herald::config::Config;
+use herald::metrics::Metrics;
+use herald::model::{
+    ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
+};
+use herald::policy::breaker::{Breaker, Change, Phase};
+use herald::policy::quota::{windows, Limits};
+use herald::store::postgres::{migrate, Database, PgStore};
+use herald::store::prelude::*;
+use herald::store::sled::SledStore;
+use herald::store::{
+    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, IngestOutcome, NewEvent,
+    StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
+};
+
+const START: i64 = 1_800_000_000_000;
+const EP_A: &str = "ep_01HZZZZZZZZZZZZZZZZZZZZZZA";
+const EP_B: &str = "ep_01HZZZZZZZZZZZZZZZZZZZZZZB";
+
+/// One store under test, on a clock of its own.
+struct Subject {
+    name: &'static str,
+    store: Backend,
+    clock: Arc<ManualClock>,
+}
+
+/// The embedded store, and the directory it is in (kept until the case ends).
+async fn sled_subject() -> (Subject, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(START));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let store = SledStore::open(
+        &dir.path().join("data"),
+        8 << 20,
+        dyn_clock,
+        Arc::new(Metrics::default()),
+    )
+    .expect("open the embedded store");
+    let subject = Subject {
+        name: "sled",
+        store: Backend::Sled(store),
+        clock,
+    };
+    (subject, dir)
+}
+
+async fn postgres_subject() -> Subject {
+    let url = common::postgres::shared_database();
+    let config = Config::from_toml(&format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 4\n"
+    ))
+    .expect("config");
+    let db = Database::new(&config).expect("database");
+    migrate(&mut db.dedicated().await.expect("connect"))
+        .await
+        .expect("migrate");
+    let clock = Arc::new(ManualClock::new(START));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let store = PgStore::with_database(db, dyn_clock, Duration::from_secs(30))
+        .await
+        .expect("node");
+    Subject {
+        name: "postgres",
+        store: Backend::Postgres(Arc::new(store)),
+        clock,
+    }
+}
+
+/// Runs `case` against each store in turn.
+async fn on_both<F, Fut>(case: F)
+where
+    F: Fn(Subject) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let (sled, dir) = sled_subject().await;
+    case(sled).await;
+    drop(dir);
+    case(postgres_subject().await).await;
+}
+
+fn event(account: &str, key: Option<&str>, at: i64) -> NewEvent {
+    NewEvent {
+        account_id: account.into(),
+        event_type: "order.created".into(),
+        received_at: at,
+        payload: Bytes::from_static(b"{\"n\":1}"),
+        targets: vec![lane_of(Some(EP_A)), lane_of(Some(EP_B))],
+        idempotency_key: key.map(str::to_string),
+        debounce_key: None,
+        ordering_key: None,
+        debounce: None,
+    }
+}
+
+fn created(out: &IngestOutcome) -> (String, Vec<Delivery>) {
+    match out {
+        IngestOutcome::Created {
+            event_id,
+            deliveries,
+        } => (event_id.clone(), deliveries.clone()),
+        IngestOutcome::Duplicate { event_id } => panic!("{event_id} answered as a duplicate"),
+    }
+}
+
+fn json(d: &Delivery) -> serde_json::Value {
+    serde_json::to_value(d).expect("a delivery as JSON")
+}
+
+/// What a manual retry does to a delivery: pending again, due at `at`.
+fn retried(d: &Delivery, at: i64) -> Delivery {
+    let mut d = d.clone();
+    d.state = DeliveryState::Pending;
+    d.next_attempt_at = Some(at);
+    d.manual = true;
+    d.queued = true;
+    d
+}
+
+fn endpoint(id: &str, account: &str) -> Endpoint {
+    common::store::endpoint(id, account, START)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target() {
+    on_both(|s| async move {
+        let out = s
+            .store
+            .ingest(vec![event("acct", None, START), event("acct", None, START)])
+            .await
+            .unwrap();
+        assert_eq!(out.len(), 2, "{}", s.name);
+        let (first, deliveries) = created(&out[0]);
+        let (second, _) = created(&out[1]);
+        assert!(first < second, "{}: ids grow in commit order", s.name);
+        assert_eq!(deliveries.len(), 2, "{}", s.name);
+        assert_eq!(
+            deliveries[0].endpoint_id.as_deref(),
+            Some(EP_A),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            deliveries[1].endpoint_id.as_deref(),
+            Some(EP_B),
+            "{}",
+            s.name
+        );
+        for d in &deliveries {
+            assert_eq!(d.state, DeliveryState::Pending, "{}", s.name);
+            assert_eq!(d.event_id, first, "{}", s.name);
+            assert_eq!(d.attempt_count, 0, "{}", s.name);
+            let read = s.store.delivery(&d.id).await.unwrap().expect("stored");
+            assert_eq!(json(&read), json(d), "{}: read back as answered", s.name);
+            assert!(
+                s.store.attempts(&d.id).await.unwrap().is_empty(),
+                "{}",
+                s.name
+            );
+        }
+        let (meta, payload) = s.store.event(&first).await.unwrap().expect("stored");
+        assert_eq!(
+            (meta.account_id.as_str(), meta.event_type.as_str()),
+            ("acct", "order.created"),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            &payload[..],
+            b"{\"n\":1}",
+            "{}: the payload's bytes",
+            s.name
+        );
+        let (_, _, all) = s
+            .store
+            .event_with_deliveries(&first)
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(
+            all.iter().map(json).collect::<Vec<_>>(),
+            deliveries.iter().map(json).collect::<Vec<_>>(),
+            "{}",
+            s.name
+        );
+
+        let stats = s.store.stats().await.unwrap();
+        assert_eq!(stats.get(DeliveryState::Pending), 4, "{}", s.name);
+        let (due, oldest) = s.store.due_summary(s.clock.now_ms()).await.unwrap();
+        assert_eq!((due, oldest), (4, Some(START)), "{}", s.name);
+        assert_eq!(
+            s.store.endpoint_pending(EP_A).await.unwrap(),
+            2,
+            "{}",
+            s.name
+        );
+
+        // Unknown and malformed ids answer nothing, never an error.
+        for id in ["evt_01HZZZZZZZZZZZZZZZZZZZZZZZ", "nonsense"] {
+            assert!(s.store.event(id).await.unwrap().is_none(), "{}", s.name);
+        }
+        assert!(
+            s.store.delivery("dlv_x").await.unwrap().is_none(),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
+    on_both(|s| async move {
+        let out = s
+            .store
+            .ingest(vec![event("acct", Some("k1"), START)])
+            .await
+            .unwrap();
+        let (first, _) = created(&out[0]);
+        // Within one batch, and in a later one: the first event's id, nothing stored.
+        let again = s
+            .store
+            .ingest(vec![
+                event("acct", Some("k1"), START),
+                event("acct", Some("k2"), START),
+                event("acct", Some("k2"), START),
+            ])
+            .await
+            .unwrap();
+        assert!(
+            matches!(&again[0], IngestOutcome::Duplicate { event_id } if *event_id == first),
+            "{}: {again:?}",
+            s.name
+        );
+        let (k2, _) = created(&again[1]);
+        assert!(
+            matches!(&again[2], IngestOutcome::Duplicate { event_id } if *event_id == k2),
+            "{}: a key taken earlier in the same batch: {again:?}",
+            s.name
+        );
+        // Keys are per account.
+        let other = s
+            .store
+            .ingest(vec![event("other", Some("k1"), START)])
+            .await
+            .unwrap();
+        assert_ne!(created(&other[0]).0, first, "{}", s.name);
+        assert_eq!(
+            s.store.stats().await.unwrap().get(DeliveryState::Pending),
+            6,
+            "{}: duplicates queue nothing",
+            s.name
+        );
+
+        // Past the window, the key makes a new event.
+        s.clock
+            .advance(Duration::from_millis(IDEMPOTENCY_WINDOW_MS as u64 + 1));
+        let later = s
+            .store
+            .ingest(vec![event("acct", Some("k1"), s.clock.now_ms())])
+            .await
+            .unwrap();
+        assert_ne!(created(&later[0]).0, first, "{}", s.name);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debounced_key_skips_the_events_its_window_holds() {
+    on_both(|s| async move {
+        let debounced = |at| NewEvent {
+            debounce_key: Some("cart-1".into()),
+            debounce: Some(DebounceRule {
+                key: "cart-1".into(),
+                window_ms: 60_000,
+                trailing: false,
+            }),
+            ..event("acct", None, at)
+        };
+        let out = s.store.ingest(vec![debounced(START)]).await.unwrap();
+        let (_, first) = created(&out[0]);
+        assert!(
+            first.iter().all(|d| d.state == DeliveryState::Pending),
+            "{}: the first event of a window goes",
+            s.name
+        );
+        s.clock.advance(Duration::from_secs(1));
+        let out = s
+            .store
+            .ingest(vec![debounced(START + 1_000)])
+            .await
+            .unwrap();
+        let (_, held) = created(&out[0]);
+        assert!(
+            held.iter().all(|d| d.state == DeliveryState::Skipped),
+            "{}: within the window: {held:?}",
+            s.name
+        );
+        s.clock.advance(Duration::from_secs(60));
+        let out = s
+            .store
+            .ingest(vec![debounced(START + 61_000)])
+            .await
+            .unwrap();
+        let (_, after) = created(&out[0]);
+        assert!(
+            after.iter().all(|d| d.state == DeliveryState::Pending),
+            "{}: after the window: {after:?}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_created_changed_and_deleted_one_change_at_a_time() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let made = store
+            .create_endpoint(endpoint(EP_A, "acct"), 2)
+            .await
+            .unwrap()
+            .expect("within the limit");
+        assert_eq!(made.url, "https://example.com/hook", "{}", s.name);
+        assert_eq!(
+            store
+                .endpoint(EP_A)
+                .map(|e| serde_json::to_value(&*e).unwrap()),
+            Some(serde_json::to_value(&*made).unwrap()),
+            "{}",
+            s.name
+        );
+        store
+            .create_endpoint(endpoint(EP_B, "acct"), 2)
+            .await
+            .unwrap()
+            .expect("within the limit");
+        let third = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
+        assert!(
+            store
+                .create_endpoint(endpoint(third, "acct"), 2)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}: past the account's limit",
+            s.name
+        );
+        assert!(store.endpoint(third).is_none(), "{}", s.name);
+        let ids: Vec<_> = store
+            .account_endpoints("acct")
+            .iter()
+            .map(|e| e.id.clone())
+            .collect();
+        assert_eq!(ids, [EP_A, EP_B], "{}", s.name);
+        assert!(
+            store.account_ids().contains(&"acct".to_string()),
+            "{}",
+            s.name
+        );
+
+        // A change applies against the stored endpoint; `false` writes nothing; an error of the
+        // change's own is answered and changes nothing.
+        let (changed, wrote) = store
+            .change_endpoint(EP_A, |ep| {
+                ep.description = "orders".into();
+                Ok::<_, StoreError>(true)
+            })
+            .await
+            .unwrap()
+            .expect("exists");
+        assert!(wrote, "{}", s.name);
+        assert_eq!(changed.description, "orders", "{}", s.name);
+        let (_, wrote) = store
+            .change_endpoint(EP_A, |_| Ok::<_, StoreError>(false))
+            .await
+            .unwrap()
+            .expect("exists");
+        assert!(!wrote, "{}", s.name);
+        let refused = store
+            .change_endpoint(EP_A, |ep| {
+                ep.description = "lost".into();
+                Err(StoreError::Closed)
+            })
+            .await;
+        assert!(matches!(refused, Err(StoreError::Closed)), "{}", s.name);
+        assert_eq!(
+            store.endpoint(EP_A).unwrap().description,
+            "orders",
+            "{}",
+            s.name
+        );
+        assert!(
+            store
+                .change_endpoint("ep_01HZZZZZZZZZZZZZZZZZZZZZZD", |_| Ok::<_, StoreError>(
+                    true
+                ))
+                .await
+                .unwrap()
+                .is_none(),
+            "{}",
+            s.name
+        );
+
+        // Ten changes at once: each sees the one before.
+        let mut changes = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let store = store.clone();
+            changes.spawn(async move {
+                store
+                    .change_endpoint(EP_B, |ep| {
+                        ep.description.push('x');
+                        Ok::<_, StoreError>(true)
+                    })
+                    .await
+                    .unwrap()
+            });
+        }
+        while changes.join_next().await.is_some() {}
+        assert_eq!(
+            store.endpoint(EP_B).unwrap().description,
+            "x".repeat(10),
+            "{}",
+            s.name
+        );
+
+        // The size bound holds on both, with the same answer.
+        let mut big = endpoint(EP_A, "acct");
+        big.description = "d".repeat(MAX_ENDPOINT_SIZE);
+        assert!(
+            matches!(
+                store.put_endpoint(big).await,
+                Err(StoreError::TooLarge {
+                    max: MAX_ENDPOINT_SIZE,
+                    ..
+                })
+            ),
+            "{}",
+            s.name
+        );
+        let mut paused = (*store.endpoint(EP_A).unwrap()).clone();
+        paused.state = EndpointState::Paused;
+        store.put_endpoint(paused).await.unwrap();
+        assert_eq!(
+            store.endpoint(EP_A).unwrap().state,
+            EndpointState::Paused,
+            "{}",
+            s.name
+        );
+
+        assert!(store.delete_endpoint(EP_A).await.unwrap(), "{}", s.name);
+        assert!(!store.delete_endpoint(EP_A).await.unwrap(), "{}", s.name);
+        assert!(store.endpoint(EP_A).is_none(), "{}", s.name);
+        store.fresh_directory().await.unwrap();
+        assert_eq!(store.account_endpoints("acct").len(), 1, "{}", s.name);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_kept_apart_and_removed_with_its_endpoint() {
+    on_both(|s| async move {
+        let store = &s.store;
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
+        let described = ClientCertificate {
+            subject: "CN=client".into(),
+            not_after: START + 86_400_000,
+            sha256: "ab".repeat(32),
+        };
+        // Larger than one row of the embedded store: kept in pieces there.
+        let chain = format!("-----BEGIN CERTIFICATE-----\n{}\n", "A".repeat(20_000));
+        let key = "-----BEGIN PRIVATE KEY-----\nKEY\n";
+        let ep = store
+            .set_client_certificate(EP_A, Some((&chain, key, described.clone())), START)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(
+            ep.client_certificate.as_ref(),
+            Some(&described),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.client_certificate_pem(EP_A).await.unwrap(),
+            Some((chain.clone(), key.to_string())),
+            "{}",
+            s.name
+        );
+        store
+            .set_client_certificate(EP_A, None, START + 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.client_certificate_pem(EP_A).await.unwrap(),
+            None,
+            "{}",
+            s.name
+        );
+        assert!(
+            store.endpoint(EP_A).unwrap().client_certificate.is_none(),
+            "{}",
+            s.name
+        );
+        store
+            .set_client_certificate(EP_A, Some((&chain, key, described)), START + 2)
+            .await
+            .unwrap();
+        store.delete_endpoint(EP_A).await.unwrap();
+        assert_eq!(
+            store.client_certificate_pem(EP_A).await.unwrap(),
+            None,
+            "{}",
+            s.name
+        );
+        assert!(
+            store
+                .set_client_certificate("ep_01HZZZZZZZZZZZZZZZZZZZZZZD", None, START)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_secrets_and_quotas_are_kept_per_account() {
+    on_both(|s| async move {
+        let store = &s.store;
+        assert_eq!(store.account_plan("acct"), None, "{}", s.name);
+        store
+            .set_account_plan("acct", Some("pro".into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.account_plan("acct").as_deref(),
+            Some("pro"),
+            "{}",
+            s.name
+        );
+        assert!(
+            store.account_ids().contains(&"acct".to_string()),
+            "{}",
+            s.name
+        );
+        store.set_account_plan("acct", None).await.unwrap();
+        assert_eq!(store.account_plan("acct"), None, "{}", s.name);
+
+        store
+            .set_account_secret("acct", "API_KEY", "s3cret")
+            .await
+            .unwrap();
+        store
+            .set_account_secret("acct", "API_KEY", "s3cret-2")
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .account_secret("acct", "API_KEY")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("s3cret-2"),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.account_secret("other", "API_KEY").await.unwrap(),
+            None,
+            "{}",
+            s.name
+        );
+
+        // Exactly `per_minute` takes succeed, even when asked all at once.
+        let w = windows(s.clock.now_ms());
+        let limits = Limits {
+            per_minute: Some(5),
+            per_day: Some(100),
+        };
+        let mut takes = tokio::task::JoinSet::new();
+        for _ in 0..12 {
+            let store = store.clone();
+            takes.spawn(async move { store.quota_take("acct", w, limits).await.unwrap() });
+        }
+        let mut granted = 0;
+        while let Some(t) = takes.join_next().await {
+            granted += usize::from(t.unwrap());
+        }
+        assert_eq!(granted, 5, "{}", s.name);
+        assert_eq!(
+            store.quota_usage("acct", w).await.unwrap(),
+            (5, 5),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.quota_usage("other", w).await.unwrap(),
+            (0, 0),
+            "{}",
+            s.name
+        );
+        // The next minute has room again; the day counts on.
+        let next = windows(s.clock.now_ms() + 60_000);
+        assert!(
+            store.quota_take("acct", next, limits).await.unwrap(),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.quota_usage("acct", next).await.unwrap(),
+            (1, 6),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_changes_one_change_at_a_time_and_open_ones_are_listed() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let day = 86_400_000;
+        assert_eq!(
+            store.breaker(EP_A).await.unwrap(),
+            Breaker::default(),
+            "{}",
+            s.name
+        );
+        assert!(
+            store.open_breakers().await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+        let mut changes = Vec::new();
+        for i in 0..10 {
+            let at = START + i;
+            changes.push(
+                store
+                    .change_breaker(EP_A, at, move |br| br.record(false, false, at, day))
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(changes[..9], [None; 9], "{}", s.name);
+        assert_eq!(changes[9], Some(Change::Opened), "{}", s.name);
+        let open = store.breaker(EP_A).await.unwrap();
+        assert_eq!(open.phase, Phase::Open, "{}", s.name);
+        assert_eq!(open.consecutive_failures, 10, "{}", s.name);
+        assert_eq!(
+            store.open_breakers().await.unwrap(),
+            vec![(EP_A.to_string(), open)],
+            "{}",
+            s.name
+        );
+        let at = START + 60_000;
+        let recovered = store
+            .change_breaker(EP_A, at, move |br| br.record(true, true, at, day))
+            .await
+            .unwrap();
+        assert_eq!(recovered, Some(Change::Recovered), "{}", s.name);
+        assert_eq!(
+            store.breaker(EP_A).await.unwrap(),
+            Breaker::default(),
+            "{}",
+            s.name
+        );
+        assert!(
+            store.open_breakers().await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_session_opens_until_it_expires_or_is_revoked() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let session = PortalSession {
+            id: "ps_1".into(),
+            account_id: "acct".into(),
+            read_only: true,
+            created_at: START,
+            expires_at: START + 3_600_000,
+        };
+        store
+            .create_portal_session(&session, token_hash("hps_token"))
+            .await
+            .unwrap();
+        let found = store
+            .portal_session("hps_token", START + 1)
+            .await
+            .unwrap()
+            .expect("open");
+        assert_eq!(
+            (
+                found.id.as_str(),
+                found.account_id.as_str(),
+                found.read_only
+            ),
+            ("ps_1", "acct", true),
+            "{}",
+            s.name
+        );
+        assert!(
+            store
+                .portal_session("hps_token", START + 3_600_000)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}: expired",
+            s.name
+        );
+        assert!(
+            store
+                .portal_session("hps_other", START)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}",
+            s.name
+        );
+        assert!(
+            store.revoke_portal_session("ps_1").await.unwrap(),
+            "{}",
+            s.name
+        );
+        assert!(
+            !store.revoke_portal_session("ps_1").await.unwrap(),
+            "{}",
+            s.name
+        );
+        assert!(
+            store
+                .portal_session("hps_token", START + 1)
+                .await
+                .unwrap()
+                .is_none(),
+            "{}: revoked",
+            s.name
+        );
+    })
+    .await;
+}
+
+/// The contract's change of a delivery is a manual retry's: pending again, due at a time, or
+/// left as it is. Other changes of state come with an attempt (the engine's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_changes_through_its_change_or_says_why_not() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let out = store
+            .ingest(vec![event("acct", None, START)])
+            .await
+            .unwrap();
+        let (_, deliveries) = created(&out[0]);
+        let id = deliveries[0].id.clone();
+
+        let left = store
+            .change_delivery(&id, |_| None::<(Delivery, ())>)
+            .await
+            .unwrap();
+        assert_eq!(left, Changed::No, "{}", s.name);
+        let at = START + 3_600_000;
+        let moved = store
+            .change_delivery(&id, move |d| Some((retried(d, at), 7)))
+            .await
+            .unwrap();
+        assert_eq!(moved, Changed::Yes(7), "{}", s.name);
+        let read = store.delivery(&id).await.unwrap().expect("stored");
+        assert_eq!(
+            (read.state, read.next_attempt_at, read.manual, read.queued),
+            (DeliveryState::Pending, Some(at), true, true),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.stats().await.unwrap().get(DeliveryState::Pending),
+            2,
+            "{}: still two pending",
+            s.name
+        );
+        let missing = store
+            .change_delivery("dlv_01HZZZZZZZZZZZZZZZZZZZZZZZ", |_| None::<(Delivery, ())>)
+            .await
+            .unwrap();
+        assert_eq!(missing, Changed::NotFound, "{}", s.name);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_lists_newest_first_through_filters_and_cursors() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let mut ids = Vec::new();
+        for i in 0..30 {
+            s.clock.advance(Duration::from_secs(1));
+            let mut e = event(if i % 3 == 0 { "a" } else { "b" }, None, s.clock.now_ms());
+            e.event_type = if i % 2 == 0 { "even" } else { "odd" }.into();
+            let out = store.ingest(vec![e]).await.unwrap();
+            ids.extend(created(&out[0]).1.into_iter().map(|d| d.id));
+        }
+        ids.reverse();
+
+        // Every page, every delivery once, newest first.
+        let mut listed = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (page, next) = store
+                .list_deliveries(DeliveryFilter::default(), 7, cursor)
+                .await
+                .unwrap();
+            assert!(page.len() <= 7, "{}", s.name);
+            listed.extend(page.into_iter().map(|d| d.id));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(listed, ids, "{}", s.name);
+
+        let count = |filter: DeliveryFilter| async move {
+            let (page, next) = store
+                .list_deliveries(filter.clone(), 100, None)
+                .await
+                .unwrap();
+            assert!(next.is_none());
+            page
+        };
+        let of_a = count(DeliveryFilter {
+            account_id: Some("a".into()),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(of_a.len(), 20, "{}", s.name);
+        assert!(of_a.iter().all(|d| d.account_id == "a"), "{}", s.name);
+        let to_b = count(DeliveryFilter {
+            endpoint_id: Some(EP_B.into()),
+            event_type: Some("odd".into()),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(to_b.len(), 15, "{}", s.name);
+        assert!(
+            to_b.iter()
+                .all(|d| d.endpoint_id.as_deref() == Some(EP_B) && d.event_type == "odd"),
+            "{}",
+            s.name
+        );
+        let since = count(DeliveryFilter {
+            since: Some(START + 21_000),
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(
+            since.len(),
+            20,
+            "{}: ten events from the 21st second on",
+            s.name
+        );
+        let failed = count(DeliveryFilter {
+            state: Some(DeliveryState::Failed),
+            ..Default::default()
+        })
+        .await;
+        assert!(failed.is_empty(), "{}", s.name);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_endpoints_waiting_deliveries_are_made_due_at_once() {
+    on_both(|s| async move {
+        let store = &s.store;
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
+        let out = store
+            .ingest(vec![event("acct", None, START), event("acct", None, START)])
+            .await
+            .unwrap();
+        let first = created(&out[0]).1[0].id.clone();
+        assert_eq!(store.endpoint_pending(EP_A).await.unwrap(), 2, "{}", s.name);
+        // One waits for a later attempt (a manual change puts it an hour out).
+        store
+            .change_delivery(&first, |d| Some((retried(d, START + 3_600_000), ())))
+            .await
+            .unwrap();
+        store.delete_endpoint(EP_A).await.unwrap();
+        let moved = store.expedite_endpoint(EP_A, START + 5).await.unwrap();
+        assert!(moved >= 1, "{}: the later one is due now ({moved})", s.name);
+        let d = store.delivery(&first).await.unwrap().expect("stored");
+        assert!(
+            d.next_attempt_at.is_some_and(|at| at <= START + 5),
+            "{}: {d:?}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reports_its_health_size_and_nodes() {
+    on_both(|s| async move {
+        let store = &s.store;
+        store
+            .ingest(vec![event("acct", None, START)])
+            .await
+            .unwrap();
+        assert!(store.healthy().await, "{}", s.name);
+        assert!(store.size_on_disk().await > 0, "{}", s.name);
+        let nodes = store.nodes().await.unwrap();
+        match s.name {
+            "sled" => assert!(nodes.is_none()),
+            _ => {
+                let (me, all) = nodes.expect("a cluster has nodes");
+                assert!(all.iter().any(|n| n.id == me), "{me} in {all:?}");
+            }
+        }
+        assert_eq!(
+            store.directory_mark().is_some(),
+            s.name == "postgres",
+            "{}: only a cluster fans out against a version",
+            s.name
+        );
+        let mark = store.directory_mark();
+        let out = store
+            .ingest_fanned_out(vec![event("acct", None, START)], mark)
+            .await
+            .unwrap();
+        created(&out[0]);
+    })
+    .await;
+}
