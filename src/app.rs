@@ -223,6 +223,10 @@ async fn open_store(
             let path = &config.storage.path;
             let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)
                 .map_err(failed)?;
+            // Its due index hands out at most this many of an endpoint's deliveries at once.
+            store
+                .due()
+                .set_lane_limit(config.delivery.max_in_flight_per_endpoint);
             Ok(Backend::Sled(store))
         }
         #[cfg(feature = "postgres")]

@@ -18,11 +18,10 @@ use crate::outbound::identity;
 use crate::outbound::request::{self, Message};
 use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
-use crate::policy::tokens::Bucket;
 use crate::policy::{conditions, retry};
 use crate::store::prelude::*;
 use crate::store::sled::{Due, SledStore};
-use crate::store::{Backend, Changed, DueDelivery};
+use crate::store::{Changed, DueDelivery, Fence};
 
 /// How long a delivery waits when its endpoint's rate-limit token cannot be taken (the
 /// cluster's database failed).
@@ -160,27 +159,19 @@ impl Engine {
     }
 
     /// Takes a token of the endpoint's rate limit, if it has one; `Err(when)` the next comes.
-    /// On a cluster the bucket is the cluster's (a row); one that cannot be read holds the
-    /// delivery a second (the limit protects the receiver, so it does not fail open).
+    /// A bucket that cannot be read (a cluster's database) holds the delivery a second (the
+    /// limit protects the receiver, so it does not fail open).
     async fn rate_token(&self, ep: &Endpoint, now: Millis) -> Result<(), Millis> {
         let Some(limit) = ep.rate_limit else {
             return Ok(());
         };
-        #[cfg(feature = "postgres")]
-        if let Backend::Postgres(s) = &self.store {
-            return s
-                .take_token(&ep.id, limit, now)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot take a rate-limit token; the delivery waits");
-                    Err(now + RETRY_TOKEN_MS)
-                });
-        }
-        let mut buckets = super::lock(&self.buckets);
-        buckets
-            .entry(ep.id.clone())
-            .or_insert_with(|| Bucket::full(limit, now))
-            .take(limit, now)
+        self.store
+            .take_token(&ep.id, limit, now)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot take a rate-limit token; the delivery waits");
+                Err(now + RETRY_TOKEN_MS)
+            })
     }
 
     /// The account's synced plan, if it has one that the config still defines. A plan name the
@@ -466,13 +457,8 @@ impl Engine {
             state = d.state.as_str(),
             "attempt"
         );
-        let written = match (&self.store, lease) {
-            (Backend::Sled(s), _) => s.update_delivery(&was, &d, Some(&attempt)),
-            #[cfg(feature = "postgres")]
-            (Backend::Postgres(s), Some(claim)) => s.finish(claim, &d, Some(&attempt)).await,
-            #[cfg(feature = "postgres")]
-            (Backend::Postgres(_), None) => Err(crate::store::StoreError::LeaseLost),
-        };
+        let fence = lease.map_or(Fence::Claimed, Fence::Lease);
+        let written = self.store.record_attempt(&was, &d, &attempt, fence).await;
         match written {
             Ok(()) => {}
             Err(crate::store::StoreError::LeaseLost) => {

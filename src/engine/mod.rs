@@ -31,6 +31,7 @@ use crate::config::{Config, Plan};
 use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
+use crate::store::prelude::*;
 use crate::store::sled::{Due, SledStore};
 use crate::store::Backend;
 
@@ -116,8 +117,6 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     rates: Mutex<rates::Rates>,
-    /// Each rate-limited endpoint's token bucket.
-    buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
     /// Each mutual-TLS endpoint's client certificate, ready to present (by endpoint id; the
     /// identity's SHA-256 tells a replaced certificate).
     identities: Mutex<HashMap<String, Arc<ClientIdentity>>>,
@@ -141,9 +140,6 @@ impl Engine {
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> Arc<Engine> {
-        if let Some(s) = store.sled() {
-            s.due().set_lane_limit(cfg.max_in_flight_per_endpoint);
-        }
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
             store,
@@ -160,7 +156,6 @@ impl Engine {
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
             rates: Mutex::new(rates::Rates::default()),
-            buckets: Mutex::new(HashMap::new()),
             identities: Mutex::new(HashMap::new()),
         })
     }
@@ -177,11 +172,7 @@ impl Engine {
 
     /// Whether an attempt of the delivery is running now (or something else holds its claim).
     pub fn is_in_flight(&self, delivery_id: &str) -> bool {
-        match &self.store {
-            Backend::Sled(s) => s.is_claimed(delivery_id),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => s.holds(delivery_id),
-        }
+        self.store.is_held(delivery_id)
     }
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.

@@ -65,12 +65,10 @@ async fn slice<T: Send + 'static>(
 pub(super) const SWEEP_RETRY_MS: Millis = 100;
 
 impl Engine {
-    /// Drops the rate buckets and client certificates of endpoints deleted or changed since
-    /// (each map holds only what an endpoint has now).
+    /// Drops the client certificates of endpoints deleted or changed since (the map holds only
+    /// what an endpoint has now).
     pub(super) fn forget_gone_endpoints(&self) {
         let store = &self.store;
-        super::lock(&self.buckets)
-            .retain(|id, _| store.endpoint(id).is_some_and(|e| e.rate_limit.is_some()));
         super::lock(&self.identities).retain(|id, i| {
             store.endpoint(id).is_some_and(|e| {
                 e.client_certificate

@@ -17,9 +17,11 @@ use super::contract::{Accounts, Directory, Ingest, Log, Status};
 #[cfg(feature = "postgres")]
 use super::postgres::PgStore;
 use super::sled::SledStore;
-use super::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use super::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError};
 use crate::clock::Millis;
-use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::model::{
+    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -202,6 +204,15 @@ impl Accounts for Backend {
         both_async!(self, Accounts::change_breaker, (endpoint_id, now, f))
     }
 
+    async fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> Result<Result<(), Millis>, StoreError> {
+        both_async!(self, Accounts::take_token, (endpoint_id, limit, now))
+    }
+
     async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
         both_async!(self, Accounts::open_breakers, ())
     }
@@ -269,6 +280,20 @@ impl Log for Backend {
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
     ) -> Result<Changed<T>, StoreError> {
         both_async!(self, Log::change_delivery, (id, f))
+    }
+
+    async fn record_attempt(
+        &self,
+        was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        fence: Fence,
+    ) -> Result<(), StoreError> {
+        both_async!(self, Log::record_attempt, (was, now, attempt, fence))
+    }
+
+    fn is_held(&self, delivery_id: &str) -> bool {
+        both!(self, Log::is_held, (delivery_id))
     }
 
     async fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<u64, StoreError> {

@@ -25,9 +25,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use super::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError};
 use crate::clock::Millis;
-use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::model::{
+    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -188,6 +190,17 @@ pub trait Accounts {
         f: impl FnOnce(&mut Breaker) -> T + Send,
     ) -> impl Future<Output = Result<T, StoreError>> + Send;
 
+    /// Takes a token of the endpoint's rate-limit bucket at `now` (`Ok(Ok(()))`), or says when
+    /// the next one comes (`Ok(Err(at))`). One bucket per endpoint for the whole store (every
+    /// node takes from it). Kept in memory on one box and flushed lazily in a cluster: a bucket
+    /// lost in a crash starts full again.
+    fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> impl Future<Output = Result<Result<(), Millis>, StoreError>> + Send;
+
     /// Every circuit breaker that is not closed, by endpoint id.
     fn open_breakers(
         &self,
@@ -270,6 +283,24 @@ pub trait Log {
         id: &str,
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
     ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send;
+
+    /// Records an attempt of a delivery and what follows it (`now`: its next due time, or its
+    /// end) in one write: a crash leaves the delivery as it was or as it is now, never between.
+    /// Flushed on one box (a crash may lose the last moments: the delivery is then attempted
+    /// again, at least once); durable in a cluster. `fence` is what entitles the attempt to
+    /// write: a cluster refuses a lease that passed to another node
+    /// ([`StoreError::LeaseLost`], nothing written). Nothing is recorded once the store failed
+    /// for good.
+    fn record_attempt(
+        &self,
+        was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        fence: Fence,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether an attempt, or a change, holds the delivery on this node now.
+    fn is_held(&self, delivery_id: &str) -> bool;
 
     /// Makes a deleted endpoint's waiting deliveries due now (their attempts record
     /// `no_endpoint`). Returns how many.

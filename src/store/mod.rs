@@ -39,5 +39,6 @@ pub mod prelude {
 pub use error::StoreError;
 pub use types::{
     check_endpoint_size, lane_of, token_hash, Changed, DebounceRule, DeliveryFilter, DueDelivery,
-    IngestOutcome, Lane, NewEvent, Node, Stats, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE, NO_LANE,
+    Fence, IngestOutcome, Lane, NewEvent, Node, Stats, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
+    NO_LANE,
 };

@@ -137,6 +137,15 @@ pub struct Node {
     pub leases: i64,
 }
 
+/// What entitles an attempt to record its result ([`super::contract::Log::record_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// On one box: the delivery's claim, which the engine holds for the whole attempt.
+    Claimed,
+    /// In a cluster: the claim number of this node's lease on the delivery.
+    Lease(i64),
+}
+
 /// Deliveries by state, as counted when asked.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {

@@ -39,7 +39,8 @@ except ImportError:
 
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_SCRIPT = "</script><script>alert(2)</script>"
-# The buttons (and button-looking links) that change something (SPEC §13).
+# The buttons (and button-looking links) that change something: a read-only portal session
+# sees none of them (docs/api.md, "Who may call what").
 CHANGING = ["Retry", "Replay", "Recover", "Send test event", "Pause", "Resume", "Verify",
             "Rotate secret", "Create endpoint", "Save", "Delete", "Edit"]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

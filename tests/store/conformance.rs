@@ -17,7 +17,8 @@ use herald::clock::{Clock, ManualClock};
 use herald::config::Config;
 use herald::metrics::Metrics;
 use herald::model::{
-    ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
+    Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
+    RateLimit, Status,
 };
 use herald::policy::breaker::{Breaker, Change, Phase};
 use herald::policy::quota::{windows, Limits};
@@ -25,8 +26,8 @@ use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
-    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, IngestOutcome, NewEvent,
-    StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
+    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, IngestOutcome,
+    NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
 const START: i64 = 1_800_000_000_000;
@@ -79,6 +80,42 @@ async fn postgres_subject() -> Subject {
         name: "postgres",
         store: Backend::Postgres(Arc::new(store)),
         clock,
+    }
+}
+
+/// What holds a delivery for an attempt, as each store's scheduler takes it: the delivery's
+/// claim on one box, a lease in a cluster. Outside the contract (each store's queue is its own).
+enum Taken {
+    Claim(#[allow(dead_code)] herald::store::sled::Claim),
+    Lease(i64),
+}
+
+impl Taken {
+    fn fence(&self) -> Fence {
+        match self {
+            Taken::Claim(_) => Fence::Claimed,
+            Taken::Lease(claim) => Fence::Lease(*claim),
+        }
+    }
+}
+
+impl Subject {
+    /// Takes the due delivery `id` as the store's scheduler would.
+    async fn take(&self, id: &str) -> Taken {
+        match &self.store {
+            Backend::Sled(s) => {
+                let ulid = herald::ids::parse(herald::ids::DELIVERY, id).expect("a delivery id");
+                Taken::Claim(s.claim(ulid).expect("nobody holds it"))
+            }
+            Backend::Postgres(s) => {
+                let leased = s.claim_due(1_000).await.expect("claim");
+                let l = leased
+                    .iter()
+                    .find(|l| l.due.delivery.id == id)
+                    .expect("due and leased to this node");
+                Taken::Lease(l.claim)
+            }
+        }
     }
 }
 
@@ -953,6 +990,180 @@ async fn the_store_reports_its_health_size_and_nodes() {
             .await
             .unwrap();
         created(&out[0]);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_is_recorded_with_what_follows_it_in_one_write() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let out = store
+            .ingest(vec![event("acct", None, START)])
+            .await
+            .unwrap();
+        let (_, deliveries) = created(&out[0]);
+        let was = deliveries[0].clone();
+        assert!(!store.is_held(&was.id), "{}", s.name);
+        let taken = s.take(&was.id).await;
+        assert!(store.is_held(&was.id), "{}: held while attempted", s.name);
+        assert_eq!(
+            store
+                .change_delivery(&was.id, |_| None::<(Delivery, ())>)
+                .await
+                .unwrap(),
+            Changed::Busy,
+            "{}: a change waits for the attempt",
+            s.name
+        );
+
+        // A failed first attempt, retried in a minute.
+        let at = s.clock.now_ms();
+        let attempt = Attempt {
+            id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+            number: 1,
+            at,
+            duration_ms: 12,
+            status: Status::HttpError,
+            http_status: Some(500),
+            error: None,
+            request_headers: vec![("webhook-id".into(), was.event_id.clone())],
+            response_body: "oops".into(),
+        };
+        let mut now = was.clone();
+        now.attempt_count = 1;
+        now.last_status = Some(Status::HttpError);
+        now.last_http_status = Some(500);
+        now.next_attempt_at = Some(at + 60_000);
+        now.queued = true;
+        store
+            .record_attempt(&was, &now, &attempt, taken.fence())
+            .await
+            .unwrap();
+        drop(taken);
+        assert!(!store.is_held(&was.id), "{}", s.name);
+        let read = store.delivery(&was.id).await.unwrap().expect("stored");
+        assert_eq!(
+            (
+                read.state,
+                read.attempt_count,
+                read.last_status,
+                read.last_http_status
+            ),
+            (
+                DeliveryState::Pending,
+                1,
+                Some(Status::HttpError),
+                Some(500)
+            ),
+            "{}",
+            s.name
+        );
+        assert_eq!(read.next_attempt_at, Some(at + 60_000), "{}", s.name);
+        let attempts = store.attempts(&was.id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{}", s.name);
+        assert_eq!(
+            (
+                attempts[0].number,
+                attempts[0].status,
+                attempts[0].http_status
+            ),
+            (1, Status::HttpError, Some(500)),
+            "{}",
+            s.name
+        );
+        assert_eq!(attempts[0].response_body, "oops", "{}", s.name);
+
+        // The retry delivers it.
+        s.clock.advance(Duration::from_secs(61));
+        let taken = s.take(&was.id).await;
+        let at = s.clock.now_ms();
+        let second = Attempt {
+            id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+            number: 2,
+            at,
+            status: Status::Delivered,
+            http_status: Some(204),
+            response_body: String::new(),
+            ..attempt
+        };
+        let mut done = read.clone();
+        done.state = DeliveryState::Delivered;
+        done.attempt_count = 2;
+        done.last_status = Some(Status::Delivered);
+        done.last_http_status = Some(204);
+        done.next_attempt_at = None;
+        done.queued = false;
+        store
+            .record_attempt(&read, &done, &second, taken.fence())
+            .await
+            .unwrap();
+        drop(taken);
+        let read = store.delivery(&was.id).await.unwrap().expect("stored");
+        assert_eq!(
+            (read.state, read.attempt_count, read.next_attempt_at),
+            (DeliveryState::Delivered, 2, None),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.attempts(&was.id).await.unwrap().len(),
+            2,
+            "{}",
+            s.name
+        );
+        let stats = store.stats().await.unwrap();
+        assert_eq!(
+            (
+                stats.get(DeliveryState::Pending),
+                stats.get(DeliveryState::Delivered)
+            ),
+            (1, 1),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_bucket_gives_its_burst_then_one_token_per_interval() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let limit = RateLimit { per_second: 2.0 };
+        let now = s.clock.now_ms();
+        for i in 0..2 {
+            assert_eq!(
+                store.take_token(EP_A, limit, now).await.unwrap(),
+                Ok(()),
+                "{}: token {i} of the burst",
+                s.name
+            );
+        }
+        let next = store
+            .take_token(EP_A, limit, now)
+            .await
+            .unwrap()
+            .expect_err("the burst is spent");
+        assert_eq!(next, now + 500, "{}: one token each half second", s.name);
+        assert_eq!(
+            store.take_token(EP_A, limit, next).await.unwrap(),
+            Ok(()),
+            "{}",
+            s.name
+        );
+        assert!(
+            store.take_token(EP_A, limit, next).await.unwrap().is_err(),
+            "{}",
+            s.name
+        );
+        // Each endpoint has its own bucket.
+        assert_eq!(
+            store.take_token(EP_B, limit, now).await.unwrap(),
+            Ok(()),
+            "{}",
+            s.name
+        );
     })
     .await;
 }

@@ -146,7 +146,7 @@ impl PgStore {
                 &[&delivery.to_be_bytes().to_vec()],
             )
             .await?
-            .map(|r| super::ingest::ulid_from(r.get(0)))
+            .map(|r| super::rows::ulid_from(r.get(0)))
             .transpose()?
             .map(|u| ids::format(DELIVERY, u));
         Ok(Some((key, ahead)))

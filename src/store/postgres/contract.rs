@@ -8,11 +8,15 @@ use bytes::Bytes;
 
 use super::PgStore;
 use crate::clock::Millis;
-use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::model::{
+    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
-use crate::store::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use crate::store::{
+    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError,
+};
 
 impl Ingest for PgStore {
     fn ingest(
@@ -159,6 +163,15 @@ impl Accounts for PgStore {
         PgStore::change_breaker(self, endpoint_id, now, f)
     }
 
+    fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> impl Future<Output = Result<Result<(), Millis>, StoreError>> + Send {
+        PgStore::take_token(self, endpoint_id, limit, now)
+    }
+
     fn open_breakers(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
@@ -241,6 +254,23 @@ impl Log for PgStore {
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
     ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send {
         PgStore::change_delivery(self, id, f)
+    }
+
+    async fn record_attempt(
+        &self,
+        _was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        fence: Fence,
+    ) -> Result<(), StoreError> {
+        match fence {
+            Fence::Lease(claim) => PgStore::finish(self, claim, now, Some(attempt)).await,
+            Fence::Claimed => Err(StoreError::LeaseLost),
+        }
+    }
+
+    fn is_held(&self, delivery_id: &str) -> bool {
+        PgStore::holds(self, delivery_id)
     }
 
     fn expedite_endpoint(

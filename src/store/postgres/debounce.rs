@@ -11,9 +11,8 @@
 
 use std::collections::HashMap;
 
-use super::ingest::{DeliveryRows, NewAttempts};
+use super::rows::{ulid_from, DeliveryRows, NewAttempts};
 use crate::clock::Millis;
-use crate::ids;
 use crate::policy::debounce::{self, Candidate, Decision, Window};
 use crate::store::{DebounceRule, StoreError};
 
@@ -86,7 +85,7 @@ impl Debouncer {
             row.get::<_, Option<i32>>(2),
         ) {
             (Some(e), Some(n)) => Some(Candidate {
-                event: super::ingest::ulid_from(&e)?,
+                event: ulid_from(&e)?,
                 deliveries: n.max(0) as usize,
             }),
             _ => None,
@@ -173,9 +172,4 @@ impl Debouncer {
         }
         Ok(())
     }
-}
-
-/// The id of a `debounced` attempt made at `now`.
-pub(super) fn attempt_id(now: Millis) -> String {
-    ids::new_id(ids::ATTEMPT, now)
 }

@@ -25,6 +25,7 @@ mod quota;
 mod reads;
 mod results;
 mod retention;
+mod rows;
 mod sessions;
 mod tokens;
 mod version;
@@ -38,9 +39,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::Config;
 pub use handle::PgStore;
-pub use ingest::DUE_CHANNEL;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, Intake, Leased};
+pub use rows::DUE_CHANNEL;
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan),
 /// `b:` + an endpoint's id (its circuit breaker). Every node keeps endpoints and plans in memory

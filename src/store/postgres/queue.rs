@@ -25,8 +25,8 @@
 use bytes::Bytes;
 use tokio_postgres::Row;
 
-use super::ingest::DUE_CHANNEL;
 use super::reads::{delivery_from, DELIVERY_COLUMNS};
+use super::rows::DUE_CHANNEL;
 use super::PgStore;
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY};

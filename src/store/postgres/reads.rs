@@ -8,7 +8,7 @@ use crate::clock::Millis;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::ingest::ulid_from;
+use super::rows::ulid_from;
 use super::PgStore;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
-use super::ingest::DUE_CHANNEL;
+use super::rows::DUE_CHANNEL;
 use super::{Notice, PgStore, CHANGED_CHANNEL};
 use crate::shutdown::Shutdown;
 

@@ -5,8 +5,11 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::{codec, SledStore, StoreError};
+use crate::clock::Millis;
+use crate::model::RateLimit;
 use crate::policy::breaker::{Breaker, Phase};
 use crate::policy::quota::{self, Limits, Windows};
+use crate::policy::tokens::Bucket;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct AccountRecord {
@@ -245,6 +248,32 @@ impl SledStore {
             }
         }
         Ok(out)
+    }
+
+    /// Drops the endpoint's rate-limit bucket (it was deleted or has no limit now).
+    pub(super) fn forget_bucket(&self, endpoint_id: &str) {
+        self.buckets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(endpoint_id);
+    }
+
+    /// Takes a token of the endpoint's rate-limit bucket at `now`, or says when the next one
+    /// comes.
+    pub fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> Result<(), Millis> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(endpoint_id) {
+            return bucket.take(limit, now);
+        }
+        buckets
+            .entry(endpoint_id.to_string())
+            .or_insert_with(|| Bucket::full(limit, now))
+            .take(limit, now)
     }
 
     fn lock_breakers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Breaker>> {

@@ -10,11 +10,13 @@ use bytes::Bytes;
 
 use super::{SledStore, StoreError};
 use crate::clock::Millis;
-use crate::model::{Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession};
+use crate::model::{
+    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
-use crate::store::{Changed, DeliveryFilter, IngestOutcome, NewEvent, Node, Stats};
+use crate::store::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats};
 
 /// Runs `read` on a blocking thread with a handle of the store.
 async fn blocking<T: Send + 'static>(
@@ -173,6 +175,15 @@ impl Accounts for SledStore {
         ready(SledStore::change_breaker(self, endpoint_id, f))
     }
 
+    fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> impl Future<Output = Result<Result<(), Millis>, StoreError>> + Send {
+        ready(Ok(SledStore::take_token(self, endpoint_id, limit, now)))
+    }
+
     fn open_breakers(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
@@ -262,6 +273,21 @@ impl Log for SledStore {
     ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send {
         let id = id.to_string();
         blocking(self, move |s| s.change_delivery(&id, f))
+    }
+
+    fn record_attempt(
+        &self,
+        was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        _fence: Fence,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // The engine holds the delivery's claim for the whole attempt.
+        ready(SledStore::update_delivery(self, was, now, Some(attempt)))
+    }
+
+    fn is_held(&self, delivery_id: &str) -> bool {
+        SledStore::is_claimed(self, delivery_id)
     }
 
     fn expedite_endpoint(

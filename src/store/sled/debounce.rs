@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::codec::{self, Pending};
-use super::commit::Cycle;
+use super::cycle::Cycle;
 use super::key;
 use super::{DebounceRule, Inner, Lane, StoreError};
 use crate::clock::Millis;

@@ -85,6 +85,7 @@ impl SledStore {
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
             self.write_client_certificate(id, None)?;
             self.forget_breaker(id)?;
+            self.forget_bucket(id);
             self.directory.remove_endpoint(id);
             self.set_ordering(id, None);
             existed
@@ -167,6 +168,9 @@ impl SledStore {
         let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
         self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         self.set_ordering(&ep.id, ep.ordering.clone());
+        if ep.rate_limit.is_none() {
+            self.forget_bucket(&ep.id);
+        }
         Ok(self.directory.put_endpoint(ep))
     }
 

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Reader, Writer, MAX_ROW};
 use super::key;
+use super::keys;
 use super::{meta_keys, Claim, Inner, SledStore, StoreError};
 use crate::clock::Millis;
 use crate::ids;
@@ -927,7 +928,7 @@ impl SledStore {
                 }
                 if let Some(idem) = &rec.meta.idempotency_key {
                     let day = key::idempotency_day(ids::ulid_ms(event));
-                    released.push((key::idempotency(day, &rec.meta.account_id, idem), event));
+                    released.push((keys::key_row(day, &rec.meta.account_id, idem), event));
                 }
                 out.events += 1;
             }

@@ -107,15 +107,6 @@ pub fn idempotency_day(at: Millis) -> u32 {
     at.div_euclid(super::IDEMPOTENCY_WINDOW_MS).max(0) as u32
 }
 
-/// An idempotency key claimed on `day`: the day, then the digest of (account, key), cut to
-/// [`super::keys::DIGEST`] bytes (a key of [`super::keys`], where it names the first event's
-/// ULID, which also tells when it was claimed).
-pub fn idempotency(day: u32, account_id: &str, key: &str) -> super::keys::KeyRow {
-    let mut k = [0u8; 4 + super::keys::DIGEST];
-    k.copy_from_slice(&idempotency_format_3(day, account_id, key)[..4 + super::keys::DIGEST]);
-    k
-}
-
 /// Storage formats 3 to 5's key of an idempotency key: the day, then the whole digest (written
 /// only by the migration from format 2).
 pub fn idempotency_format_3(day: u32, account_id: &str, key: &str) -> [u8; 20] {

@@ -77,6 +77,16 @@ use crate::ids;
 pub const DIGEST: usize = 12;
 /// A key: the day it was claimed ([`key::idempotency_day`], big-endian), then its digest.
 pub type KeyRow = [u8; 4 + DIGEST];
+
+/// The row of an idempotency key claimed on `day`: the day, then the digest of (account, key),
+/// cut to [`DIGEST`] bytes. It names the first event's ULID, which also tells when it was
+/// claimed.
+pub fn key_row(day: u32, account_id: &str, key: &str) -> KeyRow {
+    let mut k = [0u8; 4 + DIGEST];
+    k.copy_from_slice(&key::idempotency_format_3(day, account_id, key)[..4 + DIGEST]);
+    k
+}
+
 /// A slot: the digest, then the event's ULID (big-endian).
 const SLOT: usize = DIGEST + 16;
 /// A table's unit of reads and of layout (a disk sector): the header, then blocks of slots.
@@ -593,7 +603,7 @@ impl Keys {
             };
             let day = key::idempotency_day(ids::ulid_ms(event));
             if day >= oldest {
-                rows.push((key::idempotency(day, &meta.account_id, idem), event));
+                rows.push((key_row(day, &meta.account_id, idem), event));
             }
         }
         let n = rows.len();

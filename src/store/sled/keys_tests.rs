@@ -18,7 +18,7 @@ const BLOCK: u64 = 512;
 const PER_BLOCK: u64 = 18;
 
 fn row(day: u32, n: u64) -> KeyRow {
-    key::idempotency(day, "acct", &format!("k-{n}"))
+    keys::key_row(day, "acct", &format!("k-{n}"))
 }
 
 /// The day's tables: (generation, slots, slots used).

@@ -52,6 +52,7 @@ pub mod codec;
 mod commit;
 mod contract;
 mod counts;
+mod cycle;
 mod debounce;
 mod deliveries;
 mod due;
@@ -369,6 +370,9 @@ pub struct SledStore {
     /// changes it and writes both sled and the map under it; the fsync that makes a change
     /// durable happens after it is released, so changes never queue behind one another's fsync.
     endpoint_writes: Mutex<()>,
+    /// Each rate-limited endpoint's token bucket (in memory: one box sends alone; a restart
+    /// starts them full).
+    buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
     path: PathBuf,
 }
 
@@ -468,6 +472,7 @@ impl SledStore {
             commit_tx,
             directory: Directory::new(endpoints, plans),
             endpoint_writes: Mutex::new(()),
+            buckets: Mutex::default(),
             path: path.to_path_buf(),
         });
         tokio::spawn(checkpoints(Arc::downgrade(&store)));

@@ -22,7 +22,7 @@ use std::ops::Bound;
 
 use super::codec;
 use super::key;
-use super::keys::KeyRow;
+use super::keys::{self, KeyRow};
 use super::{Place, SledStore, StoreError};
 use crate::clock::Millis;
 use crate::ids;
@@ -114,7 +114,7 @@ impl SledStore {
             // that retention frees keeps sled from reusing their space).
             if let Some(idem) = &rec.meta.idempotency_key {
                 let day = key::idempotency_day(ids::ulid_ms(event));
-                released.push((key::idempotency(day, &rec.meta.account_id, idem), event));
+                released.push((keys::key_row(day, &rec.meta.account_id, idem), event));
             }
             t.log.remove(&k)?;
             out.events += 1;

@@ -1217,7 +1217,7 @@ async fn an_idempotency_key_goes_with_its_pruned_event() {
     }
     // "two"'s row names another event now: it is not this event's to remove.
     let day = key::idempotency_day(T0);
-    let two = key::idempotency(day, "a", "two");
+    let two = keys::key_row(day, "a", "two");
     store.inner.keys.add(&[(two, 42)], 0).unwrap();
     let count = || store.inner.keys.len();
     assert_eq!(count(), 3);
@@ -1232,7 +1232,7 @@ async fn an_idempotency_key_goes_with_its_pruned_event() {
     assert!(store
         .inner
         .keys
-        .get(&key::idempotency(day, "a", "one"))
+        .get(&keys::key_row(day, "a", "one"))
         .unwrap()
         .is_none());
     assert_eq!(store.inner.keys.get(&two).unwrap(), Some(42));

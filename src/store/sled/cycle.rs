@@ -1,0 +1,151 @@
+//! A commit cycle's work ([`super::commit`]): its writes, gathered in memory so that reads in
+//! the cycle see them, and what to finish once they are durable or to undo if they are not.
+
+use std::collections::HashMap;
+
+use sled::IVec;
+
+use super::codec;
+use super::key;
+use super::keys::KeyRow;
+use super::undo;
+use super::{Claim, Entry, Inner, Lane, StoreError};
+use crate::clock::Millis;
+use crate::model::DeliveryState;
+
+/// What one cycle did, to write it as one batch and finish it after the fsync (or undo it if
+/// that failed).
+#[derive(Default)]
+pub(super) struct Cycle {
+    /// The commit time: debounce windows and idempotency windows are judged at it.
+    pub(super) now: Millis,
+    /// The cycle's writes to the `log` tree (`None`: a removal), applied as one batch; reads in
+    /// the cycle see them first.
+    pub(super) writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
+    pub(super) before: Vec<(Vec<u8>, Option<IVec>)>,
+    /// Idempotency keys claimed earlier in this cycle, and their event's id.
+    pub(super) claimed: HashMap<KeyRow, String>,
+    /// The keys the cycle's events claim, added to their database once the cycle is durable.
+    pub(super) keys: Vec<(KeyRow, u128)>,
+    /// Due index entries to add once durable.
+    pub(super) due: Vec<Entry>,
+    /// The state of each delivery created, for the counts.
+    pub(super) states: Vec<DeliveryState>,
+    /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
+    pub(super) superseded: Vec<(Lane, Millis, u128)>,
+    /// The superseded candidates, claimed until the cycle is durable or undone.
+    pub(super) claims: Vec<Claim>,
+    /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
+    pub(super) fresh: Vec<u128>,
+    /// The events of the cycle by account, in order, for the account index (one row per
+    /// account and cycle).
+    pub(super) account_events: HashMap<String, Vec<u128>>,
+    pub(super) created: u64,
+}
+
+impl Cycle {
+    /// The key's value as the cycle sees it: its own write, else the tree's.
+    pub(super) fn get(&self, inner: &Inner, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.writes.get(key) {
+            Some(w) => Ok(w.clone()),
+            None => Ok(inner.trees.log.get(key)?.map(|v| v.to_vec())),
+        }
+    }
+
+    /// Writes a key that may hold a value (kept for the undo).
+    pub(super) fn put(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<(), StoreError> {
+        if !self.writes.contains_key(key) {
+            self.before.push((key.to_vec(), inner.trees.log.get(key)?));
+        }
+        self.writes.insert(key.to_vec(), value);
+        Ok(())
+    }
+
+    /// Writes a key no row has yet (an event's, its chunks', a new attempt number's).
+    pub(super) fn put_new(&mut self, key: &[u8], value: Vec<u8>) {
+        if self.writes.insert(key.to_vec(), Some(value)).is_none() {
+            self.before.push((key.to_vec(), None));
+        }
+    }
+
+    /// The cycle's writes as one batch (sled recovers a batch all or nothing).
+    pub(super) fn write(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        for (account, events) in std::mem::take(&mut self.account_events) {
+            for chunk in events.chunks(codec::INDEX_PER_ROW) {
+                self.put_new(
+                    &key::account_event(&account, chunk[0]),
+                    codec::encode_ulids(chunk),
+                );
+            }
+        }
+        let mut batch = sled::Batch::default();
+        for (k, v) in self.writes.drain() {
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        inner.trees.log.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Puts back what the cycle replaced, durably; only then do its fresh deliveries leave the
+    /// watermark's buckets (if the undo fails they stay, so the watermark never passes events
+    /// that may have reached the file).
+    pub(super) fn undo(&mut self, inner: &Inner) -> Result<(), StoreError> {
+        // The undo goes to its own file first: if the failure that broke the cycle's flush
+        // breaks the undo's too, the next start applies it ([`undo`]).
+        let record = self.undo_record(inner);
+        #[cfg(test)]
+        inner.faults.check(&inner.faults.undo)?;
+        let mut batch = sled::Batch::default();
+        for (k, old) in self.before.drain(..) {
+            match old {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        inner.trees.log.apply_batch(batch)?;
+        inner.sync()?;
+        if let Some(path) = record {
+            undo::discard(&path);
+        }
+        let mut fresh = inner.lock_fresh();
+        for d in self.fresh.drain(..) {
+            fresh.remove(d);
+        }
+        Ok(())
+    }
+
+    /// Writes the undo of the cycle's writes to its own file; `None` if that failed too (then
+    /// a batch that reached sled's file before the failure is recovered at the next start, and
+    /// the watermark, kept, makes sure its events are delivered: at least once).
+    pub(super) fn undo_record(&self, inner: &Inner) -> Option<std::path::PathBuf> {
+        let written = || -> Result<_, StoreError> {
+            #[cfg(test)]
+            inner.faults.check(&inner.faults.undo_record)?;
+            let records = self
+                .before
+                .iter()
+                .map(|(k, old)| {
+                    let now = inner.trees.log.get(k)?;
+                    Ok(undo::Record::new(k, now.as_deref(), old.as_ref()))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(undo::write(&inner.path, &records)?)
+        };
+        match written() {
+            Ok(path) => Some(path),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the undo record of a failed commit");
+                None
+            }
+        }
+    }
+}
