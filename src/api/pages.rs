@@ -26,6 +26,17 @@ struct Asset {
     bytes: &'static [u8],
 }
 
+/// One of the pages' ES modules (`assets/app.js` is the entry; it imports the others).
+macro_rules! script {
+    ($name:literal) => {
+        Asset {
+            name: $name,
+            content_type: "text/javascript; charset=utf-8",
+            bytes: include_bytes!(concat!("../../assets/", $name)),
+        }
+    };
+}
+
 const ASSETS: &[Asset] = &[
     Asset {
         name: "portal.html",
@@ -37,11 +48,20 @@ const ASSETS: &[Asset] = &[
         content_type: "text/html; charset=utf-8",
         bytes: include_bytes!("../../assets/console.html"),
     },
-    Asset {
-        name: "app.js",
-        content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("../../assets/app.js"),
-    },
+    script!("app.js"),
+    script!("state.js"),
+    script!("dom.js"),
+    script!("format.js"),
+    script!("api.js"),
+    script!("pieces.js"),
+    script!("shell.js"),
+    script!("chart.js"),
+    script!("view-overview.js"),
+    script!("view-endpoints.js"),
+    script!("view-endpoint-form.js"),
+    script!("view-deliveries.js"),
+    script!("view-delivery.js"),
+    script!("view-catalog.js"),
     Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",

@@ -26,6 +26,14 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// How late, at most, these tests let the real herald's timers fire (a request timeout, the
+/// shutdown grace) or a new client be served: a margin, not a guess. Measured on this 2-core
+/// machine, quiet and with both cores kept busy by other processes: the request timeout closed
+/// connections 2 to 16 ms late, the grace ended the process 12 to 20 ms late, and a client was
+/// served 3 to 4 ms after a flood of 1,100 connections ended. 3 s leaves room for a CI machine
+/// running the whole suite.
+const LATE: Duration = Duration::from_secs(3);
+
 /// Lets this test process hold thousands of sockets (the soft limit is often 1024).
 fn raise_own_fd_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
@@ -196,7 +204,7 @@ async fn idle_connections_past_the_limit_stop_neither_deliveries_nor_later_clien
     .expect("a new client is served once the flood ends");
     assert_eq!(status, 200);
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < LATE,
         "served after {:?}",
         started.elapsed()
     );
@@ -208,6 +216,7 @@ async fn idle_connections_past_the_limit_stop_neither_deliveries_nor_later_clien
 /// trickled in is cut off the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_does_not_arrive_within_request_timeout_is_closed() {
+    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
     let h = Herald::start("[server]\nrequest_timeout = \"2s\"\n").await;
     let addr = h.addr();
     let started = Instant::now();
@@ -256,14 +265,14 @@ async fn a_request_that_does_not_arrive_within_request_timeout_is_closed() {
     };
     let head_after = head_closed.duration_since(started);
     assert!(
-        head_after < Duration::from_secs(5),
+        head_after < REQUEST_TIMEOUT + LATE,
         "head closed after {head_after:?}"
     );
     for t in slow {
         let (i, answer, closed) = t.await.unwrap();
         let after = closed.duration_since(started);
         assert!(
-            after >= Duration::from_millis(1900) && after < Duration::from_secs(6),
+            after >= REQUEST_TIMEOUT - Duration::from_millis(100) && after < REQUEST_TIMEOUT + LATE,
             "slow body #{i} closed after {after:?}"
         );
         let text = String::from_utf8_lossy(&answer);
@@ -301,7 +310,11 @@ async fn sigterm_exits_within_the_grace_period_whatever_clients_do() {
     let status = h.sigterm().await;
     let took = started.elapsed();
     assert!(status.success(), "exit status {status}");
-    assert!(took < Duration::from_secs(15), "exited after {took:?}");
+    // The grace period (docs/operations.md) bounds the wait for the half-sent requests.
+    assert!(
+        took < herald::shutdown::GRACE + LATE,
+        "exited after {took:?}"
+    );
     drop(held);
     h.restart().await;
     let (status, _) = h

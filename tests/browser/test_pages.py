@@ -510,7 +510,7 @@ def read_only_session_shows_no_changing_controls(b):
 
 
 def pages_carry_csp_and_frame_ancestors():
-    for path in ["/portal", "/console", "/assets/app.js", "/assets/app.css"]:
+    for path in ["/portal", "/console", "/assets/app.js", "/assets/shell.js", "/assets/app.css"]:
         req = urllib.request.Request(URL + path)
         with urllib.request.urlopen(req, timeout=10) as r:
             status, headers = r.status, r.headers

@@ -1,0 +1,51 @@
+// herald pages: the API client: herald's JSON API with the page's token.
+
+import { parseJSON } from "./format.js";
+import { field } from "./pieces.js";
+import { unauthorized } from "./shell.js";
+import { S } from "./state.js";
+
+
+export class ApiError extends Error {
+  constructor(status, code, message, field) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = field || null;
+  }
+}
+
+export async function api(method, path, body, token) {
+  const headers = { Authorization: `Bearer ${token || S.token}`, Accept: "application/json" };
+  const init = { method, headers, cache: "no-store", credentials: "omit", referrerPolicy: "no-referrer" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, init);
+  } catch (_) {
+    throw new ApiError(0, "network", "herald did not answer. Check the connection and try again.");
+  }
+  const text = await resp.text();
+  let data = null;
+  if (text) {
+    try { data = parseJSON(text); } catch (_) { data = null; }
+  }
+  if (!resp.ok) {
+    const e = (data && data.error) || {};
+    const err = new ApiError(resp.status, e.code || `http_${resp.status}`,
+      e.message || `herald answered ${resp.status}`, e.field);
+    if (resp.status === 401 && !token) unauthorized();
+    throw err;
+  }
+  return data;
+}
+
+export const enc = encodeURIComponent;
+
+export async function catalog() {
+  if (!S.catalog) S.catalog = (await api("GET", "/v1/event-types")).items || [];
+  return S.catalog;
+}

@@ -1,0 +1,96 @@
+// herald pages: formatting: times, sizes, durations, statuses.
+
+import { h } from "./dom.js";
+
+
+export function utc(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  return d.toISOString().replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC");
+}
+
+export function relText(iso) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return String(iso);
+  const s = Math.round((Date.now() - t) / 1000);
+  const a = Math.abs(s);
+  let text;
+  if (a < 10) return s >= 0 ? "just now" : "in a moment";
+  if (a < 60) text = `${a} s`;
+  else if (a < 3600) text = `${Math.round(a / 60)} min`;
+  else if (a < 86400 * 2) text = `${Math.round(a / 3600)} h`;
+  else text = `${Math.round(a / 86400)} days`;
+  return s >= 0 ? `${text} ago` : `in ${text}`;
+}
+
+export function when(iso, empty = "—") {
+  if (!iso) return h("span", { class: "muted" }, empty);
+  return h("time", { datetime: iso, title: utc(iso), "data-rel": "" }, relText(iso));
+}
+
+setInterval(() => {
+  for (const t of document.querySelectorAll("time[data-rel]")) t.textContent = relText(t.dateTime);
+}, 20000);
+
+export function bytes(n) {
+  if (typeof n !== "number") return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v >= 10 || i === 0 ? Math.round(v) : v.toFixed(1)} ${units[i]}`;
+}
+
+export function duration(sec) {
+  if (typeof sec !== "number") return "—";
+  const d = Math.floor(sec / 86400), hh = Math.floor((sec % 86400) / 3600), m = Math.floor((sec % 3600) / 60);
+  if (d) return `${d} d ${hh} h`;
+  if (hh) return `${hh} h ${m} min`;
+  if (m) return `${m} min ${sec % 60} s`;
+  return `${sec} s`;
+}
+
+export function age(iso) {
+  if (!iso) return "—";
+  return duration(Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000)));
+}
+
+export const pct = (x) => (typeof x === "number" ? `${Math.round(x * 1000) / 10}%` : "—");
+export const num = (n) => (typeof n === "number" ? n.toLocaleString("en") : "—");
+
+export function kindOf(s) {
+  switch (s) {
+    case "delivered": case "active": case "closed": return "ok";
+    case "failed": case "http_error": case "timeout": case "connection_error": case "tls_error":
+    case "blocked": case "disabled": case "open": return "bad";
+    case "paused": case "rate_limited": case "half_open": case "unverified": return "warn";
+    case "pending": return "info";
+    default: return "muted";
+  }
+}
+
+export const pill = (s, kind) => (s ? h("span", { class: `pill ${kind || kindOf(s)}` }, s) : h("span", { class: "muted" }, "—"));
+export const mono = (t, cls = "") => h("code", { class: `mono ${cls}`.trim() }, t);
+
+export function shortUrl(u) {
+  try {
+    const x = new URL(u);
+    return x.host + (x.pathname === "/" ? "" : x.pathname);
+  } catch (_) {
+    return u;
+  }
+}
+
+// JSON with numbers kept as written (big integers, 1.50) where the browser can: the payload
+// shown is the payload herald stored.
+export function parseJSON(text) {
+  if (typeof JSON.rawJSON === "function") {
+    // Only integers past 2^53 are kept as written (herald's own numbers never are).
+    return JSON.parse(text, (k, v, ctx) =>
+      typeof v === "number" && !Number.isSafeInteger(v) && ctx && typeof ctx.source === "string" && /^-?\d+$/.test(ctx.source)
+        ? JSON.rawJSON(ctx.source)
+        : v);
+  }
+  return JSON.parse(text);
+}
+export const pretty = (v) => JSON.stringify(v, null, 2);

@@ -1,0 +1,156 @@
+// herald pages: pieces of the pages: messages, tables, buttons, dialogs, fields, links.
+
+import { ApiError, enc } from "./api.js";
+import { append, h, nextId } from "./dom.js";
+import { mono, shortUrl } from "./format.js";
+import { APP, S } from "./state.js";
+
+
+export function loading(text = "Loading…") {
+  return h("p", { class: "loading", role: "status" }, h("span", { class: "spinner", "aria-hidden": "true" }), text);
+}
+
+export function errorBox(err, what) {
+  const box = h("div", { class: "msg error", role: "alert" });
+  if (err instanceof ApiError && err.status === 404) {
+    append(box, [h("strong", null, "Not found. "), err.message,
+      what ? ` — no ${what} with this id in ${APP === "portal" ? "your account" : "herald"}.` : "."]);
+  } else if (err instanceof ApiError) {
+    append(box, [h("strong", null, err.status ? `Error ${err.status}: ` : "Error: "), err.message]);
+    if (err.field) append(box, [" ", h("span", { class: "field" }, "Field: ", mono(err.field))]);
+  } else {
+    append(box, [h("strong", null, "Error: "), String(err && err.message ? err.message : err)]);
+    console.error(err);
+  }
+  return box;
+}
+
+export function msg(kind, ...kids) {
+  return h("div", { class: `msg ${kind}`, role: kind === "error" ? "alert" : "status" }, ...kids);
+}
+
+export function copyButton(getText, label = "Copy") {
+  const b = h("button", { type: "button", class: "btn small copy", "aria-label": label === "Copy" ? undefined : label });
+  b.textContent = label;
+  b.addEventListener("click", async () => {
+    const text = typeof getText === "function" ? getText() : getText;
+    let ok = false;
+    try {
+      if (navigator.clipboard && window.isSecureContext) {
+        await navigator.clipboard.writeText(text);
+        ok = true;
+      }
+    } catch (_) { ok = false; }
+    if (!ok) {
+      // Plain-HTTP herald: no async clipboard; copy through a selected, off-screen field.
+      const ta = h("textarea", { class: "offscreen", readonly: true, "aria-hidden": "true" });
+      ta.value = text;
+      document.body.append(ta);
+      ta.select();
+      try { ok = document.execCommand("copy"); } catch (_) { ok = false; }
+      ta.remove();
+      b.focus();
+    }
+    b.textContent = ok ? "Copied" : "Select and copy by hand";
+    setTimeout(() => { b.textContent = label; }, 2000);
+  });
+  return b;
+}
+
+export function codeBlock(text, { copy = true, label } = {}) {
+  const pre = h("pre", { class: "code", tabindex: "0", "aria-label": label }, text);
+  return h("div", { class: "codebox" }, copy ? h("div", { class: "codebar" }, copyButton(() => text, "Copy")) : null, pre);
+}
+
+export function secretBox(title, value, note) {
+  return h("div", { class: "secret", role: "status" },
+    h("h3", null, title),
+    h("div", { class: "secret-row" }, h("code", { class: "mono secret-value" }, value), copyButton(value, "Copy")),
+    h("p", { class: "once" }, note));
+}
+
+export function table(headers, rows, { caption, cls = "" } = {}) {
+  // A column of numbers is right-aligned, its header too.
+  const first = rows.find((r) => r && r.tagName === "TR");
+  const numeric = (i) => first && first.cells[i] && first.cells[i].classList.contains("num");
+  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption || "table" },
+    h("table", { class: cls },
+      caption ? h("caption", { class: "sr-only" }, caption) : null,
+      h("thead", null, h("tr", null, headers.map((c, i) => h("th", { scope: "col", class: numeric(i) ? "num" : null }, c)))),
+      h("tbody", null, rows)));
+}
+
+export function dl(pairs) {
+  return h("dl", { class: "facts" }, pairs.filter(Boolean).map(([k, v]) => h("div", null, h("dt", null, k), h("dd", null, v))));
+}
+
+export function button(text, onclick, { kind = "", disabled = false, type = "button" } = {}) {
+  return h("button", { type, class: `btn ${kind}`.trim(), onclick, disabled }, text);
+}
+
+// A button that runs an async action once at a time, showing it is busy.
+export function action(text, fn, opts = {}) {
+  const b = button(text, null, opts);
+  b.addEventListener("click", async () => {
+    if (b.getAttribute("aria-busy") === "true") return;
+    b.setAttribute("aria-busy", "true");
+    b.classList.add("busy");
+    try { await fn(b); } finally {
+      b.removeAttribute("aria-busy");
+      b.classList.remove("busy");
+    }
+  });
+  return b;
+}
+
+// A modal confirmation (a <dialog>, not window.confirm): resolves true when confirmed.
+export function confirmDialog(title, body, confirmText, { danger = false } = {}) {
+  return new Promise((resolve) => {
+    const hid = nextId("dlg");
+    const ok = button(confirmText, () => d.close("ok"), { kind: danger ? "danger" : "primary" });
+    const cancel = button("Cancel", () => d.close("cancel"));
+    const d = h("dialog", { class: "dialog", "aria-labelledby": hid },
+      h("h2", { id: hid }, title),
+      h("div", { class: "dialog-body" }, body),
+      h("div", { class: "actions" }, ok, cancel));
+    d.addEventListener("close", () => {
+      resolve(d.returnValue === "ok");
+      d.remove();
+    });
+    document.body.append(d);
+    d.showModal();
+    (danger ? cancel : ok).focus();
+  });
+}
+
+export function field(labelText, control, hint) {
+  const id = control.id || nextId("f");
+  control.id = id;
+  const hintEl = hint ? h("p", { class: "hint", id: `${id}-hint` }, hint) : null;
+  if (hintEl) control.setAttribute("aria-describedby", hintEl.id);
+  return h("div", { class: "field" }, h("label", { for: id }, labelText), control, hintEl);
+}
+
+export function select(options, value, props = {}) {
+  return h("select", props, options.map(([v, t]) => h("option", { value: v, selected: v === (value || "") }, t)));
+}
+
+export const readOnly = () => APP === "portal" && S.session && S.session.read_only;
+export const account = () => (APP === "portal" ? S.session && S.session.account_id : S.account);
+
+// A hash link; in the console the lists carry the account they show.
+export function href(path, params = {}) {
+  const q = new URLSearchParams();
+  if (APP === "console" && S.account && params.account_id === undefined &&
+    /^\/(endpoints|deliveries|incidents)(\/new)?$/.test(path)) q.set("account_id", S.account);
+  for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  const qs = q.toString();
+  return `#${path}${qs ? `?${qs}` : ""}`;
+}
+
+export const link = (text, path, params, cls) => h("a", { href: href(path, params), class: cls }, text);
+
+export function endpointLink(id, url) {
+  if (!id) return h("span", { class: "muted" }, "none");
+  return h("a", { href: `#/endpoints/${enc(id)}`, class: "mono", title: url || id }, url ? shortUrl(url) : id);
+}

@@ -1,0 +1,77 @@
+// herald pages: incidents and the catalog.
+
+import { api, enc } from "./api.js";
+import { h, put } from "./dom.js";
+import { mono, num, pill, pretty, when } from "./format.js";
+import { account, codeBlock, endpointLink, field, href, link, loading, select, table } from "./pieces.js";
+import { viewShell } from "./shell.js";
+import { APP, RANGE_MS, S, main } from "./state.js";
+
+
+export async function viewIncidents(ctx) {
+  const acc = account();
+  const since = ["1h", "24h", "7d"].includes(ctx.q.get("since")) ? ctx.q.get("since") : "24h";
+  viewShell("Incidents", loading());
+  const params = new URLSearchParams({ since: new Date(Date.now() - RANGE_MS[since]).toISOString() });
+  if (APP === "console" && acc) params.set("account_id", acc);
+  const [data, eps] = await Promise.all([
+    api("GET", `/v1/incidents?${params}`),
+    acc ? api("GET", `/v1/accounts/${enc(acc)}/endpoints`).then((r) => r.items || []).catch(() => []) : [],
+  ]);
+  if (ctx.stale()) return;
+  const endpoints = new Map(eps.map((e) => [e.id, e]));
+  const sel = select([["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 days"]], since, { id: "inc-since" });
+  sel.addEventListener("change", () => { location.hash = href("/incidents", { since: sel.value }); });
+  const items = data.items || [];
+  const rows = items.map((i) => {
+    const ep = i.endpoint_id ? endpoints.get(i.endpoint_id) : null;
+    return h("tr", null,
+      h("td", null, endpointLink(i.endpoint_id, ep && ep.url)),
+      h("td", null, pill(i.status)),
+      h("td", { class: "num" }, i.http_status ? String(i.http_status) : "—"),
+      h("td", { class: "num" }, num(i.deliveries)),
+      h("td", { class: "num" }, num(i.pending)),
+      h("td", null, when(i.first_at)),
+      h("td", null, when(i.last_at)),
+      h("td", null, h("span", { class: "examples" }, (i.examples || []).map((x) => h("a", { href: `#/deliveries/${enc(x)}`, class: "mono" }, x)))),
+      h("td", null, link("Show in log", "/deliveries", { endpoint_id: i.endpoint_id, status: i.status, range: since === "1h" ? "1h" : since === "7d" ? "7d" : "24h" })));
+  });
+  put(main, main.querySelector("h1"),
+    h("p", { class: "sub" }, "Failed deliveries grouped by endpoint and by status and HTTP code, largest first. Pending ones are still being retried."),
+    APP === "console" ? h("p", { class: "muted" }, acc ? ["Account ", mono(acc)] : "All accounts") : null,
+    h("div", { class: "filters narrow" }, field("Period", sel)),
+    items.length
+      ? table(["Endpoint", "Status", "HTTP", "Deliveries", "Pending", "First", "Last", "Examples", ""], rows, { caption: "Incidents" })
+      : h("p", { class: "empty" }, "No failures in this period — nothing to do."),
+    data.complete === false ? h("p", { class: "hint" }, "Only the newest 5,000 deliveries were looked at.") : null);
+}
+
+export async function viewEventTypes(ctx) {
+  viewShell("Event types", loading());
+  const items = (await api("GET", "/v1/event-types")).items || [];
+  S.catalog = items;
+  if (ctx.stale()) return;
+  if (!items.length) {
+    put(main, main.querySelector("h1"),
+      h("p", { class: "empty" }, "No event types in the catalog yet — the operator declares them under [catalog.events] in herald's config."));
+    return;
+  }
+  const toc = h("nav", { class: "toc", "aria-label": "Event types" }, h("ul", { class: "chips" }, items.map((t) =>
+    h("li", null, h("a", { href: "#/event-types", class: "chip mono", "data-target": `et-${t.type}` }, t.type)))));
+  toc.addEventListener("click", (e) => {
+    const a = e.target.closest("a[data-target]");
+    if (!a) return;
+    e.preventDefault();
+    const el = document.getElementById(a.dataset.target);
+    if (el) { el.scrollIntoView(); el.focus({ preventScroll: true }); }
+  });
+  put(main, main.querySelector("h1"),
+    h("p", { class: "sub" }, "Every type herald may send, with its payload schema and a sample."), toc,
+    items.map((t) => h("section", { class: "card", id: `et-${t.type}`, tabindex: "-1", "aria-labelledby": `eth-${t.type}` },
+      h("h2", { id: `eth-${t.type}`, class: "mono" }, t.type, t.deprecated ? h("span", { class: "pill warn" }, "deprecated") : null),
+      h("p", null, t.description || h("span", { class: "muted" }, "No description.")),
+      t.debounce ? h("p", { class: "hint" }, `Debounced: one event per ${t.debounce.window} per `, mono(t.debounce.key || "key"), ` (${t.debounce.mode}).`) : null,
+      h("h3", null, "Sample"),
+      t.sample !== null && t.sample !== undefined ? codeBlock(pretty(t.sample), { label: `${t.type} sample` }) : h("p", { class: "muted" }, "No sample."),
+      t.schema ? h("details", null, h("summary", null, "Schema (JSON Schema)"), codeBlock(pretty(t.schema), { label: `${t.type} schema` })) : h("p", { class: "muted" }, "No schema."))));
+}
