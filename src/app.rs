@@ -261,7 +261,7 @@ fn storage_label(config: &Config) -> String {
         StorageBackend::Postgres => config
             .postgres_url()
             .ok()
-            .and_then(|url| crate::config::parse_url(&url).ok())
+            .and_then(|url| crate::store::postgres::parse_url(&url).ok())
             .map(|pg| format!("postgres {}", crate::store::postgres::target_of(&pg)))
             .unwrap_or_else(|| "the cluster's database".into()),
         #[cfg(not(feature = "postgres"))]

@@ -1,8 +1,9 @@
 //! `GET /openapi.json` and `herald openapi` (docs/api.md): an OpenAPI 3.1 document of the whole
 //! API — every route of [`super::routes::ROUTES`] with its parameters, bodies and answers
-//! (errors included), the three bearer roles of §12 — and a top-level `webhooks` map with one
-//! entry per catalog type: the request herald sends (§3 headers, the type's schema as the body,
-//! its sample as the example).
+//! (errors included), the three bearer roles (docs/api.md, "Who may call what") — and a
+//! top-level `webhooks` map with one entry per catalog type: the request herald sends (the
+//! headers of docs/delivery-contract.md, "The request"; the type's schema as the body, its
+//! sample as the example).
 //!
 //! A test walks the route table and fails on a route the document lacks, so the two cannot
 //! drift apart.
@@ -98,366 +99,11 @@ type Spec<'a> = (&'a str, Vec<Value>, Option<Value>, Vec<(String, Value)>);
 /// The operation object of a route; `None` for routes the document leaves out (none today:
 /// the test checks every route is in).
 fn operation(route: &Route) -> Option<Value> {
-    let security = match route.access {
-        Access::Public => json!([]),
-        Access::Ingest => json!([{"admin": []}, {"ingest": []}]),
-        Access::Admin => json!([{"admin": []}]),
-        Access::Account => json!([{"admin": []}, {"portal": []}]),
-        Access::Session => json!([{"admin": []}, {"ingest": []}, {"portal": []}]),
-    };
-    let id_param = |what: &str| path_param("id", &format!("The {what}'s id."));
-    let account = || path_param("account_id", "The account's id.");
-    let e = |code: u16, what: &str| {
-        (
-            code.to_string(),
-            json!({"description": what, "content": {"application/json": {"schema": r("Error")}}}),
-        )
-    };
-    let (summary, params, req, mut responses): Spec =
-        match route.id {
-            Id::Root => (
-                "Redirects to the console.",
-                vec![],
-                None,
-                vec![("302".into(), json!({"description": "To /console."}))],
-            ),
-            Id::Healthz => (
-                "200 while storage is usable.",
-                vec![],
-                None,
-                vec![
-                    ("200".into(), ok("Storage is usable.", r("Health"))),
-                    ("503".into(), ok("Storage is not usable.", r("Health"))),
-                ],
-            ),
-            Id::Metrics => (
-                "Prometheus metrics (text format).",
-                vec![],
-                None,
-                vec![("200".into(), json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}}))],
-            ),
-            Id::OpenApi => (
-                "This document.",
-                vec![],
-                None,
-                vec![("200".into(), ok("The OpenAPI 3.1 document.", json!({"type": "object"})))],
-            ),
-            Id::Portal | Id::Console => (
-                if route.id == Id::Portal {
-                    "The customer's portal page (it reads its token from the URL fragment)."
-                } else {
-                    "The operator's console page."
-                },
-                vec![],
-                None,
-                vec![
-                    ("200".into(), json!({"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}})),
-                    ("304".into(), json!({"description": "Not modified (ETag)."})),
-                ],
-            ),
-            Id::Asset => (
-                "A script or stylesheet of the pages.",
-                vec![path_param("file", "The asset's file name.")],
-                None,
-                vec![
-                    ("200".into(), json!({"description": "The asset.", "content": {
-                        "text/javascript": {"schema": {"type": "string"}},
-                        "text/css": {"schema": {"type": "string"}}}})),
-                    ("304".into(), json!({"description": "Not modified (ETag)."})),
-                    e(404, "No such asset."),
-                ],
-            ),
-            Id::Ingest => (
-                "Ingests one event; 202 once it and its deliveries are on disk.",
-                vec![],
-                Some(body(r("IngestRequest"), true)),
-                vec![
-                    ("202".into(), ok("Stored durably (or a duplicate of an earlier key).", r("IngestAccepted"))),
-                    e(400, "Malformed JSON."),
-                    e(413, "Body over server.max_body_bytes."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid field (named in `field`), or a payload that violates its type's schema."),
-                    e(503, "Storage unavailable or shutting down; nothing stored."),
-                ],
-            ),
-            Id::IngestBatch => (
-                "Ingests up to 1,000 events with one flush; one bad item fails only itself.",
-                vec![],
-                Some(body(r("BatchRequest"), true)),
-                vec![
-                    ("202".into(), ok("Results in order.", r("BatchResult"))),
-                    e(400, "Malformed JSON."),
-                    e(413, "Body over server.max_body_bytes."),
-                    e(415, "Not JSON."),
-                    e(422, "The body is not a batch."),
-                    e(503, "Storage unavailable or shutting down; nothing stored."),
-                ],
-            ),
-            Id::Session => (
-                "What the caller's credential is.",
-                vec![],
-                None,
-                vec![("200".into(), ok("The caller.", r("Session")))],
-            ),
-            Id::Status => (
-                "Version, uptime, queue by state, attempts by status, storage.",
-                vec![],
-                None,
-                vec![("200".into(), ok("Status.", r("Status")))],
-            ),
-            Id::Accounts => (
-                "Every account with a plan or an endpoint.",
-                vec![],
-                None,
-                vec![("200".into(), ok("Accounts.", list_of("AccountSummary")))],
-            ),
-            Id::AccountPut => (
-                "Syncs the account's plan (null removes it).",
-                vec![account()],
-                Some(body(r("PlanRequest"), true)),
-                vec![
-                    ("200".into(), ok("The account.", r("Account"))),
-                    e(400, "Malformed JSON."),
-                    e(415, "Not JSON."),
-                    e(422, "No such plan, or an invalid account id."),
-                ],
-            ),
-            Id::AccountGet => (
-                "The account, its plan, limits and usage.",
-                vec![account()],
-                None,
-                vec![("200".into(), ok("The account.", r("Account"))), e(422, "An invalid account id.")],
-            ),
-            Id::AccountSecret => (
-                "Sets an account secret for header macros (write-only).",
-                vec![account(), path_param("name", "The secret's name (letters, digits, _).")],
-                Some(body(r("SecretRequest"), true)),
-                vec![
-                    ("204".into(), json!({"description": "Set."})),
-                    e(400, "Malformed JSON."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid name or value."),
-                ],
-            ),
-            Id::PortalSessionCreate => (
-                "Mints a portal session (a link) for the account's customer.",
-                vec![account()],
-                Some(body(r("PortalSessionRequest"), false)),
-                vec![
-                    ("201".into(), ok("The session; its token and url are shown only here.", r("PortalSessionCreated"))),
-                    e(400, "Malformed JSON."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid ttl or read_only."),
-                ],
-            ),
-            Id::PortalSessionDelete => (
-                "Revokes a portal session at once.",
-                vec![id_param("portal session")],
-                None,
-                vec![("204".into(), json!({"description": "Revoked."})), e(404, "No such session.")],
-            ),
-            Id::EventTypes => (
-                "The event catalog: descriptions, schemas and samples.",
-                vec![],
-                None,
-                vec![("200".into(), ok("The catalog.", list_of("EventType")))],
-            ),
-            Id::RetryPolicies => (
-                "The retry policies an endpoint may name, with their delays.",
-                vec![],
-                None,
-                vec![("200".into(), ok("The policies.", list_of("RetryPolicy")))],
-            ),
-            Id::EndpointCreate => (
-                "Creates an endpoint; its secret is shown only in this answer.",
-                vec![account()],
-                Some(body(r("EndpointRequest"), true)),
-                vec![
-                    ("201".into(), ok("Created.", r("EndpointCreated"))),
-                    e(400, "Malformed JSON."),
-                    e(409, "The account has endpoints.max_per_account endpoints."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid field (named in `field`)."),
-                ],
-            ),
-            Id::EndpointList => (
-                "The account's endpoints, newest first.",
-                vec![account()],
-                None,
-                vec![("200".into(), ok("Endpoints.", list_of("Endpoint"))), e(422, "An invalid account id.")],
-            ),
-            Id::EndpointGet => (
-                "An endpoint with its health.",
-                vec![id_param("endpoint")],
-                None,
-                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
-            ),
-            Id::EndpointPatch => (
-                "Changes an endpoint (a new URL clears `verified`).",
-                vec![id_param("endpoint")],
-                Some(body(r("EndpointRequest"), true)),
-                vec![
-                    ("200".into(), ok("The endpoint.", r("Endpoint"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such endpoint."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid field (named in `field`)."),
-                ],
-            ),
-            Id::EndpointDelete => (
-                "Deletes an endpoint; its pending deliveries end.",
-                vec![id_param("endpoint")],
-                None,
-                vec![("204".into(), json!({"description": "Deleted."})), e(404, "No such endpoint.")],
-            ),
-            Id::EndpointVerify => (
-                "Runs the verification handshake now.",
-                vec![id_param("endpoint")],
-                None,
-                vec![("200".into(), ok("The handshake's outcome.", r("VerifyResult"))), e(404, "No such endpoint.")],
-            ),
-            Id::EndpointRotate => (
-                "Rotates the signing secret; the previous one signs beside it for signing.rotation_grace.",
-                vec![id_param("endpoint")],
-                Some(body(r("RotateRequest"), false)),
-                vec![
-                    ("200".into(), ok("The new secret (or public key), shown only here.", r("RotateResult"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such endpoint."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid secret."),
-                ],
-            ),
-            Id::EndpointCertificatePut => (
-                "Sets the client certificate herald presents to the endpoint's TLS server (mutual TLS). Write-only: the endpoint shows its subject and expiry.",
-                vec![id_param("endpoint")],
-                Some(body(r("ClientCertificateRequest"), true)),
-                vec![
-                    ("200".into(), ok("The endpoint.", r("Endpoint"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such endpoint."),
-                    e(413, "Body over server.max_body_bytes."),
-                    e(415, "Not JSON."),
-                    e(422, "A certificate or key that does not parse, has expired or does not match (named in `field`)."),
-                ],
-            ),
-            Id::EndpointCertificateDelete => (
-                "Removes the endpoint's client certificate.",
-                vec![id_param("endpoint")],
-                None,
-                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
-            ),
-            Id::EndpointPause | Id::EndpointResume => (
-                if route.id == Id::EndpointPause {
-                    "Pauses an endpoint: due deliveries end `skipped` / `paused`."
-                } else {
-                    "Resumes (or re-enables) an endpoint."
-                },
-                vec![id_param("endpoint")],
-                None,
-                vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
-            ),
-            Id::EndpointTest => (
-                "Sends a test event (a catalog sample, or a generic `webhook.test`) now.",
-                vec![id_param("endpoint")],
-                Some(body(r("TestRequest"), false)),
-                vec![
-                    ("200".into(), ok("Sent; its first attempt.", r("TestResult"))),
-                    ("202".into(), ok("Stored; its attempt had not ended in time.", r("TestResult"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such endpoint."),
-                    e(415, "Not JSON."),
-                    e(422, "An unknown type or one without a sample."),
-                ],
-            ),
-            Id::EndpointRecover => (
-                "Retries every failed or skipped delivery of the endpoint since a time (at most 10,000 a call).",
-                vec![id_param("endpoint")],
-                Some(body(r("RecoverRequest"), true)),
-                vec![
-                    ("200".into(), ok("A dry run: how many.", r("RecoverResult"))),
-                    ("202".into(), ok("Retried.", r("RecoverResult"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such endpoint."),
-                    e(415, "Not JSON."),
-                    e(422, "An invalid since."),
-                ],
-            ),
-            Id::EndpointStats => (
-                "The endpoint's last hour, minute by minute, and its health.",
-                vec![id_param("endpoint")],
-                None,
-                vec![("200".into(), ok("Stats.", r("EndpointStats"))), e(404, "No such endpoint.")],
-            ),
-            Id::Deliveries => (
-                "Deliveries newest first, with filters and a cursor.",
-                vec![
-                    query("account_id", "Only this account's.", json!({"type": "string"})),
-                    query("endpoint_id", "Only this endpoint's.", json!({"type": "string"})),
-                    query("event_type", "Only this type.", json!({"type": "string"})),
-                    query("state", "Only this state.", json!({"enum": DeliveryState::ALL.map(|s| s.as_str())})),
-                    query("status", "Only this last attempt status.", json!({"enum": Status::ALL.map(|s| s.as_str())})),
-                    query("since", "Created at or after.", time()),
-                    query("until", "Created before.", time()),
-                    query("limit", "Items per page, 1 to 500 (default 50).", json!({"type": "integer", "minimum": 1, "maximum": 500})),
-                    query("cursor", "The previous page's next_cursor.", json!({"type": "string"})),
-                ],
-                None,
-                vec![
-                    ("200".into(), ok("A page.", r("DeliveryList"))),
-                    e(404, "Another account (portal sessions)."),
-                    e(422, "An invalid parameter (named in `field`)."),
-                ],
-            ),
-            Id::DeliveryGet => (
-                "A delivery with every attempt.",
-                vec![id_param("delivery")],
-                None,
-                vec![("200".into(), ok("The delivery.", r("DeliveryDetail"))), e(404, "No such delivery.")],
-            ),
-            Id::DeliveryRetry => (
-                "One new attempt now, same webhook-id.",
-                vec![id_param("delivery")],
-                None,
-                vec![
-                    ("202".into(), ok("Due now.", r("Delivery"))),
-                    e(404, "No such delivery."),
-                    e(409, "An attempt of it is running now."),
-                ],
-            ),
-            Id::EventGet => (
-                "An event, its payload and its deliveries.",
-                vec![id_param("event")],
-                None,
-                vec![("200".into(), ok("The event.", r("Event"))), e(404, "No such event.")],
-            ),
-            Id::EventReplay => (
-                "Ingests the event again as a new event (new id), for all or one endpoint.",
-                vec![id_param("event")],
-                Some(body(r("ReplayRequest"), false)),
-                vec![
-                    ("200".into(), ok("A dry run: how many.", r("DryRun"))),
-                    ("202".into(), ok("Replayed.", r("ReplayResult"))),
-                    e(400, "Malformed JSON."),
-                    e(404, "No such event."),
-                    e(415, "Not JSON."),
-                    e(422, "An endpoint that is not the account's."),
-                ],
-            ),
-            Id::Incidents => (
-                "Failures grouped by endpoint and status / HTTP code.",
-                vec![
-                    query("account_id", "Only this account's.", json!({"type": "string"})),
-                    query("since", "From (default 24 h ago).", time()),
-                ],
-                None,
-                vec![
-                    ("200".into(), ok("Incidents, largest first.", r("Incidents"))),
-                    e(404, "Another account (portal sessions)."),
-                    e(422, "An invalid parameter."),
-                ],
-            ),
-        };
+    let (summary, params, req, mut responses) = server_spec(route.id)
+        .or_else(|| ingest_spec(route.id))
+        .or_else(|| account_spec(route.id))
+        .or_else(|| endpoint_spec(route.id))
+        .or_else(|| log_spec(route.id))?;
     // What any route may answer besides its own.
     match route.access {
         Access::Public => {}
@@ -475,19 +121,28 @@ fn operation(route: &Route) -> Option<Value> {
     if !responses.iter().any(|(c, _)| c == "503") && route.access != Access::Public {
         responses.push(e(503, "Storage unavailable or shutting down."));
     }
-    // Links: the ids an answer gives lead to the operations that take them (clients and
-    // stateful testers follow them).
-    let link = |targets: &[Id], param: &str, pointer: &str| -> Value {
-        let mut links = Map::new();
-        for t in targets {
-            links.insert(
-                format!("{t:?}"),
-                json!({"operationId": format!("{t:?}"), "parameters": {param: format!("$response.body#{pointer}")}}),
-            );
+    for (code, resp) in responses.iter_mut() {
+        if let Some(links) = links(route.id, code) {
+            resp["links"] = links;
         }
-        Value::Object(links)
-    };
-    let endpoint_ops = [
+    }
+    let mut op = json!({
+        "operationId": format!("{:?}", route.id),
+        "summary": summary,
+        "security": security(route.access),
+        "parameters": params,
+        "responses": responses.into_iter().collect::<Map<String, Value>>(),
+    });
+    if let Some(req) = req {
+        op["requestBody"] = req;
+    }
+    Some(op)
+}
+
+/// The links of a route's answer with status `code`: the ids it gives lead to the operations
+/// that take them (clients and stateful testers follow them).
+fn links(id: Id, code: &str) -> Option<Value> {
+    const ENDPOINT_OPS: [Id; 11] = [
         Id::EndpointGet,
         Id::EndpointPatch,
         Id::EndpointDelete,
@@ -500,39 +155,500 @@ fn operation(route: &Route) -> Option<Value> {
         Id::EndpointRecover,
         Id::EndpointStats,
     ];
-    for (code, resp) in responses.iter_mut() {
-        let links = match (route.id, code.as_str()) {
-            (Id::EndpointCreate, "201") => link(&endpoint_ops, "id", "/endpoint/id"),
-            (Id::Ingest, "202") => {
-                let mut l = link(&[Id::EventGet, Id::EventReplay], "id", "/event_id");
-                if let (Value::Object(l), Value::Object(more)) = (
-                    &mut l,
-                    link(
-                        &[Id::DeliveryGet, Id::DeliveryRetry],
-                        "id",
-                        "/deliveries/0/delivery_id",
+    let mut links = Map::new();
+    let mut link = |targets: &[Id], param: &str, pointer: &str| {
+        for t in targets {
+            links.insert(
+                format!("{t:?}"),
+                json!({"operationId": format!("{t:?}"), "parameters": {param: format!("$response.body#{pointer}")}}),
+            );
+        }
+    };
+    match (id, code) {
+        (Id::EndpointCreate, "201") => link(&ENDPOINT_OPS, "id", "/endpoint/id"),
+        (Id::Ingest, "202") => {
+            link(&[Id::EventGet, Id::EventReplay], "id", "/event_id");
+            link(
+                &[Id::DeliveryGet, Id::DeliveryRetry],
+                "id",
+                "/deliveries/0/delivery_id",
+            );
+        }
+        (Id::PortalSessionCreate, "201") => link(&[Id::PortalSessionDelete], "id", "/id"),
+        _ => return None,
+    }
+    Some(Value::Object(links))
+}
+
+/// Who may call a route, as the document's security requirements.
+fn security(access: Access) -> Value {
+    match access {
+        Access::Public => json!([]),
+        Access::Ingest => json!([{"admin": []}, {"ingest": []}]),
+        Access::Admin => json!([{"admin": []}]),
+        Access::Account => json!([{"admin": []}, {"portal": []}]),
+        Access::Session => json!([{"admin": []}, {"ingest": []}, {"portal": []}]),
+    }
+}
+
+/// The route's `{id}` parameter, naming what it is the id of.
+fn id_param(what: &str) -> Value {
+    path_param("id", &format!("The {what}'s id."))
+}
+
+/// The route's `{account_id}` parameter.
+fn account() -> Value {
+    path_param("account_id", "The account's id.")
+}
+
+/// An error answer with status `code`.
+fn e(code: u16, what: &str) -> (String, Value) {
+    (
+        code.to_string(),
+        json!({"description": what, "content": {"application/json": {"schema": r("Error")}}}),
+    )
+}
+
+/// The server's own routes: the pages and their assets, health, metrics, this document, the
+/// session and the status.
+fn server_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
+        Id::Root => (
+            "Redirects to the console.",
+            vec![],
+            None,
+            vec![("302".into(), json!({"description": "To /console."}))],
+        ),
+        Id::Healthz => (
+            "200 while storage is usable.",
+            vec![],
+            None,
+            vec![
+                ("200".into(), ok("Storage is usable.", r("Health"))),
+                ("503".into(), ok("Storage is not usable.", r("Health"))),
+            ],
+        ),
+        Id::Metrics => (
+            "Prometheus metrics (text format).",
+            vec![],
+            None,
+            vec![(
+                "200".into(),
+                json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}}),
+            )],
+        ),
+        Id::OpenApi => (
+            "This document.",
+            vec![],
+            None,
+            vec![(
+                "200".into(),
+                ok("The OpenAPI 3.1 document.", json!({"type": "object"})),
+            )],
+        ),
+        Id::Portal | Id::Console => (
+            if id == Id::Portal {
+                "The customer's portal page (it reads its token from the URL fragment)."
+            } else {
+                "The operator's console page."
+            },
+            vec![],
+            None,
+            vec![
+                (
+                    "200".into(),
+                    json!({"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}}),
+                ),
+                ("304".into(), json!({"description": "Not modified (ETag)."})),
+            ],
+        ),
+        Id::Asset => (
+            "A script or stylesheet of the pages.",
+            vec![path_param("file", "The asset's file name.")],
+            None,
+            vec![
+                (
+                    "200".into(),
+                    json!({"description": "The asset.", "content": {
+                    "text/javascript": {"schema": {"type": "string"}},
+                    "text/css": {"schema": {"type": "string"}}}}),
+                ),
+                ("304".into(), json!({"description": "Not modified (ETag)."})),
+                e(404, "No such asset."),
+            ],
+        ),
+        Id::Session => (
+            "What the caller's credential is.",
+            vec![],
+            None,
+            vec![("200".into(), ok("The caller.", r("Session")))],
+        ),
+        Id::Status => (
+            "Version, uptime, queue by state, attempts by status, storage.",
+            vec![],
+            None,
+            vec![("200".into(), ok("Status.", r("Status")))],
+        ),
+        _ => return None,
+    })
+}
+
+/// Ingest, one event or a batch.
+fn ingest_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
+        Id::Ingest => (
+            "Ingests one event; 202 once it and its deliveries are on disk.",
+            vec![],
+            Some(body(r("IngestRequest"), true)),
+            vec![
+                ("202".into(), ok("Stored durably (or a duplicate of an earlier key).", r("IngestAccepted"))),
+                e(400, "Malformed JSON."),
+                e(413, "Body over server.max_body_bytes."),
+                e(415, "Not JSON."),
+                e(422, "An invalid field (named in `field`), or a payload that violates its type's schema."),
+                e(503, "Storage unavailable or shutting down; nothing stored."),
+            ],
+        ),
+        Id::IngestBatch => (
+            "Ingests up to 1,000 events with one flush; one bad item fails only itself.",
+            vec![],
+            Some(body(r("BatchRequest"), true)),
+            vec![
+                ("202".into(), ok("Results in order.", r("BatchResult"))),
+                e(400, "Malformed JSON."),
+                e(413, "Body over server.max_body_bytes."),
+                e(415, "Not JSON."),
+                e(422, "The body is not a batch."),
+                e(503, "Storage unavailable or shutting down; nothing stored."),
+            ],
+        ),
+        _ => return None,
+    })
+}
+
+/// Accounts: plans, secrets, portal sessions; the catalog and the retry policies.
+fn account_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
+        Id::Accounts => (
+            "Every account with a plan or an endpoint.",
+            vec![],
+            None,
+            vec![("200".into(), ok("Accounts.", list_of("AccountSummary")))],
+        ),
+        Id::AccountPut => (
+            "Syncs the account's plan (null removes it).",
+            vec![account()],
+            Some(body(r("PlanRequest"), true)),
+            vec![
+                ("200".into(), ok("The account.", r("Account"))),
+                e(400, "Malformed JSON."),
+                e(415, "Not JSON."),
+                e(422, "No such plan, or an invalid account id."),
+            ],
+        ),
+        Id::AccountGet => (
+            "The account, its plan, limits and usage.",
+            vec![account()],
+            None,
+            vec![
+                ("200".into(), ok("The account.", r("Account"))),
+                e(422, "An invalid account id."),
+            ],
+        ),
+        Id::AccountSecret => (
+            "Sets an account secret for header macros (write-only).",
+            vec![
+                account(),
+                path_param("name", "The secret's name (letters, digits, _)."),
+            ],
+            Some(body(r("SecretRequest"), true)),
+            vec![
+                ("204".into(), json!({"description": "Set."})),
+                e(400, "Malformed JSON."),
+                e(415, "Not JSON."),
+                e(422, "An invalid name or value."),
+            ],
+        ),
+        Id::PortalSessionCreate => (
+            "Mints a portal session (a link) for the account's customer.",
+            vec![account()],
+            Some(body(r("PortalSessionRequest"), false)),
+            vec![
+                (
+                    "201".into(),
+                    ok(
+                        "The session; its token and url are shown only here.",
+                        r("PortalSessionCreated"),
                     ),
-                ) {
-                    l.extend(more);
-                }
-                l
-            }
-            (Id::PortalSessionCreate, "201") => link(&[Id::PortalSessionDelete], "id", "/id"),
-            _ => continue,
-        };
-        resp["links"] = links;
-    }
-    let mut op = json!({
-        "operationId": format!("{:?}", route.id),
-        "summary": summary,
-        "security": security,
-        "parameters": params,
-        "responses": responses.into_iter().collect::<Map<String, Value>>(),
-    });
-    if let Some(req) = req {
-        op["requestBody"] = req;
-    }
-    Some(op)
+                ),
+                e(400, "Malformed JSON."),
+                e(415, "Not JSON."),
+                e(422, "An invalid ttl or read_only."),
+            ],
+        ),
+        Id::PortalSessionDelete => (
+            "Revokes a portal session at once.",
+            vec![id_param("portal session")],
+            None,
+            vec![
+                ("204".into(), json!({"description": "Revoked."})),
+                e(404, "No such session."),
+            ],
+        ),
+        Id::EventTypes => (
+            "The event catalog: descriptions, schemas and samples.",
+            vec![],
+            None,
+            vec![("200".into(), ok("The catalog.", list_of("EventType")))],
+        ),
+        Id::RetryPolicies => (
+            "The retry policies an endpoint may name, with their delays.",
+            vec![],
+            None,
+            vec![("200".into(), ok("The policies.", list_of("RetryPolicy")))],
+        ),
+        _ => return None,
+    })
+}
+
+/// Endpoints and what can be done to one.
+fn endpoint_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
+        Id::EndpointCreate => (
+            "Creates an endpoint; its secret is shown only in this answer.",
+            vec![account()],
+            Some(body(r("EndpointRequest"), true)),
+            vec![
+                ("201".into(), ok("Created.", r("EndpointCreated"))),
+                e(400, "Malformed JSON."),
+                e(409, "The account has endpoints.max_per_account endpoints."),
+                e(415, "Not JSON."),
+                e(422, "An invalid field (named in `field`)."),
+            ],
+        ),
+        Id::EndpointList => (
+            "The account's endpoints, newest first.",
+            vec![account()],
+            None,
+            vec![("200".into(), ok("Endpoints.", list_of("Endpoint"))), e(422, "An invalid account id.")],
+        ),
+        Id::EndpointGet => (
+            "An endpoint with its health.",
+            vec![id_param("endpoint")],
+            None,
+            vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+        ),
+        Id::EndpointPatch => (
+            "Changes an endpoint (a new URL clears `verified`).",
+            vec![id_param("endpoint")],
+            Some(body(r("EndpointRequest"), true)),
+            vec![
+                ("200".into(), ok("The endpoint.", r("Endpoint"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such endpoint."),
+                e(415, "Not JSON."),
+                e(422, "An invalid field (named in `field`)."),
+            ],
+        ),
+        Id::EndpointDelete => (
+            "Deletes an endpoint; its pending deliveries end.",
+            vec![id_param("endpoint")],
+            None,
+            vec![("204".into(), json!({"description": "Deleted."})), e(404, "No such endpoint.")],
+        ),
+        Id::EndpointVerify => (
+            "Runs the verification handshake now.",
+            vec![id_param("endpoint")],
+            None,
+            vec![("200".into(), ok("The handshake's outcome.", r("VerifyResult"))), e(404, "No such endpoint.")],
+        ),
+        Id::EndpointRotate => (
+            "Rotates the signing secret; the previous one signs beside it for signing.rotation_grace.",
+            vec![id_param("endpoint")],
+            Some(body(r("RotateRequest"), false)),
+            vec![
+                ("200".into(), ok("The new secret (or public key), shown only here.", r("RotateResult"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such endpoint."),
+                e(415, "Not JSON."),
+                e(422, "An invalid secret."),
+            ],
+        ),
+        Id::EndpointCertificatePut => (
+            "Sets the client certificate herald presents to the endpoint's TLS server (mutual TLS). Write-only: the endpoint shows its subject and expiry.",
+            vec![id_param("endpoint")],
+            Some(body(r("ClientCertificateRequest"), true)),
+            vec![
+                ("200".into(), ok("The endpoint.", r("Endpoint"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such endpoint."),
+                e(413, "Body over server.max_body_bytes."),
+                e(415, "Not JSON."),
+                e(422, "A certificate or key that does not parse, has expired or does not match (named in `field`)."),
+            ],
+        ),
+        Id::EndpointCertificateDelete => (
+            "Removes the endpoint's client certificate.",
+            vec![id_param("endpoint")],
+            None,
+            vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+        ),
+        Id::EndpointPause | Id::EndpointResume => (
+            if id == Id::EndpointPause {
+                "Pauses an endpoint: due deliveries end `skipped` / `paused`."
+            } else {
+                "Resumes (or re-enables) an endpoint."
+            },
+            vec![id_param("endpoint")],
+            None,
+            vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+        ),
+        Id::EndpointTest => (
+            "Sends a test event (a catalog sample, or a generic `webhook.test`) now.",
+            vec![id_param("endpoint")],
+            Some(body(r("TestRequest"), false)),
+            vec![
+                ("200".into(), ok("Sent; its first attempt.", r("TestResult"))),
+                ("202".into(), ok("Stored; its attempt had not ended in time.", r("TestResult"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such endpoint."),
+                e(415, "Not JSON."),
+                e(422, "An unknown type or one without a sample."),
+            ],
+        ),
+        Id::EndpointRecover => (
+            "Retries every failed or skipped delivery of the endpoint since a time (at most 10,000 a call).",
+            vec![id_param("endpoint")],
+            Some(body(r("RecoverRequest"), true)),
+            vec![
+                ("200".into(), ok("A dry run: how many.", r("RecoverResult"))),
+                ("202".into(), ok("Retried.", r("RecoverResult"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such endpoint."),
+                e(415, "Not JSON."),
+                e(422, "An invalid since."),
+            ],
+        ),
+        Id::EndpointStats => (
+            "The endpoint's last hour, minute by minute, and its health.",
+            vec![id_param("endpoint")],
+            None,
+            vec![("200".into(), ok("Stats.", r("EndpointStats"))), e(404, "No such endpoint.")],
+        ),
+        _ => return None,
+    })
+}
+
+/// The delivery log: deliveries, events, retries, replays and incidents.
+fn log_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
+        Id::Deliveries => (
+            "Deliveries newest first, with filters and a cursor.",
+            vec![
+                query(
+                    "account_id",
+                    "Only this account's.",
+                    json!({"type": "string"}),
+                ),
+                query(
+                    "endpoint_id",
+                    "Only this endpoint's.",
+                    json!({"type": "string"}),
+                ),
+                query("event_type", "Only this type.", json!({"type": "string"})),
+                query(
+                    "state",
+                    "Only this state.",
+                    json!({"enum": DeliveryState::ALL.map(|s| s.as_str())}),
+                ),
+                query(
+                    "status",
+                    "Only this last attempt status.",
+                    json!({"enum": Status::ALL.map(|s| s.as_str())}),
+                ),
+                query("since", "Created at or after.", time()),
+                query("until", "Created before.", time()),
+                query(
+                    "limit",
+                    "Items per page, 1 to 500 (default 50).",
+                    json!({"type": "integer", "minimum": 1, "maximum": 500}),
+                ),
+                query(
+                    "cursor",
+                    "The previous page's next_cursor.",
+                    json!({"type": "string"}),
+                ),
+            ],
+            None,
+            vec![
+                ("200".into(), ok("A page.", r("DeliveryList"))),
+                e(404, "Another account (portal sessions)."),
+                e(422, "An invalid parameter (named in `field`)."),
+            ],
+        ),
+        Id::DeliveryGet => (
+            "A delivery with every attempt.",
+            vec![id_param("delivery")],
+            None,
+            vec![
+                ("200".into(), ok("The delivery.", r("DeliveryDetail"))),
+                e(404, "No such delivery."),
+            ],
+        ),
+        Id::DeliveryRetry => (
+            "One new attempt now, same webhook-id.",
+            vec![id_param("delivery")],
+            None,
+            vec![
+                ("202".into(), ok("Due now.", r("Delivery"))),
+                e(404, "No such delivery."),
+                e(409, "An attempt of it is running now."),
+            ],
+        ),
+        Id::EventGet => (
+            "An event, its payload and its deliveries.",
+            vec![id_param("event")],
+            None,
+            vec![
+                ("200".into(), ok("The event.", r("Event"))),
+                e(404, "No such event."),
+            ],
+        ),
+        Id::EventReplay => (
+            "Ingests the event again as a new event (new id), for all or one endpoint.",
+            vec![id_param("event")],
+            Some(body(r("ReplayRequest"), false)),
+            vec![
+                ("200".into(), ok("A dry run: how many.", r("DryRun"))),
+                ("202".into(), ok("Replayed.", r("ReplayResult"))),
+                e(400, "Malformed JSON."),
+                e(404, "No such event."),
+                e(415, "Not JSON."),
+                e(422, "An endpoint that is not the account's."),
+            ],
+        ),
+        Id::Incidents => (
+            "Failures grouped by endpoint and status / HTTP code.",
+            vec![
+                query(
+                    "account_id",
+                    "Only this account's.",
+                    json!({"type": "string"}),
+                ),
+                query("since", "From (default 24 h ago).", time()),
+            ],
+            None,
+            vec![
+                (
+                    "200".into(),
+                    ok("Incidents, largest first.", r("Incidents")),
+                ),
+                e(404, "Another account (portal sessions)."),
+                e(422, "An invalid parameter."),
+            ],
+        ),
+        _ => return None,
+    })
 }
 
 fn list_of(item: &str) -> Value {

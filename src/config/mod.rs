@@ -597,7 +597,6 @@ fn one_line(msg: &str) -> String {
 
 mod postgres;
 #[cfg(feature = "postgres")]
-pub use postgres::parse_url;
 #[cfg(test)]
 mod tests;
 mod validate;

@@ -1,6 +1,6 @@
-//! The retention sweep: started by the scheduler every [`sweep_every`] of clock time, it folds
-//! ended history ([`SledStore::fold_history`]) and prunes, in slices on a blocking thread, yielding
-//! between slices, so ingest and delivery never wait on it.
+//! The retention sweep of the embedded store: started by the scheduler every [`sweep_every`] of
+//! clock time, it folds ended history ([`SledStore::fold_history`]) and prunes, in slices on a
+//! blocking thread, yielding between slices, so ingest and delivery never wait on it.
 //!
 //! Folding goes on from where the last sweep stopped; the events it passed while one of their
 //! deliveries was still pending are looked at again by a pass from the oldest event once every

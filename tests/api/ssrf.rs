@@ -9,7 +9,8 @@ use common::herald::ADMIN_TOKEN;
 use common::{first_delivery, Herald, Receiver, TestCa};
 use serde_json::json;
 
-/// Every refused range and notation of §3, as an endpoint URL.
+/// Every refused range and notation (docs/delivery-contract.md, "Transport rules"), as an
+/// endpoint URL.
 const REFUSED: &[&str] = &[
     "https://0.0.0.0/",
     "https://10.1.2.3/",

@@ -28,6 +28,7 @@ mod retention;
 mod rows;
 mod sessions;
 mod tokens;
+mod url;
 mod version;
 pub mod wake;
 
@@ -42,6 +43,7 @@ pub use handle::PgStore;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, Intake, Leased};
 pub use rows::DUE_CHANNEL;
+pub use url::{check_url, parse_url};
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan),
 /// `b:` + an endpoint's id (its circuit breaker). Every node keeps endpoints and plans in memory
@@ -155,8 +157,8 @@ impl Database {
         let url = config
             .postgres_url()
             .map_err(|e| DbError::Config(e.to_string()))?;
-        let mut pg = crate::config::parse_url(&url)
-            .map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
+        let mut pg =
+            parse_url(&url).map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(CONNECT_TIMEOUT);
         }

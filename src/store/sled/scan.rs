@@ -93,14 +93,25 @@ pub(super) fn walk(
 /// Rebuilds the due index, the fresh buckets and the counts (pending ones counted here, ended
 /// ones as last saved).
 pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
-    let t = &inner.trees;
-    let mut pending = 0i64;
-    let mut entries = Vec::new();
     // An ordered endpoint's entries, pending and fresh alike, go in last and by ULID, so each
     // sequence's head is its oldest: a crash may have lost an older delivery's record while a
     // newer one's retry was saved.
     let mut sequenced = Vec::new();
-    for item in t
+    let pending = load_pending(inner, &mut sequenced)?;
+    let fresh = load_fresh(inner, &mut sequenced)?;
+    sequenced.sort_unstable_by_key(|e| e.delivery);
+    inner.due.insert_many(sequenced);
+    inner.stats.set(DeliveryState::Pending, pending + fresh);
+    load_counts(inner)
+}
+
+/// Puts the pending entries (retries, manual retries, windows' ends) in the due index, those of
+/// ordered endpoints in `sequenced`; returns how many there are.
+fn load_pending(inner: &Inner, sequenced: &mut Vec<Entry>) -> Result<i64, StoreError> {
+    let mut pending = 0i64;
+    let mut entries = Vec::new();
+    for item in inner
+        .trees
         .log
         .range(key::of(key::PENDING, 0)..key::end(key::PENDING))
     {
@@ -127,7 +138,14 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
         pending += 1;
     }
     inner.due.insert_many(entries);
+    Ok(pending)
+}
 
+/// Finds the fresh deliveries from the fresh watermark on: puts them in the due index (those of
+/// ordered endpoints in `sequenced`) and the fresh buckets, and makes new ids sort after every
+/// stored one. Returns how many there are.
+fn load_fresh(inner: &Inner, sequenced: &mut Vec<Entry>) -> Result<i64, StoreError> {
+    let t = &inner.trees;
     let from = match t.meta.get(meta_keys::FRESH_FROM)? {
         Some(v) => u128::from_be_bytes(v.as_ref().try_into().unwrap_or_default()),
         None => 0,
@@ -182,12 +200,12 @@ pub(super) fn rebuild(inner: &Inner) -> Result<(), StoreError> {
     f.last_event = newest;
     drop(f);
     inner.due.insert_many(fresh);
-    sequenced.sort_unstable_by_key(|e| e.delivery);
-    inner.due.insert_many(sequenced);
-    pending += found;
-    inner.stats.set(DeliveryState::Pending, pending);
+    Ok(found)
+}
 
-    if let Some(v) = t.meta.get(meta_keys::COUNTS)? {
+/// The counts of ended deliveries as last saved.
+fn load_counts(inner: &Inner) -> Result<(), StoreError> {
+    if let Some(v) = inner.trees.meta.get(meta_keys::COUNTS)? {
         for (i, chunk) in v.chunks_exact(8).enumerate().take(4) {
             let state = DeliveryState::ALL[i];
             if state != DeliveryState::Pending {
