@@ -110,16 +110,7 @@ pub async fn start(
     outer: Shutdown,
 ) -> Result<Running, AppError> {
     let started = Instant::now();
-    // Herald's own stop: the caller's signal, or storage that stays broken.
-    let (trigger, shutdown) = shutdown::channel();
-    let trigger = Arc::new(trigger);
-    {
-        let (trigger, mut outer) = (trigger.clone(), outer);
-        tokio::spawn(async move {
-            outer.wait().await;
-            trigger.fire();
-        });
-    }
+    let (trigger, shutdown) = own_shutdown(outer);
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::default());
     let store = open_store(&config, clock.clone(), metrics.clone(), &shutdown).await?;
@@ -177,7 +168,39 @@ pub async fn start(
     );
     notify_systemd("READY=1");
 
+    let (task, failure) = start_serving(listener, state, shutdown, trigger);
+    Ok(Running {
+        addr,
+        store,
+        engine,
+        task,
+        failure,
+    })
+}
+
+/// Herald's own stop: fired by the caller's signal (`outer`), or by herald itself when storage
+/// stays broken.
+fn own_shutdown(outer: Shutdown) -> (Arc<Trigger>, Shutdown) {
+    let (trigger, shutdown) = shutdown::channel();
+    let trigger = Arc::new(trigger);
+    let (fire, mut outer) = (trigger.clone(), outer);
+    tokio::spawn(async move {
+        outer.wait().await;
+        fire.fire();
+    });
+    (trigger, shutdown)
+}
+
+/// Starts the engine, the API server and (on one box) the storage watch; returns the task that
+/// ends once herald has stopped, and where it says why it stopped on its own.
+fn start_serving(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: Shutdown,
+    trigger: Arc<Trigger>,
+) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Option<String>>>) {
     let failure = Arc::new(Mutex::new(None));
+    let store = state.store.clone();
     // The embedded store keeps a write error for good: only a fresh start can use the disk
     // again. A cluster's database that goes away comes back to the same node.
     if let Some(s) = store.sled() {
@@ -188,7 +211,7 @@ pub async fn start(
             failure.clone(),
         ));
     }
-    let engine_task = tokio::spawn(engine.clone().run(shutdown.clone(), GRACE));
+    let engine_task = tokio::spawn(state.engine.clone().run(shutdown.clone(), GRACE));
     let task = tokio::spawn(serve_until_stopped(
         listener,
         state,
@@ -197,13 +220,7 @@ pub async fn start(
         store.sled().cloned(),
         failure.clone(),
     ));
-    Ok(Running {
-        addr,
-        store,
-        engine,
-        task,
-        failure,
-    })
+    (task, failure)
 }
 
 /// Opens the store the config names. A cluster node migrates the schema (under the advisory

@@ -384,47 +384,7 @@ impl SledStore {
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<SledStore>, StoreError> {
-        files::create_private_dir(path)?;
-        remove_partial_snapshots(path)?;
-        let db = open_sled(
-            sled::Config::new()
-                .path(path)
-                .cache_capacity(cache_capacity)
-                .flush_every_ms(Some(500)),
-            path,
-        )?;
-        let format = check_format(&db)?;
-        let trees = Trees::open(&db)?;
-        let data_file = File::open(path.join("db"))?;
-        let keys = keys::Keys::open(&path.join(KEYS_DIR))?;
-        let old_keys = path.join(OLD_KEYS_DIR);
-        migrate_to_current(
-            format,
-            &db,
-            &trees,
-            &data_file,
-            &keys,
-            &old_keys,
-            clock.now_ms(),
-        )?;
-        // What commits that failed (answered 503) wrote goes before anything reads the log.
-        apply_undo_files(path, &db, &trees, &data_file)?;
-        // Formats 4 to 6's keys database, moved by the migration (left behind if a crash
-        // came between the format's record and this).
-        if old_keys.exists() {
-            std::fs::remove_dir_all(&old_keys)?;
-        }
-        // Keys a crash took from their database come back from the log before any ingest.
-        let rebuilt = keys.rebuild(&trees.log, clock.now_ms())?;
-        if rebuilt > 0 {
-            tracing::info!(
-                idempotency_keys = rebuilt,
-                "idempotency keys of the last events written again"
-            );
-        }
-        // Files sled made before this herald set its umask (an older herald's) are private too.
-        files::make_private(path)?;
-
+        let (db, trees, data_file, keys) = open_files(path, cache_capacity, clock.now_ms())?;
         let endpoints = load_endpoints(&trees.endpoints)?;
         let plans = accounts::load_plans(&trees.accounts)?;
         let orderings = endpoints
@@ -610,6 +570,49 @@ impl SledStore {
             .consistent(|| self.inner.event_with_payload(ulid))?;
         Ok(read.map(|(rec, payload, _)| (rec.meta, payload)))
     }
+}
+
+/// Opens the data directory's files at `now`: sled's database and the idempotency keys'
+/// tables, brought to the current format, with what failed commits wrote undone and the keys a
+/// crash took written again. Nothing reads the log before this returns.
+fn open_files(
+    path: &Path,
+    cache_capacity: u64,
+    now: Millis,
+) -> Result<(sled::Db, Trees, File, keys::Keys), StoreError> {
+    files::create_private_dir(path)?;
+    remove_partial_snapshots(path)?;
+    let db = open_sled(
+        sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_capacity)
+            .flush_every_ms(Some(500)),
+        path,
+    )?;
+    let format = check_format(&db)?;
+    let trees = Trees::open(&db)?;
+    let data_file = File::open(path.join("db"))?;
+    let keys = keys::Keys::open(&path.join(KEYS_DIR))?;
+    let old_keys = path.join(OLD_KEYS_DIR);
+    migrate_to_current(format, &db, &trees, &data_file, &keys, &old_keys, now)?;
+    // What commits that failed (answered 503) wrote goes before anything reads the log.
+    apply_undo_files(path, &db, &trees, &data_file)?;
+    // Formats 4 to 6's keys database, moved by the migration (left behind if a crash
+    // came between the format's record and this).
+    if old_keys.exists() {
+        std::fs::remove_dir_all(&old_keys)?;
+    }
+    // Keys a crash took from their database come back from the log before any ingest.
+    let rebuilt = keys.rebuild(&trees.log, now)?;
+    if rebuilt > 0 {
+        tracing::info!(
+            idempotency_keys = rebuilt,
+            "idempotency keys of the last events written again"
+        );
+    }
+    // Files sled made before this herald set its umask (an older herald's) are private too.
+    files::make_private(path)?;
+    Ok((db, trees, data_file, keys))
 }
 
 /// Writes the fresh watermark and the counts every [`CHECKPOINT_EVERY`] until the store is
