@@ -173,23 +173,6 @@ async fn one_idempotency_key_on_several_nodes_makes_one_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_idempotency_key_older_than_the_window_makes_a_new_event() {
-    let c = Cluster::new().await;
-    let node = c.node().await;
-    let first = created(&node.ingest(vec![event("a", Some("k"))]).await.unwrap());
-    c.clock.advance(Duration::from_secs(24 * 3600 - 1));
-    let again = node.ingest(vec![event("a", Some("k"))]).await.unwrap();
-    assert!(
-        matches!(&again[0], IngestOutcome::Duplicate { event_id } if *event_id == first[0]),
-        "{again:?}"
-    );
-    c.clock.advance(Duration::from_secs(1));
-    let later = created(&node.ingest(vec![event("a", Some("k"))]).await.unwrap());
-    assert_eq!(later.len(), 1);
-    assert_ne!(later[0], first[0]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nodes_claiming_at_once_never_hold_the_same_delivery() {
     let c = Cluster::new().await;
     let nodes = [c.node().await, c.node().await, c.node().await];

@@ -39,47 +39,90 @@ struct Subject {
     name: &'static str,
     store: Backend,
     clock: Arc<ManualClock>,
+    /// Where the store is: its data directory, or its database's URL.
+    place: Place,
+}
+
+enum Place {
+    Directory(std::path::PathBuf),
+    Database(String),
 }
 
 /// The embedded store, and the directory it is in (kept until the case ends).
 async fn sled_subject() -> (Subject, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::new(START));
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let store = SledStore::open(
-        &dir.path().join("data"),
-        8 << 20,
-        dyn_clock,
-        Arc::new(Metrics::default()),
-    )
-    .expect("open the embedded store");
+    let place = Place::Directory(dir.path().join("data"));
     let subject = Subject {
         name: "sled",
-        store: Backend::Sled(store),
+        store: open(&place, &clock).await,
         clock,
+        place,
     };
     (subject, dir)
 }
 
 async fn postgres_subject() -> Subject {
     let url = common::postgres::shared_database();
-    let config = Config::from_toml(&format!(
-        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 4\n"
-    ))
-    .expect("config");
-    let db = Database::new(&config).expect("database");
-    migrate(&mut db.dedicated().await.expect("connect"))
-        .await
-        .expect("migrate");
     let clock = Arc::new(ManualClock::new(START));
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let store = PgStore::with_database(db, dyn_clock, Duration::from_secs(30))
-        .await
-        .expect("node");
+    let place = Place::Database(url);
     Subject {
         name: "postgres",
-        store: Backend::Postgres(Arc::new(store)),
+        store: open(&place, &clock).await,
         clock,
+        place,
+    }
+}
+
+/// Opens the store at `place` (a cluster's database is migrated first).
+async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    match place {
+        Place::Directory(path) => Backend::Sled(
+            SledStore::open(path, 8 << 20, dyn_clock, Arc::new(Metrics::default()))
+                .expect("open the embedded store"),
+        ),
+        Place::Database(url) => {
+            let config = Config::from_toml(&format!(
+                "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 4\n"
+            ))
+            .expect("config");
+            let db = Database::new(&config).expect("database");
+            migrate(&mut db.dedicated().await.expect("connect"))
+                .await
+                .expect("migrate");
+            let store = PgStore::with_database(db, dyn_clock, Duration::from_secs(30))
+                .await
+                .expect("node");
+            Backend::Postgres(Arc::new(store))
+        }
+    }
+}
+
+impl Subject {
+    /// Closes the store as herald does when it stops and opens it again: what the contract
+    /// calls durable is there.
+    async fn reopen(self) -> Subject {
+        let Subject {
+            name,
+            store,
+            clock,
+            place,
+        } = self;
+        if let Backend::Sled(s) = store {
+            let committer = s.take_committer();
+            s.close().expect("close");
+            drop(s);
+            if let Some(c) = committer {
+                c.join().expect("the committer ends");
+            }
+        }
+        Subject {
+            name,
+            store: open(&place, &clock).await,
+            clock,
+            place,
+        }
     }
 }
 
@@ -256,6 +299,22 @@ async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target() {
             "{}",
             s.name
         );
+
+        // Durable when acknowledged: the store opened again has the events, their payloads
+        // and their pending deliveries.
+        let s = s.reopen().await;
+        let (_, payload) = s.store.event(&first).await.unwrap().expect("kept");
+        assert_eq!(&payload[..], b"{\"n\":1}", "{}", s.name);
+        for d in &deliveries {
+            let read = s.store.delivery(&d.id).await.unwrap().expect("kept");
+            assert_eq!(json(&read), json(d), "{}", s.name);
+        }
+        assert_eq!(
+            s.store.stats().await.unwrap().get(DeliveryState::Pending),
+            4,
+            "{}",
+            s.name
+        );
     })
     .await;
 }
@@ -304,15 +363,30 @@ async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
             s.name
         );
 
-        // Past the window, the key makes a new event.
-        s.clock
-            .advance(Duration::from_millis(IDEMPOTENCY_WINDOW_MS as u64 + 1));
+        // The key answers until its window ends, to the millisecond; then it makes a new event.
+        s.clock.set(START + IDEMPOTENCY_WINDOW_MS - 1);
+        let again = s
+            .store
+            .ingest(vec![event("acct", Some("k1"), s.clock.now_ms())])
+            .await
+            .unwrap();
+        assert!(
+            matches!(&again[0], IngestOutcome::Duplicate { event_id } if *event_id == first),
+            "{}: a millisecond before the window ends: {again:?}",
+            s.name
+        );
+        s.clock.set(START + IDEMPOTENCY_WINDOW_MS);
         let later = s
             .store
             .ingest(vec![event("acct", Some("k1"), s.clock.now_ms())])
             .await
             .unwrap();
-        assert_ne!(created(&later[0]).0, first, "{}", s.name);
+        assert_ne!(
+            created(&later[0]).0,
+            first,
+            "{}: once the window ended",
+            s.name
+        );
     })
     .await;
 }
@@ -504,6 +578,13 @@ async fn endpoints_are_created_changed_and_deleted_one_change_at_a_time() {
         assert!(store.endpoint(EP_A).is_none(), "{}", s.name);
         store.fresh_directory().await.unwrap();
         assert_eq!(store.account_endpoints("acct").len(), 1, "{}", s.name);
+
+        // Every change was durable: the store opened again has each of them.
+        let s = s.reopen().await;
+        let back = s.store.endpoint(EP_B).expect("kept");
+        assert_eq!(back.description, "x".repeat(10), "{}", s.name);
+        assert!(s.store.endpoint(EP_A).is_none(), "{}", s.name);
+        assert_eq!(s.store.account_endpoints("acct").len(), 1, "{}", s.name);
     })
     .await;
 }

@@ -371,48 +371,6 @@ async fn a_delivery_change_is_written_all_or_nothing() {
     close(store);
 }
 
-/// Endpoint changes made at the same time (the API's and the engine's) are
-/// never lost, and what is in memory is what is on disk.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_endpoint_changes_are_all_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let store = open(dir.path(), &clock);
-    let id = ids::new_id(ids::ENDPOINT, T0);
-    store.put_endpoint(endpoint(&id, "a")).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..60 {
-        let store = store.clone();
-        let id = id.clone();
-        tasks.push(tokio::spawn(async move {
-            store
-                .change_endpoint(&id, |ep| {
-                    if i == 30 {
-                        ep.state = EndpointState::Disabled; // the engine's change
-                    } else {
-                        ep.event_types.push(format!("t{i}.*"));
-                    }
-                    Ok::<_, StoreError>(true)
-                })
-                .await
-                .unwrap()
-                .unwrap();
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let ep = store.endpoint(&id).unwrap();
-    assert_eq!(ep.event_types.len(), 59, "every change is kept");
-    assert_eq!(ep.state, EndpointState::Disabled);
-    close(store);
-    let store = open(dir.path(), &clock);
-    let back = store.endpoint(&id).unwrap();
-    assert_eq!(back.event_types.len(), 59, "memory and disk agree");
-    assert_eq!(back.state, EndpointState::Disabled);
-    close(store);
-}
-
 fn debounced_event(at: Millis, window_ms: Millis) -> NewEvent {
     let mut ev = event("a", &[LANE], at);
     ev.event_type = "order.updated".into();
