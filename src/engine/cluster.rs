@@ -43,8 +43,6 @@ const CLAIM_FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// (sending or waiting for a slot): enough to keep its slots busy between claims, never a whole
 /// backlog that other nodes could be sending.
 const HOLD_PER_SLOT: usize = 4;
-/// Rows a retention slice removes.
-const PRUNE_SLICE: i64 = 1_000;
 
 /// Claims failed in a row, and when that was last logged.
 #[derive(Default)]
@@ -137,7 +135,7 @@ impl Engine {
             freed.as_mut().enable();
             let now = self.clock.now_ms();
             while lock(&self.attempts).try_join_next().is_some() {}
-            if now >= next_sweep && self.clone().start_cluster_sweep(store.clone(), now) {
+            if now >= next_sweep && self.clone().start_sweep(now) {
                 next_sweep =
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
@@ -378,58 +376,5 @@ impl Engine {
             drop(permit);
             engine.idle.notify_waiters();
         });
-    }
-
-    /// Retention on the shared database: events older than the retention with their
-    /// deliveries, attempts and keys; expired idempotency keys and debounce windows; ended
-    /// portal sessions. Each in bounded slices that skip rows other nodes hold, so several
-    /// nodes sweeping at once share the work.
-    fn start_cluster_sweep(self: Arc<Self>, store: Arc<PgStore>, now: Millis) -> bool {
-        if self.sweeping.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        self.forget_gone_endpoints();
-        tokio::spawn(async move {
-            let cutoff = now - self.cfg.retention_ms;
-            let events = self
-                .prune_in_slices(|| store.prune_events(cutoff, PRUNE_SLICE))
-                .await;
-            let mut other = self
-                .prune_in_slices(|| store.prune_keys(now, PRUNE_SLICE))
-                .await;
-            match store.prune_portal_sessions(now, PRUNE_SLICE).await {
-                Ok(n) => other += n,
-                Err(e) => tracing::error!(error = %e, "retention sweep failed"),
-            }
-            if events + other > 0 {
-                tracing::info!(events, other, "retention: pruned");
-            }
-            self.sweeping.store(false, Ordering::Release);
-        });
-        true
-    }
-
-    /// Runs `slice` until it removes fewer than a slice's worth, fails, or the engine stops;
-    /// returns how many rows it removed.
-    async fn prune_in_slices<F>(&self, mut slice: impl FnMut() -> F) -> u64
-    where
-        F: std::future::Future<Output = Result<u64, StoreError>>,
-    {
-        let mut removed = 0;
-        while !self.stopping.load(Ordering::Acquire) {
-            match slice().await {
-                Ok(n) => {
-                    removed += n;
-                    if n < PRUNE_SLICE as u64 {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "retention sweep failed");
-                    break;
-                }
-            }
-        }
-        removed
     }
 }

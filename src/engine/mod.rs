@@ -108,8 +108,6 @@ pub struct Engine {
     running: AtomicUsize,
     idle: Notify,
     sweeping: std::sync::atomic::AtomicBool,
-    /// Where the next sweep's folding starts, and when it last started from the oldest event.
-    fold_cursor: Mutex<retention::FoldCursor>,
     /// Set when the scheduler stops: a retention sweep stops at its next slice.
     stopping: std::sync::atomic::AtomicBool,
     /// The running attempts' tasks, aborted if they outlast the shutdown grace period.
@@ -149,7 +147,6 @@ impl Engine {
             running: AtomicUsize::new(0),
             idle: Notify::new(),
             sweeping: std::sync::atomic::AtomicBool::new(false),
-            fold_cursor: Mutex::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             attempts: Mutex::new(tokio::task::JoinSet::new()),
             metrics,
@@ -201,7 +198,7 @@ impl Engine {
             let now = self.clock.now_ms();
             // Finished attempts' tasks leave the set.
             while lock(&self.attempts).try_join_next().is_some() {}
-            if now >= next_sweep && self.clone().start_sweep(store.clone(), now) {
+            if now >= next_sweep && self.clone().start_sweep(now) {
                 next_sweep =
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }

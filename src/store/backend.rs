@@ -9,15 +9,19 @@
 //! polled 20 million times, release build, this machine), against the microseconds of any store
 //! operation.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::contract::{Accounts, Directory, Ingest, Log, Status};
+use super::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
 #[cfg(feature = "postgres")]
 use super::postgres::PgStore;
 use super::sled::SledStore;
-use super::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use super::{
+    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
+    Swept,
+};
 use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
@@ -324,5 +328,11 @@ impl Status for Backend {
 
     async fn size_on_disk(&self) -> u64 {
         both_async!(self, Status::size_on_disk, ())
+    }
+}
+
+impl Retention for Backend {
+    async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
+        both_async!(self, Retention::sweep, (now, retained, stop))
     }
 }

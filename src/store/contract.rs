@@ -21,11 +21,15 @@
 //! costs nothing measurable and keeps generic operations (a change given as a closure) typed.
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError};
+use super::{
+    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
+    Swept,
+};
 use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
@@ -317,6 +321,26 @@ pub trait Log {
         &self,
         endpoint_id: &str,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// Letting go of what is past the retention.
+pub trait Retention {
+    /// Sweeps as of `now`: removes events older than `retained.retention_ms` with their
+    /// deliveries and attempts (never an event with a pending delivery), expired idempotency
+    /// keys and ended debounce windows, and expired portal sessions; on one box it first folds
+    /// the ended history older than `retained.fold_after_ms`.
+    ///
+    /// Works in bounded slices, each its own write, off the async workers, yielding between
+    /// them: ingest and delivery never wait on a sweep. Stops at the next slice once `stop` is
+    /// set. Several nodes may sweep at once (each skips what another holds). A crash mid-sweep
+    /// leaves every slice done or not done; the next sweep goes on. A slice that fails is
+    /// logged and ends its part of the sweep.
+    fn sweep(
+        &self,
+        now: Millis,
+        retained: Retained,
+        stop: &AtomicBool,
+    ) -> impl Future<Output = Swept> + Send;
 }
 
 /// The store's own health and figures.

@@ -34,11 +34,13 @@ mod types;
 pub use backend::Backend;
 /// The contract's traits, for calling its operations: `use crate::store::prelude::*;`.
 pub mod prelude {
-    pub use super::contract::{Accounts as _, Directory as _, Ingest as _, Log as _, Status as _};
+    pub use super::contract::{
+        Accounts as _, Directory as _, Ingest as _, Log as _, Retention as _, Status as _,
+    };
 }
 pub use error::StoreError;
 pub use types::{
     check_endpoint_size, lane_of, token_hash, Changed, DebounceRule, DeliveryFilter, DueDelivery,
-    Fence, IngestOutcome, Lane, NewEvent, Node, Stats, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
-    NO_LANE,
+    Fence, IngestOutcome, Lane, NewEvent, Node, Retained, Stats, Swept, IDEMPOTENCY_WINDOW_MS,
+    MAX_ENDPOINT_SIZE, NO_LANE,
 };

@@ -146,6 +146,31 @@ pub enum Fence {
     Lease(i64),
 }
 
+/// What a retention sweep keeps ([`super::contract::Retention::sweep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retained {
+    /// `storage.retention`: events older than this go (none with a pending delivery).
+    pub retention_ms: Millis,
+    /// `storage.fold_after`: ended history older than this is folded (one box only).
+    pub fold_after_ms: Millis,
+}
+
+/// What a retention sweep did, as each store counts it (the cluster's counts events only; its
+/// statement removes their deliveries, attempts and keys with them).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    /// Events removed, with their deliveries and attempts.
+    pub events: u64,
+    pub deliveries: u64,
+    pub attempts: u64,
+    /// Idempotency keys, debounce windows, portal sessions and other rows removed.
+    pub other: u64,
+    /// Events folded, the folds written, and account index rows packed (one box only).
+    pub folded: u64,
+    pub folds: u64,
+    pub index_rows: u64,
+}
+
 /// Deliveries by state, as counted when asked.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {

@@ -133,6 +133,16 @@ async fn failed_probe_doubles_the_cooldown_and_the_breaker_survives_a_restart() 
     let held = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
     w.herald.clock.set(T0 + 30_000);
     w.wait_state(&held, "failed", SETTLE).await;
+    // The probe's result reaches the breaker just after the delivery's (in a cluster, through
+    // the database): wait for it rather than read once.
+    common::wait_until(
+        SETTLE,
+        "the failed probe reopens the breaker for 60 s",
+        || async {
+            endpoint_view(&w, &ep).await["breaker"]["next_probe_at"] == "2026-12-02T12:01:30.000Z"
+        },
+    )
+    .await;
     let v = endpoint_view(&w, &ep).await;
     assert_eq!(v["breaker"]["state"], "open");
     assert_eq!(

@@ -9,6 +9,7 @@
 use crate::common;
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
     lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, IngestOutcome,
-    NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
+    NewEvent, Retained, StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
 const START: i64 = 1_800_000_000_000;
@@ -41,6 +42,8 @@ struct Subject {
     clock: Arc<ManualClock>,
     /// Where the store is: its data directory, or its database's URL.
     place: Place,
+    /// Deliveries a cluster claim leased to this node and no case has taken yet.
+    leased: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 enum Place {
@@ -58,6 +61,7 @@ async fn sled_subject() -> (Subject, tempfile::TempDir) {
         store: open(&place, &clock).await,
         clock,
         place,
+        leased: Default::default(),
     };
     (subject, dir)
 }
@@ -71,6 +75,7 @@ async fn postgres_subject() -> Subject {
         store: open(&place, &clock).await,
         clock,
         place,
+        leased: Default::default(),
     }
 }
 
@@ -108,6 +113,7 @@ impl Subject {
             store,
             clock,
             place,
+            ..
         } = self;
         if let Backend::Sled(s) = store {
             let committer = s.take_committer();
@@ -122,6 +128,7 @@ impl Subject {
             store: open(&place, &clock).await,
             clock,
             place,
+            leased: Default::default(),
         }
     }
 }
@@ -151,12 +158,17 @@ impl Subject {
                 Taken::Claim(s.claim(ulid).expect("nobody holds it"))
             }
             Backend::Postgres(s) => {
-                let leased = s.claim_due(1_000).await.expect("claim");
-                let l = leased
-                    .iter()
-                    .find(|l| l.due.delivery.id == id)
-                    .expect("due and leased to this node");
-                Taken::Lease(l.claim)
+                // A claim takes every due delivery; those not asked for yet wait here.
+                let known = self.leased.lock().unwrap().contains_key(id);
+                if !known {
+                    let claimed = s.claim_due(1_000).await.expect("claim");
+                    let mut leased = self.leased.lock().unwrap();
+                    for l in claimed {
+                        leased.insert(l.due.delivery.id.clone(), l.claim);
+                    }
+                }
+                let claim = self.leased.lock().unwrap().remove(id);
+                Taken::Lease(claim.expect("due and leased to this node"))
             }
         }
     }
@@ -1242,6 +1254,91 @@ async fn a_rate_limit_bucket_gives_its_burst_then_one_token_per_interval() {
         assert_eq!(
             store.take_token(EP_B, limit, now).await.unwrap(),
             Ok(()),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let retained = Retained {
+            retention_ms: 3_600_000,
+            fold_after_ms: 60_000,
+        };
+        // An old event whose deliveries ended, and an old one still pending.
+        let out = store
+            .ingest(vec![
+                event("acct", Some("old-key"), START),
+                event("acct", None, START),
+            ])
+            .await
+            .unwrap();
+        let (ended, ended_deliveries) = created(&out[0]);
+        let (pending, _) = created(&out[1]);
+        for d in &ended_deliveries {
+            let taken = s.take(&d.id).await;
+            let at = s.clock.now_ms();
+            let attempt = Attempt {
+                id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+                number: 1,
+                at,
+                duration_ms: 3,
+                status: Status::Delivered,
+                http_status: Some(200),
+                error: None,
+                request_headers: Vec::new(),
+                response_body: String::new(),
+            };
+            let mut done = d.clone();
+            done.state = DeliveryState::Delivered;
+            done.attempt_count = 1;
+            done.last_status = Some(Status::Delivered);
+            done.last_http_status = Some(200);
+            done.next_attempt_at = None;
+            store
+                .record_attempt(d, &done, &attempt, taken.fence())
+                .await
+                .unwrap();
+        }
+        let session = PortalSession {
+            id: "ps_old".into(),
+            account_id: "acct".into(),
+            read_only: false,
+            created_at: START,
+            expires_at: START + 60_000,
+        };
+        store
+            .create_portal_session(&session, token_hash("hps_old"))
+            .await
+            .unwrap();
+
+        // Within the retention, a sweep keeps everything.
+        s.clock.set(START + 60_000);
+        let stop = AtomicBool::new(false);
+        let swept = store.sweep(s.clock.now_ms(), retained, &stop).await;
+        assert_eq!(swept.events, 0, "{}: {swept:?}", s.name);
+        assert!(store.event(&ended).await.unwrap().is_some(), "{}", s.name);
+
+        // Past it, the ended event goes with its deliveries; the pending one stays.
+        let later = START + 2 * IDEMPOTENCY_WINDOW_MS;
+        s.clock.set(later);
+        let swept = store.sweep(later, retained, &stop).await;
+        assert_eq!(swept.events, 1, "{}: {swept:?}", s.name);
+        assert!(store.event(&ended).await.unwrap().is_none(), "{}", s.name);
+        for d in &ended_deliveries {
+            assert!(store.delivery(&d.id).await.unwrap().is_none(), "{}", s.name);
+        }
+        assert!(store.event(&pending).await.unwrap().is_some(), "{}", s.name);
+        assert!(
+            store
+                .portal_session("hps_old", later)
+                .await
+                .unwrap()
+                .is_none(),
             "{}",
             s.name
         );

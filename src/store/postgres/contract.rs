@@ -2,6 +2,7 @@
 //! operation is one of [`PgStore`]'s own, in the file of its concern.
 
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,9 +14,10 @@ use crate::model::{
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
+use crate::store::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
 use crate::store::{
-    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats, StoreError,
+    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
+    Swept,
 };
 
 impl Ingest for PgStore {
@@ -311,5 +313,16 @@ impl Status for PgStore {
 
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
         PgStore::size_on_disk(self)
+    }
+}
+
+impl Retention for PgStore {
+    fn sweep(
+        &self,
+        now: Millis,
+        retained: Retained,
+        stop: &AtomicBool,
+    ) -> impl Future<Output = Swept> + Send {
+        PgStore::sweep(self, now, retained, stop)
     }
 }

@@ -5,10 +5,12 @@
 //! with it, in the same statement. Idempotency keys outlive their window by nothing; ended debounce
 //! windows and quota counters of past windows are dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::PgStore;
 use crate::clock::Millis;
 use crate::ids;
-use crate::store::{StoreError, IDEMPOTENCY_WINDOW_MS};
+use crate::store::{Retained, StoreError, Swept, IDEMPOTENCY_WINDOW_MS};
 
 impl PgStore {
     /// Removes up to `max` ended events received before `cutoff` (with their deliveries,
@@ -77,4 +79,50 @@ impl PgStore {
             .await?;
         Ok(keys)
     }
+}
+
+/// Rows a retention slice removes.
+const PRUNE_SLICE: i64 = 1_000;
+
+impl PgStore {
+    /// The sweep as of `now` ([`crate::store::contract::Retention::sweep`]): events, then keys
+    /// and windows, then portal sessions, each in slices that skip rows other nodes hold, so
+    /// several nodes sweeping at once share the work.
+    pub(super) async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
+        let cutoff = now - retained.retention_ms;
+        let mut swept = Swept {
+            events: in_slices(stop, || self.prune_events(cutoff, PRUNE_SLICE)).await,
+            ..Swept::default()
+        };
+        swept.other = in_slices(stop, || self.prune_keys(now, PRUNE_SLICE)).await;
+        match self.prune_portal_sessions(now, PRUNE_SLICE).await {
+            Ok(n) => swept.other += n,
+            Err(e) => tracing::error!(error = %e, "retention sweep failed"),
+        }
+        swept
+    }
+}
+
+/// Runs `slice` until it removes fewer than a slice's worth, fails (logged), or `stop` is set;
+/// returns how many rows it removed.
+async fn in_slices<F>(stop: &AtomicBool, mut slice: impl FnMut() -> F) -> u64
+where
+    F: std::future::Future<Output = Result<u64, StoreError>>,
+{
+    let mut removed = 0;
+    while !stop.load(Ordering::Acquire) {
+        match slice().await {
+            Ok(n) => {
+                removed += n;
+                if n < PRUNE_SLICE as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "retention sweep failed");
+                break;
+            }
+        }
+    }
+    removed
 }

@@ -4,6 +4,7 @@
 //! writes run in place.
 
 use std::future::{ready, Future};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,8 +16,10 @@ use crate::model::{
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Log, Status};
-use crate::store::{Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Stats};
+use crate::store::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
+use crate::store::{
+    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, Swept,
+};
 
 /// Runs `read` on a blocking thread with a handle of the store.
 async fn blocking<T: Send + 'static>(
@@ -332,5 +335,16 @@ impl Status for SledStore {
 
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
         ready(SledStore::size_on_disk(self))
+    }
+}
+
+impl Retention for SledStore {
+    fn sweep(
+        &self,
+        now: Millis,
+        retained: Retained,
+        stop: &AtomicBool,
+    ) -> impl Future<Output = Swept> + Send {
+        SledStore::sweep(self, now, retained, stop)
     }
 }

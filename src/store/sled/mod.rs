@@ -65,6 +65,7 @@ mod migrate;
 mod retention;
 mod scan;
 mod sessions;
+mod sweep;
 #[cfg(test)]
 pub(crate) mod tests;
 mod undo;
@@ -373,6 +374,8 @@ pub struct SledStore {
     /// Each rate-limited endpoint's token bucket (in memory: one box sends alone; a restart
     /// starts them full).
     buckets: Mutex<HashMap<String, crate::policy::tokens::Bucket>>,
+    /// Where the retention sweep's folding goes on from ([`sweep`]).
+    fold_cursor: Mutex<sweep::FoldCursor>,
     path: PathBuf,
 }
 
@@ -433,6 +436,7 @@ impl SledStore {
             directory: Directory::new(endpoints, plans),
             endpoint_writes: Mutex::new(()),
             buckets: Mutex::default(),
+            fold_cursor: Mutex::default(),
             path: path.to_path_buf(),
         });
         tokio::spawn(checkpoints(Arc::downgrade(&store)));
