@@ -224,6 +224,17 @@ fn retried(d: &Delivery, at: i64) -> Delivery {
     d
 }
 
+/// A portal session of account `acct`, made at the start, that expires at `expires_at`.
+fn session(id: &str, read_only: bool, expires_at: i64) -> PortalSession {
+    PortalSession {
+        id: id.into(),
+        account_id: "acct".into(),
+        read_only,
+        created_at: START,
+        expires_at,
+    }
+}
+
 fn endpoint(id: &str, account: &str) -> Endpoint {
     common::store::endpoint(id, account, START)
 }
@@ -828,13 +839,7 @@ async fn a_breaker_changes_one_change_at_a_time_and_open_ones_are_listed() {
 async fn a_portal_session_opens_until_it_expires_or_is_revoked() {
     on_both(|s| async move {
         let store = &s.store;
-        let session = PortalSession {
-            id: "ps_1".into(),
-            account_id: "acct".into(),
-            read_only: true,
-            created_at: START,
-            expires_at: START + 3_600_000,
-        };
+        let session = session("ps_1", true, START + 3_600_000);
         store
             .create_portal_session(&session, token_hash("hps_token"))
             .await
@@ -1304,13 +1309,7 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
                 .await
                 .unwrap();
         }
-        let session = PortalSession {
-            id: "ps_old".into(),
-            account_id: "acct".into(),
-            read_only: false,
-            created_at: START,
-            expires_at: START + 60_000,
-        };
+        let session = session("ps_old", false, START + 60_000);
         store
             .create_portal_session(&session, token_hash("hps_old"))
             .await
