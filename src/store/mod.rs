@@ -40,7 +40,7 @@ pub mod prelude {
 }
 pub use error::StoreError;
 pub use types::{
-    check_endpoint_size, lane_of, token_hash, Changed, DebounceRule, DeliveryFilter, DueDelivery,
-    Fence, IngestOutcome, Lane, NewEvent, Node, Retained, Stats, Swept, IDEMPOTENCY_WINDOW_MS,
-    MAX_ENDPOINT_SIZE, NO_LANE,
+    check_endpoint_json, check_endpoint_size, lane_of, token_hash, Changed, DebounceRule,
+    DeliveryFilter, DueDelivery, Fence, IngestOutcome, Lane, NewEvent, Node, Retained, Stats,
+    Swept, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE, NO_LANE,
 };

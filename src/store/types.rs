@@ -194,7 +194,13 @@ pub const MAX_ENDPOINT_SIZE: usize = 7 * 1024;
 
 /// [`StoreError::TooLarge`] unless `ep` fits [`MAX_ENDPOINT_SIZE`] stored.
 pub fn check_endpoint_size(ep: &Endpoint) -> Result<(), StoreError> {
-    let size = ep.id.len() + serde_json::to_vec(ep).map_or(usize::MAX, |v| v.len());
+    let json = serde_json::to_vec(ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+    check_endpoint_json(&ep.id, &json)
+}
+
+/// [`check_endpoint_size`] for an endpoint already serialized (`json`, its id `id`).
+pub fn check_endpoint_json(id: &str, json: &[u8]) -> Result<(), StoreError> {
+    let size = id.len() + json.len();
     if size > MAX_ENDPOINT_SIZE {
         return Err(StoreError::TooLarge {
             what: "the endpoint",

@@ -22,7 +22,7 @@ use crate::store::{
 };
 
 /// Runs `read` on a blocking thread with a handle of the store.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     store: &SledStore,
     read: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {

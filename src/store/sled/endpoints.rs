@@ -164,8 +164,8 @@ impl SledStore {
 
     /// Writes sled and the map; the caller holds `endpoint_writes`.
     fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        crate::store::check_endpoint_size(&ep)?;
         let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+        crate::store::check_endpoint_json(&ep.id, &value)?;
         self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
         self.set_ordering(&ep.id, ep.ordering.clone());
         if ep.rate_limit.is_none() {

@@ -41,13 +41,10 @@ impl SledStore {
         &self,
         f: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Option<T> {
-        let store = self.this.upgrade()?;
-        match tokio::task::spawn_blocking(move || f(&store)).await {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "retention sweep failed");
-                None
-            }
+        match super::contract::blocking(self, f).await {
+            Ok(v) => Some(v),
+            // The store is closing: the sweep ends with it.
+            Err(StoreError::Closed) => None,
             Err(e) => {
                 tracing::error!(error = %e, "retention sweep failed");
                 None
