@@ -207,9 +207,7 @@ fn migrate_postgres(config: &Config) -> ExitCode {
 /// `herald copy`: a stopped sled store into an empty cluster database (docs/cluster.md).
 #[cfg(feature = "postgres")]
 fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
-    use herald::store::postgres::copy::{copy, Copied};
-    use herald::store::postgres::{migrate, Database};
-    use std::io::IsTerminal;
+    use herald::store::postgres::copy::Copied;
 
     let (Some(path), Some(url)) = (from.strip_prefix("sled:"), to.strip_prefix("postgres:")) else {
         eprintln!("herald copy: write --from sled:PATH --to postgres:URL");
@@ -233,53 +231,7 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
         }
     };
     let source = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
-    let done = rt.block_on(async {
-        if !source.join("conf").exists() {
-            return Err(format!("{} holds no herald store", source.display()));
-        }
-        let store = herald::store::sled::SledStore::open(
-            &source,
-            config.storage.cache_capacity,
-            Arc::new(SystemClock),
-            Arc::new(herald::metrics::Metrics::default()),
-        )
-        .map_err(|e| {
-            format!(
-                "cannot open the store at {} (stop the herald that runs on it first): {e}",
-                source.display()
-            )
-        })?;
-        let db = Database::new(&config).map_err(|e| e.to_string())?;
-        let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
-        migrate(&mut client).await.map_err(|e| e.to_string())?;
-        drop(client);
-        let terminal = std::io::stderr().is_terminal();
-        let mut last_line = std::time::Instant::now();
-        let now = herald::clock::Clock::now_ms(&SystemClock);
-        let copied = copy(&store, &source.display().to_string(), &db, now, |p| {
-            let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
-            let line = format!(
-                "{}/{} deliveries, {:.0}/s, {} left",
-                p.deliveries,
-                p.total,
-                p.rate,
-                humantime::format_duration(std::time::Duration::from_secs(left as u64))
-            );
-            if terminal {
-                eprint!("\r\x1b[2K{line}");
-            } else if last_line.elapsed() >= std::time::Duration::from_secs(5) {
-                eprintln!("{line}");
-                last_line = std::time::Instant::now();
-            }
-        })
-        .await
-        .map_err(|e| e.to_string());
-        if terminal {
-            eprintln!();
-        }
-        let _ = store.close();
-        copied
-    });
+    let done = rt.block_on(copy_store(&config, &source));
     match done {
         Ok(Copied::Done {
             deliveries,
@@ -303,6 +255,64 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Opens the sled store at `source`, migrates the database and copies, showing progress on
+/// stderr.
+#[cfg(feature = "postgres")]
+async fn copy_store(
+    config: &Config,
+    source: &std::path::Path,
+) -> Result<herald::store::postgres::copy::Copied, String> {
+    use herald::store::postgres::copy::copy;
+    use herald::store::postgres::{migrate, Database};
+    use std::io::IsTerminal;
+
+    if !source.join("conf").exists() {
+        return Err(format!("{} holds no herald store", source.display()));
+    }
+    let store = herald::store::sled::SledStore::open(
+        source,
+        config.storage.cache_capacity,
+        Arc::new(SystemClock),
+        Arc::new(herald::metrics::Metrics::default()),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the store at {} (stop the herald that runs on it first): {e}",
+            source.display()
+        )
+    })?;
+    let db = Database::new(config).map_err(|e| e.to_string())?;
+    let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
+    migrate(&mut client).await.map_err(|e| e.to_string())?;
+    drop(client);
+    let terminal = std::io::stderr().is_terminal();
+    let mut last_line = std::time::Instant::now();
+    let now = herald::clock::Clock::now_ms(&SystemClock);
+    let copied = copy(&store, &source.display().to_string(), &db, now, |p| {
+        let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
+        let line = format!(
+            "{}/{} deliveries, {:.0}/s, {} left",
+            p.deliveries,
+            p.total,
+            p.rate,
+            humantime::format_duration(std::time::Duration::from_secs(left as u64))
+        );
+        if terminal {
+            eprint!("\r\x1b[2K{line}");
+        } else if last_line.elapsed() >= std::time::Duration::from_secs(5) {
+            eprintln!("{line}");
+            last_line = std::time::Instant::now();
+        }
+    })
+    .await
+    .map_err(|e| e.to_string());
+    if terminal {
+        eprintln!();
+    }
+    let _ = store.close();
+    copied
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -1,8 +1,8 @@
-//! `herald copy --from sled:PATH --to postgres:URL` (docs/cluster.md): a stopped single-node store
-//! moved into an empty cluster database, page by page, each page one transaction (a statement
-//! per table, arrays unnested) that also records how far the copy got (`herald_copy`). Run again after an interruption it goes on
-//! from there; rows copied twice are skipped (every insert is `ON CONFLICT DO NOTHING`), so
-//! nothing is ever doubled. It refuses a database that holds anything it did not copy, and a
+//! `herald copy --from sled:PATH --to postgres:URL` (docs/cluster.md): a stopped single-node
+//! store moved into an empty cluster database, page by page, each page one transaction (a
+//! statement per table, arrays unnested) that also records how far the copy got
+//! (`herald_copy`). Run again after an interruption it goes on from there; rows copied twice
+//! are skipped (every insert is `ON CONFLICT DO NOTHING`), so nothing is ever doubled. It refuses a database that holds anything it did not copy, and a
 //! database another store was copied into.
 //!
 //! Copied: endpoints (secrets included) and their client certificates, plans, account secrets,
@@ -53,49 +53,10 @@ pub async fn copy(
     mut report: impl FnMut(Progress),
 ) -> Result<Copied, StoreError> {
     let mut client = db.client().await?;
-    let marks = client
-        .query(
-            "SELECT source, cursor, copied, finished FROM herald_copy",
-            &[],
-        )
-        .await?;
-    let (mut cursor, mut copied, resumed) = match marks.first() {
-        Some(r) if r.get::<_, &str>(0) != source => {
-            return Err(StoreError::Format(format!(
-                "the database holds a copy of another store ({}); copy into an empty database",
-                r.get::<_, &str>(0)
-            )))
-        }
-        Some(r) if r.get::<_, bool>(3) => return Ok(Copied::AlreadyDone),
-        Some(r) => (
-            r.get::<_, Option<String>>(1),
-            r.get::<_, i64>(2) as u64,
-            true,
-        ),
-        None => {
-            let used: bool = client
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
-                         OR EXISTS (SELECT 1 FROM accounts)",
-                    &[],
-                )
-                .await?
-                .get(0);
-            if used {
-                return Err(StoreError::Format(
-                    "the database is not empty (it has events, endpoints or accounts); copy \
-                     into an empty database"
-                        .into(),
-                ));
-            }
-            client
-                .execute(
-                    "INSERT INTO herald_copy (source, started_at) VALUES ($1, $2)",
-                    &[&source, &now],
-                )
-                .await?;
-            (None, 0, false)
-        }
+    let (mut cursor, mut copied, resumed) = match begin(&client, source, now).await? {
+        Begun::Resumed(cursor, copied) => (cursor, copied, true),
+        Begun::Fresh => (None, 0, false),
+        Begun::Finished => return Ok(Copied::AlreadyDone),
     };
 
     copy_accounts(from, &mut client).await?;
@@ -109,21 +70,7 @@ pub async fn copy(
     let filter = DeliveryFilter::default();
     loop {
         let (page, next) = from.list_deliveries(&filter, PAGE, cursor.as_deref())?;
-        let mut rows = Rows::default();
-        let mut events_seen = HashSet::new();
-        for d in &page {
-            if !events_seen.insert(d.event_id.clone()) {
-                continue;
-            }
-            let Some((meta, payload, deliveries)) = from.event_with_deliveries(&d.event_id)? else {
-                continue;
-            };
-            let mut attempts = Vec::new();
-            for del in &deliveries {
-                attempts.push(from.attempts(&del.id)?);
-            }
-            rows.add(meta, payload.to_vec(), deliveries, attempts, now)?;
-        }
+        let rows = read_page(from, &page, now)?;
         copied += page.len() as u64;
         let tx = client.transaction().await?;
         rows.write(&tx).await?;
@@ -148,6 +95,87 @@ pub async fn copy(
         deliveries: copied,
         resumed,
     })
+}
+
+/// Where a copy starts.
+enum Begun {
+    /// Nothing copied yet: the copy is recorded as started.
+    Fresh,
+    /// An interrupted copy of this store: from this cursor, with this many deliveries copied.
+    Resumed(Option<String>, u64),
+    /// This store was copied into this database already.
+    Finished,
+}
+
+/// Reads (or records) how far a copy of `source` into the database got; refuses a database
+/// that holds another store's copy or anything not copied.
+async fn begin(
+    client: &deadpool_postgres::Object,
+    source: &str,
+    now: Millis,
+) -> Result<Begun, StoreError> {
+    let marks = client
+        .query(
+            "SELECT source, cursor, copied, finished FROM herald_copy",
+            &[],
+        )
+        .await?;
+    match marks.first() {
+        Some(r) if r.get::<_, &str>(0) != source => Err(StoreError::Format(format!(
+            "the database holds a copy of another store ({}); copy into an empty database",
+            r.get::<_, &str>(0)
+        ))),
+        Some(r) if r.get::<_, bool>(3) => Ok(Begun::Finished),
+        Some(r) => Ok(Begun::Resumed(
+            r.get::<_, Option<String>>(1),
+            r.get::<_, i64>(2) as u64,
+        )),
+        None => {
+            let used: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
+                         OR EXISTS (SELECT 1 FROM accounts)",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if used {
+                return Err(StoreError::Format(
+                    "the database is not empty (it has events, endpoints or accounts); copy \
+                     into an empty database"
+                        .into(),
+                ));
+            }
+            client
+                .execute(
+                    "INSERT INTO herald_copy (source, started_at) VALUES ($1, $2)",
+                    &[&source, &now],
+                )
+                .await?;
+            Ok(Begun::Fresh)
+        }
+    }
+}
+
+/// One page of the log from `from`: the events of `page`'s deliveries, each with all its
+/// deliveries and their attempts.
+fn read_page(from: &SledStore, page: &[Delivery], now: Millis) -> Result<Rows, StoreError> {
+    let mut rows = Rows::default();
+    let mut events_seen = HashSet::new();
+    for d in page {
+        if !events_seen.insert(d.event_id.clone()) {
+            continue;
+        }
+        let Some((meta, payload, deliveries)) = from.event_with_deliveries(&d.event_id)? else {
+            continue;
+        };
+        let mut attempts = Vec::new();
+        for del in &deliveries {
+            attempts.push(from.attempts(&del.id)?);
+        }
+        rows.add(meta, payload.to_vec(), deliveries, attempts, now)?;
+    }
+    Ok(rows)
 }
 
 /// Endpoints, client certificates, plans and account secrets, in one transaction.
@@ -243,6 +271,18 @@ impl Rows {
 
     /// The page's rows, one statement per table (arrays unnested).
     async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        self.write_events(tx).await?;
+        self.write_deliveries(tx).await?;
+        if !self.attempts.is_empty() {
+            self.write_attempts(tx).await?;
+        }
+        if !self.keys.is_empty() {
+            self.write_keys(tx).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_events(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
         let ev = &self.events;
         tx.execute(
             "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
@@ -262,6 +302,13 @@ impl Rows {
             ],
         )
         .await?;
+        Ok(())
+    }
+
+    async fn write_deliveries(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<(), StoreError> {
         let ds = &self.deliveries;
         let due: Vec<Option<i64>> = ds
             .iter()
@@ -303,54 +350,58 @@ impl Rows {
             ],
         )
         .await?;
-        if !self.attempts.is_empty() {
-            let at = &self.attempts;
-            let headers = at
-                .iter()
-                .map(|(_, a)| serde_json::to_value(&a.request_headers))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StoreError::Encode(e.to_string()))?;
-            tx.execute(
-                "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
-                                       http_status, error, request_headers, response_body)
-                 SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[],
-                                      $5::bigint[], $6::text[], $7::integer[], $8::text[],
-                                      $9::jsonb[], $10::text[])
-                 ON CONFLICT DO NOTHING",
-                &[
-                    &at.iter().map(|a| &a.0).collect::<Vec<_>>(),
-                    &at.iter().map(|a| a.1.number as i32).collect::<Vec<_>>(),
-                    &at.iter().map(|a| &a.1.id).collect::<Vec<_>>(),
-                    &at.iter().map(|a| a.1.at).collect::<Vec<_>>(),
-                    &at.iter()
-                        .map(|a| a.1.duration_ms.min(i64::MAX as u64) as i64)
-                        .collect::<Vec<_>>(),
-                    &at.iter().map(|a| a.1.status.as_str()).collect::<Vec<_>>(),
-                    &at.iter()
-                        .map(|a| a.1.http_status.map(i32::from))
-                        .collect::<Vec<_>>(),
-                    &at.iter().map(|a| &a.1.error).collect::<Vec<_>>(),
-                    &headers,
-                    &at.iter().map(|a| &a.1.response_body).collect::<Vec<_>>(),
-                ],
-            )
-            .await?;
-        }
-        if !self.keys.is_empty() {
-            let ks = &self.keys;
-            tx.execute(
-                "INSERT INTO idempotency_keys (account_id, key, event_id, created_at)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])
-                 ON CONFLICT DO NOTHING",
-                &[
-                    &ks.iter().map(|k| &k.0).collect::<Vec<_>>(),
-                    &ks.iter().map(|k| &k.1).collect::<Vec<_>>(),
-                    &ks.iter().map(|k| &k.2).collect::<Vec<_>>(),
-                    &ks.iter().map(|k| k.3).collect::<Vec<_>>(),
-                ],
-            )
-            .await?;
-        }
+        Ok(())
+    }
+
+    async fn write_attempts(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        let at = &self.attempts;
+        let headers = at
+            .iter()
+            .map(|(_, a)| serde_json::to_value(&a.request_headers))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Encode(e.to_string()))?;
+        tx.execute(
+            "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
+                                   http_status, error, request_headers, response_body)
+             SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[],
+                                  $5::bigint[], $6::text[], $7::integer[], $8::text[],
+                                  $9::jsonb[], $10::text[])
+             ON CONFLICT DO NOTHING",
+            &[
+                &at.iter().map(|a| &a.0).collect::<Vec<_>>(),
+                &at.iter().map(|a| a.1.number as i32).collect::<Vec<_>>(),
+                &at.iter().map(|a| &a.1.id).collect::<Vec<_>>(),
+                &at.iter().map(|a| a.1.at).collect::<Vec<_>>(),
+                &at.iter()
+                    .map(|a| a.1.duration_ms.min(i64::MAX as u64) as i64)
+                    .collect::<Vec<_>>(),
+                &at.iter().map(|a| a.1.status.as_str()).collect::<Vec<_>>(),
+                &at.iter()
+                    .map(|a| a.1.http_status.map(i32::from))
+                    .collect::<Vec<_>>(),
+                &at.iter().map(|a| &a.1.error).collect::<Vec<_>>(),
+                &headers,
+                &at.iter().map(|a| &a.1.response_body).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn write_keys(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+        let ks = &self.keys;
+        tx.execute(
+            "INSERT INTO idempotency_keys (account_id, key, event_id, created_at)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])
+             ON CONFLICT DO NOTHING",
+            &[
+                &ks.iter().map(|k| &k.0).collect::<Vec<_>>(),
+                &ks.iter().map(|k| &k.1).collect::<Vec<_>>(),
+                &ks.iter().map(|k| &k.2).collect::<Vec<_>>(),
+                &ks.iter().map(|k| k.3).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
         Ok(())
     }
 }
