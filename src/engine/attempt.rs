@@ -20,8 +20,8 @@ use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
 use crate::policy::{conditions, retry};
 use crate::store::prelude::*;
-use crate::store::sled::{Due, SledStore};
 use crate::store::{Changed, DueDelivery, Fence};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// How long a delivery waits when its endpoint's rate-limit token cannot be taken (the
 /// cluster's database failed).
@@ -62,47 +62,15 @@ impl Engine {
         }
     }
 
-    /// One due entry of the embedded store's index: its delivery is read, and attempted
-    /// unless the entry is stale.
-    pub(super) async fn attempt(self: &Arc<Self>, store: &Arc<SledStore>, due: Due) -> Handled {
-        let found = match store.due_delivery(due.delivery) {
-            Ok(Some(found)) => found,
-            Ok(None) => {
-                // Its event is gone (a commit that never finished): nothing to attempt.
-                if let Err(e) = store.drop_orphan(due.delivery) {
-                    tracing::error!(error = %e, "cannot drop a pending entry without its event");
-                }
-                store.due().ended(due.lane, due.delivery);
-                return Handled::Done;
-            }
-            Err(e) => {
-                tracing::error!(delivery = %ids::format(ids::DELIVERY, due.delivery), error = %e, "cannot read a due delivery");
-                return Handled::Done;
-            }
-        };
-        // A stale due entry (the delivery was rescheduled or finished since): nothing to do.
-        let delivery = &found.delivery;
-        let current = if due.fresh {
-            delivery.is_fresh()
-        } else {
-            delivery.queued && delivery.next_attempt_at == Some(due.at)
-        };
-        if !current {
-            if delivery.state != DeliveryState::Pending {
-                // Ended by someone else: its sequence (if it heads one) moves on.
-                store.due().ended(due.lane, due.delivery);
-            }
-            return Handled::Done;
-        }
-        self.attempt_due(found, None).await
-    }
-
-    /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `lease` is a
-    /// cluster node's lease on it (`None` on one box).
+    /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `fence` entitles
+    /// the record; `slot`, a cluster node's sending slot of the endpoint, is given back once the
+    /// request is over (not once the result is written: writing it is no request to the
+    /// endpoint).
     pub(super) async fn attempt_due(
         self: &Arc<Self>,
         found: DueDelivery,
-        lease: Option<Lease>,
+        fence: Fence,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> Handled {
         let DueDelivery {
             delivery,
@@ -153,7 +121,9 @@ impl Engine {
                 (self.not_sent(&delivery, started, status), None)
             }
         };
-        self.record(delivery, endpoint, attempt, outcome, probe, lease)
+        // The request is over: the endpoint's slot is free while the result is written.
+        drop(slot);
+        self.record(delivery, endpoint, attempt, outcome, probe, fence)
             .await;
         Handled::Done
     }
@@ -397,13 +367,8 @@ impl Engine {
         attempt: Attempt,
         outcome: Option<Outcome>,
         probe: bool,
-        lease: Option<Lease>,
+        fence: Fence,
     ) {
-        // The request is over: the endpoint's slot is free while the result is written.
-        let lease = lease.map(|l| {
-            drop(l.slot);
-            l.claim
-        });
         let now = self.clock.now_ms();
         let mut d = was.clone();
         let status = attempt.status;
@@ -457,7 +422,6 @@ impl Engine {
             state = d.state.as_str(),
             "attempt"
         );
-        let fence = lease.map_or(Fence::Claimed, Fence::Lease);
         let written = self.store.record_attempt(&was, &d, &attempt, fence).await;
         match written {
             Ok(()) => {}
@@ -482,15 +446,6 @@ impl Engine {
             self.report_failed(&d, now).await;
         }
     }
-}
-
-/// A cluster node's lease on the delivery being attempted: the claim that fences its record,
-/// and the endpoint's sending slot, given back once the request is over (not once the result is
-/// written: writing it is no request to the endpoint).
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(super) struct Lease {
-    pub claim: i64,
-    pub slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Why a request was not sent: the status its attempt records, and a sentence.

@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::attempt::Lease;
-use super::{lock, retention, Engine, Handled};
+use super::{lock, retention, Engine};
 use crate::clock::Millis;
 use crate::shutdown::Shutdown;
-use crate::store::postgres::{Intake, Leased, PgStore};
-use crate::store::StoreError;
+use crate::store::contract::Intake;
+use crate::store::prelude::*;
+use crate::store::{Hold, TakeLimits, Taken};
 
 /// Deliveries claimed per turn at most.
 const CLAIM_BATCH: usize = 256;
@@ -84,10 +84,10 @@ struct NodeIntake {
     reserved: std::sync::Mutex<Vec<OwnedSemaphorePermit>>,
     cap: usize,
     slots: usize,
-    handover: tokio::sync::mpsc::UnboundedSender<Leased>,
+    handover: tokio::sync::mpsc::UnboundedSender<Taken<Hold>>,
 }
 
-impl Intake for NodeIntake {
+impl Intake<Hold> for NodeIntake {
     fn reserve(&self, endpoint: &str) -> bool {
         let mut running = lock(&self.running);
         if running.get(endpoint).is_some_and(|(n, _)| *n >= self.cap) {
@@ -106,8 +106,8 @@ impl Intake for NodeIntake {
         drop(lock(&self.reserved).pop());
     }
 
-    fn take(&self, leased: Vec<Leased>) {
-        for l in leased {
+    fn take(&self, taken: Vec<Taken<Hold>>) {
+        for l in taken {
             // The engine stops taking only when it stops; the leases are then given back.
             let _ = self.handover.send(l);
         }
@@ -115,15 +115,9 @@ impl Intake for NodeIntake {
 }
 
 impl Engine {
-    pub(super) async fn run_cluster(
-        self: Arc<Self>,
-        store: Arc<PgStore>,
-        mut shutdown: Shutdown,
-        grace: Duration,
-    ) {
-        let wake = store.wake();
+    pub(super) async fn run_cluster(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
         let running: Arc<std::sync::Mutex<Holding>> = Arc::default();
-        let taking = self.take_ingested(&store, &running);
+        let taking = self.take_ingested(&running);
         let mut next_sweep = self.clock.now_ms();
         let mut failing = ClaimFailures::default();
         loop {
@@ -140,131 +134,165 @@ impl Engine {
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
             let room = self.global.available_permits().min(CLAIM_BATCH);
-            let mut got = 0;
-            if room > 0 {
-                let cap = self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT;
-                let (endpoints, allowed): (Vec<String>, Vec<i32>) = lock(&running)
-                    .iter()
-                    .map(|(id, (n, _))| (id.clone(), cap.saturating_sub(*n) as i32))
-                    .unzip();
-                // Rows the claim may lock: what the endpoints this node works on may still
-                // take, and one endpoint's share of any other.
-                let open: usize = allowed.iter().map(|a| *a as usize).sum();
-                let room = room.min(open + cap);
-                let claimed = store
-                    .claim_due_within(room as i64, &endpoints, &allowed, cap as i64)
-                    .await;
-                match claimed {
-                    Ok(leased) => {
-                        if failing.failed > 0 {
-                            tracing::info!(failed = failing.failed, "claims work again");
-                            failing = ClaimFailures::default();
-                        }
-                        got = leased.len();
-                        for l in leased {
-                            // It asked for no more than were free, but this node's ingest
-                            // may have taken some since ([`NodeIntake`]): then the lease waits
-                            // for one (renewed meanwhile).
-                            let Ok(permit) = self.global.clone().acquire_owned().await else {
-                                break;
-                            };
-                            self.start_leased(&store, &running, l, permit);
-                        }
+            let got = match self.claim_turn(now, room, &running, &mut failing).await {
+                Some(got) => got,
+                None => {
+                    tokio::select! {
+                        () = tokio::time::sleep(CLAIM_BACKOFF) => {}
+                        _ = shutdown.wait() => break,
                     }
-                    Err(e) => {
-                        // Every half second while the database is away: the first failure is
-                        // logged, then one line a minute with how many failed since.
-                        failing.failed += 1;
-                        let now = std::time::Instant::now();
-                        if failing
-                            .logged
-                            .is_none_or(|at| now - at >= CLAIM_FAILURE_LOG_EVERY)
-                        {
-                            tracing::warn!(error = %e, failed = failing.failed, "cannot claim due deliveries; trying again every half second");
-                            failing.logged = Some(now);
-                        }
-                        tokio::select! {
-                            () = tokio::time::sleep(CLAIM_BACKOFF) => {}
-                            _ = shutdown.wait() => break,
-                        }
-                        continue;
-                    }
+                    continue;
                 }
-            }
+            };
             if room > 0 && got == room {
                 tokio::task::yield_now().await;
                 continue;
             }
-            // With every permit out, only a finished attempt can make room.
-            let wait = if self.global.available_permits() == 0 {
-                None
-            } else {
-                let next = store.next_due().await.unwrap_or(None);
-                let until = next
-                    .unwrap_or(Millis::MAX)
-                    .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
-                let mut w = Duration::from_millis((until - now).max(0) as u64).min(IDLE_POLL);
-                // Due work the claim left (this node holds its endpoint's share, another node
-                // holds it, or its lane waits for the delivery ahead): claiming again at once
-                // would find the same; a finished attempt or a notice wakes the node sooner.
-                if w.is_zero() {
-                    w = UNCLAIMABLE_POLL;
-                }
-                Some(w)
-            };
-            // A finished attempt frees room, but claiming for each one would lock and scan the
-            // queue for a single row: the node claims again once `refill` attempts have
-            // finished, or at once when it holds no more than that (an ordered lane's next
-            // delivery is claimable as soon as the one ahead ends). Notices of new work come
-            // with every other node's ingest; a node that is not ready does not claim at each
-            // (that took a few rows per claim, as often as they came) but once, within
-            // [`UNCLAIMABLE_POLL`] of the first, for all of them.
+            let wait = self.idle_wait(now, next_sweep).await;
             let held = self.running.load(Ordering::Relaxed);
-            let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, CLAIM_BATCH);
-            let ready = || {
-                let now_held = self.running.load(Ordering::Relaxed);
-                now_held <= refill || held.saturating_sub(now_held) >= refill
-            };
-            let woken = async {
-                let noticed = tokio::time::sleep(Duration::MAX);
-                tokio::pin!(noticed);
-                let mut waiting_notice = false;
-                loop {
-                    tokio::select! {
-                        _ = wake.notified() => {
-                            if ready() {
-                                return;
-                            }
-                            if !waiting_notice {
-                                waiting_notice = true;
-                                noticed
-                                    .as_mut()
-                                    .reset(tokio::time::Instant::now() + UNCLAIMABLE_POLL);
-                            }
-                        }
-                        () = noticed.as_mut(), if waiting_notice => return,
-                        _ = freed.as_mut() => {
-                            freed.set(self.idle.notified());
-                            freed.as_mut().enable();
-                            if ready() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            };
-            if !self.idle_until(wait, woken, &mut shutdown).await {
+            if !self
+                .idle_until(wait, self.ready_to_claim(held, freed), &mut shutdown)
+                .await
+            {
                 break;
             }
         }
-        self.leave_cluster(&store, taking, grace).await;
+        self.leave_cluster(taking, grace).await;
+    }
+
+    /// Claims what this node has room for (`room` at most) and starts each claimed attempt.
+    /// Returns how many it claimed; `None` when the database failed the claim.
+    async fn claim_turn(
+        self: &Arc<Self>,
+        now: Millis,
+        room: usize,
+        running: &Arc<std::sync::Mutex<Holding>>,
+        failing: &mut ClaimFailures,
+    ) -> Option<usize> {
+        if room == 0 {
+            return Some(0);
+        }
+        let cap = self.cfg.max_in_flight_per_endpoint * HOLD_PER_SLOT;
+        let (endpoints, allowed): (Vec<String>, Vec<i32>) = lock(running)
+            .iter()
+            .map(|(id, (n, _))| (id.clone(), cap.saturating_sub(*n) as i32))
+            .unzip();
+        // Rows the claim may lock: what the endpoints this node works on may still take, and
+        // one endpoint's share of any other.
+        let open: usize = allowed.iter().map(|a| *a as usize).sum();
+        let room = room.min(open + cap);
+        let limits = TakeLimits {
+            endpoints,
+            allowed,
+            others: cap,
+        };
+        match self.store.take_due(now, room, &limits).await {
+            Ok(leased) => {
+                if failing.failed > 0 {
+                    tracing::info!(failed = failing.failed, "claims work again");
+                    *failing = ClaimFailures::default();
+                }
+                let got = leased.len();
+                for l in leased {
+                    // It asked for no more than were free, but this node's ingest may have
+                    // taken some since ([`NodeIntake`]): then the lease waits for one (renewed
+                    // meanwhile).
+                    let Ok(permit) = self.global.clone().acquire_owned().await else {
+                        break;
+                    };
+                    self.start_leased(running, l, permit);
+                }
+                Some(got)
+            }
+            Err(e) => {
+                // Every half second while the database is away: the first failure is logged,
+                // then one line a minute with how many failed since.
+                failing.failed += 1;
+                let now = std::time::Instant::now();
+                if failing
+                    .logged
+                    .is_none_or(|at| now - at >= CLAIM_FAILURE_LOG_EVERY)
+                {
+                    tracing::warn!(error = %e, failed = failing.failed, "cannot claim due deliveries; trying again every half second");
+                    failing.logged = Some(now);
+                }
+                None
+            }
+        }
+    }
+
+    /// How long an idle node sleeps at most: until the next due time or sweep, within
+    /// [`IDLE_POLL`]; with every permit out, until a finished attempt makes room (`None`).
+    async fn idle_wait(&self, now: Millis, next_sweep: Millis) -> Option<Duration> {
+        if self.global.available_permits() == 0 {
+            return None;
+        }
+        let next = self.store.next_due().await.unwrap_or(None);
+        let until = next
+            .unwrap_or(Millis::MAX)
+            .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
+        let w = Duration::from_millis((until - now).max(0) as u64).min(IDLE_POLL);
+        // Due work the claim left (this node holds its endpoint's share, another node holds
+        // it, or its lane waits for the delivery ahead): claiming again at once would find the
+        // same; a finished attempt or a notice wakes the node sooner.
+        if w.is_zero() {
+            Some(UNCLAIMABLE_POLL)
+        } else {
+            Some(w)
+        }
+    }
+
+    /// Resolves when the node should claim again, `held` being the attempts it held when it
+    /// went idle and `freed` the notice of the next one to finish.
+    ///
+    /// A finished attempt frees room, but claiming for each one would lock and scan the queue
+    /// for a single row: the node claims again once `refill` attempts have finished, or at once
+    /// when it holds no more than that (an ordered lane's next delivery is claimable as soon as
+    /// the one ahead ends). Notices of new work come with every other node's ingest; a node
+    /// that is not ready does not claim at each (that took a few rows per claim, as often as
+    /// they came) but once, within [`UNCLAIMABLE_POLL`] of the first, for all of them.
+    async fn ready_to_claim<'a>(
+        &'a self,
+        held: usize,
+        mut freed: std::pin::Pin<&mut tokio::sync::futures::Notified<'a>>,
+    ) {
+        let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, CLAIM_BATCH);
+        let ready = || {
+            let now_held = self.running.load(Ordering::Relaxed);
+            now_held <= refill || held.saturating_sub(now_held) >= refill
+        };
+        let noticed = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(noticed);
+        let mut waiting_notice = false;
+        loop {
+            tokio::select! {
+                () = self.store.queue_changed() => {
+                    if ready() {
+                        return;
+                    }
+                    if !waiting_notice {
+                        waiting_notice = true;
+                        noticed
+                            .as_mut()
+                            .reset(tokio::time::Instant::now() + UNCLAIMABLE_POLL);
+                    }
+                }
+                () = noticed.as_mut(), if waiting_notice => return,
+                _ = freed.as_mut() => {
+                    freed.set(self.idle.notified());
+                    freed.as_mut().enable();
+                    if ready() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Makes this node's ingest hand it the fresh deliveries it has room for ([`NodeIntake`]),
     /// and attempts them as they are committed, on the task returned.
     fn take_ingested(
         self: &Arc<Self>,
-        store: &Arc<PgStore>,
         running: &Arc<std::sync::Mutex<Holding>>,
     ) -> tokio::task::JoinHandle<()> {
         let (handover, mut handed) = tokio::sync::mpsc::unbounded_channel();
@@ -276,8 +304,8 @@ impl Engine {
             slots: self.cfg.max_in_flight_per_endpoint,
             handover,
         });
-        store.set_intake(Some(intake.clone()));
-        let (engine, store, running) = (self.clone(), store.clone(), running.clone());
+        self.store.set_intake(Some(intake.clone()));
+        let (engine, running) = (self.clone(), running.clone());
         tokio::spawn(async move {
             while let Some(l) = handed.recv().await {
                 // Each delivery handed over had its permit and place reserved.
@@ -297,7 +325,7 @@ impl Engine {
                         None => count_in(&mut running, &endpoint, intake.slots),
                     }
                 };
-                engine.spawn_leased(&store, &running, endpoint, slots, l, permit);
+                engine.spawn_leased(&running, endpoint, slots, l, permit);
             }
         })
     }
@@ -305,16 +333,11 @@ impl Engine {
     /// Leaves the cluster: ingest stores what follows due for the other nodes, running attempts
     /// get the grace period, and the leases of what did not finish (or was handed over and not
     /// started) are given back.
-    async fn leave_cluster(
-        &self,
-        store: &PgStore,
-        taking: tokio::task::JoinHandle<()>,
-        grace: Duration,
-    ) {
-        store.set_intake(None);
+    async fn leave_cluster(&self, taking: tokio::task::JoinHandle<()>, grace: Duration) {
+        self.store.set_intake(None);
         taking.abort();
         self.drain(grace).await;
-        match store.leave().await {
+        match self.store.leave().await {
             Ok(released) if released > 0 => {
                 tracing::info!(released, "gave back the leases of unfinished attempts")
             }
@@ -328,9 +351,8 @@ impl Engine {
     /// Runs one leased delivery's attempt on its own task.
     fn start_leased(
         self: &Arc<Self>,
-        store: &Arc<PgStore>,
         running: &Arc<std::sync::Mutex<Holding>>,
-        leased: Leased,
+        leased: Taken<Hold>,
         permit: OwnedSemaphorePermit,
     ) {
         let endpoint = leased.due.delivery.endpoint_id.clone().unwrap_or_default();
@@ -339,37 +361,28 @@ impl Engine {
             &endpoint,
             self.cfg.max_in_flight_per_endpoint,
         );
-        self.spawn_leased(store, running, endpoint, slots, leased, permit);
+        self.spawn_leased(running, endpoint, slots, leased, permit);
     }
 
     /// Runs one leased delivery's attempt on its own task, counted in `running` already.
     fn spawn_leased(
         self: &Arc<Self>,
-        store: &Arc<PgStore>,
         running: &Arc<std::sync::Mutex<Holding>>,
         endpoint: String,
         slots: Arc<Semaphore>,
-        leased: Leased,
+        leased: Taken<Hold>,
         permit: OwnedSemaphorePermit,
     ) {
         self.running.fetch_add(1, Ordering::Relaxed);
-        let (engine, store, running) = (self.clone(), store.clone(), running.clone());
+        let (engine, running) = (self.clone(), running.clone());
         lock(&self.attempts).spawn(async move {
-            let Leased { claim, due } = leased;
-            let id = due.delivery.id.clone();
+            let Taken { due, fence, hold } = leased;
             // At most `max_in_flight_per_endpoint` of the endpoint's attempts at once; the
             // others wait here, their leases renewed meanwhile.
             // (An endpoint's slots are never closed: acquiring cannot fail.)
             if let Ok(slot) = slots.acquire_owned().await {
-                let lease = Lease { claim, slot };
-                if let Handled::Held(until) = engine.attempt_due(due, Some(lease)).await {
-                    match store.hold(claim, &id, until).await {
-                        Ok(()) | Err(StoreError::LeaseLost) => {}
-                        Err(e) => {
-                            tracing::warn!(delivery_id = %id, error = %e, "cannot put a held delivery back; it is due again when its lease ends")
-                        }
-                    }
-                }
+                let handled = engine.attempt_due(due, fence, Some(slot)).await;
+                engine.release(hold, handled).await;
             }
             count_out(&mut lock(&running), &endpoint);
             engine.running.fetch_sub(1, Ordering::Relaxed);

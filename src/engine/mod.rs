@@ -1,11 +1,13 @@
 //! Stored -> sent: the delivery loop.
 //!
-//! The scheduler takes what the due index says is due and starts an attempt for each. The index
-//! keeps one lane per endpoint and hands out at most `max_in_flight_per_endpoint` of a lane at
-//! once; the engine's semaphore bounds all attempts together at `max_in_flight`. A lane that is
-//! full, or held by its circuit breaker, only keeps its own deliveries waiting, so a slow or dead
+//! The scheduler takes what the store's queue says is due and starts an attempt for each. On one
+//! box the queue keeps one lane per endpoint and hands out at most `max_in_flight_per_endpoint`
+//! of a lane at once; in a cluster ([`cluster`]) the node bounds what it takes of each endpoint.
+//! The engine's semaphore bounds all attempts together at `max_in_flight`. A lane that is full,
+//! or held by its circuit breaker, only keeps its own deliveries waiting, so a slow or dead
 //! endpoint never delays another one. Each attempt ([`attempt`]) checks the conditions, sends,
-//! decides what comes next (retry, fail, done) and records it through the store.
+//! decides what comes next (retry, fail, done) and records it through the store; the delivery
+//! then goes back to the queue.
 
 mod attempt;
 #[cfg(feature = "postgres")]
@@ -32,16 +34,10 @@ use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
 use crate::store::prelude::*;
-use crate::store::sled::{Due, SledStore};
-use crate::store::Backend;
+use crate::store::{Backend, Hold, TakeLimits, Taken};
 
-/// Due entries taken from the index per scheduler turn at most.
+/// Due deliveries taken per turn at most, on one box.
 const POP_BATCH: usize = 1024;
-/// How long a due entry whose delivery was claimed by someone else waits before it is looked
-/// at again.
-const CLAIM_RETRY_MS: Millis = 20;
-/// How long a due delivery waits while storage is unusable (herald stops within seconds).
-const STORE_DOWN_RETRY_MS: Millis = 1_000;
 
 /// What the engine needs from the config.
 #[derive(Debug, Clone)]
@@ -122,11 +118,11 @@ pub struct Engine {
     attempted: tokio::sync::broadcast::Sender<String>,
 }
 
-/// What became of a due entry the scheduler handed to an attempt.
+/// What became of a delivery the scheduler handed to an attempt.
 enum Handled {
-    /// Attempted (or found stale): its lane may hand out the next one.
+    /// Attempted: its lane may hand out the next one.
     Done,
-    /// Not attempted: back in its lane, which waits until then (an open circuit breaker).
+    /// Not attempted (an open circuit breaker, the rate limit): due again then.
     Held(Millis),
 }
 
@@ -174,21 +170,18 @@ impl Engine {
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown, grace: Duration) {
-        match self.store.clone() {
-            Backend::Sled(store) => self.run_local(store, shutdown, grace).await,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(store) => self.run_cluster(store, shutdown, grace).await,
+        #[cfg(feature = "postgres")]
+        if self.store.shared() {
+            return self.run_cluster(shutdown, grace).await;
         }
+        self.run_local(shutdown, grace).await
     }
 
-    /// The scheduler of one box: takes due entries from the in-memory due index.
-    async fn run_local(
-        self: Arc<Self>,
-        store: Arc<SledStore>,
-        mut shutdown: Shutdown,
-        grace: Duration,
-    ) {
+    /// The scheduler of one box, whose queue is in memory: it takes what is due whenever the
+    /// queue changes or an entry falls due.
+    async fn run_local(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
         let mut next_sweep = self.clock.now_ms();
+        let limits = TakeLimits::default();
         loop {
             // Checked every turn: with a large backlog the loop below keeps dispatching without
             // reaching the `select!`, and a stop must not wait for the backlog.
@@ -203,36 +196,42 @@ impl Engine {
                     now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
             }
             let room = self.global.available_permits().min(POP_BATCH);
-            let due = store.due().take(now, room);
-            let got = due.len();
-            // Refills are asked for by the entries a take hands out.
-            if got > 0 {
-                store.refill_due();
-            }
-            for d in due {
-                match self.global.clone().try_acquire_owned() {
-                    Ok(permit) => self.start(&store, d, permit),
-                    Err(_) => store.due().put_back(d, None),
+            let taken = match self.store.take_due(now, room, &limits).await {
+                Ok(taken) => taken,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot take due deliveries");
+                    Vec::new()
                 }
+            };
+            let got = taken.len();
+            for t in taken {
+                // Only this loop takes permits: there are `room`.
+                let Ok(permit) = self.global.clone().acquire_owned().await else {
+                    break;
+                };
+                self.start(t, permit);
             }
             if got == POP_BATCH {
                 tokio::task::yield_now().await;
                 continue;
             }
-            // With every permit out, only a finished attempt (which signals `changed`) can make
-            // room: no timer then.
+            // With every permit out, only a finished attempt (which changes the queue) can
+            // make room: no timer then.
             let wait = if self.global.available_permits() == 0 {
                 None
             } else {
-                let until = store
-                    .due()
+                let until = self
+                    .store
                     .next_due()
-                    .unwrap_or(i64::MAX)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(Millis::MAX)
                     .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
                 Some(Duration::from_millis((until - now).max(0) as u64))
             };
             if !self
-                .idle_until(wait, store.due().changed(), &mut shutdown)
+                .idle_until(wait, self.store.queue_changed(), &mut shutdown)
                 .await
             {
                 break;
@@ -293,37 +292,33 @@ impl Engine {
         attempts.shutdown().await;
     }
 
-    /// Runs one due entry's attempt on its own task, holding the delivery's claim throughout
-    /// (so a manual retry, retention or the committer cannot change it meanwhile).
-    fn start(self: &Arc<Self>, store: &Arc<SledStore>, due: Due, permit: OwnedSemaphorePermit) {
-        if !store.usable() {
-            // Storage failed for good: no attempt whose result cannot be recorded (herald stops
-            // shortly; the next start attempts it).
-            let again = self.clock.now_ms() + STORE_DOWN_RETRY_MS;
-            store.due().put_back(due, Some(again));
-            return;
-        }
-        let Some(claim) = store.claim(due.delivery) else {
-            // Someone is changing this delivery now (a manual retry, retention, another attempt
-            // of a stale entry): look again shortly; the entry is found stale if it is.
-            let again = self.clock.now_ms() + CLAIM_RETRY_MS;
-            store.due().put_back(due, Some(again));
-            return;
-        };
+    /// Runs a taken delivery's attempt on its own task, holding it throughout; then gives it
+    /// back.
+    fn start(self: &Arc<Self>, taken: Taken<Hold>, permit: OwnedSemaphorePermit) {
         self.running.fetch_add(1, Ordering::Relaxed);
         let engine = self.clone();
-        let store = store.clone();
         lock(&self.attempts).spawn(async move {
-            let handled = engine.attempt(&store, due).await;
-            drop(claim);
+            let Taken { due, fence, hold } = taken;
+            let handled = engine.attempt_due(due, fence, None).await;
             engine.running.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
-            match handled {
-                Handled::Done => store.due().done(due.lane),
-                Handled::Held(until) => store.due().put_back(due, Some(until)),
-            }
+            engine.release(hold, handled).await;
             engine.idle.notify_waiters();
         });
+    }
+
+    /// Gives a delivery back to the queue once its attempt is over (or it was held).
+    async fn release(&self, hold: Hold, handled: Handled) {
+        let until = match handled {
+            Handled::Done => None,
+            Handled::Held(until) => Some(until),
+        };
+        match self.store.release(hold, until).await {
+            Ok(()) | Err(crate::store::StoreError::LeaseLost) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot put a held delivery back; it is due again when its lease ends")
+            }
+        }
     }
 }
 

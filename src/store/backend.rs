@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
+use super::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
 #[cfg(feature = "postgres")]
-use super::postgres::PgStore;
-use super::sled::SledStore;
+use super::postgres::{PgLease, PgStore};
+use super::sled::{SledClaim, SledStore};
 use super::{
     Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept,
+    Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -334,5 +334,101 @@ impl Status for Backend {
 impl Retention for Backend {
     async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
         both_async!(self, Retention::sweep, (now, retained, stop))
+    }
+}
+
+/// What holds a delivery taken from the queue of the store herald runs on.
+pub enum Hold {
+    Sled(SledClaim),
+    #[cfg(feature = "postgres")]
+    Postgres(PgLease),
+}
+
+impl Queue for Backend {
+    type Hold = Hold;
+
+    fn shared(&self) -> bool {
+        both!(self, Queue::shared, ())
+    }
+
+    async fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        limits: &TakeLimits,
+    ) -> Result<Vec<Taken<Hold>>, StoreError> {
+        Ok(match self {
+            Backend::Sled(s) => Queue::take_due(&**s, now, room, limits)
+                .await?
+                .into_iter()
+                .map(|t| t.map_hold(Hold::Sled))
+                .collect(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => Queue::take_due(&**s, now, room, limits)
+                .await?
+                .into_iter()
+                .map(|t| t.map_hold(Hold::Postgres))
+                .collect(),
+        })
+    }
+
+    async fn release(&self, hold: Hold, until: Option<Millis>) -> Result<(), StoreError> {
+        match (self, hold) {
+            (Backend::Sled(s), Hold::Sled(h)) => Queue::release(&**s, h, until).await,
+            #[cfg(feature = "postgres")]
+            (Backend::Postgres(s), Hold::Postgres(h)) => Queue::release(&**s, h, until).await,
+            #[cfg(feature = "postgres")]
+            _ => unreachable!("a hold is given back to the store it came from"),
+        }
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>, StoreError> {
+        both_async!(self, Queue::next_due, ())
+    }
+
+    async fn queue_changed(&self) {
+        both_async!(self, Queue::queue_changed, ())
+    }
+
+    fn set_intake(&self, intake: Option<Arc<dyn Intake<Hold>>>) {
+        match self {
+            Backend::Sled(s) => {
+                drop(intake);
+                Queue::set_intake(&**s, None)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => Queue::set_intake(
+                &**s,
+                intake.map(|i| Arc::new(PgIntake(i)) as Arc<dyn Intake<PgLease>>),
+            ),
+        }
+    }
+
+    async fn leave(&self) -> Result<u64, StoreError> {
+        both_async!(self, Queue::leave, ())
+    }
+}
+
+/// The scheduler's intake, as the cluster's store hands its leases over.
+#[cfg(feature = "postgres")]
+struct PgIntake(Arc<dyn Intake<Hold>>);
+
+#[cfg(feature = "postgres")]
+impl Intake<PgLease> for PgIntake {
+    fn reserve(&self, endpoint: &str) -> bool {
+        self.0.reserve(endpoint)
+    }
+
+    fn cancel(&self, endpoint: &str) {
+        self.0.cancel(endpoint)
+    }
+
+    fn take(&self, taken: Vec<Taken<PgLease>>) {
+        self.0.take(
+            taken
+                .into_iter()
+                .map(|t| t.map_hold(Hold::Postgres))
+                .collect(),
+        )
     }
 }

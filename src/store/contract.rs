@@ -28,7 +28,7 @@ use bytes::Bytes;
 
 use super::{
     Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept,
+    Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -321,6 +321,73 @@ pub trait Log {
         &self,
         endpoint_id: &str,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// Due deliveries, taken by this node's scheduler for their attempts.
+///
+/// A delivery is taken by one node at a time and comes back (due again) only by
+/// [`Queue::release`], or, in a cluster, when the node that took it stops renewing its lease.
+/// The deliveries of an ordered lane (an endpoint's ordering key) are taken one at a time, in
+/// commit order: the next once the one ahead has ended. Taking and releasing acknowledge
+/// nothing; a crash gives back whatever was taken (attempted again: at least once).
+pub trait Queue {
+    /// The store's hold on a taken delivery: the delivery's claim on one box, a lease in a
+    /// cluster.
+    type Hold: Send + 'static;
+
+    /// Whether other nodes take from this queue (a cluster): taking then costs a query, and the
+    /// scheduler takes in batches; on one box taking is a look at memory.
+    fn shared(&self) -> bool;
+
+    /// Takes up to `room` deliveries due at `now`, earliest first, each held for this node until
+    /// released; within `limits` in a cluster (on one box its index already takes at most
+    /// `max_in_flight_per_endpoint` of an endpoint). A due delivery that cannot be attempted
+    /// now (held by a change, or the store failed for good) stays in the queue, due again a
+    /// moment later; one found ended meanwhile is dropped.
+    fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        limits: &TakeLimits,
+    ) -> impl Future<Output = Result<Vec<Taken<Self::Hold>>, StoreError>> + Send;
+
+    /// Gives back a taken delivery. With `None` its attempt ended it, or recorded when it is due
+    /// next ([`Log::record_attempt`]); with `Some(until)` it was not attempted (an open breaker,
+    /// the rate limit) and is due again at `until` (on one box its whole lane waits until then).
+    /// Fenced like the record: a lease that passed to another node changes nothing.
+    fn release(
+        &self,
+        hold: Self::Hold,
+        until: Option<Millis>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// When the next delivery falls due (in a cluster, also when a lease lapses), if any does.
+    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
+
+    /// Resolves when the queue may have changed: new or released deliveries (in a cluster, on
+    /// any node, by notice).
+    fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_;
+
+    /// Lets this node's ingest hand fresh deliveries straight to `intake` (in a cluster; on one
+    /// box ingest adds them to the index [`Queue::take_due`] reads, at once). `None` stops it.
+    fn set_intake(&self, intake: Option<Arc<dyn Intake<Self::Hold>>>);
+
+    /// Gives back everything this node holds (it stops): due at once for the other nodes.
+    /// Returns how many. Nothing to do on one box, whose claims end with the process.
+    fn leave(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// A node's scheduler, as its ingest sees it in a cluster: a fresh delivery the node has room
+/// for is stored already taken by it and handed over once committed, with no query to take it
+/// (one statement and one row version less per delivery, and no wait for a notice). What the
+/// node has no room for is stored due, for any node to take.
+pub trait Intake<H>: Send + Sync {
+    /// Takes room for one delivery of `endpoint`; `false` if the node has none.
+    fn reserve(&self, endpoint: &str) -> bool;
+    /// Gives back room taken for a delivery that was not stored (its commit failed).
+    fn cancel(&self, endpoint: &str);
+    /// Deliveries stored taken by this node, committed: the scheduler attempts them.
+    fn take(&self, taken: Vec<Taken<H>>);
 }
 
 /// Letting go of what is past the retention.

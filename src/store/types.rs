@@ -146,6 +146,36 @@ pub enum Fence {
     Lease(i64),
 }
 
+/// A due delivery taken from the queue by this node ([`super::contract::Queue::take_due`]):
+/// what to attempt, what fences its result, and the store's hold on it, given back with
+/// [`super::contract::Queue::release`].
+pub struct Taken<H> {
+    pub due: DueDelivery,
+    pub fence: Fence,
+    pub hold: H,
+}
+
+impl<H> Taken<H> {
+    /// The same delivery with its hold wrapped (the store herald runs on wraps each store's).
+    pub fn map_hold<G>(self, f: impl FnOnce(H) -> G) -> Taken<G> {
+        Taken {
+            due: self.due,
+            fence: self.fence,
+            hold: f(self.hold),
+        }
+    }
+}
+
+/// How many deliveries of each endpoint a take may hand this node
+/// ([`super::contract::Queue::take_due`]): `allowed[i]` of `endpoints[i]` (those it works on
+/// already), `others` of any other.
+#[derive(Debug, Default, Clone)]
+pub struct TakeLimits {
+    pub endpoints: Vec<String>,
+    pub allowed: Vec<i32>,
+    pub others: usize,
+}
+
 /// What a retention sweep keeps ([`super::contract::Retention::sweep`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retained {

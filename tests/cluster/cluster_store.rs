@@ -216,7 +216,7 @@ async fn a_lapsed_lease_passes_to_another_node_and_fences_the_first() {
     c.clock.advance(LEASE - Duration::from_secs(1));
     let leases: Vec<(&str, i64)> = held
         .iter()
-        .map(|l| (l.due.delivery.id.as_str(), l.claim))
+        .map(|l| (l.due.delivery.id.as_str(), l.hold.claim()))
         .collect();
     assert!(a.renew(&leases).await.unwrap().is_empty());
     c.clock.advance(Duration::from_secs(2));
@@ -252,14 +252,15 @@ async fn a_lapsed_lease_passes_to_another_node_and_fences_the_first() {
         request_headers: vec![("webhook-id".into(), "msg".into())],
         response_body: "ok".into(),
     };
-    let late = a.finish(held[0].claim, &done, Some(&attempt)).await;
+    let late = a.finish(held[0].hold.claim(), &done, Some(&attempt)).await;
     assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
     assert_eq!(c.count("SELECT count(*) FROM attempts"), 0);
     let b_claim = taken
         .iter()
         .find(|l| l.due.delivery.id == done.id)
         .unwrap()
-        .claim;
+        .hold
+        .claim();
     b.finish(b_claim, &done, Some(&attempt)).await.unwrap();
     assert_eq!(c.count("SELECT count(*) FROM attempts"), 1);
     assert_eq!(
@@ -284,7 +285,7 @@ async fn a_retry_is_due_at_its_time_and_a_stopping_node_releases_its_leases() {
     retry.attempt_count = 1;
     retry.queued = true;
     retry.next_attempt_at = Some(c.clock.now_ms() + 60_000);
-    a.finish(held[0].claim, &retry, None).await.unwrap();
+    a.finish(held[0].hold.claim(), &retry, None).await.unwrap();
     // What falls due first is A's lease on the other delivery, should A die.
     assert_eq!(a.next_due().await.unwrap(), Some(START + 30_000));
 
@@ -297,7 +298,7 @@ async fn a_retry_is_due_at_its_time_and_a_stopping_node_releases_its_leases() {
     let mut done = taken[0].due.delivery.clone();
     done.state = DeliveryState::Delivered;
     done.next_attempt_at = None;
-    b.finish(taken[0].claim, &done, None).await.unwrap();
+    b.finish(taken[0].hold.claim(), &done, None).await.unwrap();
     c.clock.advance(Duration::from_secs(60));
     let taken = b.claim_due(10).await.unwrap();
     assert_eq!(taken.len(), 1);
@@ -723,7 +724,9 @@ async fn end_all(node: &PgStore, clock: &ManualClock, state: DeliveryState) -> u
             request_headers: vec![("webhook-id".into(), d.id.clone())],
             response_body: "{}".into(),
         };
-        node.finish(l.claim, &d, Some(&attempt)).await.unwrap();
+        node.finish(l.hold.claim(), &d, Some(&attempt))
+            .await
+            .unwrap();
     }
     leased.len()
 }
@@ -1060,7 +1063,7 @@ async fn an_ordered_key_has_one_delivery_in_flight_in_the_whole_cluster() {
                         d.next_attempt_at = None;
                         done.lock().unwrap().push(d.id.clone());
                         in_flight.lock().unwrap().remove(&key);
-                        node.finish(l.claim, &d, None).await.unwrap();
+                        node.finish(l.hold.claim(), &d, None).await.unwrap();
                     }
                 }
             }));
@@ -1147,7 +1150,7 @@ async fn manual_retries_recoveries_and_waiting_deliveries_on_the_shared_queue() 
     let mut failed = head[0].due.delivery.clone();
     failed.state = DeliveryState::Failed;
     failed.next_attempt_at = None;
-    a.finish(head[0].claim, &failed, None).await.unwrap();
+    a.finish(head[0].hold.claim(), &failed, None).await.unwrap();
     let second = a.claim_due(10).await.unwrap();
     assert_eq!(second[0].due.delivery.id, ids[1]);
     // It waits for a retry an hour on; the third waits behind it.
@@ -1155,7 +1158,9 @@ async fn manual_retries_recoveries_and_waiting_deliveries_on_the_shared_queue() 
     retry.queued = true;
     retry.attempt_count = 1;
     retry.next_attempt_at = Some(c.clock.now_ms() + 3_600_000);
-    a.finish(second[0].claim, &retry, None).await.unwrap();
+    a.finish(second[0].hold.claim(), &retry, None)
+        .await
+        .unwrap();
     assert!(a.claim_due(10).await.unwrap().is_empty());
 
     // A manual retry of the failed head is sent at once, out of order.
@@ -1271,7 +1276,7 @@ async fn a_node_renews_the_leases_of_attempts_still_running() {
     let mut done = held[0].due.delivery.clone();
     done.state = DeliveryState::Delivered;
     done.next_attempt_at = None;
-    a.finish(held[0].claim, &done, None).await.unwrap();
+    a.finish(held[0].hold.claim(), &done, None).await.unwrap();
 
     let (trigger, shutdown) = herald::shutdown::channel();
     let keeper = tokio::spawn(herald::store::postgres::keep_leases(a.clone(), shutdown));
@@ -1391,7 +1396,7 @@ async fn a_lapsed_lease_holds_nothing_against_supersede_or_change() {
         );
     }
     let (done, attempt) = delivered(&held[0].due.delivery, c.clock.now_ms());
-    let late = a.finish(held[0].claim, &done, Some(&attempt)).await;
+    let late = a.finish(held[0].hold.claim(), &done, Some(&attempt)).await;
     assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
 
     // A manual retry of a delivery whose lease lapsed.
@@ -1414,7 +1419,7 @@ async fn a_lapsed_lease_holds_nothing_against_supersede_or_change() {
         .unwrap();
     assert_eq!(changed, herald::store::Changed::Yes(()));
     let (done, attempt) = delivered(&mine.due.delivery, now);
-    let late = a.finish(mine.claim, &done, Some(&attempt)).await;
+    let late = a.finish(mine.hold.claim(), &done, Some(&attempt)).await;
     assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
 }
 
@@ -1442,7 +1447,7 @@ async fn a_lease_is_kept_until_its_result_is_written() {
     let (done, attempt) = delivered(&lease.due.delivery, c.clock.now_ms());
     let finishing = {
         let a = a.clone();
-        tokio::spawn(async move { a.finish(lease.claim, &done, Some(&attempt)).await })
+        tokio::spawn(async move { a.finish(lease.hold.claim(), &done, Some(&attempt)).await })
     };
     common::wait_until(
         Duration::from_secs(10),

@@ -3,8 +3,9 @@
 //! PostgreSQL this test process starts (one server, a fresh database per case). A behaviour
 //! one store has and the other lacks fails here, naming the store.
 //!
-//! The cases use only the contract and a manual clock; what only one store has (sled's due
-//! index and folds, the cluster's leases and notices) is tested beside that store.
+//! The cases use only the contract and a manual clock; what only one store has (the inside of
+//! sled's due index and its folds, the cluster's lease renewals and notices) is tested beside
+//! that store.
 
 use crate::common;
 
@@ -27,8 +28,9 @@ use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
-    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, IngestOutcome,
-    NewEvent, Retained, StoreError, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
+    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, Hold,
+    IngestOutcome, NewEvent, Retained, StoreError, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
+    MAX_ENDPOINT_SIZE,
 };
 
 const START: i64 = 1_800_000_000_000;
@@ -42,8 +44,8 @@ struct Subject {
     clock: Arc<ManualClock>,
     /// Where the store is: its data directory, or its database's URL.
     place: Place,
-    /// Deliveries a cluster claim leased to this node and no case has taken yet.
-    leased: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Deliveries a take handed to this node and no case has asked for yet.
+    taken: std::sync::Mutex<std::collections::HashMap<String, Taken<Hold>>>,
 }
 
 enum Place {
@@ -61,7 +63,7 @@ async fn sled_subject() -> (Subject, tempfile::TempDir) {
         store: open(&place, &clock).await,
         clock,
         place,
-        leased: Default::default(),
+        taken: Default::default(),
     };
     (subject, dir)
 }
@@ -75,7 +77,7 @@ async fn postgres_subject() -> Subject {
         store: open(&place, &clock).await,
         clock,
         place,
-        leased: Default::default(),
+        taken: Default::default(),
     }
 }
 
@@ -83,10 +85,13 @@ async fn postgres_subject() -> Subject {
 async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     match place {
-        Place::Directory(path) => Backend::Sled(
-            SledStore::open(path, 8 << 20, dyn_clock, Arc::new(Metrics::default()))
-                .expect("open the embedded store"),
-        ),
+        Place::Directory(path) => {
+            let store = SledStore::open(path, 8 << 20, dyn_clock, Arc::new(Metrics::default()))
+                .expect("open the embedded store");
+            // As herald opens it: up to `max_in_flight_per_endpoint` of an endpoint at once.
+            store.due().set_lane_limit(8);
+            Backend::Sled(store)
+        }
         Place::Database(url) => {
             let config = Config::from_toml(&format!(
                 "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 4\n"
@@ -128,49 +133,46 @@ impl Subject {
             store: open(&place, &clock).await,
             clock,
             place,
-            leased: Default::default(),
-        }
-    }
-}
-
-/// What holds a delivery for an attempt, as each store's scheduler takes it: the delivery's
-/// claim on one box, a lease in a cluster. Outside the contract (each store's queue is its own).
-enum Taken {
-    Claim(#[allow(dead_code)] herald::store::sled::Claim),
-    Lease(i64),
-}
-
-impl Taken {
-    fn fence(&self) -> Fence {
-        match self {
-            Taken::Claim(_) => Fence::Claimed,
-            Taken::Lease(claim) => Fence::Lease(*claim),
+            taken: Default::default(),
         }
     }
 }
 
 impl Subject {
-    /// Takes the due delivery `id` as the store's scheduler would.
-    async fn take(&self, id: &str) -> Taken {
-        match &self.store {
-            Backend::Sled(s) => {
-                let ulid = herald::ids::parse(herald::ids::DELIVERY, id).expect("a delivery id");
-                Taken::Claim(s.claim(ulid).expect("nobody holds it"))
-            }
-            Backend::Postgres(s) => {
-                // A claim takes every due delivery; those not asked for yet wait here.
-                let known = self.leased.lock().unwrap().contains_key(id);
-                if !known {
-                    let claimed = s.claim_due(1_000).await.expect("claim");
-                    let mut leased = self.leased.lock().unwrap();
-                    for l in claimed {
-                        leased.insert(l.due.delivery.id.clone(), l.claim);
-                    }
-                }
-                let claim = self.leased.lock().unwrap().remove(id);
-                Taken::Lease(claim.expect("due and leased to this node"))
+    /// Takes the due delivery `id` from the queue as the scheduler would: a take hands out
+    /// every delivery due; those not asked for yet wait here.
+    async fn take(&self, id: &str) -> Taken<Hold> {
+        let known = self.taken.lock().unwrap().contains_key(id);
+        if !known {
+            let now = self.clock.now_ms();
+            let taken = self
+                .store
+                .take_due(now, 1_000, &everything())
+                .await
+                .expect("take");
+            let mut waiting = self.taken.lock().unwrap();
+            for t in taken {
+                waiting.insert(t.due.delivery.id.clone(), t);
             }
         }
+        let taken = self.taken.lock().unwrap().remove(id);
+        taken.unwrap_or_else(|| panic!("{}: {id} is due and taken by this node", self.name))
+    }
+
+    /// Gives a taken delivery back after its attempt was recorded.
+    async fn release(&self, taken: Taken<Hold>) {
+        self.store
+            .release(taken.hold, None)
+            .await
+            .unwrap_or_else(|e| panic!("{}: release: {e}", self.name));
+    }
+}
+
+/// Limits that take whatever is due.
+fn everything() -> TakeLimits {
+    TakeLimits {
+        others: 1_000,
+        ..TakeLimits::default()
     }
 }
 
@@ -208,6 +210,16 @@ fn created(out: &IngestOutcome) -> (String, Vec<Delivery>) {
         } => (event_id.clone(), deliveries.clone()),
         IngestOutcome::Duplicate { event_id } => panic!("{event_id} answered as a duplicate"),
     }
+}
+
+/// Stores one event for both endpoints; its id and deliveries.
+async fn ingest_one(s: &Subject) -> (String, Vec<Delivery>) {
+    let out = s
+        .store
+        .ingest(vec![event("acct", None, START)])
+        .await
+        .unwrap_or_else(|e| panic!("{}: ingest: {e}", s.name));
+    created(&out[0])
 }
 
 fn json(d: &Delivery) -> serde_json::Value {
@@ -906,11 +918,7 @@ async fn a_portal_session_opens_until_it_expires_or_is_revoked() {
 async fn a_delivery_changes_through_its_change_or_says_why_not() {
     on_both(|s| async move {
         let store = &s.store;
-        let out = store
-            .ingest(vec![event("acct", None, START)])
-            .await
-            .unwrap();
-        let (_, deliveries) = created(&out[0]);
+        let (_, deliveries) = ingest_one(&s).await;
         let id = deliveries[0].id.clone();
 
         let left = store
@@ -1096,11 +1104,7 @@ async fn the_store_reports_its_health_size_and_nodes() {
 async fn an_attempt_is_recorded_with_what_follows_it_in_one_write() {
     on_both(|s| async move {
         let store = &s.store;
-        let out = store
-            .ingest(vec![event("acct", None, START)])
-            .await
-            .unwrap();
-        let (_, deliveries) = created(&out[0]);
+        let (_, deliveries) = ingest_one(&s).await;
         let was = deliveries[0].clone();
         assert!(!store.is_held(&was.id), "{}", s.name);
         let taken = s.take(&was.id).await;
@@ -1135,10 +1139,10 @@ async fn an_attempt_is_recorded_with_what_follows_it_in_one_write() {
         now.next_attempt_at = Some(at + 60_000);
         now.queued = true;
         store
-            .record_attempt(&was, &now, &attempt, taken.fence())
+            .record_attempt(&was, &now, &attempt, taken.fence)
             .await
             .unwrap();
-        drop(taken);
+        s.release(taken).await;
         assert!(!store.is_held(&was.id), "{}", s.name);
         let read = store.delivery(&was.id).await.unwrap().expect("stored");
         assert_eq!(
@@ -1193,10 +1197,10 @@ async fn an_attempt_is_recorded_with_what_follows_it_in_one_write() {
         done.next_attempt_at = None;
         done.queued = false;
         store
-            .record_attempt(&read, &done, &second, taken.fence())
+            .record_attempt(&read, &done, &second, taken.fence)
             .await
             .unwrap();
-        drop(taken);
+        s.release(taken).await;
         let read = store.delivery(&was.id).await.unwrap().expect("stored");
         assert_eq!(
             (read.state, read.attempt_count, read.next_attempt_at),
@@ -1305,9 +1309,10 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
             done.last_http_status = Some(200);
             done.next_attempt_at = None;
             store
-                .record_attempt(d, &done, &attempt, taken.fence())
+                .record_attempt(d, &done, &attempt, taken.fence)
                 .await
                 .unwrap();
+            s.release(taken).await;
         }
         let session = session("ps_old", false, START + 60_000);
         store
@@ -1341,6 +1346,148 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
             "{}",
             s.name
         );
+    })
+    .await;
+}
+
+/// Records a delivered first attempt of a taken delivery and gives it back.
+async fn deliver(s: &Subject, taken: Taken<Hold>) {
+    let was = &taken.due.delivery;
+    let at = s.clock.now_ms();
+    let attempt = Attempt {
+        id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+        number: was.attempt_count + 1,
+        at,
+        duration_ms: 2,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: Vec::new(),
+        response_body: String::new(),
+    };
+    let mut done = was.clone();
+    done.state = DeliveryState::Delivered;
+    done.attempt_count = attempt.number;
+    done.last_status = Some(Status::Delivered);
+    done.last_http_status = Some(200);
+    done.next_attempt_at = None;
+    done.queued = false;
+    s.store
+        .record_attempt(was, &done, &attempt, taken.fence)
+        .await
+        .unwrap_or_else(|e| panic!("{}: record: {e}", s.name));
+    s.release(taken).await;
+}
+
+/// Takes what is due now, by delivery id.
+async fn take_all(s: &Subject) -> Vec<Taken<Hold>> {
+    let now = s.clock.now_ms();
+    let mut taken = s
+        .store
+        .take_due(now, 100, &everything())
+        .await
+        .unwrap_or_else(|e| panic!("{}: take: {e}", s.name));
+    taken.sort_by(|a, b| a.due.delivery.id.cmp(&b.due.delivery.id));
+    taken
+}
+
+fn ids(taken: &[Taken<Hold>]) -> Vec<&str> {
+    taken.iter().map(|t| t.due.delivery.id.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_delivery_is_taken_once_and_a_held_one_comes_back_at_its_time() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let (event_id, deliveries) = ingest_one(&s).await;
+        let mut taken = take_all(&s).await;
+        let want: Vec<&str> = deliveries.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids(&taken), want, "{}: both due deliveries", s.name);
+        for t in &taken {
+            assert!(store.is_held(&t.due.delivery.id), "{}", s.name);
+            assert_eq!(t.due.event.id, event_id, "{}", s.name);
+            assert_eq!(&t.due.payload[..], b"{\"n\":1}", "{}", s.name);
+            let fenced = match t.fence {
+                Fence::Claimed => s.name == "sled",
+                Fence::Lease(_) => s.name == "postgres",
+            };
+            assert!(fenced, "{}: {:?}", s.name, t.fence);
+        }
+        assert!(
+            take_all(&s).await.is_empty(),
+            "{}: a taken delivery is not taken again",
+            s.name
+        );
+
+        // One is held (an open breaker) for five seconds, the other is delivered.
+        let b = taken.pop().unwrap();
+        let a = taken.pop().unwrap();
+        let held_id = a.due.delivery.id.clone();
+        store.release(a.hold, Some(START + 5_000)).await.unwrap();
+        deliver(&s, b).await;
+        assert!(!store.is_held(&held_id), "{}", s.name);
+        assert_eq!(
+            store.next_due().await.unwrap(),
+            Some(START + 5_000),
+            "{}: due again when the hold ends",
+            s.name
+        );
+        s.clock.set(START + 4_999);
+        assert!(take_all(&s).await.is_empty(), "{}: held", s.name);
+        s.clock.set(START + 5_000);
+        let again = take_all(&s).await;
+        assert_eq!(ids(&again), vec![held_id.as_str()], "{}", s.name);
+        assert_eq!(again[0].due.delivery.attempt_count, 0, "{}", s.name);
+        for t in again {
+            deliver(&s, t).await;
+        }
+        assert_eq!(store.next_due().await.unwrap(), None, "{}", s.name);
+        assert!(take_all(&s).await.is_empty(), "{}", s.name);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let mut ep = endpoint(EP_A, "acct");
+        ep.ordering = Some(herald::model::Ordering {
+            key: Some("k".into()),
+        });
+        store.create_endpoint(ep, 100).await.unwrap();
+        let keyed = |k: &str, at: i64| NewEvent {
+            targets: vec![lane_of(Some(EP_A))],
+            payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
+            ..event("acct", None, at)
+        };
+        let mut order = Vec::new();
+        for (i, k) in ["x", "y", "x"].iter().enumerate() {
+            let out = store.ingest(vec![keyed(k, START + i as i64)]).await;
+            order.push(created(&out.unwrap()[0]).1[0].id.clone());
+        }
+        s.clock.set(START + 10);
+        let heads = take_all(&s).await;
+        assert_eq!(
+            ids(&heads),
+            vec![order[0].as_str(), order[1].as_str()],
+            "{}: the heads of x and y; x's second waits behind its first",
+            s.name
+        );
+        let mut heads = heads.into_iter();
+        let x1 = heads.next().unwrap();
+        assert!(take_all(&s).await.is_empty(), "{}", s.name);
+        deliver(&s, x1).await;
+        let next = take_all(&s).await;
+        assert_eq!(
+            ids(&next),
+            vec![order[2].as_str()],
+            "{}: x's second once its first has ended",
+            s.name
+        );
+        for t in next.into_iter().chain(heads) {
+            deliver(&s, t).await;
+        }
     })
     .await;
 }

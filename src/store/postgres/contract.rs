@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::PgStore;
+use super::{PgLease, PgStore};
 use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
+use crate::store::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
 use crate::store::{
     Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept,
+    Swept, TakeLimits, Taken,
 };
 
 impl Ingest for PgStore {
@@ -313,6 +313,55 @@ impl Status for PgStore {
 
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
         PgStore::size_on_disk(self)
+    }
+}
+
+impl Queue for PgStore {
+    type Hold = PgLease;
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        limits: &TakeLimits,
+    ) -> impl Future<Output = Result<Vec<Taken<PgLease>>, StoreError>> + Send {
+        PgStore::claim_due_within(
+            self,
+            now,
+            room as i64,
+            &limits.endpoints,
+            &limits.allowed,
+            limits.others as i64,
+        )
+    }
+
+    async fn release(&self, hold: PgLease, until: Option<Millis>) -> Result<(), StoreError> {
+        match until {
+            // The attempt's record gave the lease up.
+            None => Ok(()),
+            Some(at) => PgStore::hold(self, hold.claim, &hold.delivery_id, at).await,
+        }
+    }
+
+    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+        PgStore::next_due(self)
+    }
+
+    fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_ {
+        let wake = self.wake();
+        async move { wake.notified().await }
+    }
+
+    fn set_intake(&self, intake: Option<Arc<dyn Intake<PgLease>>>) {
+        PgStore::set_intake(self, intake)
+    }
+
+    fn leave(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        PgStore::leave(self)
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::debounce::Debouncer;
 use super::lost::{self, Backends};
-use super::queue::{Leased, Leases};
+use super::queue::{leased, Leases, PgLease};
 use super::rows::{ulid_from, DeliveryRows, NewAttempts, DUE_CHANNEL};
 use super::{Database, PgStore};
 use crate::clock::{Clock, Millis};
@@ -30,6 +30,7 @@ use crate::ids::{self, EVENT};
 use crate::model::{DeliveryState, EventMeta};
 use crate::policy::debounce::{Candidate, Decision, Window};
 use crate::policy::ordering;
+use crate::store::contract::Intake;
 use crate::store::{
     DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
 };
@@ -55,7 +56,7 @@ pub(super) struct Job {
     reply: oneshot::Sender<Result<Vec<IngestOutcome>, StoreError>>,
 }
 
-/// What ingest needs to lease fresh deliveries to this node's engine ([`super::Intake`]).
+/// What ingest needs to lease fresh deliveries to this node's engine ([`Intake`]).
 pub(super) struct Lessor {
     pub node: String,
     pub lease_ms: Millis,
@@ -409,9 +410,9 @@ impl Committer {
                             let ev = &events[row_event[r]];
                             let event_id = ids::format(EVENT, ulids[row_event[r]]);
                             let delivery = d_rows.delivery(r, &event_id);
-                            Leased {
-                                claim: lent.claim,
-                                due: DueDelivery {
+                            leased(
+                                lent.claim,
+                                DueDelivery {
                                     event: EventMeta {
                                         id: event_id,
                                         account_id: ev.account_id.clone(),
@@ -425,7 +426,7 @@ impl Committer {
                                     delivery,
                                     payload: ev.payload.clone(),
                                 },
-                            }
+                            )
                         })
                         .collect::<Vec<_>>();
                     {
@@ -449,7 +450,7 @@ impl Committer {
         Ok(outcomes)
     }
 
-    /// Leases to this node's engine the fresh deliveries it has room for ([`super::Intake`]):
+    /// Leases to this node's engine the fresh deliveries it has room for ([`Intake`]):
     /// due now, to an endpoint, in no ordering lane (a lane's delivery waits for the one ahead,
     /// which only a claim checks).
     fn lend(&self, d_rows: &mut DeliveryRows, now: Millis) -> Option<Lent> {
@@ -676,7 +677,7 @@ async fn write_rows(
 
 /// Deliveries a transaction stores leased to this node.
 struct Lent {
-    intake: Arc<dyn super::Intake>,
+    intake: Arc<dyn Intake<PgLease>>,
     claim: i64,
     /// Their rows in the transaction's [`DeliveryRows`].
     rows: Vec<usize>,

@@ -41,7 +41,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::config::Config;
 pub use handle::PgStore;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
-pub use queue::{keep_leases, Intake, Leased};
+pub use queue::{keep_leases, PgLease};
 pub use rows::DUE_CHANNEL;
 pub use url::{check_url, parse_url};
 

@@ -31,25 +31,30 @@ use super::PgStore;
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY};
 use crate::model::{Attempt, Delivery, EventMeta};
-use crate::store::{DueDelivery, StoreError};
+use crate::store::contract::Intake;
+use crate::store::{DueDelivery, Fence, StoreError, Taken};
 
-/// A delivery this node holds: what to attempt, and the claim that fences its writes.
-pub struct Leased {
-    pub claim: i64,
-    pub due: DueDelivery,
+/// What holds a delivery this node took: its lease's claim, which fences its writes.
+pub struct PgLease {
+    pub(super) claim: i64,
+    pub(super) delivery_id: String,
 }
 
-/// A node's engine, as its ingest sees it: a fresh delivery that this node has room for is
-/// stored already leased to it and handed over once committed, with no claim (one statement
-/// and one row version less per delivery, and no wait for a notice). What the node has no room
-/// for is stored due, for any node's claim.
-pub trait Intake: Send + Sync {
-    /// Takes room for one delivery of `endpoint`; `false` if the node has none.
-    fn reserve(&self, endpoint: &str) -> bool;
-    /// Gives back room taken for a delivery that was not stored (its commit failed).
-    fn cancel(&self, endpoint: &str);
-    /// Deliveries stored leased to this node, committed: the engine attempts them.
-    fn take(&self, leased: Vec<Leased>);
+impl PgLease {
+    /// The lease's claim number.
+    pub fn claim(&self) -> i64 {
+        self.claim
+    }
+}
+
+/// A delivery leased to this node under `claim`, as the scheduler takes it.
+pub(super) fn leased(claim: i64, due: DueDelivery) -> Taken<PgLease> {
+    let delivery_id = due.delivery.id.clone();
+    Taken {
+        due,
+        fence: Fence::Lease(claim),
+        hold: PgLease { claim, delivery_id },
+    }
 }
 
 /// The leases of this node, shared by its queue and its ingest.
@@ -63,7 +68,7 @@ pub(super) struct Leases {
     /// that finds one given up meanwhile is the write's doing, not a lost lease.
     finishing: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Where ingest hands fresh deliveries to this node's engine, while it runs.
-    intake: std::sync::RwLock<Option<std::sync::Arc<dyn Intake>>>,
+    intake: std::sync::RwLock<Option<std::sync::Arc<dyn Intake<PgLease>>>>,
 }
 
 impl Leases {
@@ -77,11 +82,11 @@ impl Leases {
         self.finishing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
+    fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake<PgLease>>>) {
         *self.intake.write().unwrap_or_else(|e| e.into_inner()) = intake;
     }
 
-    pub(super) fn intake(&self) -> Option<std::sync::Arc<dyn Intake>> {
+    pub(super) fn intake(&self) -> Option<std::sync::Arc<dyn Intake<PgLease>>> {
         self.intake
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -153,8 +158,9 @@ static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 impl PgStore {
     /// Claims up to `max` deliveries due now for this node's lease, at most `others` of any
     /// one endpoint.
-    pub async fn claim_due(&self, max: i64) -> Result<Vec<Leased>, StoreError> {
-        self.claim_due_within(max, &[], &[], max).await
+    pub async fn claim_due(&self, max: i64) -> Result<Vec<Taken<PgLease>>, StoreError> {
+        self.claim_due_within(self.clock.now_ms(), max, &[], &[], max)
+            .await
     }
 
     /// Claims like [`claim_due`](Self::claim_due), at most `allowed[i]` deliveries of endpoint
@@ -163,12 +169,12 @@ impl PgStore {
     /// of them, and never costs a claim that cannot take from it.
     pub async fn claim_due_within(
         &self,
+        now: Millis,
         max: i64,
         endpoints: &[String],
         allowed: &[i32],
         others: i64,
-    ) -> Result<Vec<Leased>, StoreError> {
-        let now = self.clock.now_ms();
+    ) -> Result<Vec<Taken<PgLease>>, StoreError> {
         let claim: i64 = rand::random();
         let from = self
             .directory
@@ -199,18 +205,13 @@ impl PgStore {
                 ],
             )
             .await?;
-        let leased: Vec<Leased> = rows
+        let leased: Vec<Taken<PgLease>> = rows
             .iter()
-            .map(|r| {
-                Ok(Leased {
-                    claim,
-                    due: due_from(r)?,
-                })
-            })
+            .map(|r| Ok(leased(claim, due_from(r)?)))
             .collect::<Result<_, StoreError>>()?;
         let mut held = self.lock_held();
         for l in &leased {
-            held.insert(l.due.delivery.id.clone(), claim);
+            held.insert(l.hold.delivery_id.clone(), claim);
         }
         Ok(leased)
     }
@@ -243,7 +244,7 @@ impl PgStore {
 
     /// Sets (or, with `None`, removes) where this node's ingest hands fresh deliveries to its
     /// engine ([`Intake`]).
-    pub fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake>>) {
+    pub fn set_intake(&self, intake: Option<std::sync::Arc<dyn Intake<PgLease>>>) {
         self.leases.set_intake(intake);
     }
 

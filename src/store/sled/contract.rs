@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::queue::SledClaim;
 use super::{SledStore, StoreError};
 use crate::clock::Millis;
 use crate::model::{
@@ -16,9 +17,10 @@ use crate::model::{
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Log, Retention, Status};
+use crate::store::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
 use crate::store::{
     Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, Swept,
+    TakeLimits, Taken,
 };
 
 /// Runs `read` on a blocking thread with a handle of the store.
@@ -335,6 +337,46 @@ impl Status for SledStore {
 
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
         ready(SledStore::size_on_disk(self))
+    }
+}
+
+impl Queue for SledStore {
+    type Hold = SledClaim;
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        _limits: &TakeLimits,
+    ) -> impl Future<Output = Result<Vec<Taken<SledClaim>>, StoreError>> + Send {
+        ready(Ok(self.take_due_now(now, room)))
+    }
+
+    fn release(
+        &self,
+        hold: SledClaim,
+        until: Option<Millis>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.release_taken(hold, until);
+        ready(Ok(()))
+    }
+
+    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+        ready(Ok(self.due().next_due()))
+    }
+
+    fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.due().changed()
+    }
+
+    fn set_intake(&self, _intake: Option<Arc<dyn Intake<SledClaim>>>) {}
+
+    fn leave(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        ready(Ok(0))
     }
 }
 

@@ -62,6 +62,7 @@ mod health;
 pub mod key;
 mod keys;
 mod migrate;
+mod queue;
 mod retention;
 mod scan;
 mod sessions;
@@ -84,6 +85,7 @@ use counts::Fresh;
 pub use due::{Due, DueIndex, Entry, Refill};
 pub use fold::Folded;
 use fold::Place;
+pub use queue::SledClaim;
 pub use retention::Pruned;
 
 pub(crate) use super::directory::Directory;

@@ -1,0 +1,105 @@
+//! The queue of one box (the contract's `Queue`): due deliveries are taken from the in-memory
+//! due index ([`DueIndex`](super::DueIndex)), each under its delivery's claim, which the
+//! attempt holds until it is released (so a manual retry, retention or the committer cannot
+//! change the delivery meanwhile).
+
+use super::{Claim, Due, SledStore};
+use crate::clock::Millis;
+use crate::ids;
+use crate::model::DeliveryState;
+use crate::store::{DueDelivery, Fence, Taken};
+
+/// How long a due delivery whose claim someone else holds (a manual retry, retention, an
+/// attempt of a stale entry) waits before it is taken again.
+const CLAIM_RETRY_MS: Millis = 20;
+/// How long a due delivery waits while the store has failed for good: nothing is attempted whose
+/// result could not be recorded (herald stops shortly; the next start attempts it).
+const STORE_DOWN_RETRY_MS: Millis = 1_000;
+
+/// What holds a taken delivery on one box: its index entry and its claim.
+pub struct SledClaim {
+    due: Due,
+    _claim: Claim,
+}
+
+impl SledStore {
+    /// Takes up to `room` entries due at `now` from the index, claims each and reads its
+    /// delivery; an entry found stale (its delivery was rescheduled or has ended since) is
+    /// dropped.
+    pub(super) fn take_due_now(&self, now: Millis, room: usize) -> Vec<Taken<SledClaim>> {
+        let entries = self.due().take(now, room);
+        if entries.is_empty() {
+            return Vec::new();
+        }
+        // Refills are asked for by the entries a take hands out.
+        self.refill_due();
+        let usable = self.usable();
+        let mut taken = Vec::with_capacity(entries.len());
+        for due in entries {
+            if !usable {
+                self.due().put_back(due, Some(now + STORE_DOWN_RETRY_MS));
+                continue;
+            }
+            let Some(claim) = self.claim(due.delivery) else {
+                self.due().put_back(due, Some(now + CLAIM_RETRY_MS));
+                continue;
+            };
+            match self.current(due) {
+                Some(found) => taken.push(Taken {
+                    due: found,
+                    fence: Fence::Claimed,
+                    hold: SledClaim { due, _claim: claim },
+                }),
+                None => {
+                    drop(claim);
+                    self.due().done(due.lane);
+                }
+            }
+        }
+        taken
+    }
+
+    /// The entry's delivery, unless the entry is stale.
+    fn current(&self, due: Due) -> Option<DueDelivery> {
+        let found = match self.due_delivery(due.delivery) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                // Its event is gone (a commit that never finished): nothing to attempt.
+                if let Err(e) = self.drop_orphan(due.delivery) {
+                    tracing::error!(error = %e, "cannot drop a pending entry without its event");
+                }
+                self.due().ended(due.lane, due.delivery);
+                return None;
+            }
+            Err(e) => {
+                tracing::error!(delivery = %ids::format(ids::DELIVERY, due.delivery), error = %e, "cannot read a due delivery");
+                return None;
+            }
+        };
+        let delivery = &found.delivery;
+        let current = if due.fresh {
+            delivery.is_fresh()
+        } else {
+            delivery.queued && delivery.next_attempt_at == Some(due.at)
+        };
+        if current {
+            return Some(found);
+        }
+        if delivery.state != DeliveryState::Pending {
+            // Ended by someone else: its sequence (if it heads one) moves on.
+            self.due().ended(due.lane, due.delivery);
+        }
+        None
+    }
+
+    /// Gives a taken entry back: its claim ends, then its lane goes on (`None`), or the entry
+    /// waits in it until `until`, with the whole lane.
+    pub(super) fn release_taken(&self, hold: SledClaim, until: Option<Millis>) {
+        let SledClaim { due, _claim } = hold;
+        drop(_claim);
+        match until {
+            None => self.due().done(due.lane),
+            Some(at) => self.due().put_back(due, Some(at)),
+        }
+    }
+}
