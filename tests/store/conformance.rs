@@ -1491,3 +1491,34 @@ async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_node_gives_back_what_it_took() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let (_, deliveries) = ingest_one(&s).await;
+        let taken = take_all(&s).await;
+        assert_eq!(taken.len(), deliveries.len(), "{}", s.name);
+        let left = store.leave().await.unwrap();
+        if store.shared() {
+            // Due at once for the other nodes: the store holds nothing for this one now.
+            assert_eq!(left, 2, "{}: both leases given back", s.name);
+            for d in &deliveries {
+                assert!(!store.is_held(&d.id), "{}", s.name);
+            }
+            assert_eq!(
+                store.next_due().await.unwrap(),
+                Some(START),
+                "{}: due as they were",
+                s.name
+            );
+        } else {
+            // One box: there are no other nodes, and the claims end with the process.
+            assert_eq!(left, 0, "{}", s.name);
+            for d in &deliveries {
+                assert!(store.is_held(&d.id), "{}", s.name);
+            }
+        }
+    })
+    .await;
+}
