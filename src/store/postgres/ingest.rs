@@ -32,7 +32,7 @@ use crate::policy::debounce::{Candidate, Decision, Window};
 use crate::policy::ordering;
 use crate::store::contract::Intake;
 use crate::store::{
-    DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
+    DebounceRule, DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
 };
 use deadpool_postgres::GenericClient;
 
@@ -307,15 +307,6 @@ impl Committer {
             row_event: Vec::new(),
             ulids,
         };
-        let Staged {
-            outcomes,
-            e_rows,
-            d_rows,
-            attempts,
-            row_event,
-            ulids,
-            ..
-        } = &mut staged;
         let mut debouncer = Debouncer::default();
         debouncer
             .lock_all(
@@ -328,54 +319,21 @@ impl Committer {
             .await?;
         for (i, ev) in events.iter().enumerate() {
             if let Some(first) = duplicate_of[i].take() {
-                outcomes.push(IngestOutcome::Duplicate { event_id: first });
+                staged
+                    .outcomes
+                    .push(IngestOutcome::Duplicate { event_id: first });
                 continue;
             }
-            let ulid = ulids[i];
-            let event_id = ids::format(EVENT, ulid);
-            let at = ev.received_at.max(now);
-            e_rows.push(ulid, ev, at);
-            let first_row = d_rows.id.len();
-            row_event.extend(std::iter::repeat_n(i, ev.targets.len()));
-            for (n, lane) in ev.targets.iter().enumerate() {
-                let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
-                let lane = lanes.get(i).and_then(|l| l.get(n)).cloned().flatten();
-                d_rows.push(ids::delivery_of(ulid, n), ulid, endpoint_id, lane, ev, at);
-            }
+            let ulid = staged.ulids[i];
+            let rows = staged.lay_out(i, ev, ulid, lanes.get(i));
             if let Some(rule) = &ev.debounce {
-                match debouncer.decide(c, rule, now).await? {
-                    Decision::Open(w) => debouncer.set(&rule.key, w),
-                    Decision::Debounce => {
-                        for r in first_row..d_rows.id.len() {
-                            d_rows.debounce(r, 1);
-                            attempts.debounced(d_rows.id[r].clone(), 1, now);
-                        }
-                    }
-                    Decision::Trail { due, supersedes } => {
-                        if let Some(cand) = supersedes {
-                            debouncer.supersede(c, cand, d_rows, attempts, now).await?;
-                        }
-                        for r in first_row..d_rows.id.len() {
-                            d_rows.trail(r, due);
-                        }
-                        debouncer.candidate_rows(ulid, first_row);
-                        debouncer.set(
-                            &rule.key,
-                            Window {
-                                end: due,
-                                candidate: Some(Candidate {
-                                    event: ulid,
-                                    deliveries: ev.targets.len(),
-                                }),
-                            },
-                        );
-                    }
-                }
+                staged
+                    .debounce(&mut debouncer, c, rule, ulid, rows.clone())
+                    .await?;
             }
-            let deliveries = (first_row..d_rows.id.len())
-                .map(|r| d_rows.delivery(r, &event_id))
-                .collect();
-            outcomes.push(IngestOutcome::Created {
+            let event_id = ids::format(EVENT, ulid);
+            let deliveries = rows.map(|r| staged.d_rows.delivery(r, &event_id)).collect();
+            staged.outcomes.push(IngestOutcome::Created {
                 event_id,
                 deliveries,
             });
@@ -495,6 +453,77 @@ struct Staged<'a> {
     attempts: NewAttempts,
     /// Each delivery row's event.
     row_event: Vec<usize>,
+}
+
+impl<'a> Staged<'a> {
+    /// Lays out the rows of event `i` (id `ulid`) and of its deliveries, each with its lane
+    /// (`lanes`, by target); returns the deliveries' rows.
+    fn lay_out(
+        &mut self,
+        i: usize,
+        ev: &'a NewEvent,
+        ulid: u128,
+        lanes: Option<&Vec<Option<Vec<u8>>>>,
+    ) -> std::ops::Range<usize> {
+        let at = ev.received_at.max(self.now);
+        self.e_rows.push(ulid, ev, at);
+        let first_row = self.d_rows.id.len();
+        self.row_event
+            .extend(std::iter::repeat_n(i, ev.targets.len()));
+        for (n, lane) in ev.targets.iter().enumerate() {
+            let endpoint_id = (*lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, *lane));
+            let lane = lanes.and_then(|l| l.get(n)).cloned().flatten();
+            self.d_rows
+                .push(ids::delivery_of(ulid, n), ulid, endpoint_id, lane, ev, at);
+        }
+        first_row..self.d_rows.id.len()
+    }
+
+    /// Decides the debounce window of event `ulid` at commit, and what it means for the
+    /// event's delivery `rows`: none (a window opens), skipped (debounced), or due at the
+    /// window's end as its trailing candidate (replacing the one before).
+    async fn debounce(
+        &mut self,
+        debouncer: &mut Debouncer,
+        c: &impl GenericClient,
+        rule: &DebounceRule,
+        ulid: u128,
+        rows: std::ops::Range<usize>,
+    ) -> Result<(), StoreError> {
+        let now = self.now;
+        match debouncer.decide(c, rule, now).await? {
+            Decision::Open(w) => debouncer.set(&rule.key, w),
+            Decision::Debounce => {
+                for r in rows {
+                    self.d_rows.debounce(r, 1);
+                    self.attempts.debounced(self.d_rows.id[r].clone(), 1, now);
+                }
+            }
+            Decision::Trail { due, supersedes } => {
+                if let Some(cand) = supersedes {
+                    debouncer
+                        .supersede(c, cand, &mut self.d_rows, &mut self.attempts, now)
+                        .await?;
+                }
+                let deliveries = rows.len();
+                debouncer.candidate_rows(ulid, rows.start);
+                for r in rows {
+                    self.d_rows.trail(r, due);
+                }
+                debouncer.set(
+                    &rule.key,
+                    Window {
+                        end: due,
+                        candidate: Some(Candidate {
+                            event: ulid,
+                            deliveries,
+                        }),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Claims the events' idempotency keys (`ulids` are the events' ids): the first event of a key
