@@ -24,6 +24,7 @@ use herald::model::{
 };
 use herald::policy::breaker::{Breaker, Change, Phase};
 use herald::policy::quota::{windows, Limits};
+use herald::store::contract::Intake;
 use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::sled::SledStore;
@@ -1461,11 +1462,25 @@ async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order() {
             payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
             ..event("acct", None, at)
         };
-        let mut order = Vec::new();
+        let mut made = Vec::new();
         for (i, k) in ["x", "y", "x"].iter().enumerate() {
             let out = store.ingest(vec![keyed(k, START + i as i64)]).await;
-            order.push(created(&out.unwrap()[0]).1[0].id.clone());
+            made.push(created(&out.unwrap()[0]).1[0].clone());
         }
+        let order: Vec<String> = made.iter().map(|d| d.id.clone()).collect();
+        let ordering = |d: Delivery| async move { store.ordering_of(&d).await.unwrap() };
+        assert_eq!(
+            ordering(made[0].clone()).await,
+            Some(("x".to_string(), None)),
+            "{}: x's first heads its lane",
+            s.name
+        );
+        assert_eq!(
+            ordering(made[2].clone()).await,
+            Some(("x".to_string(), Some(order[0].clone()))),
+            "{}: x's second waits for its first",
+            s.name
+        );
         s.clock.set(START + 10);
         let heads = take_all(&s).await;
         assert_eq!(
@@ -1483,6 +1498,12 @@ async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order() {
             ids(&next),
             vec![order[2].as_str()],
             "{}: x's second once its first has ended",
+            s.name
+        );
+        assert_eq!(
+            ordering(made[2].clone()).await,
+            Some(("x".to_string(), None)),
+            "{}: nothing ahead of x's second now",
             s.name
         );
         for t in next.into_iter().chain(heads) {
@@ -1518,6 +1539,62 @@ async fn a_leaving_node_gives_back_what_it_took() {
             for d in &deliveries {
                 assert!(store.is_held(&d.id), "{}", s.name);
             }
+        }
+    })
+    .await;
+}
+
+/// An intake that takes whatever it is offered and keeps what it is handed.
+#[derive(Default)]
+struct Catching {
+    handed: std::sync::Mutex<Vec<Taken<Hold>>>,
+}
+
+impl Intake<Hold> for Catching {
+    fn reserve(&self, _endpoint: &str) -> bool {
+        true
+    }
+
+    fn cancel(&self, _endpoint: &str) {}
+
+    fn take(&self, taken: Vec<Taken<Hold>>) {
+        self.handed.lock().unwrap().extend(taken);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_hands_fresh_deliveries_to_the_intake_or_queues_them_never_both() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let intake = Arc::new(Catching::default());
+        store.set_intake(Some(intake.clone()));
+        let (_, deliveries) = ingest_one(&s).await;
+        let handed: Vec<Taken<Hold>> = std::mem::take(&mut *intake.handed.lock().unwrap());
+        let queued = take_all(&s).await;
+        let mut seen: Vec<&str> = ids(&handed);
+        seen.extend(ids(&queued));
+        seen.sort();
+        let want: Vec<&str> = deliveries.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(seen, want, "{}: each delivery exactly once", s.name);
+        if store.shared() {
+            assert_eq!(handed.len(), 2, "{}: taken at ingest", s.name);
+        } else {
+            assert!(handed.is_empty(), "{}: one box queues them", s.name);
+        }
+        for t in handed.into_iter().chain(queued) {
+            assert!(store.is_held(&t.due.delivery.id), "{}", s.name);
+            deliver(&s, t).await;
+        }
+
+        // Without an intake, everything is queued.
+        store.set_intake(None);
+        let (_, deliveries) = ingest_one(&s).await;
+        assert!(intake.handed.lock().unwrap().is_empty(), "{}", s.name);
+        let queued = take_all(&s).await;
+        let want: Vec<&str> = deliveries.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids(&queued), want, "{}", s.name);
+        for t in queued {
+            deliver(&s, t).await;
         }
     })
     .await;
