@@ -252,6 +252,9 @@ pub fn endpoint_url(data: &[u8]) {
 
 /// `Guard::check` and `refused_range` share one classifier: the default guard refuses exactly
 /// the table's addresses under the table's name, and an allow-list only ever removes refusals.
+/// A refusal it keeps has the default's name, but one: a local-use NAT64 address is judged by
+/// its IPv4 address first and then as a range of its own, so when the allow-list lets the IPv4
+/// address through, the address is still refused, as local-use NAT64.
 fn check_ip(ip: IpAddr) {
     let range = refused_range(ip);
     let default = DEFAULT.check(ip);
@@ -260,9 +263,23 @@ fn check_ip(ip: IpAddr) {
         assert_eq!(r.addr, ip);
     }
     if let Err(r) = ALLOWING.check(ip) {
-        assert_eq!(Some(r.range), range, "{ip}: the allow-list added a refusal");
+        assert!(range.is_some(), "{ip}: the allow-list added a refusal");
+        let named = match ip {
+            IpAddr::V6(v6) if u128::from(v6) >> 80 == 0x0064_ff9b_0001 => {
+                let v4 = Ipv4Addr::from(u128::from(v6) as u32);
+                match ALLOWING.check(IpAddr::V4(v4)) {
+                    Ok(()) => Some(LOCAL_NAT64),
+                    Err(_) => range,
+                }
+            }
+            _ => range,
+        };
+        assert_eq!(Some(r.range), named, "{ip}: refused under another name");
     }
 }
+
+/// The local-use NAT64 prefix's range name (the guard's table).
+const LOCAL_NAT64: &str = "64:ff9b:1::/48 (local-use NAT64)";
 
 /// An IPv6 address that carries an IPv4 address (mapped, NAT64, 6to4) reaches that IPv4 host,
 /// so it must be refused, named and allowed exactly like the IPv4 address itself.

@@ -86,3 +86,14 @@ fn config_durations_beyond_i64_millis_are_refused() {
         checks::config_toml(text);
     }
 }
+
+/// `64:ff9b:1:0:7f7f:7f7f:7f7f:7f7f`, a local-use NAT64 address carrying 127.127.127.127, with
+/// `127.0.0.0/8` on the allow-list: the guard lets the IPv4 address through and then refuses the
+/// address as local-use NAT64 (its gateway sits inside the network), where the default guard
+/// refuses it as loopback. The check had asked for the default's name and failed on it.
+#[test]
+fn endpoint_url_local_nat64_behind_an_allowed_ipv4_is_refused_as_nat64() {
+    checks::endpoint_url(include_bytes!(
+        "../../fuzz/regressions/endpoint_url/local-nat64-loopback-allowed"
+    ));
+}
