@@ -51,3 +51,17 @@ pub mod tls;
 
 /// The version in `user-agent` and `/v1/status`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What `herald --version` prints after the name: the version, then the git commit, the build
+/// date (UTC), the target and the store features this binary was built with (`build.rs`).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit:   ",
+    env!("HERALD_GIT_COMMIT"),
+    "\nbuilt:    ",
+    env!("HERALD_BUILD_DATE"),
+    "\ntarget:   ",
+    env!("HERALD_TARGET"),
+    "\nfeatures: ",
+    env!("HERALD_FEATURES"),
+);

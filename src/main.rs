@@ -47,7 +47,8 @@ unsafe impl Sync for MallocConf {}
 #[derive(Parser)]
 #[command(
     name = "herald",
-    version,
+    version = herald::VERSION,
+    long_version = herald::LONG_VERSION,
     about = "Self-hosted webhook delivery appliance"
 )]
 struct Cli {

@@ -391,3 +391,59 @@ async fn serve_without_admin_token_creates_a_0600_token_file_and_logs_only_its_p
         assert!(!line.contains(&token), "a log line shows the token: {line}");
     }
 }
+
+/// `herald --version` names the version, the git commit, the build date, the target and the
+/// store features; `-V` is the version alone.
+#[test]
+fn version_names_the_commit_the_build_date_the_target_and_the_features() {
+    let run = |flag: &str| {
+        let out = Command::new(herald_bin())
+            .arg(flag)
+            .output()
+            .expect("run herald");
+        assert!(out.status.success(), "{flag}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    assert_eq!(run("-V"), format!("herald {}\n", env!("CARGO_PKG_VERSION")));
+
+    let long = run("--version");
+    let lines: Vec<&str> = long.lines().collect();
+    assert_eq!(lines.len(), 5, "{long}");
+    assert_eq!(lines[0], format!("herald {}", env!("CARGO_PKG_VERSION")));
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} line in {long}"))
+            .trim()
+            .to_string()
+    };
+    // The commit of this checkout (the test runs from it).
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git rev-parse");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let commit = field("commit");
+    assert!(
+        commit.len() == 12 && head.starts_with(&commit),
+        "commit {commit:?}, HEAD {head:?}"
+    );
+    let built = field("built");
+    let date = built.as_bytes();
+    assert!(
+        date.len() == 10
+            && date[4] == b'-'
+            && date[7] == b'-'
+            && built.replace('-', "").bytes().all(|b| b.is_ascii_digit())
+            && built.as_str() >= "2026-01-01",
+        "built {built:?}"
+    );
+    let target = field("target");
+    assert!(
+        target.starts_with(std::env::consts::ARCH) && target.contains(std::env::consts::OS),
+        "target {target:?}"
+    );
+    assert_eq!(field("features"), "sled, postgres");
+}
