@@ -302,7 +302,12 @@ async fn an_endpoint_presents_its_client_certificate_to_a_server_that_requires_o
     let d = w
         .wait_state(&first_delivery(&answer), "failed", SETTLE)
         .await;
-    assert_eq!(d["last_status"], "tls_error", "{d}");
+    assert_eq!(
+        d["last_status"],
+        "tls_error",
+        "{d}; the receiver's failed handshakes: {:?}",
+        recv.tls_failures()
+    );
     assert_eq!(recv.count(), 0);
 
     let (certificate, private_key) = w.ca.client_identity_pem("herald-client.example");

@@ -123,7 +123,8 @@ struct Shared {
     arrived: Notify,
     behaviour: Behaviour,
     connections: AtomicUsize,
-    tls_failures: AtomicUsize,
+    /// Each failed TLS handshake: how long after its connection was accepted, and why.
+    tls_failures: Mutex<Vec<String>>,
 }
 
 /// A running receiver. See the module docs.
@@ -233,9 +234,14 @@ impl Receiver {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
-    /// TLS handshakes that failed (e.g. the client rejected our certificate).
-    pub fn tls_failures(&self) -> usize {
-        self.shared.tls_failures.load(Ordering::SeqCst)
+    /// TLS handshakes that failed (e.g. the client rejected our certificate), each with how
+    /// long after its connection was accepted it failed, and why: for a test's failure message.
+    pub fn tls_failures(&self) -> Vec<String> {
+        self.shared
+            .tls_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Waits until at least `n` requests have arrived and returns all of them;
@@ -277,7 +283,7 @@ impl Receiver {
             arrived: Notify::new(),
             behaviour,
             connections: AtomicUsize::new(0),
-            tls_failures: AtomicUsize::new(0),
+            tls_failures: Mutex::new(Vec::new()),
         });
         let is_tls = tls.is_some();
         let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
@@ -362,14 +368,22 @@ async fn connection(
     // Errors (client went away, failed handshake) just end the connection;
     // tests observe them through what the client under test reports.
     match acceptor {
-        Some(acceptor) => match acceptor.accept(stream).await {
-            Ok(tls) => {
-                let _ = http.serve_connection(TokioIo::new(tls), service).await;
+        Some(acceptor) => {
+            let accepted = std::time::Instant::now();
+            match acceptor.accept(stream).await {
+                Ok(tls) => {
+                    let _ = http.serve_connection(TokioIo::new(tls), service).await;
+                }
+                Err(e) => {
+                    let failed = format!("after {:?}: {e}", accepted.elapsed());
+                    shared
+                        .tls_failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(failed);
+                }
             }
-            Err(_) => {
-                shared.tls_failures.fetch_add(1, Ordering::SeqCst);
-            }
-        },
+        }
         None => {
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
