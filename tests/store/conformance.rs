@@ -145,12 +145,7 @@ impl Subject {
     async fn take(&self, id: &str) -> Taken<Hold> {
         let known = self.taken.lock().unwrap().contains_key(id);
         if !known {
-            let now = self.clock.now_ms();
-            let taken = self
-                .store
-                .take_due(now, 1_000, &everything())
-                .await
-                .expect("take");
+            let taken = take_all(self).await;
             let mut waiting = self.taken.lock().unwrap();
             for t in taken {
                 waiting.insert(t.due.delivery.id.clone(), t);
@@ -1380,12 +1375,12 @@ async fn deliver(s: &Subject, taken: Taken<Hold>) {
     s.release(taken).await;
 }
 
-/// Takes what is due now, by delivery id.
+/// Takes whatever is due now, sorted by delivery id.
 async fn take_all(s: &Subject) -> Vec<Taken<Hold>> {
     let now = s.clock.now_ms();
     let mut taken = s
         .store
-        .take_due(now, 100, &everything())
+        .take_due(now, 1_000, &everything())
         .await
         .unwrap_or_else(|e| panic!("{}: take: {e}", s.name));
     taken.sort_by(|a, b| a.due.delivery.id.cmp(&b.due.delivery.id));
