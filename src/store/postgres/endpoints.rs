@@ -29,6 +29,7 @@ impl PgStore {
         ep: Endpoint,
         max_per_account: usize,
     ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         tx.execute(
@@ -58,6 +59,7 @@ impl PgStore {
         id: &str,
         f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
     ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
+        let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await.map_err(StoreError::from)?;
         let tx = client.transaction().await.map_err(StoreError::from)?;
         let Some(mut ep) = read_endpoint(&tx, id, true).await? else {
@@ -74,6 +76,7 @@ impl PgStore {
 
     /// Stores an endpoint as given (created or replaced).
     pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         let version = write_endpoint(&tx, &ep).await?;
@@ -82,6 +85,7 @@ impl PgStore {
     }
 
     pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let _writes = self.endpoint_writes.lock().await;
         let client = self.db.client().await?;
         let gone = client
             .query_opt(
@@ -110,6 +114,7 @@ impl PgStore {
         pair: Option<(&str, &str, ClientCertificate)>,
         now: crate::clock::Millis,
     ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         let Some(mut ep) = read_endpoint(&tx, id, true).await? else {
@@ -186,6 +191,7 @@ impl PgStore {
     pub(super) async fn refresh(&self, notice: Notice<'_>) -> Result<(), StoreError> {
         match notice {
             Notice::Endpoint(id) => {
+                let _writes = self.endpoint_writes.lock().await;
                 let client = self.db.client().await?;
                 match read_endpoint(&client, id, false).await? {
                     Some(ep) => {

@@ -90,6 +90,10 @@ pub struct PgStore {
     pub(super) directory_version: std::sync::atomic::AtomicI64,
     /// Held by a reload of the copy.
     pub(super) reloading: tokio::sync::Mutex<()>,
+    /// Held by each of this node's endpoint writes, from its read to its copy in memory, and by
+    /// each reading of another node's endpoint notice: the copy takes them in the order they
+    /// committed, so of two changes of one endpoint made at once, the older never stays.
+    pub(super) endpoint_writes: tokio::sync::Mutex<()>,
     /// The leases this node holds ([`super::queue`]), shared with its ingest.
     pub(super) leases: Arc<Leases>,
     /// This node's copies of endpoints' circuit breakers ([`super::breakers`]).
@@ -173,6 +177,7 @@ impl PgStore {
             directory: Directory::default(),
             directory_version: std::sync::atomic::AtomicI64::new(0),
             reloading: tokio::sync::Mutex::new(()),
+            endpoint_writes: tokio::sync::Mutex::new(()),
             leases,
             breakers: Default::default(),
             _identity: None,
