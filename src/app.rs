@@ -533,3 +533,59 @@ fn notify_systemd(state: &str) {
         tracing::warn!(error = %e, "cannot notify systemd");
     }
 }
+
+/// `herald restore` (docs/operations.md): writes an archive, checked before, into the store the
+/// config names, which must be empty: a missing or empty data directory, or a cluster database
+/// without events, endpoints, plans or account secrets (its schema is brought up to date first).
+/// On one box the store is closed (synced) before this returns.
+pub async fn restore(
+    config: &Config,
+    input: impl std::io::Read + Send + 'static,
+    progress: impl FnMut(&crate::backup::format::Totals),
+) -> Result<crate::backup::format::Totals, String> {
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
+    let now = clock.now_ms();
+    let failed = |e: StoreError| format!("cannot open storage at {}: {e}", storage_label(config));
+    // On one box the store is closed (synced) once written.
+    let (store, to_close) = match config.storage.backend {
+        StorageBackend::Sled => {
+            let path = &config.storage.path;
+            let used = std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some());
+            if used {
+                return Err(format!(
+                    "{} is not empty; restore into an empty or missing directory",
+                    path.display()
+                ));
+            }
+            let store = SledStore::open(path, config.storage.cache_capacity, clock, Arc::default())
+                .map_err(failed)?;
+            (Backend::Sled(store.clone()), Some(store))
+        }
+        #[cfg(feature = "postgres")]
+        StorageBackend::Postgres => {
+            use crate::store::postgres::{migrate, Database, PgStore};
+            let db = Database::new(config).map_err(|e| failed(e.into()))?;
+            let mut client = db.dedicated().await.map_err(|e| failed(e.into()))?;
+            migrate(&mut client).await.map_err(|e| failed(e.into()))?;
+            drop(client);
+            let lease = config.storage.postgres.lease.0;
+            let store = PgStore::with_database(db, clock, lease)
+                .await
+                .map_err(failed)?;
+            (Backend::Postgres(Arc::new(store)), None)
+        }
+        #[cfg(not(feature = "postgres"))]
+        StorageBackend::Postgres => {
+            return Err("this herald was built without the `postgres` feature".into())
+        }
+    };
+    let restored = crate::backup::restore(&store, input, now, progress)
+        .await
+        .map_err(|e| e.to_string());
+    drop(store);
+    if let Some(s) = to_close {
+        s.close()
+            .map_err(|e| format!("cannot sync the restored store: {e}"))?;
+    }
+    restored
+}

@@ -9,6 +9,9 @@
 //!
 //! - [`app`]: `run(config, listener, clock, shutdown)`: opens the store, starts the API and the
 //!   engine, tears them down in order.
+//! - [`backup`]: online backup and restore on the store contract, and the archive's format.
+//! - [`cli`]: the `herald` command's subcommands and flags (clap), shared by the binary and
+//!   the generated man pages and completions.
 //! - [`config`]: the TOML file: structs, compiled-in defaults, validation with key paths.
 //! - [`clock`]: wall time that gets stored (`SystemClock`, `ManualClock` for tests).
 //! - [`ids`]: prefixed, time-sortable ids (`evt_`, `ep_`, `dlv_`, `att_` + ULID).
@@ -34,6 +37,8 @@
 
 pub mod api;
 pub mod app;
+pub mod backup;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;

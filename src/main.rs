@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use herald::cli::{Cli, Command};
 use herald::clock::SystemClock;
 use herald::config::{Backend, Config, ConfigError};
 
@@ -44,66 +45,6 @@ struct MallocConf(*const std::ffi::c_char);
 #[allow(unsafe_code)]
 unsafe impl Sync for MallocConf {}
 
-#[derive(Parser)]
-#[command(
-    name = "herald",
-    version = herald::VERSION,
-    long_version = herald::LONG_VERSION,
-    about = "Self-hosted webhook delivery appliance"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the appliance (built-in defaults when no config is given).
-    Serve {
-        /// The TOML config file.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Allow http:// and loopback targets and skip endpoint verification (local trials only).
-        #[arg(long)]
-        dev: bool,
-    },
-    /// Validate a config file and print every problem with its key path.
-    CheckConfig { path: PathBuf },
-    /// Print the OpenAPI 3.1 document of the API and of the catalog's webhooks.
-    Openapi {
-        /// The TOML config file (its catalog fills the webhooks; built-in defaults without).
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Apply the cluster database's schema (storage.backend = "postgres") and exit.
-    Migrate {
-        /// The TOML config file naming the database.
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Copy a stopped single-node store into an empty cluster database.
-    Copy {
-        /// The store: sled:PATH (the data directory).
-        #[arg(long)]
-        from: String,
-        /// The database: postgres:URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE).
-        #[arg(long)]
-        to: String,
-        /// PEM certificates of the CA that signed the database's certificate.
-        #[arg(long)]
-        ca_file: Option<PathBuf>,
-    },
-    /// A receiver for trying herald out: verifies signatures and prints what arrives.
-    Receive {
-        /// Address to listen on, such as 127.0.0.1:9000.
-        #[arg(long)]
-        listen: String,
-        /// The endpoint's signing secret (whsec_...).
-        #[arg(long)]
-        secret: String,
-    },
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -118,6 +59,14 @@ fn main() -> ExitCode {
         Command::Receive { listen, secret } => receive(&listen, secret),
         Command::Migrate { config } => migrate(config),
         Command::Copy { from, to, ca_file } => copy(&from, &to, ca_file),
+        Command::Backup { config, out } => backup(config, &out),
+        Command::Restore {
+            check,
+            config,
+            to,
+            ca_file,
+            file,
+        } => restore(check, config, to, ca_file, &file),
         Command::Openapi { config } => {
             let loaded = match &config {
                 Some(p) => Config::load(p),
@@ -326,6 +275,278 @@ fn copy(_from: &str, _to: &str, _ca_file: Option<PathBuf>) -> ExitCode {
 fn migrate_postgres(_config: &Config) -> ExitCode {
     eprintln!("herald migrate: this herald was built without the `postgres` feature");
     ExitCode::from(2)
+}
+
+/// `herald backup`: the running herald's store, online, into a file (docs/operations.md).
+fn backup(path: Option<PathBuf>, out: &std::path::Path) -> ExitCode {
+    use herald::backup::client::{download, Target};
+    let config = match load(path.as_ref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let addr = match config.listen_addr() {
+        Ok(a) if a.ip().is_unspecified() => std::net::SocketAddr::new(
+            match a {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            },
+            a.port(),
+        ),
+        Ok(a) => a,
+        Err(e) => return report(&[e]),
+    };
+    let token = match admin_token(&config) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("herald backup: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let target = if out.as_os_str() == "-" {
+        Target::Stdout
+    } else {
+        Target::File(out.to_path_buf())
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald backup: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut shown = Shown::new();
+    let done = rt.block_on(download(addr, &token, &target, |p| {
+        let rate = p.deliveries as f64 / shown.started.elapsed().as_secs_f64().max(1e-3);
+        let left = p
+            .deliveries_total
+            .map(|t| t.saturating_sub(p.deliveries) as f64 / rate.max(1.0));
+        shown.line(&format!(
+            "{} events, {} deliveries{}, {:.0} deliveries/s, {} MB{}",
+            p.events,
+            p.deliveries,
+            p.deliveries_total
+                .map(|t| format!(" of about {t}"))
+                .unwrap_or_default(),
+            rate,
+            p.bytes / 1_000_000,
+            left.map(|l| format!(
+                ", {} left",
+                humantime::format_duration(std::time::Duration::from_secs(l as u64))
+            ))
+            .unwrap_or_default(),
+        ));
+    }));
+    shown.end();
+    match done {
+        Ok(t) => {
+            if let Target::File(path) = &target {
+                eprintln!(
+                    "herald backup: wrote {} ({} events, {} deliveries, {} attempts)",
+                    path.display(),
+                    t.events,
+                    t.deliveries,
+                    t.attempts
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald backup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The admin token `herald backup` presents: the config's first, else its token file's first,
+/// else the one herald made in its data directory.
+fn admin_token(config: &Config) -> Result<String, String> {
+    let (admin, _) = config.tokens().map_err(|e| {
+        e.iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    if let Some(t) = admin.into_iter().next() {
+        return Ok(t);
+    }
+    let path = config.storage.path.join(herald::app::ADMIN_TOKEN_FILE);
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(str::to_string)
+        })
+        .ok_or_else(|| {
+            format!(
+                "no admin token: the config names none and {} cannot be read",
+                path.display()
+            )
+        })
+}
+
+/// A progress line on stderr: redrawn in place on a terminal, else printed every 5 s.
+struct Shown {
+    terminal: bool,
+    started: std::time::Instant,
+    last: Option<std::time::Instant>,
+}
+
+impl Shown {
+    fn new() -> Shown {
+        use std::io::IsTerminal;
+        Shown {
+            terminal: std::io::stderr().is_terminal(),
+            started: std::time::Instant::now(),
+            last: None,
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        if self.terminal {
+            eprint!("\r\x1b[2K{line}");
+        } else if self
+            .last
+            .is_none_or(|l| l.elapsed() >= std::time::Duration::from_secs(5))
+        {
+            eprintln!("{line}");
+            self.last = Some(std::time::Instant::now());
+        }
+    }
+
+    fn end(&self) {
+        if self.terminal {
+            eprintln!();
+        }
+    }
+}
+
+/// `herald restore`: checks an archive, and unless `--check`, writes it into an empty store
+/// (the config's, or the one `--to` names).
+fn restore(
+    check_only: bool,
+    path: Option<PathBuf>,
+    to: Option<String>,
+    ca_file: Option<PathBuf>,
+    file: &std::path::Path,
+) -> ExitCode {
+    let open =
+        || std::fs::File::open(file).map_err(|e| format!("cannot open {}: {e}", file.display()));
+    let input = match open() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("herald restore: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut shown = Shown::new();
+    let checked = herald::backup::check(std::io::BufReader::new(input), |t| {
+        shown.line(&format!(
+            "checking: {} events, {} deliveries",
+            t.events, t.deliveries
+        ));
+    });
+    shown.end();
+    let (info, totals) = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("herald restore: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "herald restore: {} is whole: format {}, written by herald {} from a {} store, \
+         {} parts, {} directory rows, {} events, {} deliveries, {} attempts",
+        file.display(),
+        info.format,
+        info.herald,
+        info.source,
+        totals.parts,
+        totals.directory,
+        totals.events,
+        totals.deliveries,
+        totals.attempts
+    );
+    if check_only {
+        return ExitCode::SUCCESS;
+    }
+    let config = match restore_target(path, to, ca_file) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let input = match open() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("herald restore: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald restore: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut shown = Shown::new();
+    let done = rt.block_on(herald::app::restore(
+        &config,
+        std::io::BufReader::with_capacity(1 << 20, input),
+        |t| {
+            let rate = t.deliveries as f64 / shown.started.elapsed().as_secs_f64().max(1e-3);
+            let left = totals.deliveries.saturating_sub(t.deliveries) as f64 / rate.max(1.0);
+            shown.line(&format!(
+                "{}/{} deliveries, {} events, {:.0}/s, {} left",
+                t.deliveries,
+                totals.deliveries,
+                t.events,
+                rate,
+                humantime::format_duration(std::time::Duration::from_secs(left as u64))
+            ));
+        },
+    ));
+    shown.end();
+    match done {
+        Ok(t) => {
+            println!(
+                "herald restore: restored {} events, {} deliveries and {} attempts, and {} \
+                 directory rows",
+                t.events, t.deliveries, t.attempts, t.directory
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("herald restore: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The config whose storage a restore writes: `--to sled:PATH` or `--to postgres:URL` on the
+/// built-in defaults, else the config file's (the built-in defaults without one).
+fn restore_target(
+    path: Option<PathBuf>,
+    to: Option<String>,
+    ca_file: Option<PathBuf>,
+) -> Result<Config, ExitCode> {
+    let Some(to) = to else {
+        return load(path.as_ref());
+    };
+    let mut config = Config::from_toml("").map_err(|errors| report(&errors))?;
+    if let Some(dir) = to.strip_prefix("sled:") {
+        config.storage.backend = Backend::Sled;
+        config.storage.path = PathBuf::from(dir);
+    } else if let Some(url) = to.strip_prefix("postgres:") {
+        config.storage.backend = Backend::Postgres;
+        config.storage.postgres.url = Some(url.to_string());
+        config.storage.postgres.ca_file = ca_file;
+    } else {
+        eprintln!("herald restore: write --to sled:PATH or --to postgres:URL");
+        return Err(ExitCode::from(2));
+    }
+    config.validate().map_err(|errors| report(&errors))?;
+    Ok(config)
 }
 
 fn report(errors: &[ConfigError]) -> ExitCode {

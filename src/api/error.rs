@@ -3,9 +3,7 @@
 //! Internal detail (storage errors and the like) is logged where it happens and never put in a
 //! message: the caller gets a sentence it can act on.
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Response, StatusCode};
+use hyper::StatusCode;
 use serde_json::json;
 
 use crate::store::StoreError;
@@ -87,7 +85,7 @@ impl ApiError {
         json!({ "error": e })
     }
 
-    pub fn into_response(self) -> Response<Full<Bytes>> {
+    pub fn into_response(self) -> super::Resp {
         let mut resp = super::json(self.status, &self.body());
         if self.status == StatusCode::REQUEST_TIMEOUT {
             resp.headers_mut().insert(

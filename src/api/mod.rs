@@ -5,6 +5,7 @@
 //! stops, and the whole drain is bounded by the shutdown grace period.
 
 mod accounts;
+mod backup;
 pub mod body;
 mod catalog;
 mod deliveries;
@@ -31,7 +32,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
 use hyper::{Method, Request, Response, StatusCode};
@@ -46,7 +46,33 @@ use crate::store::prelude::*;
 use crate::store::Backend;
 use error::ApiError;
 
-pub type Resp = Response<Full<Bytes>>;
+pub type Resp = Response<Body>;
+
+/// An answer's body: whole (almost every answer), or streamed as it is made (a backup).
+pub type Body = http_body_util::Either<http_body_util::Full<Bytes>, Streamed>;
+
+/// A whole body.
+pub fn full(bytes: Bytes) -> Body {
+    Body::Left(http_body_util::Full::new(bytes))
+}
+
+/// A body sent as its producer makes it: each chunk as it arrives, and an error ends the answer
+/// without its last chunk, so the client sees it cut short.
+pub struct Streamed(pub tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for Streamed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| c.map(hyper::body::Frame::data)))
+    }
+}
 
 /// The tokens that open the API. Admin tokens open everything; ingest tokens only post events.
 #[derive(Clone, Default)]
@@ -235,6 +261,7 @@ async fn handle(
         Id::IngestBatch => ingest::batch(state, req).await,
         Id::Session => Ok(sessions::whoami(role.as_ref())),
         Id::Status => status::status(state).await,
+        Id::Backup => Ok(backup::stream(state)),
         Id::Accounts => accounts::list(state).await,
         Id::AccountPut => accounts::put(state, req, p("account_id")).await,
         Id::AccountGet => accounts::get(state, p("account_id")).await,
@@ -296,7 +323,7 @@ fn object_name(route: Id) -> &'static str {
 /// A JSON answer.
 pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Resp {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let mut resp = Response::new(full(Bytes::from(body)));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -304,7 +331,7 @@ pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Resp {
 }
 
 pub fn no_content() -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::new()));
+    let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = StatusCode::NO_CONTENT;
     resp
 }

@@ -289,6 +289,17 @@ fn server_spec(id: Id) -> Option<Spec<'static>> {
             None,
             vec![("200".into(), ok("Status.", r("Status")))],
         ),
+        Id::Backup => (
+            "Streams an online backup of the whole store (secrets included: keep it private).",
+            vec![],
+            None,
+            vec![(
+                "200".into(),
+                json!({"description": "The backup archive (docs/operations.md), streamed; \
+                    cut short if the backup fails.", "content": {
+                    "application/vnd.herald.backup": {"schema": {"type": "string", "format": "binary"}}}}),
+            )],
+        ),
         _ => return None,
     })
 }

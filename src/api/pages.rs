@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LOCATION};
 use hyper::{Request, Response, StatusCode};
@@ -81,7 +80,7 @@ pub enum Page {
 
 /// `GET /`: the console.
 pub fn root() -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::new()));
+    let mut resp = Response::new(super::full(Bytes::new()));
     *resp.status_mut() = StatusCode::FOUND;
     resp.headers_mut()
         .insert(LOCATION, HeaderValue::from_static("/console"));
@@ -119,11 +118,11 @@ fn serve(state: &AppState, req: &Request<Incoming>, name: &str) -> Result<Resp, 
         .get(IF_NONE_MATCH)
         .is_some_and(|v| v.as_bytes() == etag.as_bytes());
     let mut resp = if fresh {
-        let mut r = Response::new(Full::new(Bytes::new()));
+        let mut r = Response::new(super::full(Bytes::new()));
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         r
     } else {
-        Response::new(Full::new(Bytes::from_static(a.bytes)))
+        Response::new(super::full(Bytes::from_static(a.bytes)))
     };
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(a.content_type));

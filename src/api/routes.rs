@@ -38,6 +38,7 @@ pub enum Id {
     IngestBatch,
     Session,
     Status,
+    Backup,
     Accounts,
     AccountPut,
     AccountGet,
@@ -103,6 +104,7 @@ pub static ROUTES: &[Route] = &[
     ),
     route(Method::GET, "/v1/session", Access::Session, Id::Session),
     route(Method::GET, "/v1/status", Access::Admin, Id::Status),
+    route(Method::GET, "/v1/backup", Access::Admin, Id::Backup),
     route(Method::GET, "/v1/accounts", Access::Admin, Id::Accounts),
     route(
         Method::PUT,

@@ -6,7 +6,6 @@ use hyper::StatusCode;
 use serde_json::{json, Map, Value};
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
 
@@ -107,7 +106,7 @@ pub async fn metrics(state: &Arc<AppState>) -> Resp {
         in_flight: state.engine.in_flight(),
         storage_bytes: state.store.size_on_disk().await,
     };
-    let mut resp = Response::new(Full::new(Bytes::from(state.metrics.render(&gauges))));
+    let mut resp = Response::new(super::full(Bytes::from(state.metrics.render(&gauges))));
     resp.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

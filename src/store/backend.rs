@@ -14,13 +14,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
+use super::contract::{
+    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+};
 #[cfg(feature = "postgres")]
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
-    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
+    StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -406,6 +408,32 @@ impl Queue for Backend {
 
     async fn leave(&self) -> Result<u64, StoreError> {
         both_async!(self, Queue::leave, ())
+    }
+}
+
+impl Archive for Backend {
+    async fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        both_async!(self, Archive::account_secrets, ())
+    }
+
+    async fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        both_async!(self, Archive::export_events, (before, limit))
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        both_async!(self, Archive::is_empty, ())
+    }
+
+    async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        both_async!(self, Archive::import_events, (events, now))
     }
 }
 

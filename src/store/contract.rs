@@ -27,8 +27,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
+    StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -430,4 +430,46 @@ pub trait Status {
 
     /// Bytes the store takes on disk (the data directory; the cluster's database).
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send;
+}
+
+/// What backup and restore need beyond the other traits (docs/operations.md, "Backup and
+/// restore"): the log read a page at a time while herald serves, and written whole into an
+/// empty store. The rest of a backup (endpoints, plans, breakers) goes through [`Directory`]
+/// and [`Accounts`].
+pub trait Archive {
+    /// Every account secret: (account, name, value).
+    fn account_secrets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
+
+    /// Up to `limit` events with ids below `before` (from the newest when `None`), newest
+    /// first, and the id to pass as `before` next (`None` once the oldest was read).
+    ///
+    /// - Each event is read whole, in one consistent read: with every delivery and attempt as
+    ///   stored at that moment. An event is never read without all of its deliveries.
+    /// - Event ids grow in commit order, so an event stored while the pages are read is never
+    ///   below the cursor: paging down from the newest reads every event stored before the
+    ///   first page exactly once (unless the retention removed it meanwhile).
+    /// - Runs off the async workers; the store keeps serving.
+    fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<EventHistory>, Option<String>), StoreError>> + Send;
+
+    /// Whether the store holds nothing: no event, endpoint, plan or account secret.
+    fn is_empty(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Writes events read by [`Archive::export_events`] (of any store) into a store that was
+    /// empty when the restore began, each with its deliveries in their states and their
+    /// attempts, as one write. Idempotency keys younger than
+    /// [`super::IDEMPOTENCY_WINDOW_MS`] at `now` answer `duplicate` again. Pending deliveries
+    /// are due when they were due (fresh ones at once). Flushed; durable once the store is
+    /// closed (one box) or at once (a cluster). Event and delivery ids are kept: a delivery's
+    /// id must be its event's `index`-th ([`crate::ids::delivery_of`]).
+    fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -246,3 +246,39 @@ pub fn token_hash(token: &str) -> [u8; 32] {
     use sha2::{Digest, Sha256};
     Sha256::digest(token.as_bytes()).into()
 }
+
+/// An event with everything that hangs off it, as a backup carries it ([`crate::backup`]): its
+/// fields, its payload bytes exactly as ingested, and its deliveries in fan-out order, each with
+/// its attempts oldest first.
+#[derive(Debug, Clone)]
+pub struct EventHistory {
+    pub meta: EventMeta,
+    pub payload: Bytes,
+    pub deliveries: Vec<(Delivery, Vec<crate::model::Attempt>)>,
+}
+
+/// What a backup carries besides the log, one row at a time ([`crate::backup`]). Secrets are in
+/// it (the endpoints', the client certificates' keys, the account secrets).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DirectoryRecord {
+    /// An endpoint with every field, and its client certificate chain and key (PEM) if it has one.
+    Endpoint {
+        endpoint: Box<Endpoint>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_certificate: Option<(String, String)>,
+    },
+    /// An account's plan.
+    Plan { account_id: String, plan: String },
+    /// One of an account's secrets.
+    AccountSecret {
+        account_id: String,
+        name: String,
+        value: String,
+    },
+    /// An endpoint's breaker, when it is not closed and clean.
+    Breaker {
+        endpoint_id: String,
+        breaker: crate::policy::breaker::Breaker,
+    },
+}

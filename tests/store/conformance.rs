@@ -1594,3 +1594,208 @@ async fn ingest_hands_fresh_deliveries_to_the_intake_or_queues_them_never_both()
     })
     .await;
 }
+
+/// What a store holds, through the contract, as JSON: every event with its payload, deliveries
+/// and attempts (newest first), and the directory as a backup reads it.
+async fn contents(s: &Subject) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut archive = Vec::new();
+    herald::backup::write(&s.store, START, |chunk| {
+        archive.extend_from_slice(&chunk);
+        std::future::ready(true)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}: backup: {e}", s.name));
+    let mut reader = herald::backup::format::Reader::new(&archive[..]).expect("an archive");
+    let (mut events, mut directory) = (Vec::new(), Vec::new());
+    while let Some(part) = reader.next_part().expect("a whole archive") {
+        match part {
+            herald::backup::format::Part::Events(evs) => events.extend(evs.into_iter().map(|h| {
+                serde_json::json!({
+                    "meta": h.meta,
+                    "payload": h.payload.to_vec(),
+                    "deliveries": h.deliveries,
+                })
+            })),
+            herald::backup::format::Part::Directory(rows) => {
+                directory.extend(rows.iter().map(|r| serde_json::to_value(r).unwrap()))
+            }
+            _ => {}
+        }
+    }
+    (events, directory)
+}
+
+/// A store with a bit of everything: endpoints (one with a client certificate and an open
+/// breaker), a plan, an account secret, events with a large and a non-UTF-8 payload and an
+/// idempotency key, a delivered delivery, one waiting for a retry and fresh ones.
+async fn fill(s: &Subject) {
+    let store = &s.store;
+    store
+        .create_endpoint(endpoint(EP_A, "acct"), 10)
+        .await
+        .unwrap();
+    store
+        .create_endpoint(endpoint(EP_B, "acct"), 10)
+        .await
+        .unwrap();
+    let described = ClientCertificate {
+        subject: "CN=client".into(),
+        not_after: START + 86_400_000,
+        sha256: "ab".repeat(32),
+    };
+    let chain = format!("-----BEGIN CERTIFICATE-----\n{}\n", "A".repeat(20_000));
+    store
+        .set_client_certificate(EP_A, Some((&chain, "KEY", described)), START)
+        .await
+        .unwrap();
+    store
+        .set_account_plan("acct", Some("pro".into()))
+        .await
+        .unwrap();
+    store
+        .set_account_secret("acct", "api_key", "s3cret")
+        .await
+        .unwrap();
+    store
+        .change_breaker(EP_B, START, |b| {
+            b.phase = Phase::Open;
+            b.consecutive_failures = 5;
+            b.next_probe_at = Some(START + 60_000);
+        })
+        .await
+        .unwrap();
+    let mut large = event("acct", None, START);
+    large.payload = Bytes::from(format!("{{\"big\":\"{}\"}}", "x".repeat(50_000)));
+    let mut binary = event("acct", None, START);
+    binary.payload = Bytes::from_static(&[0xff, 0xfe, 0x00, 0x01]);
+    let out = store
+        .ingest(vec![event("acct", Some("idem-1"), START), large, binary])
+        .await
+        .unwrap();
+    let (_, first) = created(&out[0]);
+    deliver(s, s.take(&first[0].id).await).await;
+    // A failed attempt, retried in a minute.
+    let taken = s.take(&first[1].id).await;
+    let was = taken.due.delivery.clone();
+    let at = s.clock.now_ms();
+    let attempt = Attempt {
+        id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+        number: 1,
+        at,
+        duration_ms: 12,
+        status: Status::HttpError,
+        http_status: Some(500),
+        error: None,
+        request_headers: vec![("webhook-id".into(), was.event_id.clone())],
+        response_body: "oops".into(),
+    };
+    let mut now = was.clone();
+    now.attempt_count = 1;
+    now.last_status = Some(Status::HttpError);
+    now.last_http_status = Some(500);
+    now.next_attempt_at = Some(at + 60_000);
+    now.queued = true;
+    store
+        .record_attempt(&was, &now, &attempt, taken.fence)
+        .await
+        .unwrap();
+    s.release(taken).await;
+    // The rest stay taken by this node until the store closes: give them back.
+    let waiting: Vec<_> = s.taken.lock().unwrap().drain().map(|(_, t)| t).collect();
+    for t in waiting {
+        store.release(t.hold, Some(START)).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restores_into_either_store_exactly() {
+    for from_sled in [true, false] {
+        let (source, _dir) = match from_sled {
+            true => {
+                let (s, d) = sled_subject().await;
+                (s, Some(d))
+            }
+            false => (postgres_subject().await, None),
+        };
+        fill(&source).await;
+        let mut archive = Vec::new();
+        herald::backup::write(&source.store, START, |chunk| {
+            archive.extend_from_slice(&chunk);
+            std::future::ready(true)
+        })
+        .await
+        .unwrap();
+        let before = contents(&source).await;
+        assert_eq!(before.0.len(), 3, "{}: three events", source.name);
+        for to_sled in [true, false] {
+            let (target, _target_dir) = match to_sled {
+                true => {
+                    let (s, d) = sled_subject().await;
+                    (s, Some(d))
+                }
+                false => (postgres_subject().await, None),
+            };
+            let what = format!("{} into {}", source.name, target.name);
+            herald::backup::restore(
+                &target.store,
+                std::io::Cursor::new(archive.clone()),
+                START,
+                |_| {},
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{what}: restore: {e}"));
+            // What is durable is there after the store closes and opens again.
+            let target = target.reopen().await;
+            let after = contents(&target).await;
+            assert_eq!(
+                after.0, before.0,
+                "{what}: the events, deliveries and attempts"
+            );
+            assert_eq!(after.1, before.1, "{what}: the directory");
+            // The idempotency key still answers the first event.
+            let again = target
+                .store
+                .ingest(vec![event("acct", Some("idem-1"), START)])
+                .await
+                .unwrap();
+            assert!(
+                matches!(&again[0], IngestOutcome::Duplicate { event_id } if Some(event_id) == before.0.last().and_then(|e| e["meta"]["id"].as_str()).map(str::to_string).as_ref()),
+                "{what}: the key answers duplicate with the first event: {again:?}"
+            );
+            // A second restore into it is refused and changes nothing.
+            let refused = herald::backup::restore(
+                &target.store,
+                std::io::Cursor::new(archive.clone()),
+                START,
+                |_| {},
+            )
+            .await;
+            assert_eq!(
+                contents(&target).await.0,
+                before.0,
+                "{what}: nothing restored twice"
+            );
+            // The fresh deliveries are due at once (the retry at its time).
+            let mut due: Vec<String> = take_all(&target)
+                .await
+                .into_iter()
+                .map(|t| t.due.delivery.id)
+                .collect();
+            let mut fresh: Vec<String> = before
+                .0
+                .iter()
+                .flat_map(|e| e["deliveries"].as_array().unwrap().clone())
+                .filter(|d| d[0]["state"] == "pending" && d[0]["queued"] == false)
+                .map(|d| d[0]["id"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(fresh.len(), 4, "{what}: four fresh deliveries");
+            due.sort();
+            fresh.sort();
+            assert_eq!(due, fresh, "{what}: the fresh deliveries are due");
+            assert!(
+                matches!(refused, Err(herald::backup::BackupError::Refused(_))),
+                "{what}: a store that holds data is refused"
+            );
+        }
+    }
+}

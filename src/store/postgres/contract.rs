@@ -14,10 +14,12 @@ use crate::model::{
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
+use crate::store::contract::{
+    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+};
 use crate::store::{
-    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, StoreError,
-    Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
+    StoreError, Swept, TakeLimits, Taken,
 };
 
 impl Ingest for PgStore {
@@ -373,5 +375,31 @@ impl Retention for PgStore {
         stop: &AtomicBool,
     ) -> impl Future<Output = Swept> + Send {
         PgStore::sweep(self, now, retained, stop)
+    }
+}
+
+impl Archive for PgStore {
+    async fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        PgStore::account_secrets(self).await
+    }
+
+    async fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        PgStore::export_events(self, before.as_deref(), limit).await
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        PgStore::is_empty(self).await
+    }
+
+    async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        PgStore::import_events(self, events, now).await
     }
 }

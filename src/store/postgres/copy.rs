@@ -229,9 +229,9 @@ fn key16(prefix: &str, id: &str) -> Result<Vec<u8>, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("id {id}")))
 }
 
-/// One page's rows, as columns.
+/// One page's rows, as columns (a copy's and a restore's).
 #[derive(Default)]
-struct Rows {
+pub(super) struct Rows {
     events: Vec<(Vec<u8>, EventMeta, Vec<u8>)>,
     deliveries: Vec<(Vec<u8>, Vec<u8>, Delivery)>,
     attempts: Vec<(Vec<u8>, Attempt)>,
@@ -239,7 +239,7 @@ struct Rows {
 }
 
 impl Rows {
-    fn add(
+    pub(super) fn add(
         &mut self,
         meta: EventMeta,
         payload: Vec<u8>,
@@ -270,7 +270,10 @@ impl Rows {
     }
 
     /// The page's rows, one statement per table (arrays unnested).
-    async fn write(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    pub(super) async fn write(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<(), StoreError> {
         self.write_events(tx).await?;
         self.write_deliveries(tx).await?;
         if !self.attempts.is_empty() {

@@ -284,7 +284,7 @@ pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
     })
 }
 
-fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
+pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
     let status: &str = r.get(4);
     let headers: serde_json::Value = r.get(7);
     Ok(Attempt {

@@ -17,10 +17,12 @@ use crate::model::{
 };
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
-use crate::store::contract::{Accounts, Directory, Ingest, Intake, Log, Queue, Retention, Status};
+use crate::store::contract::{
+    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+};
 use crate::store::{
-    Changed, DeliveryFilter, Fence, IngestOutcome, NewEvent, Node, Retained, Stats, Swept,
-    TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
+    Swept, TakeLimits, Taken,
 };
 
 /// Runs `read` on a blocking thread with a handle of the store.
@@ -388,5 +390,33 @@ impl Retention for SledStore {
         stop: &AtomicBool,
     ) -> impl Future<Output = Swept> + Send {
         SledStore::sweep(self, now, retained, stop)
+    }
+}
+
+impl Archive for SledStore {
+    fn account_secrets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send {
+        ready(SledStore::account_secrets(self))
+    }
+
+    async fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        blocking(self, move |s| s.export_events(before.as_deref(), limit)).await
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        blocking(self, |s| s.is_empty()).await
+    }
+
+    async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        blocking(self, move |s| s.import_events(events, now)).await
     }
 }

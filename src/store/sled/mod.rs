@@ -48,6 +48,7 @@
 //! clean stop saves them exactly). Pending deliveries are counted at start.
 
 mod accounts;
+mod archive;
 pub mod codec;
 mod commit;
 mod contract;

@@ -1,0 +1,174 @@
+//! `herald backup`: asks the running herald for a backup (`GET /v1/backup`) and writes it to a
+//! file under a temporary name, renamed once the archive is whole and checked (mode 0600: it
+//! holds secrets). Nothing is ever left under the final name by a failed or killed backup.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::header::{AUTHORIZATION, HOST};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+
+use super::format::Tally;
+
+/// How a download is going.
+pub struct Progress {
+    pub events: u64,
+    pub deliveries: u64,
+    /// The deliveries the store held when the backup began (from `/v1/status`'s queue), if
+    /// known.
+    pub deliveries_total: Option<u64>,
+    pub bytes: u64,
+}
+
+/// Where a backup goes: a file (written under a temporary name first) or stdout.
+pub enum Target {
+    File(PathBuf),
+    Stdout,
+}
+
+/// Downloads a backup from herald at `addr` with `token` into `target`, calling `progress` as
+/// it goes. A file is checked whole ([`super::check`]) before it takes its name.
+pub async fn download(
+    addr: SocketAddr,
+    token: &str,
+    target: &Target,
+    mut progress: impl FnMut(&Progress),
+) -> Result<super::format::Totals, String> {
+    let total = deliveries_total(addr, token).await;
+    let mut resp = request(addr, token, "/v1/backup").await?;
+    if !resp.status().is_success() {
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return Err(format!(
+            "herald answered {}: {}",
+            resp_status_text(&body),
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    let (mut out, temp): (Box<dyn Write>, Option<PathBuf>) = match target {
+        Target::File(path) => {
+            let temp = temp_name(path);
+            let file = private_file(&temp)
+                .map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
+            (Box::new(std::io::BufWriter::new(file)), Some(temp))
+        }
+        Target::Stdout => (Box::new(std::io::stdout().lock()), None),
+    };
+    let removing = |e: String| {
+        if let Some(t) = &temp {
+            let _ = std::fs::remove_file(t);
+        }
+        e
+    };
+    let mut tally = Tally::default();
+    let mut bytes = 0u64;
+    let body = resp.body_mut();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| removing(format!("the backup was cut short: {e}")))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        tally.feed(&chunk);
+        bytes += chunk.len() as u64;
+        out.write_all(&chunk)
+            .map_err(|e| removing(format!("cannot write the archive: {e}")))?;
+        progress(&Progress {
+            events: tally.events,
+            deliveries: tally.deliveries,
+            deliveries_total: total,
+            bytes,
+        });
+    }
+    out.flush()
+        .map_err(|e| removing(format!("cannot write the archive: {e}")))?;
+    drop(out);
+    if !tally.ended {
+        return Err(removing(
+            "the backup was cut short (herald stopped or failed; see its log)".into(),
+        ));
+    }
+    let (Target::File(path), Some(temp)) = (target, &temp) else {
+        return Ok(super::format::Totals {
+            events: tally.events,
+            deliveries: tally.deliveries,
+            ..Default::default()
+        });
+    };
+    let file = std::fs::File::open(temp).map_err(|e| removing(e.to_string()))?;
+    let (_, totals) = super::check(std::io::BufReader::new(file), |_| {})
+        .map_err(|e| removing(format!("the archive received does not check: {e}")))?;
+    std::fs::File::open(temp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| removing(e.to_string()))?;
+    std::fs::rename(temp, path).map_err(|e| removing(format!("cannot rename the archive: {e}")))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(totals)
+}
+
+/// `FILE` is written as `.FILE.partial` beside it.
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "backup".into());
+    path.with_file_name(format!(".{name}.partial"))
+}
+
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn resp_status_text(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "an error".into())
+}
+
+/// The deliveries the store holds now, from `/v1/status` (for the time left).
+async fn deliveries_total(addr: SocketAddr, token: &str) -> Option<u64> {
+    let resp = request(addr, token, "/v1/status").await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let queue = v.get("queue")?.as_object()?;
+    Some(queue.values().filter_map(|n| n.as_u64()).sum())
+}
+
+async fn request(
+    addr: SocketAddr,
+    token: &str,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot reach herald at {addr}: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("cannot talk to herald at {addr}: {e}"))?;
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header(HOST, addr.to_string())
+        .header(AUTHORIZATION, format!("Bearer {token}"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("herald at {addr} did not answer: {e}"))
+}

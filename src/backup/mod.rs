@@ -1,0 +1,255 @@
+//! Online backup and restore (docs/operations.md, "Backup and restore"), written once on the
+//! store contract ([`crate::store::contract`]), so that one archive format serves both stores:
+//! a backup of one box restores into a cluster's database and back.
+//!
+//! A backup reads the directory (endpoints with their secrets and client certificates, plans,
+//! account secrets, breakers), then the log a page of events at a time, newest first, each
+//! event whole; each page becomes an `events` part of the archive ([`format`]). Ingest and
+//! delivery go on meanwhile: the reads are those of the delivery log's pages.
+//!
+//! A restore checks the whole archive first ([`check`]), then writes it into an empty store:
+//! the directory, then each part of events in one write.
+
+pub mod client;
+pub mod format;
+
+use std::io::Read;
+
+use crate::clock::Millis;
+use crate::policy::breaker::Breaker;
+use crate::store::prelude::*;
+use crate::store::{Backend, DirectoryRecord, StoreError};
+use format::{ArchiveError, Info, Part, PartWriter, Reader, Totals};
+
+/// Events per `events` part (and per read of the log).
+pub const PAGE: usize = 1000;
+/// Directory rows per `directory` part.
+const DIRECTORY_PAGE: usize = 1000;
+
+/// Why a backup or a restore stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    /// Whoever reads the backup went away.
+    #[error("the reader of the backup went away")]
+    Gone,
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Writes a backup of `store` as it is while this runs, part by part, to `send` (which answers
+/// `false` once nobody reads any more). Returns the archive's counts.
+pub async fn write<F, Fut>(
+    store: &Backend,
+    started_at: Millis,
+    mut send: F,
+) -> Result<Totals, BackupError>
+where
+    F: FnMut(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut parts = PartWriter::default();
+    let info = Info {
+        format: format::VERSION,
+        herald: crate::VERSION.to_string(),
+        started_at,
+        source: if store.shared() { "postgres" } else { "sled" }.to_string(),
+    };
+    let mut first = format::preamble();
+    first.extend(parts.info(&info)?);
+    if !send(first).await {
+        return Err(BackupError::Gone);
+    }
+    for rows in directory(store).await?.chunks(DIRECTORY_PAGE) {
+        if !send(parts.directory(rows)?).await {
+            return Err(BackupError::Gone);
+        }
+    }
+    let mut before = None;
+    loop {
+        let (events, next) = store.export_events(before, PAGE).await?;
+        if !events.is_empty() {
+            // Encoding and compressing a page is CPU work: off the async workers.
+            let (encoded, back) = tokio::task::spawn_blocking(move || {
+                let encoded = parts.events(events);
+                (encoded, parts)
+            })
+            .await
+            .map_err(|e| StoreError::Engine(std::sync::Arc::new(e)))?;
+            parts = back;
+            if !send(encoded?).await {
+                return Err(BackupError::Gone);
+            }
+        }
+        match next {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    let totals = parts.totals().clone();
+    if !send(parts.end()?).await {
+        return Err(BackupError::Gone);
+    }
+    Ok(totals)
+}
+
+/// The directory as it is now: every account's plan, endpoints (with their client certificates)
+/// and breakers that are not closed and clean, and every account secret.
+async fn directory(store: &Backend) -> Result<Vec<DirectoryRecord>, StoreError> {
+    store.fresh_directory().await?;
+    let mut rows = Vec::new();
+    for account in store.account_ids() {
+        if let Some(plan) = store.account_plan(&account) {
+            rows.push(DirectoryRecord::Plan {
+                account_id: account.clone(),
+                plan,
+            });
+        }
+        for ep in store.account_endpoints(&account) {
+            let client_certificate = match ep.client_certificate {
+                Some(_) => store.client_certificate_pem(&ep.id).await?,
+                None => None,
+            };
+            rows.push(DirectoryRecord::Endpoint {
+                endpoint: Box::new((*ep).clone()),
+                client_certificate,
+            });
+            let breaker = store.breaker(&ep.id).await?;
+            if breaker != Breaker::default() {
+                rows.push(DirectoryRecord::Breaker {
+                    endpoint_id: ep.id.clone(),
+                    breaker,
+                });
+            }
+        }
+    }
+    for (account_id, name, value) in store.account_secrets().await? {
+        rows.push(DirectoryRecord::AccountSecret {
+            account_id,
+            name,
+            value,
+        });
+    }
+    Ok(rows)
+}
+
+/// Reads the whole archive and checks every part ([`Reader::next_part`]); its info and counts.
+/// Calls `progress` after each part with the counts so far.
+pub fn check(
+    input: impl Read,
+    mut progress: impl FnMut(&Totals),
+) -> Result<(Info, Totals), ArchiveError> {
+    let mut reader = Reader::new(input)?;
+    let mut info = None;
+    while let Some(part) = reader.next_part()? {
+        match part {
+            Part::Info(i) => info = Some(i),
+            Part::End(totals) => {
+                return info.map(|i| (i, totals)).ok_or(ArchiveError::NotAnArchive)
+            }
+            _ => progress(reader.totals()),
+        }
+    }
+    Err(ArchiveError::NotAnArchive)
+}
+
+/// Restores an archive (checked with [`check`] before) into `store`, which must be empty.
+/// Calls `progress` after each part with the counts so far.
+pub async fn restore(
+    store: &Backend,
+    input: impl Read + Send + 'static,
+    now: Millis,
+    mut progress: impl FnMut(&Totals),
+) -> Result<Totals, BackupError> {
+    if !store.is_empty().await? {
+        return Err(BackupError::Refused(
+            "the store is not empty (it has events, endpoints, plans or account secrets); \
+             restore into an empty one"
+                .into(),
+        ));
+    }
+    // Parts are read and decoded on a thread of their own, one part ahead of the writes.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<(Part, Totals), ArchiveError>>(2);
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut reader = match Reader::new(input) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        loop {
+            let next = reader.next_part();
+            let done = matches!(next, Ok(None) | Err(_));
+            let sent = match next {
+                Ok(Some(part)) => tx.blocking_send(Ok((part, reader.totals().clone()))),
+                Ok(None) => Ok(()),
+                Err(e) => tx.blocking_send(Err(e)),
+            };
+            if done || sent.is_err() {
+                return;
+            }
+        }
+    });
+    let mut end = None;
+    while let Some(next) = rx.recv().await {
+        let (part, totals) = next?;
+        match part {
+            Part::Info(_) => {}
+            Part::Directory(rows) => import_directory(store, rows, now).await?,
+            Part::Events(events) => store.import_events(events, now).await?,
+            Part::End(t) => end = Some(t),
+        }
+        progress(&totals);
+    }
+    let _ = reading.await;
+    end.ok_or_else(|| BackupError::Refused("the archive has no end part".into()))
+}
+
+/// Writes directory rows through the contract: endpoints exactly as they were (a client
+/// certificate's pair set in between), plans, account secrets, breakers.
+async fn import_directory(
+    store: &Backend,
+    rows: Vec<DirectoryRecord>,
+    now: Millis,
+) -> Result<(), StoreError> {
+    for row in rows {
+        match row {
+            DirectoryRecord::Endpoint {
+                endpoint,
+                client_certificate,
+            } => {
+                let ep = *endpoint;
+                store.put_endpoint(ep.clone()).await?;
+                if let (Some((chain, key)), Some(described)) =
+                    (client_certificate, ep.client_certificate.clone())
+                {
+                    store
+                        .set_client_certificate(&ep.id, Some((&chain, &key, described)), now)
+                        .await?;
+                    store.put_endpoint(ep).await?;
+                }
+            }
+            DirectoryRecord::Plan { account_id, plan } => {
+                store.set_account_plan(&account_id, Some(plan)).await?
+            }
+            DirectoryRecord::AccountSecret {
+                account_id,
+                name,
+                value,
+            } => store.set_account_secret(&account_id, &name, &value).await?,
+            DirectoryRecord::Breaker {
+                endpoint_id,
+                breaker,
+            } => {
+                store
+                    .change_breaker(&endpoint_id, now, |b| *b = breaker)
+                    .await?
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Backup and restore on the cluster's database ([`crate::store::contract::Archive`]): a page
+//! of events read in one repeatable-read transaction (each event whole, with its deliveries and
+//! attempts as of one moment), and events written into an empty database as `herald copy`
+//! writes them.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::copy::Rows;
+use super::reads::{attempt_from, delivery_from, DELIVERY_COLUMNS};
+use super::rows::ulid_from;
+use super::PgStore;
+use crate::clock::Millis;
+use crate::ids::{self, EVENT};
+use crate::model::{Attempt, EventMeta};
+use crate::store::{EventHistory, StoreError};
+
+impl PgStore {
+    /// [`crate::store::contract::Archive::export_events`].
+    pub async fn export_events(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        let upper = match before {
+            Some(b) => ids::parse(EVENT, b)
+                .ok_or_else(|| StoreError::Format(format!("{b} is not an event id")))?,
+            None => u128::MAX,
+        };
+        let upper = upper.to_be_bytes().to_vec();
+        let mut client = self.db.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
+        let events = tx
+            .query(
+                "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
+                        ordering_key, payload
+                 FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
+                &[&upper, &(limit as i64)],
+            )
+            .await?;
+        let keys: Vec<Vec<u8>> = events.iter().map(|r| r.get(0)).collect();
+        let mut deliveries: HashMap<Vec<u8>, Vec<_>> = HashMap::new();
+        for r in tx
+            .query(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.event_id = ANY($1)
+                     ORDER BY d.id"
+                ),
+                &[&keys],
+            )
+            .await?
+        {
+            deliveries
+                .entry(r.get::<_, Vec<u8>>(1))
+                .or_default()
+                .push(delivery_from(&r)?);
+        }
+        let mut attempts: HashMap<Vec<u8>, Vec<Attempt>> = HashMap::new();
+        for r in tx
+            .query(
+                "SELECT a.id, a.number, a.at, a.duration_ms, a.status, a.http_status, a.error,
+                        a.request_headers, a.response_body, a.delivery_id
+                 FROM attempts a JOIN deliveries d ON d.id = a.delivery_id
+                 WHERE d.event_id = ANY($1) ORDER BY a.delivery_id, a.number",
+                &[&keys],
+            )
+            .await?
+        {
+            attempts
+                .entry(r.get::<_, Vec<u8>>(9))
+                .or_default()
+                .push(attempt_from(&r)?);
+        }
+        tx.commit().await?;
+        let mut out = Vec::with_capacity(events.len());
+        for e in &events {
+            let key: Vec<u8> = e.get(0);
+            let ds = deliveries.remove(&key).unwrap_or_default();
+            let meta = EventMeta {
+                id: ids::format(EVENT, ulid_from(&key)?),
+                account_id: e.get(1),
+                event_type: e.get(2),
+                received_at: e.get(3),
+                idempotency_key: e.get(4),
+                debounce_key: e.get(5),
+                ordering_key: e.get(6),
+                deliveries: ds.iter().map(|d| d.id.clone()).collect(),
+            };
+            let deliveries = ds
+                .into_iter()
+                .map(|d| {
+                    let ulid = ids::parse(crate::ids::DELIVERY, &d.id).unwrap_or_default();
+                    let atts = attempts
+                        .remove(ulid.to_be_bytes().as_slice())
+                        .unwrap_or_default();
+                    (d, atts)
+                })
+                .collect();
+            out.push(EventHistory {
+                meta,
+                payload: Bytes::from(e.get::<_, Vec<u8>>(7)),
+                deliveries,
+            });
+        }
+        let next = (out.len() == limit)
+            .then(|| out.last().map(|h| h.meta.id.clone()))
+            .flatten();
+        Ok((out, next))
+    }
+
+    /// Whether the database holds no event, endpoint, plan or account secret.
+    pub async fn is_empty(&self) -> Result<bool, StoreError> {
+        let used: bool = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
+                     OR EXISTS (SELECT 1 FROM accounts) OR EXISTS (SELECT 1 FROM account_secrets)",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(!used)
+    }
+
+    /// Every account secret.
+    pub async fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT account_id, name, value FROM account_secrets ORDER BY account_id, name",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// [`crate::store::contract::Archive::import_events`]: one transaction, a statement per
+    /// table.
+    pub async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let mut rows = Rows::default();
+        for h in events {
+            let (deliveries, attempts) = h.deliveries.into_iter().unzip();
+            rows.add(h.meta, h.payload.to_vec(), deliveries, attempts, now)?;
+        }
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        rows.write(&tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

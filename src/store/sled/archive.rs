@@ -1,0 +1,195 @@
+//! Backup and restore on the embedded store ([`crate::store::contract::Archive`]): events read
+//! whole, newest first, hot or folded; events written whole into an empty store, as rows of
+//! the current format.
+
+use std::collections::HashMap;
+
+use super::codec::{self, Pending};
+use super::key;
+use super::keys::{self, KeyRow};
+use super::{lane_of, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
+use crate::clock::Millis;
+use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::DeliveryState;
+use crate::store::EventHistory;
+
+impl SledStore {
+    /// [`crate::store::contract::Archive::export_events`].
+    pub fn export_events(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        let upper = match before {
+            Some(b) => match ids::parse(EVENT, b) {
+                Some(u) => u.saturating_sub(1),
+                None => return Err(StoreError::Format(format!("{b} is not an event id"))),
+            },
+            None => u128::MAX,
+        };
+        // The ids first (a walk that may span folds), then each event whole in a read of its
+        // own: a fold written between two reads moves rows, never ids.
+        let mut ulids = Vec::with_capacity(limit);
+        for item in self.inner.newest_first(0, upper) {
+            let (event, _, _) = item?;
+            ulids.push(event);
+            if ulids.len() == limit {
+                break;
+            }
+        }
+        let next = (ulids.len() == limit)
+            .then(|| ulids.last().map(|u| ids::format(EVENT, *u)))
+            .flatten();
+        let mut out = Vec::with_capacity(ulids.len());
+        for event in ulids {
+            // An event removed since (retention) is not in the backup.
+            if let Some(h) = self.history(event)? {
+                out.push(h);
+            }
+        }
+        Ok((out, next))
+    }
+
+    /// The event with its payload, its deliveries and their attempts, in one consistent read.
+    fn history(&self, event: u128) -> Result<Option<EventHistory>, StoreError> {
+        let inner = &self.inner;
+        inner.consistent(|| {
+            let Some((rec, payload, place)) = inner.event_with_payload(event)? else {
+                return Ok(None);
+            };
+            let mut deliveries = Vec::with_capacity(rec.targets.len());
+            for index in 0..rec.targets.len() {
+                let d = inner.assemble(&rec.meta, &rec.targets, index, &place)?;
+                let mut attempts = Vec::new();
+                let delivery = ids::delivery_of(event, index);
+                inner.each_row(&place, &key::attempts(delivery), |k, v| {
+                    attempts.push(codec::decode_attempt(k, v)?.attempt);
+                    Ok(())
+                })?;
+                deliveries.push((d, attempts));
+            }
+            Ok(Some(EventHistory {
+                meta: rec.meta,
+                payload,
+                deliveries,
+            }))
+        })
+    }
+
+    /// Whether the store holds no event, endpoint, plan or account secret.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        let t = &self.inner.trees;
+        Ok(self.inner.newest_first(0, u128::MAX).next().is_none()
+            && t.endpoints.is_empty()
+            && t.accounts.is_empty()
+            && t.account_secrets.is_empty())
+    }
+
+    /// [`crate::store::contract::Archive::import_events`]: the events' rows in one batch, as
+    /// ingest and the engine would have written them, then their idempotency keys. Counts and
+    /// the fresh watermark follow in memory and reach `meta` with the next checkpoint (at the
+    /// latest when the store closes).
+    pub fn import_events(&self, events: Vec<EventHistory>, now: Millis) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let oldest_day = key::idempotency_day(now - IDEMPOTENCY_WINDOW_MS);
+        let mut batch = sled::Batch::default();
+        let mut by_account: HashMap<&str, Vec<u128>> = HashMap::new();
+        let mut key_rows: Vec<(KeyRow, u128)> = Vec::new();
+        let mut states = Vec::new();
+        let mut fresh = Vec::new();
+        let mut newest = 0u128;
+        for h in &events {
+            let event = ids::parse(EVENT, &h.meta.id)
+                .ok_or_else(|| StoreError::Format(format!("{} is not an event id", h.meta.id)))?;
+            newest = newest.max(event);
+            let targets: Vec<u128> = h
+                .deliveries
+                .iter()
+                .map(|(d, _)| lane_of(d.endpoint_id.as_deref()))
+                .collect();
+            let encoded = codec::encode_event(&h.meta, &targets, &h.payload)?;
+            if !encoded.payload_inline {
+                for (i, chunk) in h.payload.chunks(codec::CHUNK).enumerate() {
+                    batch.insert(&key::chunk(event, i as u32)[..], chunk);
+                }
+            }
+            for (i, row) in encoded.target_rows.into_iter().enumerate() {
+                batch.insert(&key::targets(event, i as u32)[..], row);
+            }
+            batch.insert(&key::event(event)[..], encoded.row);
+            by_account
+                .entry(&h.meta.account_id)
+                .or_default()
+                .push(event);
+            for (index, (d, attempts)) in h.deliveries.iter().enumerate() {
+                let delivery = ids::delivery_of(event, index);
+                if ids::parse(DELIVERY, &d.id) != Some(delivery) {
+                    return Err(StoreError::Format(format!(
+                        "delivery {} is not delivery {index} of event {}",
+                        d.id, h.meta.id
+                    )));
+                }
+                let lane = targets[index];
+                // Every attempt but the last left the delivery pending; the last left it in
+                // its state unless it waits again (a retry or a manual retry).
+                let last_state = match d.state {
+                    DeliveryState::Pending => DeliveryState::Pending,
+                    _ if d.queued => DeliveryState::Pending,
+                    ended => ended,
+                };
+                for (i, a) in attempts.iter().enumerate() {
+                    let state = if i + 1 == attempts.len() {
+                        last_state
+                    } else {
+                        DeliveryState::Pending
+                    };
+                    batch.insert(
+                        &key::attempt(delivery, a.number)[..],
+                        codec::encode_attempt(delivery, a, state),
+                    );
+                }
+                if d.queued {
+                    let p = Pending {
+                        due: d.next_attempt_at.unwrap_or(d.created_at),
+                        manual: d.manual,
+                    };
+                    batch.insert(
+                        &key::pending(delivery)[..],
+                        &codec::encode_pending(p, lane)[..],
+                    );
+                } else if d.is_fresh() {
+                    fresh.push(delivery);
+                }
+                states.push(d.state);
+            }
+            if let Some(idem) = &h.meta.idempotency_key {
+                let day = key::idempotency_day(ids::ulid_ms(event));
+                if day >= oldest_day {
+                    key_rows.push((keys::key_row(day, &h.meta.account_id, idem), event));
+                }
+            }
+        }
+        for (account, mut events) in by_account {
+            events.sort_unstable();
+            for chunk in events.chunks(codec::INDEX_PER_ROW) {
+                batch.insert(
+                    &key::account_event(account, chunk[0])[..],
+                    codec::encode_ulids(chunk),
+                );
+            }
+        }
+        {
+            // Fresh deliveries hold the watermark below them, so the next start finds them.
+            let mut f = inner.lock_fresh();
+            fresh.iter().for_each(|d| f.add(*d));
+            f.last_event = f.last_event.max(newest);
+        }
+        inner.trees.log.apply_batch(batch)?;
+        inner.keys.add(&key_rows, newest)?;
+        ids::observe(newest);
+        for s in states {
+            inner.stats.count(None, s);
+        }
+        Ok(())
+    }
+}
