@@ -1,0 +1,242 @@
+//! Online backup and restore with the real processes (docs/operations.md, "Backup and
+//! restore"): `herald backup` while producers post and a receiver fails half the attempts, the
+//! archive restored into a new directory and into a new database, and the restored heralds
+//! serving it.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::herald::{herald_bin, Launch};
+use common::{behaviour, Herald, Receiver, Reply, World};
+use serde_json::json;
+
+const PRODUCERS: usize = 8;
+
+/// Runs `herald ARGS` to its end; its exit status and its stdout and stderr.
+async fn run(args: Vec<String>) -> (bool, String) {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(herald_bin())
+            .args(&args)
+            .output()
+            .expect("run herald")
+    })
+    .await
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn arg(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_database() {
+    let w = World::start("", "[retry_policies]\nquick = [\"1s\", \"1s\"]\n").await;
+    // Half the attempts fail while the backup is taken; every one succeeds afterwards.
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, {
+        let failing = failing.clone();
+        behaviour(
+            move |_, i| match failing.load(Ordering::Relaxed) && i % 2 == 0 {
+                true => Reply::status(500),
+                false => Reply::status(200),
+            },
+        )
+    });
+    let (_, secret) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "quick"}))
+        .await;
+    let (status, first) = w
+        .herald
+        .ingest(
+            json!({"account_id": "acc", "type": "order.created", "payload": {"first": true},
+                       "idempotency_key": "the-first"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{first}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            tokio::spawn(common::herald::produce(
+                w.herald.base_url(),
+                ("acc", "load.test"),
+                p,
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
+        .collect();
+    common::wait_until(
+        Duration::from_secs(30),
+        "events were acknowledged before the backup",
+        || async { acked.lock().unwrap().len() >= 300 },
+    )
+    .await;
+    let mut before: Vec<String> = acked.lock().unwrap().clone();
+    before.push(first["event_id"].as_str().unwrap().to_string());
+
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("herald.backup");
+    // The herald under test listens on a port it picked: `herald backup` reads the config's.
+    let config = std::fs::read_to_string(w.herald.config_path())
+        .unwrap()
+        .replace("127.0.0.1:0", &w.herald.addr().to_string());
+    let backup_config = dir.path().join("backup.toml");
+    std::fs::write(&backup_config, config).unwrap();
+    let (ok, out) = run(vec![
+        "backup".into(),
+        "--config".into(),
+        arg(&backup_config),
+        "--out".into(),
+        arg(&archive),
+    ])
+    .await;
+    assert!(ok, "herald backup: {out}");
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.await.unwrap();
+    }
+    assert!(
+        acked.lock().unwrap().len() > before.len(),
+        "producers were acknowledged while the backup ran"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the archive is private");
+    let (ok, checked) = run(vec!["restore".into(), "--check".into(), arg(&archive)]).await;
+    assert!(ok, "herald restore --check: {checked}");
+
+    // The source stops; its receiver takes everything from now on.
+    let mut source = w.herald;
+    source.sigterm().await;
+    failing.store(false, Ordering::Relaxed);
+
+    let ca_file = w.ca.write_ca_file(dir.path());
+    let tables = format!(
+        "{}\n[retry_policies]\nquick = [\"1s\", \"1s\"]\n",
+        common::delivery_toml(&ca_file)
+    );
+    let restored_dir = dir.path().join("restored");
+    let url = common::postgres::shared_database();
+    let targets = [
+        (
+            format!("sled:{}", restored_dir.display()),
+            Launch {
+                storage: Some(restored_dir.clone()),
+                ..Launch::default()
+            },
+            "[storage]\nbackend = \"sled\"\n".to_string(),
+        ),
+        (
+            format!("postgres:{url}"),
+            Launch::default(),
+            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"),
+        ),
+    ];
+    for (to, launch, storage) in targets {
+        let (ok, out) = run(vec![
+            "restore".into(),
+            "--to".into(),
+            to.clone(),
+            arg(&archive),
+        ])
+        .await;
+        assert!(ok, "herald restore --to {to}: {out}");
+        let (ok, again) = run(vec![
+            "restore".into(),
+            "--to".into(),
+            to.clone(),
+            arg(&archive),
+        ])
+        .await;
+        assert!(
+            !ok && again.contains("not empty"),
+            "{to}: a second restore into it is refused: {again}"
+        );
+
+        let restored = Herald::start_with(&format!("{tables}{storage}"), launch).await;
+        check_restored(&restored, &to, &before, &first).await;
+        // Every pending delivery is delivered, signed with the endpoint's secret.
+        common::wait_until(
+            Duration::from_secs(60),
+            "the restored herald delivered everything pending",
+            || async {
+                let (_, status) = restored.admin("GET", "/v1/status", None).await;
+                status["queue"]["pending"].as_u64() == Some(0)
+            },
+        )
+        .await;
+        for r in recv.requests() {
+            let signed = common::sig::verify(
+                &secret,
+                r.header("webhook-id").unwrap_or_default(),
+                r.header("webhook-timestamp").unwrap_or_default(),
+                &r.body,
+                r.header("webhook-signature").unwrap_or_default(),
+            );
+            assert!(
+                signed,
+                "{to}: every request verifies with the endpoint's secret"
+            );
+        }
+        let delivered = recv.webhook_ids();
+        let missing: Vec<_> = before
+            .iter()
+            .filter(|id| !delivered.contains(*id))
+            .collect();
+        assert!(missing.is_empty(), "{to}: never delivered: {missing:?}");
+    }
+}
+
+/// Every event acknowledged before the backup is in the restored store once, with its delivery;
+/// the idempotency key still answers the first event.
+async fn check_restored(h: &Herald, to: &str, before: &[String], first: &serde_json::Value) {
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/deliveries?limit=100&cursor={c}"),
+            None => "/v1/deliveries?limit=100".into(),
+        };
+        let (status, page) = h.admin("GET", &path, None).await;
+        assert_eq!(status, 200, "{to}: {page}");
+        for d in page["items"].as_array().unwrap() {
+            assert!(
+                seen.insert(d["event_id"].as_str().unwrap().to_string()),
+                "{to}: event {} has one delivery, listed once",
+                d["event_id"]
+            );
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let missing: Vec<_> = before.iter().filter(|id| !seen.contains(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{to}: missing after the restore: {missing:?}"
+    );
+    let (status, dup) = h
+        .ingest(
+            json!({"account_id": "acc", "type": "order.created", "payload": {"first": true},
+                       "idempotency_key": "the-first"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{to}: {dup}");
+    assert_eq!(dup["duplicate"], true, "{to}: {dup}");
+    assert_eq!(dup["event_id"], first["event_id"], "{to}: {dup}");
+}
