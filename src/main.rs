@@ -462,7 +462,7 @@ fn restore(
         info.format,
         info.herald,
         info.source,
-        totals.parts,
+        totals.parts + 1,
         totals.directory,
         totals.events,
         totals.deliveries,

@@ -240,3 +240,61 @@ async fn check_restored(h: &Herald, to: &str, before: &[String], first: &serde_j
     assert_eq!(dup["duplicate"], true, "{to}: {dup}");
     assert_eq!(dup["event_id"], first["event_id"], "{to}: {dup}");
 }
+
+/// An archive written by herald 0.1.0 (format 1): every later herald must still check and
+/// restore it, into either store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_of_format_1_still_restores() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "herald restore --check: {out}");
+    assert!(out.contains("3 events, 3 deliveries"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let restored_dir = dir.path().join("restored");
+    let url = common::postgres::shared_database();
+    let targets = [
+        (
+            format!("sled:{}", restored_dir.display()),
+            Launch {
+                storage: Some(restored_dir.clone()),
+                ..Launch::default()
+            },
+            "[storage]\nbackend = \"sled\"\n".to_string(),
+        ),
+        (
+            format!("postgres:{url}"),
+            Launch::default(),
+            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"),
+        ),
+    ];
+    for (to, launch, storage) in targets {
+        let (ok, out) = run(vec![
+            "restore".into(),
+            "--to".into(),
+            to.clone(),
+            arg(&fixture),
+        ])
+        .await;
+        assert!(ok, "herald restore --to {to}: {out}");
+        let h = Herald::start_with(&storage, launch).await;
+        let (status, ep) = h
+            .admin("GET", "/v1/endpoints/ep_01M92X6ZGA4NXYPMT5GB6XW8S5", None)
+            .await;
+        assert_eq!(status, 200, "{to}: {ep}");
+        assert_eq!(ep["description"], "fixture", "{to}: {ep}");
+        for (id, n) in [
+            ("evt_01M92X6ZGR05A47SE3HVC4JW00", 1),
+            ("evt_01M92X6ZGY1X5P0HQTA32YWG00", 2),
+            ("evt_01M92X6ZH472TMA26H5ARV1G00", 3),
+        ] {
+            let (status, ev) = h.admin("GET", &format!("/v1/events/{id}"), None).await;
+            assert_eq!(status, 200, "{to}: {id}: {ev}");
+            assert_eq!(
+                ev["payload"]["marker"],
+                format!("fixture-{n}"),
+                "{to}: {ev}"
+            );
+        }
+    }
+}
