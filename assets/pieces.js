@@ -104,10 +104,17 @@ export function action(text, fn, opts = {}) {
 }
 
 // A modal confirmation (a <dialog>, not window.confirm): resolves true when confirmed.
-export function confirmDialog(title, body, confirmText, { danger = false } = {}) {
+// `typed`: an input and the exact text it must hold before the confirm button works (for
+// what cannot be undone).
+export function confirmDialog(title, body, confirmText, { danger = false, typed = null } = {}) {
   return new Promise((resolve) => {
     const hid = nextId("dlg");
     const ok = button(confirmText, () => d.close("ok"), { kind: danger ? "danger" : "primary" });
+    if (typed) {
+      const sync = () => { ok.disabled = typed.input.value !== typed.text; };
+      typed.input.addEventListener("input", sync);
+      sync();
+    }
     const cancel = button("Cancel", () => d.close("cancel"));
     const d = h("dialog", { class: "dialog", "aria-labelledby": hid },
       h("h2", { id: hid }, title),
@@ -119,7 +126,7 @@ export function confirmDialog(title, body, confirmText, { danger = false } = {})
     });
     document.body.append(d);
     d.showModal();
-    (danger ? cancel : ok).focus();
+    (typed ? typed.input : danger ? cancel : ok).focus();
   });
 }
 

@@ -83,6 +83,7 @@ export async function viewAccounts(ctx) {
   const out = h("div", { "aria-live": "polite" });
   const rows = S.accounts.map((a) => {
     const mint = action("Mint portal link", async () => mintDialog(a.account_id, out));
+    const purge = action("Purge", async () => purgeDialog(a.account_id, out), { kind: "danger" });
     return h("tr", null,
       h("td", null, link(a.account_id, "/endpoints", { account_id: a.account_id }, "mono")),
       h("td", null, a.plan ? a.plan : h("span", { class: "muted" }, "none")),
@@ -90,12 +91,31 @@ export async function viewAccounts(ctx) {
       h("td", { class: "num" }, limitText(a.usage && a.usage.minute, a.limits && a.limits.per_minute)),
       h("td", { class: "num" }, limitText(a.usage && a.usage.day, a.limits && a.limits.per_day)),
       h("td", { class: "num" }, link(num(a.endpoints), "/endpoints", { account_id: a.account_id })),
-      h("td", { class: "actions-cell" }, link("Deliveries", "/deliveries", { account_id: a.account_id }), " ", mint));
+      h("td", { class: "actions-cell" }, link("Deliveries", "/deliveries", { account_id: a.account_id }), " ", mint, " ", purge));
   });
   put(main, main.querySelector("h1"), takeFlash(), out,
     rows.length
       ? table(["Account", "Plan", "Webhooks", "This minute", "Today", "Endpoints", "Actions"], rows, { caption: "Accounts" })
       : h("p", { class: "empty" }, "No accounts yet — accounts appear when a plan is synced (PUT /v1/accounts/{id}) or an endpoint is created. Type an account id in the Account box above to open one."));
+}
+
+// Purging cannot be undone: the operator types the account id before the button works.
+export async function purgeDialog(accountId, out) {
+  const input = h("input", { type: "text", autocomplete: "off", spellcheck: "false", class: "mono" });
+  const body = h("div", null,
+    h("p", null, "Deletes everything of account ", mono(accountId), ": its events and payloads, deliveries and attempts, endpoints and their secrets, account secrets, portal sessions, plan and usage. None of its deliveries is sent after this. It cannot be undone."),
+    field("Type the account id to confirm", input));
+  if (!(await confirmDialog(`Purge account ${accountId}`, body, "Purge account", { danger: true, typed: { input, text: accountId } }))) return;
+  put(out, loading("Purging…"));
+  try {
+    const r = await api("DELETE", `/v1/accounts/${enc(accountId)}`);
+    if (S.account === accountId) S.account = null;
+    const p = r.purged;
+    S.flash = { kind: "ok", kids: [`Account ${accountId} purged: ${num(p.events)} events, ${num(p.deliveries)} deliveries and ${num(p.endpoints)} endpoints deleted.`] };
+    await render();
+  } catch (err) {
+    put(out, errorBox(err));
+  }
 }
 
 export async function mintDialog(accountId, out) {

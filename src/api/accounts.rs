@@ -62,6 +62,17 @@ pub async fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiErr
     Ok(json(StatusCode::OK, &account(state, account_id).await?))
 }
 
+/// `DELETE /v1/accounts/{account_id}`: the account and everything of it, gone for good
+/// (docs/operations.md, "Purging an account").
+pub async fn purge(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    let purged = state.engine.purge_account(account_id).await?;
+    Ok(json(
+        StatusCode::OK,
+        &json!({"account_id": account_id, "purged": purged}),
+    ))
+}
+
 /// `GET /v1/accounts`: every account herald knows (with a plan synced or an endpoint), with its
 /// plan, limits, usage and endpoint count, sorted by id. Accounts are few (one per customer of
 /// the platform): no paging.

@@ -265,6 +265,7 @@ async fn handle(
         Id::Accounts => accounts::list(state).await,
         Id::AccountPut => accounts::put(state, req, p("account_id")).await,
         Id::AccountGet => accounts::get(state, p("account_id")).await,
+        Id::AccountDelete => accounts::purge(state, p("account_id")).await,
         Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,
         Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,

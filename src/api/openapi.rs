@@ -366,6 +366,16 @@ fn account_spec(id: Id) -> Option<Spec<'static>> {
                 e(422, "An invalid account id."),
             ],
         ),
+        Id::AccountDelete => (
+            "Purges the account: every event, delivery, attempt, endpoint, secret, key and \
+             session of it, and its plan and usage. Irreversible.",
+            vec![account()],
+            None,
+            vec![
+                ("200".into(), ok("What was removed.", r("Purged"))),
+                e(422, "An invalid account id."),
+            ],
+        ),
         Id::AccountSecret => (
             "Sets an account secret for header macros (write-only).",
             vec![
@@ -724,6 +734,10 @@ fn schemas() -> Value {
             "limits": {"type": "object", "properties": {"webhooks": {"type": "boolean"},
                 "per_minute": {"type": ["integer", "null"]}, "per_day": {"type": ["integer", "null"]}}},
             "usage": {"type": "object", "properties": {"minute": {"type": "integer"}, "day": {"type": "integer"}}}}}));
+    m.insert("Purged".into(), json!({"type": "object", "required": ["account_id", "purged"], "properties": {
+            "account_id": {"type": "string"},
+            "purged": {"type": "object", "required": ["events", "deliveries", "endpoints"], "properties": {
+                "events": {"type": "integer"}, "deliveries": {"type": "integer"}, "endpoints": {"type": "integer"}}}}}));
     m.insert("AccountSummary".into(), json!({"allOf": [r("Account"), {"type": "object", "properties": {"endpoints": {"type": "integer"}}}]}));
     m.insert("PortalSessionRequest".into(), json!({"type": "object", "properties": {"ttl": {"type": "string"}, "read_only": {"type": "boolean"}}}));
     m.insert("PortalSessionCreated".into(), json!({"type": "object", "required": ["id", "token", "url", "account_id", "read_only", "expires_at"], "properties": {

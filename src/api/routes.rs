@@ -42,6 +42,7 @@ pub enum Id {
     Accounts,
     AccountPut,
     AccountGet,
+    AccountDelete,
     AccountSecret,
     PortalSessionCreate,
     PortalSessionDelete,
@@ -117,6 +118,12 @@ pub static ROUTES: &[Route] = &[
         "/v1/accounts/{account_id}",
         Access::Admin,
         Id::AccountGet,
+    ),
+    route(
+        Method::DELETE,
+        "/v1/accounts/{account_id}",
+        Access::Admin,
+        Id::AccountDelete,
     ),
     route(
         Method::PUT,

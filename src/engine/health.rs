@@ -13,7 +13,7 @@ use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState, Status};
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
 use crate::store::prelude::*;
-use crate::store::NewEvent;
+use crate::store::{NewEvent, Purged, StoreError};
 
 /// An endpoint's health, as the engine and the store know it.
 #[derive(Debug, Clone)]
@@ -100,6 +100,11 @@ impl Engine {
         duration_ms: u64,
         now: Millis,
     ) {
+        // An endpoint deleted (or purged with its account) while the attempt was out: its
+        // result changes nothing any more.
+        if self.store.endpoint(&ep.id).is_none() {
+            return;
+        }
         let ok = status == Status::Delivered;
         lock(&self.rates).record(&ep.id, now, status, duration_ms);
         // A success to an endpoint that has not failed since its last success changes nothing:
@@ -183,6 +188,38 @@ impl Engine {
         });
         let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
         self.emit(&targets, "delivery.failed", data, now).await;
+    }
+
+    /// Purges the account (docs/operations.md): the store forgets everything of it, this
+    /// node's per-endpoint figures forget its endpoints, and the operator hears
+    /// `account.purged` with the counts (and nothing of the account's data).
+    pub async fn purge_account(&self, account_id: &str) -> Result<Purged, StoreError> {
+        let endpoints: Vec<String> = self
+            .store
+            .account_endpoints(account_id)
+            .iter()
+            .map(|e| e.id.clone())
+            .collect();
+        let purged = self.store.purge_account(account_id).await?;
+        {
+            let mut rates = lock(&self.rates);
+            endpoints.iter().for_each(|id| rates.forget(id));
+        }
+        tracing::info!(
+            events = purged.events,
+            deliveries = purged.deliveries,
+            endpoints = purged.endpoints,
+            "account purged"
+        );
+        let data = json!({
+            "events": purged.events,
+            "deliveries": purged.deliveries,
+            "endpoints": purged.endpoints,
+        });
+        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
+        self.emit(&targets, "account.purged", data, self.clock.now_ms())
+            .await;
+        Ok(purged)
     }
 
     async fn operator_event(&self, ep: &Endpoint, ty: &str, mut data: Value, now: Millis) {

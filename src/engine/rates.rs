@@ -94,6 +94,11 @@ impl Rates {
     pub fn endpoints(&self) -> impl Iterator<Item = &String> {
         self.0.keys()
     }
+
+    /// Forgets an endpoint's figures (its account was purged).
+    pub fn forget(&mut self, endpoint_id: &str) {
+        self.0.remove(endpoint_id);
+    }
 }
 
 #[cfg(test)]

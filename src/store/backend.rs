@@ -21,8 +21,8 @@ use super::contract::{
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
-    StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
+    Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -241,6 +241,10 @@ impl Accounts for Backend {
 
     async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
         both_async!(self, Accounts::revoke_portal_session, (id))
+    }
+
+    async fn purge_account(&self, account_id: &str) -> Result<Purged, StoreError> {
+        both_async!(self, Accounts::purge_account, (account_id))
     }
 }
 

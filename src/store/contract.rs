@@ -27,8 +27,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
-    StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
+    Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -231,6 +231,17 @@ pub trait Accounts {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Removes everything of the account, durably: its events with their payloads,
+    /// deliveries, attempts, idempotency keys and debounce windows; its endpoints with their
+    /// secrets, client certificates, breakers and rate buckets; its plan, quota counters,
+    /// account secrets and portal sessions. None of its deliveries is taken after this
+    /// returns; what an attempt under way records afterwards is discarded. On every node. The
+    /// account may be used again and starts empty.
+    fn purge_account(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Purged, StoreError>> + Send;
 }
 
 /// The delivery log: events, deliveries and attempts, read and changed.

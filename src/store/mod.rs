@@ -43,6 +43,6 @@ pub use error::StoreError;
 pub use types::{
     check_endpoint_json, check_endpoint_size, lane_of, token_hash, Changed, DebounceRule,
     DeliveryFilter, DirectoryRecord, DueDelivery, EventHistory, Fence, IngestOutcome, Lane,
-    NewEvent, Node, Retained, Stats, Swept, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
+    NewEvent, Node, Purged, Retained, Stats, Swept, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
     MAX_ENDPOINT_SIZE, NO_LANE,
 };

@@ -282,3 +282,11 @@ pub enum DirectoryRecord {
         breaker: crate::policy::breaker::Breaker,
     },
 }
+
+/// What an account's purge removed ([`super::contract::Accounts::purge_account`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Purged {
+    pub events: u64,
+    pub deliveries: u64,
+    pub endpoints: u64,
+}

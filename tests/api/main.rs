@@ -23,6 +23,7 @@ mod metrics;
 mod operator;
 mod ordering;
 mod pages;
+mod purge;
 mod receive;
 mod retention;
 mod roles;

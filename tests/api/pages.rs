@@ -117,6 +117,17 @@ async fn portal_and_console_work_in_a_real_browser() {
         )
         .await;
     let (other_endpoint, _) = w.endpoint("globex", &rx.url("/ok/globex"), json!({})).await;
+    // An account the console purges.
+    w.endpoint("initech", &rx.url("/ok/initech"), json!({}))
+        .await;
+    let purged_delivery = first_delivery(
+        &w.ingest(
+            "initech",
+            "order.created",
+            json!({"order_id": "ord_initech"}),
+        )
+        .await,
+    );
 
     let mut failing = Vec::new();
     let mut delivered = Vec::new();
@@ -148,7 +159,7 @@ async fn portal_and_console_work_in_a_real_browser() {
     for id in &failing {
         w.wait_state(id, "failed", Duration::from_secs(20)).await;
     }
-    for id in delivered.iter().chain([&other_delivery]) {
+    for id in delivered.iter().chain([&other_delivery, &purged_delivery]) {
         w.wait_state(id, "delivered", Duration::from_secs(20)).await;
     }
     let failed_delivery = failing[0].clone();
@@ -167,6 +178,7 @@ async fn portal_and_console_work_in_a_real_browser() {
         .env("OTHER_ACCOUNT", "globex")
         .env("OTHER_DELIVERY", &other_delivery)
         .env("OTHER_ENDPOINT", &other_endpoint)
+        .env("PURGE_ACCOUNT", "initech")
         .env("FAILED_DELIVERY", &failed_delivery)
         .env("FAILING_ENDPOINT", &failing_endpoint)
         .env("RECEIVER_URL", rx.url("/ok/new"))

@@ -11,6 +11,7 @@ be run by hand against any herald prepared the same way. Inputs (environment var
   OTHER_ACCOUNT       another account
   OTHER_DELIVERY      a delivery of OTHER_ACCOUNT (the customer must not see it)
   OTHER_ENDPOINT      an endpoint of OTHER_ACCOUNT
+  PURGE_ACCOUNT       an account with one endpoint and one event, for the console to purge
   FAILED_DELIVERY     a failed delivery of ACCOUNT whose payload and response body hold HTML
   FAILING_ENDPOINT    the endpoint of FAILED_DELIVERY (answers 500, retry policy "none")
   RECEIVER_URL        a URL that answers 200, for the endpoint the customer creates
@@ -71,6 +72,7 @@ ACCOUNT = env("ACCOUNT")
 OTHER_ACCOUNT = env("OTHER_ACCOUNT")
 OTHER_DELIVERY = env("OTHER_DELIVERY")
 OTHER_ENDPOINT = env("OTHER_ENDPOINT")
+PURGE_ACCOUNT = env("PURGE_ACCOUNT")
 FAILED_DELIVERY = env("FAILED_DELIVERY")
 FAILING_ENDPOINT = env("FAILING_ENDPOINT")
 RECEIVER_URL = env("RECEIVER_URL")
@@ -555,6 +557,39 @@ def pages_fit_360px_without_horizontal_scroll(b, link):
     ctx.close()
 
 
+def operator_purges_an_account_once_its_id_is_typed(b):
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(f"{URL}/console")
+    page.get_by_label("Admin token").fill(ADMIN)
+    button(page, "Sign in").click()
+    goto(page, "/accounts")
+    expect(page.get_by_role("heading", name="Accounts", exact=True)).to_be_visible()
+    settle(page)
+    row = page.locator("tr", has=page.get_by_role("link", name=PURGE_ACCOUNT, exact=True))
+    expect(row).to_have_count(1)
+    row.get_by_role("button", name="Purge").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("cannot be undone")
+    confirm = dialog.get_by_role("button", name="Purge account")
+    typed = dialog.get_by_label("Type the account id to confirm")
+    expect(typed).to_be_focused()
+    expect(confirm).to_be_disabled()
+    typed.fill(PURGE_ACCOUNT[:-1])
+    expect(confirm).to_be_disabled()
+    typed.fill(PURGE_ACCOUNT)
+    expect(confirm).to_be_enabled()
+    shot(page, "console-purge-confirm")
+    confirm.click()
+    expect(page.get_by_role("status")).to_contain_text(
+        f"Account {PURGE_ACCOUNT} purged: 1 events, 1 deliveries and 1 endpoints deleted.")
+    expect(page.locator("tr", has=page.get_by_role("link", name=PURGE_ACCOUNT, exact=True))).to_have_count(0)
+    status, accounts, _ = api("GET", "/v1/accounts")
+    check(status == 200 and PURGE_ACCOUNT not in [a["account_id"] for a in accounts["items"]],
+          f"the purged account is still listed: {accounts}")
+    ctx.close()
+
+
 def keyboard_alone_reaches_and_presses_retry(page):
     goto(page, f"/deliveries/{FAILED_DELIVERY}")
     expect(attempts(page).first).to_be_visible()
@@ -633,6 +668,7 @@ def main():
         run("customer_sees_incidents_and_event_types", console_sees_incidents_and_event_types, page)
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
+        run("operator_purges_an_account_once_its_id_is_typed", operator_purges_an_account_once_its_id_is_typed, browser)
         run("no_dialog_script_error_or_csp_violation_anywhere", browser.assert_clean, "the whole run")
         ctx.close()
         browser.close()

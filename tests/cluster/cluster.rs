@@ -621,6 +621,16 @@ async fn a_version_3_database_with_a_rate_limit_and_a_plan_is_migrated_and_serve
     );
     let (_, account) = node.admin("GET", "/v1/accounts/acct_ok", None).await;
     assert_eq!(account["plan"], "basic", "{account}");
+    // The two retries due at once are delivered first: then the node holds no lease.
+    common::wait_until(
+        Duration::from_secs(20),
+        "the waiting retries were delivered",
+        || async {
+            let (_, st) = node.admin("GET", "/v1/status", None).await;
+            st["queue"]["pending"] == 0 && st["in_flight"] == 0
+        },
+    )
+    .await;
     let (_, st) = node.admin("GET", "/v1/status", None).await;
     assert_eq!(
         st["open_breakers"].as_array().map(Vec::len),

@@ -1799,3 +1799,188 @@ async fn a_backup_restores_into_either_store_exactly() {
         }
     }
 }
+
+/// An event of `account` for one endpoint.
+fn event_to(account: &str, endpoint: &str, key: Option<&str>) -> NewEvent {
+    let mut e = event(account, key, START);
+    e.targets = vec![lane_of(Some(endpoint))];
+    e.payload = Bytes::from(format!("{{\"marker\":\"{account}-payload\"}}"));
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
+    on_both(|s| async move {
+        let store = &s.store;
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
+        store
+            .create_endpoint(endpoint(EP_B, "other"), 10)
+            .await
+            .unwrap();
+        store
+            .set_account_plan("acct", Some("pro".into()))
+            .await
+            .unwrap();
+        store
+            .set_account_secret("acct", "api_key", "s3cret")
+            .await
+            .unwrap();
+        store
+            .create_portal_session(
+                &session("ps_1", false, START + 60_000),
+                token_hash("tok_acct"),
+            )
+            .await
+            .unwrap();
+        store
+            .change_breaker(EP_A, START, |b| b.consecutive_failures = 3)
+            .await
+            .unwrap();
+        let w = windows(START);
+        let limits = Limits {
+            per_minute: Some(100),
+            per_day: Some(1000),
+        };
+        assert!(store.quota_take("acct", w, limits).await.unwrap());
+        let out = store
+            .ingest(vec![
+                event_to("acct", EP_A, Some("k")),
+                event_to("acct", EP_A, None),
+                event_to("acct", EP_A, None),
+                event_to("other", EP_B, Some("k")),
+                event_to("other", EP_B, None),
+            ])
+            .await
+            .unwrap();
+        let acct: Vec<_> = out[..3].iter().map(|o| created(o).1[0].clone()).collect();
+        let other: Vec<_> = out[3..].iter().map(|o| created(o).1[0].clone()).collect();
+        deliver(&s, s.take(&acct[0].id).await).await;
+        deliver(&s, s.take(&other[0].id).await).await;
+        // One of the account's deliveries is being attempted while the purge comes.
+        let in_flight = s.take(&acct[1].id).await;
+        // The rest the harness took waits in the queue again.
+        let waiting: Vec<_> = s.taken.lock().unwrap().drain().map(|(_, t)| t).collect();
+        for t in waiting {
+            store.release(t.hold, Some(START)).await.unwrap();
+        }
+        let others_before: Vec<_> = contents(&s)
+            .await
+            .0
+            .into_iter()
+            .filter(|e| e["meta"]["account_id"] == "other")
+            .collect();
+        let stats_before = store.stats().await.unwrap();
+
+        let purged = store.purge_account("acct").await.unwrap();
+        assert_eq!(
+            (purged.events, purged.deliveries, purged.endpoints),
+            (3, 3, 1),
+            "{}",
+            s.name
+        );
+        // The attempt under way finishes; what it records is discarded.
+        let was = in_flight.due.delivery.clone();
+        let mut done = was.clone();
+        done.state = DeliveryState::Delivered;
+        done.attempt_count = 1;
+        let attempt = Attempt {
+            id: herald::ids::new_id(herald::ids::ATTEMPT, START),
+            number: 1,
+            at: START,
+            duration_ms: 1,
+            status: Status::Delivered,
+            http_status: Some(200),
+            error: None,
+            request_headers: Vec::new(),
+            response_body: String::new(),
+        };
+        let _ = store
+            .record_attempt(&was, &done, &attempt, in_flight.fence)
+            .await;
+        s.release(in_flight).await;
+
+        let (events, directory) = contents(&s).await;
+        assert_eq!(
+            events, others_before,
+            "{}: only the other account's events",
+            s.name
+        );
+        let text = serde_json::to_string(&directory).unwrap();
+        assert!(
+            !text.contains("acct\""),
+            "{}: nothing of the account: {text}",
+            s.name
+        );
+        assert!(
+            text.contains(EP_B),
+            "{}: the other's endpoint stays",
+            s.name
+        );
+        assert!(store.endpoint(EP_A).is_none(), "{}", s.name);
+        assert_eq!(store.account_plan("acct"), None, "{}", s.name);
+        assert_eq!(
+            store.account_secret("acct", "api_key").await.unwrap(),
+            None,
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.portal_session("tok_acct", START).await.unwrap(),
+            None,
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.quota_usage("acct", w).await.unwrap(),
+            (0, 0),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.breaker(EP_A).await.unwrap(),
+            Breaker::default(),
+            "{}",
+            s.name
+        );
+        assert!(
+            !store.account_ids().contains(&"acct".to_string()),
+            "{}",
+            s.name
+        );
+        // The counts lose the account's deliveries (one delivered, two pending).
+        let stats = store.stats().await.unwrap();
+        assert_eq!(
+            stats.get(DeliveryState::Delivered),
+            stats_before.get(DeliveryState::Delivered) - 1,
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            stats.get(DeliveryState::Pending),
+            stats_before.get(DeliveryState::Pending) - 2,
+            "{}",
+            s.name
+        );
+        // None of its deliveries is taken any more.
+        let due: Vec<String> = take_all(&s)
+            .await
+            .into_iter()
+            .map(|t| t.due.delivery.id)
+            .collect();
+        assert_eq!(due, vec![other[1].id.clone()], "{}", s.name);
+        // The account starts empty: its idempotency key is free again.
+        let again = store
+            .ingest(vec![event_to("acct", EP_A, Some("k"))])
+            .await
+            .unwrap();
+        assert!(
+            matches!(again[0], IngestOutcome::Created { .. }),
+            "{}: {again:?}",
+            s.name
+        );
+    })
+    .await;
+}

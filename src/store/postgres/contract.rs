@@ -18,8 +18,8 @@ use crate::store::contract::{
     Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
 };
 use crate::store::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
-    StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
+    Stats, StoreError, Swept, TakeLimits, Taken,
 };
 
 impl Ingest for PgStore {
@@ -203,6 +203,10 @@ impl Accounts for PgStore {
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         PgStore::revoke_portal_session(self, id)
+    }
+
+    async fn purge_account(&self, account_id: &str) -> Result<Purged, StoreError> {
+        PgStore::purge_account(self, account_id).await
     }
 }
 

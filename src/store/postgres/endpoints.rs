@@ -99,6 +99,7 @@ impl PgStore {
             )
             .await?;
         self.directory.remove_endpoint(id);
+        self.breakers.forget(Some(id));
         let version = gone.as_ref().and_then(|r| r.get::<_, Option<i64>>(0));
         if let Some(v) = version {
             self.saw_own_change(v);
@@ -197,7 +198,11 @@ impl PgStore {
                     Some(ep) => {
                         self.cache_endpoint(ep);
                     }
-                    None => self.directory.remove_endpoint(id),
+                    None => {
+                        // Deleted: its breaker row went with it.
+                        self.directory.remove_endpoint(id);
+                        self.breakers.forget(Some(id));
+                    }
                 }
             }
             Notice::Plan(account) => self.load_plan(account).await?,

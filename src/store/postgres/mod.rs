@@ -21,6 +21,7 @@ mod ingest;
 mod lost;
 mod migrate;
 pub mod nodes;
+mod purge;
 mod queue;
 mod quota;
 mod reads;

@@ -21,8 +21,8 @@ use crate::store::contract::{
     Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
 };
 use crate::store::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Retained, Stats,
-    Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
+    Stats, Swept, TakeLimits, Taken,
 };
 
 /// Runs `read` on a blocking thread with a handle of the store.
@@ -218,6 +218,10 @@ impl Accounts for SledStore {
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         SledStore::revoke_portal_session(self, id)
+    }
+
+    async fn purge_account(&self, account_id: &str) -> Result<Purged, StoreError> {
+        SledStore::purge_account(self, account_id).await
     }
 }
 

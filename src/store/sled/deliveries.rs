@@ -246,7 +246,16 @@ impl SledStore {
         // file, and an undo kept for the next start could put back what it removed (a
         // delivered candidate made due again).
         self.inner.health.not_failed()?;
+        // The delivery of a purged account, attempted while the purge came: discarded.
+        let purged = self.inner.purged.read().unwrap_or_else(|e| e.into_inner());
+        if !purged.is_empty() {
+            let event = ids::parse(DELIVERY, &now.id).and_then(ids::event_of);
+            if event.is_some_and(|(e, _)| purged.contains(&e)) {
+                return Ok(());
+            }
+        }
         let written = self.write_delivery(was, now, attempt);
+        drop(purged);
         if written.is_err() {
             // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).
             self.inner.set_healthy(false);

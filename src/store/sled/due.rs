@@ -421,6 +421,27 @@ impl DueIndex {
         }
     }
 
+    /// Forgets every entry of `lane` that waits (in memory, spilled, behind a sequence's
+    /// head): its endpoint and all of its deliveries are gone (an account's purge). Entries it
+    /// handed out stay running until they are given back.
+    pub fn drop_lane(&self, lane: Lane) {
+        let mut inner = self.lock();
+        let Some(q) = inner.lanes.get_mut(&lane) else {
+            return;
+        };
+        let fresh = q.fresh.len();
+        let waiting = fresh + q.later.len() + q.waiting() + q.spill.as_ref().map_or(0, |s| s.out);
+        q.fresh.clear();
+        q.later.clear();
+        q.sequences.clear();
+        q.sequence_of.clear();
+        q.spill = None;
+        inner.len = inner.len.saturating_sub(waiting);
+        inner.fresh_total = inner.fresh_total.saturating_sub(fresh);
+        inner.refills.retain(|r| r.lane != lane);
+        inner.refresh(lane);
+    }
+
     /// The delivery ahead of `delivery` in its sequence, if it waits behind another.
     pub fn ahead_of(&self, lane: Lane, delivery: u128) -> Option<u128> {
         let inner = self.lock();

@@ -391,7 +391,7 @@ impl Inner {
         self.index_pass.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_fold_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+    pub(super) fn lock_fold_writes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.fold_writes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -735,6 +735,46 @@ impl Inner {
         }
         self.move_events(batch)?;
         Ok(true)
+    }
+}
+
+impl Inner {
+    /// Removes the folded events among `events` from their folds (each fold that holds one is
+    /// packed again without them, in one write per fold) and returns their rows. The caller
+    /// holds [`Inner::lock_fold_writes`].
+    pub(super) fn drop_folded(
+        &self,
+        events: &std::collections::BTreeSet<u128>,
+    ) -> Result<Vec<(u128, Rows)>, StoreError> {
+        let mut removed = Vec::new();
+        let mut next = events.first().copied();
+        while let Some(event) = next {
+            let after = match self.fold_row_at(event)? {
+                Some((first, v)) => {
+                    let fold = decode(first, &v, None)?;
+                    if fold.last >= event {
+                        let (gone, kept): (Vec<_>, Vec<_>) = fold
+                            .split()
+                            .into_iter()
+                            .partition(|(e, _)| events.contains(e));
+                        let mut batch = sled::Batch::default();
+                        batch.remove(&key::fold(fold.first)[..]);
+                        for (first, v) in pack(&kept)? {
+                            batch.insert(&key::fold(first)[..], v);
+                        }
+                        self.move_events(batch)?;
+                        removed.extend(gone);
+                    }
+                    fold.last.max(event)
+                }
+                None => event,
+            };
+            next = events
+                .range((Bound::Excluded(after), Bound::Unbounded))
+                .next()
+                .copied();
+        }
+        Ok(removed)
     }
 }
 

@@ -63,6 +63,7 @@ mod health;
 pub mod key;
 mod keys;
 mod migrate;
+mod purge;
 mod queue;
 mod retention;
 mod scan;
@@ -167,6 +168,11 @@ pub(crate) struct Inner {
     refilling: AtomicBool,
     /// Endpoints' circuit breakers, as stored, once read ([`accounts`]).
     breakers: Mutex<HashMap<String, crate::policy::breaker::Breaker>>,
+    /// Events of purged accounts whose deliveries were being attempted when the purge came
+    /// ([`purge`]): what those attempts would record is discarded. A delivery's write reads
+    /// it under the read lock, and a purge adds to it under the write lock before it removes
+    /// anything, so no write of a purged event's delivery lands after the purge.
+    purged: RwLock<HashSet<u128>>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -418,6 +424,7 @@ impl SledStore {
             index_pass: Mutex::default(),
             refilling: AtomicBool::new(false),
             breakers: Mutex::default(),
+            purged: RwLock::default(),
             #[cfg(test)]
             faults: Default::default(),
         });

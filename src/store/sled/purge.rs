@@ -1,0 +1,201 @@
+//! An account's purge on the embedded store ([`crate::store::contract::Accounts::purge_account`]):
+//! its events (hot and folded) with their payloads, deliveries, attempts, pending entries,
+//! idempotency keys and debounce windows; its account index; then its endpoints (their client
+//! certificates, breakers and rate buckets), plan, quota counters, account secrets and portal
+//! sessions. The rows go from sled's trees at once; the bytes stay in sled's files until sled
+//! rewrites them (docs/operations.md).
+
+use std::collections::BTreeSet;
+
+use super::codec;
+use super::keys::{self, KeyRow};
+use super::{key, Claim, Place, SledStore, StoreError, NO_LANE};
+use crate::ids;
+use crate::model::DeliveryState;
+use crate::store::Purged;
+
+impl SledStore {
+    /// [`crate::store::contract::Accounts::purge_account`].
+    pub async fn purge_account(&self, account: &str) -> Result<Purged, StoreError> {
+        // Its endpoints first: an event that arrives meanwhile has nowhere to go.
+        let mut endpoints = 0;
+        for ep in self.account_endpoints(account) {
+            if self.delete_endpoint(&ep.id).await? {
+                endpoints += 1;
+            }
+        }
+        let owned = account.to_string();
+        let (events, deliveries) =
+            super::contract::blocking(self, move |s| s.purge_log(&owned)).await?;
+        let purged = Purged {
+            events,
+            deliveries,
+            endpoints,
+        };
+        self.set_account_plan(account, None).await?;
+        let t = &self.inner.trees;
+        t.quota.remove(account.as_bytes())?;
+        for k in t
+            .account_secrets
+            .scan_prefix(codec::account_key(account, ""))
+            .keys()
+        {
+            t.account_secrets.remove(k?)?;
+        }
+        for item in t.portal_sessions.scan_prefix(b"h") {
+            let (k, v) = item?;
+            let s: crate::model::PortalSession = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("portal session: {e}")))?;
+            if s.account_id == account {
+                t.portal_sessions.remove(k)?;
+                t.portal_sessions
+                    .remove([b"i".as_slice(), s.id.as_bytes()].concat())?;
+            }
+        }
+        self.sync().await?;
+        Ok(purged)
+    }
+
+    /// Removes the account's events with everything of theirs; (events, deliveries) removed.
+    fn purge_log(&self, account: &str) -> Result<(u64, u64), StoreError> {
+        let inner = &self.inner;
+        let log = &inner.trees.log;
+        // No event moves between hot rows and folds while they go.
+        let _folds = inner.lock_fold_writes();
+        let mut events = BTreeSet::new();
+        let mut index_rows = Vec::new();
+        for item in log.scan_prefix(key::account_events(account)) {
+            let (k, v) = item?;
+            let mut listed = Vec::new();
+            codec::decode_targets(&v, &mut listed)?;
+            events.extend(listed);
+            index_rows.push(k);
+        }
+        let mut claims: Vec<Claim> = Vec::new();
+        let mut released: Vec<(KeyRow, u128)> = Vec::new();
+        let mut folded = BTreeSet::new();
+        let (mut n_events, mut n_deliveries) = (0u64, 0u64);
+        let mut hot = Vec::new();
+        let mut lanes = std::collections::HashSet::new();
+        for &event in &events {
+            match log.get(key::event(event))? {
+                Some(v) => hot.push((event, v)),
+                None => {
+                    folded.insert(event);
+                }
+            }
+        }
+        // Deliveries being attempted now are claimed by their attempts: what those record is
+        // discarded from here on ([`super::Inner::purged`]).
+        {
+            let mut purged = inner.purged.write().unwrap_or_else(|e| e.into_inner());
+            for (event, v) in &hot {
+                let (rec, _) = inner.decode_event(*event, v, &Place::Hot)?;
+                for i in 0..rec.targets.len() {
+                    match inner.claim(ids::delivery_of(*event, i)) {
+                        Some(c) => claims.push(c),
+                        None => {
+                            purged.insert(*event);
+                        }
+                    }
+                }
+            }
+        }
+        for (event, v) in hot {
+            let (rec, _) = inner.decode_event(event, &v, &Place::Hot)?;
+            // Its endpoints' lanes wait for nothing any more.
+            for lane in rec.targets.iter().filter(|l| **l != NO_LANE) {
+                if lanes.insert(*lane) {
+                    inner.due.drop_lane(*lane);
+                }
+            }
+            let mut batch = sled::Batch::default();
+            for (i, lane) in rec.targets.iter().enumerate() {
+                let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
+                let ulid = ids::delivery_of(event, i);
+                for k in log.scan_prefix(key::attempts(ulid)).keys() {
+                    batch.remove(k?);
+                }
+                batch.remove(&key::pending(ulid)[..]);
+                self.forget_delivery(*lane, &d, ulid);
+            }
+            for kind in [key::CHUNK, key::TARGETS] {
+                for k in log.scan_prefix(key::of(kind, event)).keys() {
+                    batch.remove(k?);
+                }
+            }
+            self.forget_windows(&rec.meta, &mut batch)?;
+            batch.remove(&key::event(event)[..]);
+            log.apply_batch(batch)?;
+            released.extend(idempotency_row(&rec.meta, event));
+            n_events += 1;
+            n_deliveries += rec.targets.len() as u64;
+        }
+        for (event, rows) in inner.drop_folded(&folded)? {
+            let Some((_, v)) = rows.iter().find(|(k, _)| k[..] == key::event(event)[..]) else {
+                continue;
+            };
+            let (rec, _) = codec::decode_event(event, v)?;
+            // A folded delivery has ended: its state is its last attempt's.
+            for i in 0..rec.target_count {
+                let prefix = key::attempts(ids::delivery_of(event, i));
+                let last = rows.iter().rfind(|(k, _)| k.starts_with(&prefix));
+                if let Some((k, v)) = last {
+                    inner.stats.forget(codec::decode_attempt(k, v)?.state);
+                }
+            }
+            let mut batch = sled::Batch::default();
+            self.forget_windows(&rec.meta, &mut batch)?;
+            log.apply_batch(batch)?;
+            released.extend(idempotency_row(&rec.meta, event));
+            n_events += 1;
+            n_deliveries += rec.target_count as u64;
+        }
+        let mut batch = sled::Batch::default();
+        for k in index_rows {
+            batch.remove(k);
+        }
+        log.apply_batch(batch)?;
+        inner.keys.release(&released)?;
+        drop(claims);
+        Ok((n_events, n_deliveries))
+    }
+
+    /// A removed delivery leaves the counts and the fresh watermark's buckets. One of the
+    /// shared no-endpoint lane that waits is left to the queue, which drops it (and counts it)
+    /// as an entry without its event when it comes up.
+    fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128) {
+        if lane == NO_LANE && d.state == DeliveryState::Pending {
+            return;
+        }
+        if d.is_fresh() {
+            self.inner.lock_fresh().remove(ulid);
+        }
+        self.inner.stats.forget(d.state);
+    }
+
+    /// The debounce window the event's key opened, if it is still there.
+    fn forget_windows(
+        &self,
+        meta: &crate::model::EventMeta,
+        batch: &mut sled::Batch,
+    ) -> Result<(), StoreError> {
+        let Some(k) = &meta.debounce_key else {
+            return Ok(());
+        };
+        let window = key::window(&format!("{}\0{}\0{k}", meta.account_id, meta.event_type));
+        if let Some(v) = self.inner.trees.log.get(window)? {
+            let w = codec::decode_window(&v)?;
+            batch.remove(&key::window_end(w.end, &window)[..]);
+            batch.remove(&window[..]);
+        }
+        Ok(())
+    }
+}
+
+/// The idempotency key row an event claimed, if it has a key.
+fn idempotency_row(meta: &crate::model::EventMeta, event: u128) -> Option<(KeyRow, u128)> {
+    let idem = meta.idempotency_key.as_ref()?;
+    let day = key::idempotency_day(ids::ulid_ms(event));
+    Some((keys::key_row(day, &meta.account_id, idem), event))
+}

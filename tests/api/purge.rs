@@ -1,0 +1,245 @@
+//! Purging an account (docs/operations.md, "Purging an account"), with the real process: after
+//! `DELETE /v1/accounts/{id}` no answer shows anything of the account, none of its deliveries is
+//! attempted, the other accounts answer byte for byte as before, the operator hears
+//! `account.purged` with counts only, and a backup taken afterwards, restored into a new
+//! directory, holds not one byte of the purged payloads.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::herald::herald_bin;
+use common::{behaviour, Receiver, Reply, World};
+use serde_json::{json, Value};
+
+const OPERATOR_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const MARKER: &str = "purge-marker-5d1c0b7e";
+
+/// What the other account's reads answer, as text.
+async fn answers(w: &World, ep: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in [
+        "/v1/accounts/other".to_string(),
+        "/v1/accounts/other/endpoints".to_string(),
+        format!("/v1/endpoints/{ep}"),
+        "/v1/deliveries?account_id=other".to_string(),
+    ] {
+        let (status, v) = w.herald.admin("GET", &path, None).await;
+        out.push(format!("{path} {status} {v}"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_account_is_gone_from_every_answer_and_every_later_backup() {
+    let operator = Receiver::ok_http();
+    let tables = format!(
+        "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
+        operator.url("/ops")
+    );
+    let w = World::start("allow_http = true", &tables).await;
+    // The account's receiver holds every request open: attempts are under way at the purge.
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|r, _| match r.path.starts_with("/acct") {
+            true => Reply::hang(),
+            false => Reply::status(200),
+        }),
+    );
+    let (other_ep, _) = w.endpoint("other", &recv.url("/other"), json!({})).await;
+    for n in 0..3 {
+        w.herald
+            .ingest(json!({"account_id": "other", "type": "order.created", "payload": {"n": n}}))
+            .await;
+    }
+    recv.wait_for(3, Duration::from_secs(20)).await;
+    common::wait_until(
+        Duration::from_secs(20),
+        "the other account's deliveries settled",
+        || async {
+            let (_, v) = w
+                .herald
+                .admin("GET", "/v1/deliveries?account_id=other&state=pending", None)
+                .await;
+            v["items"].as_array().is_some_and(Vec::is_empty)
+        },
+    )
+    .await;
+
+    let (acct_ep, _) = w.endpoint("acct", &recv.url("/acct"), json!({})).await;
+    let h = &w.herald;
+    h.admin("PUT", "/v1/accounts/acct", Some(json!({"plan": null})))
+        .await;
+    let (status, _) = h
+        .admin(
+            "PUT",
+            "/v1/accounts/acct/secrets/api_key",
+            Some(json!({"value": "s3cret"})),
+        )
+        .await;
+    assert!((200..300).contains(&status), "{status}");
+    let (status, session) = h
+        .admin("POST", "/v1/accounts/acct/portal-sessions", Some(json!({})))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let mut acct_events = Vec::new();
+    for n in 0..5 {
+        let (status, v) = h
+            .ingest(json!({"account_id": "acct", "type": "order.created",
+                           "payload": {"n": n, "marker": MARKER}, "idempotency_key": format!("k{n}")}))
+            .await;
+        assert_eq!(status, 202, "{v}");
+        acct_events.push(v["event_id"].as_str().unwrap().to_string());
+    }
+    common::wait_until(
+        Duration::from_secs(20),
+        "an attempt to the account is under way",
+        || async { recv.requests().iter().any(|r| r.path.starts_with("/acct")) },
+    )
+    .await;
+    let before = answers(&w, &other_ep).await;
+
+    let (status, purged) = h.admin("DELETE", "/v1/accounts/acct", None).await;
+    assert_eq!(status, 200, "{purged}");
+    assert_eq!(
+        purged,
+        json!({"account_id": "acct", "purged": {"events": 5, "deliveries": 5, "endpoints": 1}})
+    );
+    let sent_to_acct = || {
+        recv.requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/acct"))
+            .count()
+    };
+    let at_answer = sent_to_acct();
+    // The other account answers byte for byte as before.
+    assert_eq!(
+        answers(&w, &other_ep).await,
+        before,
+        "the other account is untouched"
+    );
+
+    // The other account goes on: once its next event is delivered, nothing of the purged one
+    // was attempted after the answer.
+    h.ingest(json!({"account_id": "other", "type": "order.created", "payload": {"n": 9}}))
+        .await;
+    common::wait_until(
+        Duration::from_secs(20),
+        "the other account's next event arrived",
+        || async {
+            recv.requests()
+                .iter()
+                .filter(|r| r.path.starts_with("/other"))
+                .count()
+                == 4
+        },
+    )
+    .await;
+    assert_eq!(
+        sent_to_acct(),
+        at_answer,
+        "no attempt after the purge's answer"
+    );
+
+    // No answer shows anything of it.
+    let token = session["token"].as_str().unwrap();
+    let (status, _) = h.call("GET", "/v1/session", Some(token), None).await;
+    assert_eq!(status, 401, "its portal session is gone");
+    for path in [
+        "/v1/accounts".to_string(),
+        "/v1/accounts/acct/endpoints".to_string(),
+        "/v1/deliveries".to_string(),
+        "/v1/deliveries?account_id=acct".to_string(),
+        "/v1/status".to_string(),
+        "/v1/incidents".to_string(),
+        format!("/v1/endpoints/{acct_ep}"),
+        format!("/v1/events/{}", acct_events[0]),
+    ] {
+        let (_, v) = h.admin("GET", &path, None).await;
+        let text = v.to_string();
+        for trace in [MARKER, acct_ep.as_str(), "\"acct\"", &acct_events[0]] {
+            assert!(!text.contains(trace), "{path} shows {trace}: {text}");
+        }
+    }
+    let (_, account) = h.admin("GET", "/v1/accounts/acct", None).await;
+    assert_eq!(account["plan"], Value::Null, "it starts empty: {account}");
+    assert_eq!(
+        account["usage"],
+        json!({"minute": 0, "day": 0}),
+        "{account}"
+    );
+    let (status, again) = h
+        .ingest(
+            json!({"account_id": "acct", "type": "order.created", "payload": {},
+                       "idempotency_key": "k0"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["duplicate"], false, "its keys are gone: {again}");
+
+    // The operator hears of it: counts, nothing of the account.
+    let got = operator.wait_for(1, Duration::from_secs(20)).await;
+    let event = got
+        .iter()
+        .map(|r| r.json())
+        .find(|e| e["type"] == "account.purged")
+        .expect("account.purged");
+    assert_eq!(
+        event["data"],
+        json!({"events": 5, "deliveries": 5, "endpoints": 1}),
+        "{event}"
+    );
+
+    // A backup taken now, restored into a new directory, holds none of it.
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(h.config_path())
+        .unwrap()
+        .replace("127.0.0.1:0", &h.addr().to_string());
+    let backup_config = dir.path().join("backup.toml");
+    std::fs::write(&backup_config, config).unwrap();
+    let archive = dir.path().join("after.backup");
+    let restored = dir.path().join("restored");
+    let run = |args: &[&str]| {
+        let out = Command::new(herald_bin()).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "herald {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (c, a, r) = (
+        backup_config.display().to_string(),
+        archive.display().to_string(),
+        format!("sled:{}", restored.display()),
+    );
+    tokio::task::spawn_blocking(move || {
+        run(&["backup", "--config", &c, "--out", &a]);
+        run(&["restore", "--to", &r, &a]);
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        files_holding(&restored, MARKER.as_bytes()),
+        Vec::<String>::new()
+    );
+}
+
+/// The files under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path)
+            .unwrap()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
