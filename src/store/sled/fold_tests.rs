@@ -718,3 +718,52 @@ async fn the_account_index_packs_into_full_rows() {
     assert_eq!(everything(&store, &events), after);
     close(store);
 }
+
+#[tokio::test]
+async fn a_purged_accounts_events_leave_their_folds_and_the_other_account_reads_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (events, _) = history(&store).await;
+    store.inner.keys.checkpoint().unwrap();
+    store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+    // Account "b" has every third event.
+    let (b, a): (Vec<_>, Vec<_>) = events
+        .iter()
+        .cloned()
+        .enumerate()
+        .partition(|(i, _)| i % 3 == 0);
+    let a: Vec<String> = a.into_iter().map(|(_, e)| e).collect();
+    let b: Vec<String> = b.into_iter().map(|(_, e)| e).collect();
+    let a_before = events_text(&store, &a);
+    let mut counts = store.stats().snapshot();
+    let mut b_deliveries = 0;
+    for id in &b {
+        for d in store.event_with_deliveries(id).unwrap().unwrap().2 {
+            counts[d.state as usize] -= 1;
+            b_deliveries += 1;
+        }
+    }
+
+    let purged = store.purge_account("b").await.unwrap();
+    assert_eq!((purged.events, purged.deliveries), (80, b_deliveries));
+    for id in &b {
+        assert!(store.event(id).unwrap().is_none(), "{id} is gone");
+    }
+    assert_eq!(events_text(&store, &a), a_before);
+    assert_eq!(store.stats().snapshot(), counts);
+    assert_hot_or_folded(&store);
+    // Its idempotency keys claim nothing any more.
+    let mut again = event("b", &[LANE], T0 + 5_000);
+    again.idempotency_key = Some("idem-33".into());
+    assert!(matches!(
+        store.ingest(vec![again]).await.unwrap()[0],
+        IngestOutcome::Created { .. }
+    ));
+    // A restart counts the same and reads the other account as before.
+    counts[DeliveryState::Pending as usize] += 1;
+    close(store);
+    let store = open(dir.path(), &clock);
+    assert_eq!(events_text(&store, &a), a_before);
+    assert_eq!(store.stats().snapshot(), counts);
+}
