@@ -12,6 +12,8 @@
 //! own store code), disk use under steady traffic with a short retention, and with every event
 //! keyed ([`scale`]).
 
+#[path = "load/backup.rs"]
+mod backup;
 #[path = "load/drive.rs"]
 mod drive;
 #[path = "load/herald.rs"]
@@ -71,8 +73,11 @@ usage: cargo bench --bench load -- [options]
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 32 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
-                       retention,keys
-                       (default all; --quick leaves out retention and keys)
+                       retention,keys,backup
+                       (default all; --quick leaves out retention, keys and backup).
+                       backup: an online backup of a store of --history delivered events
+                       and 100,000 pending while 16 clients post (alternating runs without
+                       and with it), then a restore into a new directory
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
@@ -88,7 +93,7 @@ usage: cargo bench --bench load -- [options]
                        by side
 ";
 
-const PHASES: [&str; 10] = [
+const PHASES: [&str; 11] = [
     "ingest",
     "batch",
     "e2e",
@@ -99,6 +104,7 @@ const PHASES: [&str; 10] = [
     "history",
     "retention",
     "keys",
+    "backup",
 ];
 
 /// The one-key run offers this many times the e2e rate: more than one sequence carries, so it
@@ -156,7 +162,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         drain: if quick { 3.0 } else { 30.0 },
         phases: PHASES
             .iter()
-            .filter(|p| !quick || !["retention", "keys"].contains(*p))
+            .filter(|p| !quick || !["retention", "keys", "backup"].contains(*p))
             .map(|p| p.to_string())
             .collect(),
         // The variants (account without endpoint, isolation control) are left out of --quick.
@@ -383,6 +389,13 @@ async fn run(opts: &Opts) -> Result<Results> {
             opts.history
         );
         r.history = Some(scale::history(opts).await?);
+    }
+    if want("backup") {
+        eprintln!(
+            "[backup] herald backup of {} delivered events and 100000 pending under 16 clients, then herald restore",
+            opts.history
+        );
+        backup::print(&backup::backup(opts).await?);
     }
     if want("retention") {
         eprintln!(

@@ -136,6 +136,11 @@ impl Herald {
         Ok(herald)
     }
 
+    /// Its config file.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// Starts the process and waits for its `herald listening` line.
     async fn spawn(&mut self) -> Result<()> {
         let mut child = Command::new(&self.bin)

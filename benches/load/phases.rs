@@ -12,7 +12,7 @@ use crate::receiver::{DeadReceiver, Receiver};
 use crate::Opts;
 
 /// The account every phase posts to.
-const ACCOUNT: &str = "a1";
+pub const ACCOUNT: &str = "a1";
 
 /// Where the account's deliveries go.
 #[derive(Clone, Copy, PartialEq)]

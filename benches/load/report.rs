@@ -639,7 +639,7 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
     let widths: Vec<usize> = (0..4)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
-    let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w - s.chars().count()));
+    let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
     println!(
         "{}  {}  target",
         pad("figure", widths[0]),

@@ -291,7 +291,7 @@ async fn ingest_then_e2e(
 /// Attempts written between two rounds of folding in the prefill.
 const FOLD_EVERY: u64 = 100_000;
 
-async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
+pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
     let store = SledStore::open(
         data,

@@ -1,6 +1,6 @@
 //! `herald backup`: asks the running herald for a backup (`GET /v1/backup`) and writes it to a
-//! file under a temporary name, renamed once the archive is whole and checked (mode 0600: it
-//! holds secrets). Nothing is ever left under the final name by a failed or killed backup.
+//! file under a temporary name, renamed once the archive is whole (every part's checksum and
+//! the end's counts checked) (mode 0600: it holds secrets). Nothing is ever left under the final name by a failed or killed backup.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -31,7 +31,7 @@ pub enum Target {
 }
 
 /// Downloads a backup from herald at `addr` with `token` into `target`, calling `progress` as
-/// it goes. A file is checked whole ([`super::check`]) before it takes its name.
+/// it goes. A file takes its name once its frame checks ([`super::format::Reader::skim`]).
 pub async fn download(
     addr: SocketAddr,
     token: &str,
@@ -103,7 +103,8 @@ pub async fn download(
         });
     };
     let file = std::fs::File::open(temp).map_err(|e| removing(e.to_string()))?;
-    let (_, totals) = super::check(std::io::BufReader::new(file), |_| {})
+    let totals = super::format::Reader::new(std::io::BufReader::new(file))
+        .and_then(super::format::Reader::skim)
         .map_err(|e| removing(format!("the archive received does not check: {e}")))?;
     std::fs::File::open(temp)
         .and_then(|f| f.sync_all())

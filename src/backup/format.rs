@@ -18,8 +18,8 @@ use crate::store::{DirectoryRecord, EventHistory};
 pub const MAGIC: &str = "herald-backup";
 /// The format version this herald writes and reads.
 pub const VERSION: u32 = 1;
-/// zstd's level for parts: fast, and JSON packs several times smaller.
-const LEVEL: i32 = 3;
+/// zstd's level for parts: its fastest; JSON packs several times smaller even so.
+const LEVEL: i32 = 1;
 /// The largest part a reader accepts (a part is a page of events: far below this).
 const MAX_PART: u64 = 1 << 30;
 
@@ -242,13 +242,9 @@ impl<R: Read> Reader<R> {
         })
     }
 
-    /// The next part, checked: its header, its place (`info` first, `end` last), its checksum,
-    /// its records and their count; after `end`, that the counts match and nothing follows.
-    /// `None` after the `end` part.
-    pub fn next_part(&mut self) -> Result<Option<Part>, ArchiveError> {
-        if self.ended {
-            return Ok(None);
-        }
+    /// The next part's header and body, checked: the header reads, names this place, and its
+    /// body is whole and matches its checksum.
+    fn read_body(&mut self) -> Result<(Header, Vec<u8>), ArchiveError> {
         let index = self.next;
         let damaged = |kind: &str, why: String| ArchiveError::Damaged {
             index,
@@ -296,6 +292,77 @@ impl<R: Read> Reader<R> {
         if hex(&Sha256::digest(&body)) != header.sha256 {
             return Err(damaged(&kind, "its checksum does not match".into()));
         }
+        Ok((header, body))
+    }
+
+    /// Checks the archive's frame without decoding its records: every part's header, place and
+    /// checksum, the end's counts against the headers', and that nothing follows. What a
+    /// download checks before the archive takes its name; [`Reader::next_part`] (`restore
+    /// --check`) decodes every record too.
+    pub fn skim(mut self) -> Result<Totals, ArchiveError> {
+        let mut seen = Totals::default();
+        loop {
+            let index = self.next;
+            let (header, body) = self.read_body()?;
+            self.next += 1;
+            let damaged = |why: String| ArchiveError::Damaged {
+                index,
+                kind: header.part.clone(),
+                why,
+            };
+            let one = header.records == 1 && header.deliveries == 0;
+            match (header.part.as_str(), index) {
+                ("info", 0) if one => {
+                    let lines = zstd::stream::decode_all(&body[..])
+                        .map_err(|e| damaged(format!("cannot be decompressed ({e})")))?;
+                    serde_json::from_slice::<Info>(lines.trim_ascii_end())
+                        .map_err(|e| damaged(format!("it cannot be read ({e})")))?;
+                }
+                ("events", i) if i > 0 => {
+                    seen.events += header.records;
+                    seen.deliveries += header.deliveries;
+                }
+                ("directory", i) if i > 0 && header.deliveries == 0 => {
+                    seen.directory += header.records
+                }
+                ("end", i) if i > 0 && one => {
+                    let lines = zstd::stream::decode_all(&body[..])
+                        .map_err(|e| damaged(format!("cannot be decompressed ({e})")))?;
+                    let totals: Totals = serde_json::from_slice(lines.trim_ascii_end())
+                        .map_err(|e| damaged(format!("its counts cannot be read ({e})")))?;
+                    seen.parts = index;
+                    seen.attempts = totals.attempts;
+                    if totals != seen {
+                        return Err(damaged(format!(
+                            "its counts {totals:?} differ from the archive's {seen:?}"
+                        )));
+                    }
+                    let mut rest = [0u8; 1];
+                    if self.input.read(&mut rest)? != 0 {
+                        return Err(damaged("bytes follow the end part".into()));
+                    }
+                    return Ok(totals);
+                }
+                (other, _) => return Err(damaged(format!("{other:?} is out of place here"))),
+            }
+        }
+    }
+
+    /// The next part, checked: its header, its place (`info` first, `end` last), its checksum,
+    /// its records and their count; after `end`, that the counts match and nothing follows.
+    /// `None` after the `end` part.
+    pub fn next_part(&mut self) -> Result<Option<Part>, ArchiveError> {
+        if self.ended {
+            return Ok(None);
+        }
+        let index = self.next;
+        let damaged = |kind: &str, why: String| ArchiveError::Damaged {
+            index,
+            kind: kind.to_string(),
+            why,
+        };
+        let (header, body) = self.read_body()?;
+        let kind = header.part.clone();
         let lines = zstd::stream::decode_all(&body[..])
             .map_err(|e| damaged(&kind, format!("cannot be decompressed ({e})")))?;
         let part = self
@@ -608,6 +675,11 @@ mod tests {
             for bit in [0x01u8, 0x20, 0x80] {
                 let mut damaged = bytes.clone();
                 damaged[at] ^= bit;
+                let skimmed = Reader::new(&damaged[..]).and_then(Reader::skim);
+                assert!(
+                    skimmed.is_err(),
+                    "byte {at} (bit {bit:#x}) flipped: the frame checks"
+                );
                 match (read_all(&damaged), part_of(&starts, at)) {
                     (Err(ArchiveError::Damaged { index, .. }), Some(part)) => {
                         // A header's newline or size flipped may surface at the next part.
@@ -629,7 +701,12 @@ mod tests {
     #[test]
     fn every_truncation_is_refused_naming_its_part() {
         let (bytes, starts) = archive();
+        assert!(Reader::new(&bytes[..]).and_then(Reader::skim).is_ok());
         for len in 0..bytes.len() {
+            assert!(
+                Reader::new(&bytes[..len]).and_then(Reader::skim).is_err(),
+                "cut at {len}: the frame checks"
+            );
             match read_all(&bytes[..len]) {
                 Err(ArchiveError::Damaged { index, why, .. }) => {
                     let part = part_of(&starts, len).unwrap_or(0);

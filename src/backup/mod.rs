@@ -23,6 +23,10 @@ use format::{ArchiveError, Info, Part, PartWriter, Reader, Totals};
 
 /// Events per `events` part (and per read of the log).
 pub const PAGE: usize = 1000;
+/// After each page, the backup rests this many times as long as reading and encoding the page
+/// took, so that it takes at most about half a core from ingest and delivery (docs/operations.md:
+/// measured with `cargo bench --bench load -- --phases backup`).
+const PACE: f64 = 1.0;
 /// Directory rows per `directory` part.
 const DIRECTORY_PAGE: usize = 1000;
 
@@ -70,6 +74,7 @@ where
     }
     let mut before = None;
     loop {
+        let working = std::time::Instant::now();
         let (events, next) = store.export_events(before, PAGE).await?;
         if !events.is_empty() {
             // Encoding and compressing a page is CPU work: off the async workers.
@@ -80,6 +85,8 @@ where
             .await
             .map_err(|e| StoreError::Engine(std::sync::Arc::new(e)))?;
             parts = back;
+            // Ingest and delivery come first: the backup rests as long as each page took.
+            tokio::time::sleep(working.elapsed().mul_f64(PACE)).await;
             if !send(encoded?).await {
                 return Err(BackupError::Gone);
             }

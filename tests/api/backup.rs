@@ -298,3 +298,142 @@ async fn the_archive_of_format_1_still_restores() {
         }
     }
 }
+
+/// An archive with one byte flipped, or cut short, is refused by `restore --check` and by
+/// `restore`, naming the part; the restore writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_archive_is_refused_naming_its_part_and_changes_nothing() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let whole = std::fs::read(&fixture).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A byte in the middle of the events part's body, and the archive cut inside that body.
+    let events_at = find(&whole, b"{\"part\":\"events\"").expect("an events part");
+    let body_at = events_at + whole[events_at..].iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut flipped = whole.clone();
+    flipped[body_at + 10] ^= 0x40;
+    for (name, bytes) in [
+        ("flipped", flipped),
+        ("cut", whole[..body_at + 10].to_vec()),
+    ] {
+        let archive = dir.path().join(name);
+        std::fs::write(&archive, bytes).unwrap();
+        let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&archive)]).await;
+        assert!(!ok, "{name}: --check refuses it: {out}");
+        assert!(out.contains("part 2 (events) is damaged"), "{name}: {out}");
+        let target = dir.path().join(format!("{name}-restored"));
+        let (ok, out) = run(vec![
+            "restore".into(),
+            "--to".into(),
+            format!("sled:{}", target.display()),
+            arg(&archive),
+        ])
+        .await;
+        assert!(!ok, "{name}: restore refuses it: {out}");
+        assert!(out.contains("part 2 (events) is damaged"), "{name}: {out}");
+        assert!(!target.exists(), "{name}: nothing was written");
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `kill -9` of `herald backup` while it downloads, then of herald while a backup streams: no
+/// archive is left under the final name either time, and the store is whole after the restart
+/// (a backup taken then holds every event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_killed_on_either_side_leaves_no_archive_and_the_store_whole() {
+    let mut w = World::start("", "[server]\nmax_body_bytes = 4194304\n").await;
+    // Enough incompressible payload that a backup takes a while to stream.
+    const EVENTS: usize = 40_000;
+    for _ in 0..EVENTS / 1000 {
+        let events: Vec<_> = (0..1000)
+            .map(|_| {
+                let pad: String = (0..16)
+                    .map(|_| format!("{:032x}", rand::random::<u128>()))
+                    .collect();
+                json!({"account_id": "acc", "type": "order.created", "payload": {"pad": pad}})
+            })
+            .collect();
+        let (status, answer) = w
+            .herald
+            .call(
+                "POST",
+                "/v1/events/batch",
+                Some(common::herald::INGEST_TOKEN),
+                Some(json!({ "events": events })),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = |h: &Herald| {
+        let text = std::fs::read_to_string(h.config_path())
+            .unwrap()
+            .replace("127.0.0.1:0", &h.addr().to_string());
+        let path = dir.path().join("backup.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let start_backup = |config: &Path, out: &Path| {
+        Command::new(herald_bin())
+            .args(["backup", "--config"])
+            .arg(config)
+            .arg("--out")
+            .arg(out)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let partial = |out: &Path| {
+        out.with_file_name(format!(
+            ".{}.partial",
+            out.file_name().unwrap().to_string_lossy()
+        ))
+    };
+
+    // kill -9 of `herald backup` while it downloads.
+    let out = dir.path().join("a.backup");
+    let mut client = start_backup(&config(&w.herald), &out);
+    common::wait_until(Duration::from_secs(30), "the download began", || async {
+        partial(&out).exists()
+    })
+    .await;
+    client.kill().unwrap();
+    client.wait().unwrap();
+    assert!(
+        !out.exists(),
+        "a killed backup leaves no archive under the final name"
+    );
+
+    // kill -9 of herald while it streams a backup.
+    let out = dir.path().join("b.backup");
+    let mut client = start_backup(&config(&w.herald), &out);
+    common::wait_until(Duration::from_secs(30), "the download began", || async {
+        partial(&out).exists()
+    })
+    .await;
+    w.herald.kill9();
+    let status = tokio::task::spawn_blocking(move || client.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success(), "the backup of a killed herald fails");
+    assert!(!out.exists(), "no archive under the final name");
+    assert!(!partial(&out).exists(), "the partial archive is removed");
+
+    // The store is whole: a backup taken after the restart holds every event.
+    w.herald.restart().await;
+    let out = dir.path().join("c.backup");
+    let mut client = start_backup(&config(&w.herald), &out);
+    let status = tokio::task::spawn_blocking(move || client.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "a backup after the restart");
+    let (ok, checked) = run(vec!["restore".into(), "--check".into(), arg(&out)]).await;
+    assert!(ok, "{checked}");
+    assert!(
+        checked.contains(&format!(" {EVENTS} events,")),
+        "every event is there: {checked}"
+    );
+}
