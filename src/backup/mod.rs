@@ -67,7 +67,7 @@ where
     if !send(first).await {
         return Err(BackupError::Gone);
     }
-    for rows in directory(store).await?.chunks(DIRECTORY_PAGE) {
+    for rows in directory(store, started_at).await?.chunks(DIRECTORY_PAGE) {
         if !send(parts.directory(rows)?).await {
             return Err(BackupError::Gone);
         }
@@ -103,12 +103,23 @@ where
     Ok(totals)
 }
 
-/// The directory as it is now: every account's plan, endpoints (with their client certificates)
-/// and breakers that are not closed and clean, and every account secret.
-async fn directory(store: &Backend) -> Result<Vec<DirectoryRecord>, StoreError> {
+/// The directory as it is now: every account's usage, plan, endpoints (with their client
+/// certificates) and breakers that are not closed and clean, and every account secret.
+async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>, StoreError> {
     store.fresh_directory().await?;
     let mut rows = Vec::new();
+    let w = crate::policy::quota::windows(now);
     for account in store.account_ids() {
+        let (minute_used, day_used) = store.quota_usage(&account, w).await?;
+        if minute_used + day_used > 0 {
+            rows.push(DirectoryRecord::Usage {
+                account_id: account.clone(),
+                minute: w.minute,
+                minute_used,
+                day: w.day,
+                day_used,
+            });
+        }
         if let Some(plan) = store.account_plan(&account) {
             rows.push(DirectoryRecord::Plan {
                 account_id: account.clone(),
@@ -217,7 +228,7 @@ pub async fn restore(
 }
 
 /// Writes directory rows through the contract: endpoints exactly as they were (a client
-/// certificate's pair set in between), plans, account secrets, breakers.
+/// certificate's pair set in between), plans, account secrets, breakers, usage.
 async fn import_directory(
     store: &Backend,
     rows: Vec<DirectoryRecord>,
@@ -254,6 +265,18 @@ async fn import_directory(
             } => {
                 store
                     .change_breaker(&endpoint_id, now, |b| *b = breaker)
+                    .await?
+            }
+            DirectoryRecord::Usage {
+                account_id,
+                minute,
+                minute_used,
+                day,
+                day_used,
+            } => {
+                let w = crate::policy::quota::Windows { minute, day };
+                store
+                    .set_quota_usage(&account_id, w, (minute_used, day_used))
                     .await?
             }
         }

@@ -193,6 +193,15 @@ impl Accounts for Backend {
         both_async!(self, Accounts::quota_take, (account_id, w, limits))
     }
 
+    async fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        used: (u64, u64),
+    ) -> Result<(), StoreError> {
+        both_async!(self, Accounts::set_quota_usage, (account_id, w, used))
+    }
+
     async fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
         both_async!(self, Accounts::quota_usage, (account_id, w))
     }

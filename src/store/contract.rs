@@ -172,6 +172,16 @@ pub trait Accounts {
         limits: Limits,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Sets the attempts counted in the account's windows `w` to `used` (this minute, this
+    /// day), flushed: a restore's usage as the backup read it. A window that has passed counts
+    /// nothing, as ever.
+    fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        used: (u64, u64),
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// The attempts counted in the account's windows `w`: (this minute, this day).
     fn quota_usage(
         &self,

@@ -276,6 +276,15 @@ pub enum DirectoryRecord {
         name: String,
         value: String,
     },
+    /// An account's usage: the attempts counted in the minute and the day (window numbers:
+    /// milliseconds since the epoch divided by the window's length) the backup read them in.
+    Usage {
+        account_id: String,
+        minute: i64,
+        minute_used: u64,
+        day: i64,
+        day_used: u64,
+    },
     /// An endpoint's breaker, when it is not closed and clean.
     Breaker {
         endpoint_id: String,

@@ -1648,6 +1648,16 @@ async fn fill(s: &Subject) {
         .set_client_certificate(EP_A, Some((&chain, "KEY", described)), START)
         .await
         .unwrap();
+    let limits = Limits {
+        per_minute: Some(10),
+        per_day: Some(100),
+    };
+    for _ in 0..3 {
+        assert!(store
+            .quota_take("acct", windows(START), limits)
+            .await
+            .unwrap());
+    }
     store
         .set_account_plan("acct", Some("pro".into()))
         .await
@@ -1752,6 +1762,15 @@ async fn a_backup_restores_into_either_store_exactly() {
                 "{what}: the events, deliveries and attempts"
             );
             assert_eq!(after.1, before.1, "{what}: the directory");
+            assert_eq!(
+                target
+                    .store
+                    .quota_usage("acct", windows(START))
+                    .await
+                    .unwrap(),
+                (3, 3),
+                "{what}: the usage"
+            );
             // The idempotency key still answers the first event.
             let again = target
                 .store

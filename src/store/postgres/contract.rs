@@ -143,6 +143,15 @@ impl Accounts for PgStore {
         PgStore::quota_take(self, account_id, w, limits)
     }
 
+    async fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        used: (u64, u64),
+    ) -> Result<(), StoreError> {
+        PgStore::set_quota_usage(self, account_id, w, used).await
+    }
+
     fn quota_usage(
         &self,
         account_id: &str,

@@ -71,4 +71,26 @@ impl PgStore {
         }
         Ok((minute, day))
     }
+
+    /// Sets the counts of the windows `w` ([`crate::store::contract::Accounts::set_quota_usage`]).
+    pub async fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        (minute, day): (u64, u64),
+    ) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        for (kind, window, used) in [("minute", w.minute, minute), ("day", w.day, day)] {
+            tx.execute(
+                "INSERT INTO quota_counters (account_id, kind, window_no, used)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (account_id, kind, window_no) DO UPDATE SET used = excluded.used",
+                &[&account_id, &kind, &window, &(used as i64)],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }

@@ -176,6 +176,26 @@ impl SledStore {
         }
     }
 
+    /// Sets the counts of the windows `w` ([`crate::store::contract::Accounts::set_quota_usage`]).
+    pub fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        (minute, day): (u64, u64),
+    ) -> Result<(), StoreError> {
+        let counters = Counters {
+            minute: w.minute,
+            minute_count: minute,
+            day: w.day,
+            day_count: day,
+        };
+        self.inner
+            .trees
+            .quota
+            .insert(account_id.as_bytes(), &counters.encode()[..])?;
+        Ok(())
+    }
+
     /// This minute's and today's counts.
     pub fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
         let v = self.inner.trees.quota.get(account_id.as_bytes())?;

@@ -157,6 +157,15 @@ impl Accounts for SledStore {
         ready(SledStore::quota_take(self, account_id, w, limits))
     }
 
+    async fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        used: (u64, u64),
+    ) -> Result<(), StoreError> {
+        SledStore::set_quota_usage(self, account_id, w, used)
+    }
+
     fn quota_usage(
         &self,
         account_id: &str,
