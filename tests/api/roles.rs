@@ -174,8 +174,8 @@ async fn every_route_answers_each_kind_of_caller_as_the_spec_says() {
     let h = &w.herald;
     let mut checked = 0;
     for route in ROUTES {
-        // Deletes last for each caller, so later rows still find the endpoint.
-        if route.id == Id::EndpointDelete {
+        // Deletes last for each caller, so later rows still find the endpoint and the account.
+        if matches!(route.id, Id::EndpointDelete | Id::AccountDelete) {
             continue;
         }
         for (caller, token) in &f.tokens {
@@ -224,6 +224,26 @@ async fn every_route_answers_each_kind_of_caller_as_the_spec_says() {
             Expect::Refused(s) => s,
         };
         assert_eq!(status, want, "DELETE as {caller:?}: {body}");
+        checked += 1;
+    }
+    // Purging an account: each caller on an account of its own.
+    let purge = ROUTES.iter().find(|r| r.id == Id::AccountDelete).unwrap();
+    for (i, (caller, token)) in f.tokens.iter().enumerate() {
+        let account = format!("gone-{i}");
+        create_endpoint(h, &account, &recv.url("/hook")).await;
+        let (status, body) = h
+            .call(
+                "DELETE",
+                &format!("/v1/accounts/{account}"),
+                token.as_deref(),
+                None,
+            )
+            .await;
+        let want = match expected(purge, *caller) {
+            Expect::Through => 200,
+            Expect::Refused(s) => s,
+        };
+        assert_eq!(status, want, "purge as {caller:?}: {body}");
         checked += 1;
     }
     assert_eq!(checked, ROUTES.len() * f.tokens.len());
