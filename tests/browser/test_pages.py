@@ -581,8 +581,9 @@ def operator_purges_an_account_once_its_id_is_typed(b):
     expect(confirm).to_be_enabled()
     shot(page, "console-purge-confirm")
     confirm.click()
-    expect(page.get_by_role("status")).to_contain_text(
+    expect(page.locator(".msg.ok")).to_contain_text(
         f"Account {PURGE_ACCOUNT} purged: 1 events, 1 deliveries and 1 endpoints deleted.")
+    expect(page.locator(".msg.ok")).to_have_attribute("role", "status")
     expect(page.locator("tr", has=page.get_by_role("link", name=PURGE_ACCOUNT, exact=True))).to_have_count(0)
     status, accounts, _ = api("GET", "/v1/accounts")
     check(status == 200 and PURGE_ACCOUNT not in [a["account_id"] for a in accounts["items"]],
