@@ -224,7 +224,9 @@ pub async fn restore(
         progress(&totals);
     }
     let _ = reading.await;
-    end.ok_or_else(|| BackupError::Refused("the archive has no end part".into()))
+    let end = end.ok_or_else(|| BackupError::Refused("the archive has no end part".into()))?;
+    store.finish_import().await?;
+    Ok(end)
 }
 
 /// Writes directory rows through the contract: endpoints exactly as they were (a client

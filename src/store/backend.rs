@@ -448,6 +448,10 @@ impl Archive for Backend {
     ) -> Result<(), StoreError> {
         both_async!(self, Archive::import_events, (events, now))
     }
+
+    async fn finish_import(&self) -> Result<(), StoreError> {
+        both_async!(self, Archive::finish_import, ())
+    }
 }
 
 /// The scheduler's intake, as the cluster's store hands its leases over.

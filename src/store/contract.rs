@@ -493,4 +493,9 @@ pub trait Archive {
         events: Vec<EventHistory>,
         now: Millis,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Ends an import, once every event was written: the pending deliveries of ordered
+    /// endpoints are put in their lanes in the order of their events' ids (pages arrive newest
+    /// first), after every delivery already in a lane.
+    fn finish_import(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

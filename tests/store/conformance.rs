@@ -1595,9 +1595,8 @@ async fn ingest_hands_fresh_deliveries_to_the_intake_or_queues_them_never_both()
     .await;
 }
 
-/// What a store holds, through the contract, as JSON: every event with its payload, deliveries
-/// and attempts (newest first), and the directory as a backup reads it.
-async fn contents(s: &Subject) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+/// A backup of the store, as of the start.
+async fn archive_of(s: &Subject) -> Vec<u8> {
     let mut archive = Vec::new();
     herald::backup::write(&s.store, START, |chunk| {
         archive.extend_from_slice(&chunk);
@@ -1605,6 +1604,38 @@ async fn contents(s: &Subject) -> (Vec<serde_json::Value>, Vec<serde_json::Value
     })
     .await
     .unwrap_or_else(|e| panic!("{}: backup: {e}", s.name));
+    archive
+}
+
+/// Restores `archive` into the store.
+async fn restore(
+    s: &Subject,
+    archive: &[u8],
+) -> Result<herald::backup::format::Totals, herald::backup::BackupError> {
+    herald::backup::restore(
+        &s.store,
+        std::io::Cursor::new(archive.to_vec()),
+        START,
+        |_| {},
+    )
+    .await
+}
+
+/// The embedded store (with its directory) or the cluster's.
+async fn subject(sled: bool) -> (Subject, Option<tempfile::TempDir>) {
+    match sled {
+        true => {
+            let (s, d) = sled_subject().await;
+            (s, Some(d))
+        }
+        false => (postgres_subject().await, None),
+    }
+}
+
+/// What a store holds, through the contract, as JSON: every event with its payload, deliveries
+/// and attempts (newest first), and the directory as a backup reads it.
+async fn contents(s: &Subject) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let archive = archive_of(s).await;
     let mut reader = herald::backup::format::Reader::new(&archive[..]).expect("an archive");
     let (mut events, mut directory) = (Vec::new(), Vec::new());
     while let Some(part) = reader.next_part().expect("a whole archive") {
@@ -1720,40 +1751,17 @@ async fn fill(s: &Subject) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_restores_into_either_store_exactly() {
     for from_sled in [true, false] {
-        let (source, _dir) = match from_sled {
-            true => {
-                let (s, d) = sled_subject().await;
-                (s, Some(d))
-            }
-            false => (postgres_subject().await, None),
-        };
+        let (source, _dir) = subject(from_sled).await;
         fill(&source).await;
-        let mut archive = Vec::new();
-        herald::backup::write(&source.store, START, |chunk| {
-            archive.extend_from_slice(&chunk);
-            std::future::ready(true)
-        })
-        .await
-        .unwrap();
+        let archive = archive_of(&source).await;
         let before = contents(&source).await;
         assert_eq!(before.0.len(), 3, "{}: three events", source.name);
         for to_sled in [true, false] {
-            let (target, _target_dir) = match to_sled {
-                true => {
-                    let (s, d) = sled_subject().await;
-                    (s, Some(d))
-                }
-                false => (postgres_subject().await, None),
-            };
+            let (target, _target_dir) = subject(to_sled).await;
             let what = format!("{} into {}", source.name, target.name);
-            herald::backup::restore(
-                &target.store,
-                std::io::Cursor::new(archive.clone()),
-                START,
-                |_| {},
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{what}: restore: {e}"));
+            restore(&target, &archive)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: restore: {e}"));
             // What is durable is there after the store closes and opens again.
             let target = target.reopen().await;
             let after = contents(&target).await;
@@ -1782,13 +1790,7 @@ async fn a_backup_restores_into_either_store_exactly() {
                 "{what}: the key answers duplicate with the first event: {again:?}"
             );
             // A second restore into it is refused and changes nothing.
-            let refused = herald::backup::restore(
-                &target.store,
-                std::io::Cursor::new(archive.clone()),
-                START,
-                |_| {},
-            )
-            .await;
+            let refused = restore(&target, &archive).await;
             assert_eq!(
                 contents(&target).await.0,
                 before.0,
@@ -2002,4 +2004,53 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
         );
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_ordered_endpoint_hands_out_its_backlog_in_commit_order() {
+    for from_sled in [true, false] {
+        let (source, _dir) = subject(from_sled).await;
+        let mut ep = endpoint(EP_A, "acct");
+        ep.ordering = Some(herald::model::Ordering {
+            key: Some("k".into()),
+        });
+        source.store.create_endpoint(ep, 100).await.unwrap();
+        // Lane x: three events; lane y: one. Spread over several pages of the archive.
+        let mut x = Vec::new();
+        for (i, k) in ["x", "y", "x", "x"].iter().enumerate() {
+            let ev = NewEvent {
+                targets: vec![lane_of(Some(EP_A))],
+                payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
+                ..event("acct", None, START + i as i64)
+            };
+            let out = source.store.ingest(vec![ev]).await.unwrap();
+            if *k == "x" {
+                x.push(created(&out[0]).1[0].id.clone());
+            }
+        }
+        let archive = archive_of(&source).await;
+        for to_sled in [true, false] {
+            let (target, _target_dir) = subject(to_sled).await;
+            let what = format!("{} into {}", source.name, target.name);
+            restore(&target, &archive)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: restore: {e}"));
+            let target = target.reopen().await;
+            // Every event's time has come.
+            target.clock.set(START + 1_000);
+            // Each lane's head, then the next of x once its head is delivered.
+            for (step, head) in x.iter().enumerate() {
+                let taken = take_all(&target).await;
+                let due: Vec<&str> = ids(&taken).into_iter().collect();
+                assert!(
+                    due.contains(&head.as_str())
+                        && x.iter().filter(|d| due.contains(&d.as_str())).count() == 1,
+                    "{what}: step {step}: x's {head} and no other of x is due: {due:?}"
+                );
+                for t in taken {
+                    deliver(&target, t).await;
+                }
+            }
+        }
+    }
 }

@@ -157,11 +157,29 @@ impl PgStore {
         let mut rows = Rows::default();
         for h in events {
             let (deliveries, attempts) = h.deliveries.into_iter().unzip();
-            rows.add(h.meta, h.payload.to_vec(), deliveries, attempts, now)?;
+            rows.add(
+                h.meta,
+                h.payload.to_vec(),
+                deliveries,
+                attempts,
+                now,
+                &|ep| self.directory.ordering(Some(ep)),
+            )?;
         }
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         rows.write(&tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl PgStore {
+    /// [`crate::store::contract::Archive::finish_import`]: the ordering lanes' places.
+    pub async fn finish_import(&self) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        super::copy::order_lanes(&tx).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -415,4 +415,8 @@ impl Archive for PgStore {
     ) -> Result<(), StoreError> {
         PgStore::import_events(self, events, now).await
     }
+
+    async fn finish_import(&self) -> Result<(), StoreError> {
+        PgStore::finish_import(self).await
+    }
 }

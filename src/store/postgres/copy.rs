@@ -17,7 +17,9 @@ use std::time::Instant;
 use super::Database;
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
-use crate::model::{Attempt, Delivery, DeliveryState, EventMeta};
+use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Ordering};
+use crate::policy::ordering;
+use crate::store::lane_of;
 use crate::store::sled::SledStore;
 use crate::store::{DeliveryFilter, StoreError, IDEMPOTENCY_WINDOW_MS};
 
@@ -79,6 +81,9 @@ pub async fn copy(
             &[&source, &next, &(copied as i64), &next.is_none()],
         )
         .await?;
+        if next.is_none() {
+            order_lanes(&tx).await?;
+        }
         tx.commit().await?;
         let secs = started.elapsed().as_secs_f64().max(1e-3);
         report(Progress {
@@ -173,7 +178,9 @@ fn read_page(from: &SledStore, page: &[Delivery], now: Millis) -> Result<Rows, S
         for del in &deliveries {
             attempts.push(from.attempts(&del.id)?);
         }
-        rows.add(meta, payload.to_vec(), deliveries, attempts, now)?;
+        rows.add(meta, payload.to_vec(), deliveries, attempts, now, &|ep| {
+            from.endpoint(ep).and_then(|e| e.ordering.clone())
+        })?;
     }
     Ok(rows)
 }
@@ -229,16 +236,22 @@ fn key16(prefix: &str, id: &str) -> Result<Vec<u8>, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("id {id}")))
 }
 
+/// A delivery with its id, its event's id, and its ordering lane (a pending delivery of an
+/// ordered endpoint; its place in the lane is given at the end, [`order_lanes`]).
+type DeliveryRow = (Vec<u8>, Vec<u8>, Delivery, Option<Vec<u8>>);
+
 /// One page's rows, as columns (a copy's and a restore's).
 #[derive(Default)]
 pub(super) struct Rows {
     events: Vec<(Vec<u8>, EventMeta, Vec<u8>)>,
-    deliveries: Vec<(Vec<u8>, Vec<u8>, Delivery)>,
+    deliveries: Vec<DeliveryRow>,
     attempts: Vec<(Vec<u8>, Attempt)>,
     keys: Vec<(String, String, Vec<u8>, Millis)>,
 }
 
 impl Rows {
+    /// Adds an event's rows; `ordering` names the ordering of an endpoint (by id), if it has
+    /// one.
     pub(super) fn add(
         &mut self,
         meta: EventMeta,
@@ -246,6 +259,7 @@ impl Rows {
         deliveries: Vec<Delivery>,
         attempts: Vec<Vec<Attempt>>,
         now: Millis,
+        ordering: &dyn Fn(&str) -> Option<Ordering>,
     ) -> Result<(), StoreError> {
         let event = key16(EVENT, &meta.id)?;
         if let Some(k) = &meta.idempotency_key {
@@ -263,7 +277,14 @@ impl Rows {
             for a in atts {
                 self.attempts.push((id.clone(), a));
             }
-            self.deliveries.push((id, event.clone(), d));
+            let lane = match (&d.endpoint_id, d.state) {
+                (Some(ep), DeliveryState::Pending) => ordering(ep).map(|o| {
+                    let key = ordering::key_of(&o, meta.ordering_key.as_deref(), &payload);
+                    super::ingest::lane(lane_of(Some(ep)), &key)
+                }),
+                _ => None,
+            };
+            self.deliveries.push((id, event.clone(), d, lane));
         }
         self.events.push((event, meta, payload));
         Ok(())
@@ -315,7 +336,7 @@ impl Rows {
         let ds = &self.deliveries;
         let due: Vec<Option<i64>> = ds
             .iter()
-            .map(|(_, _, d)| match d.state {
+            .map(|(_, _, d, _)| match d.state {
                 DeliveryState::Pending => Some(d.next_attempt_at.unwrap_or(d.created_at)),
                 _ => None,
             })
@@ -323,11 +344,11 @@ impl Rows {
         tx.execute(
             "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
                  last_status, last_http_status, attempt_count, due_at, next_attempt_at, manual,
-                 queued, created_at)
+                 queued, created_at, lane)
              SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::integer[], $9::integer[],
                                   $10::bigint[], $11::bigint[], $12::boolean[], $13::boolean[],
-                                  $14::bigint[])
+                                  $14::bigint[], $15::bytea[])
              ON CONFLICT DO NOTHING",
             &[
                 &ds.iter().map(|d| &d.0).collect::<Vec<_>>(),
@@ -350,6 +371,7 @@ impl Rows {
                 &ds.iter().map(|d| d.2.manual).collect::<Vec<_>>(),
                 &ds.iter().map(|d| d.2.queued).collect::<Vec<_>>(),
                 &ds.iter().map(|d| d.2.created_at).collect::<Vec<_>>(),
+                &ds.iter().map(|d| &d.3).collect::<Vec<_>>(),
             ],
         )
         .await?;
@@ -407,4 +429,23 @@ impl Rows {
         .await?;
         Ok(())
     }
+}
+
+/// Gives the pending deliveries written with a lane and no place in it their places, in id
+/// order (the order their events were committed in), after every place ingest gave; then moves
+/// the lane sequence past them. Run once the copy or the restore has written every page (pages
+/// go newest first).
+pub(super) async fn order_lanes(tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    tx.batch_execute(
+        "WITH placed AS (
+                 SELECT id, row_number() OVER (ORDER BY id) AS n FROM deliveries
+                 WHERE lane IS NOT NULL AND lane_seq IS NULL),
+             base AS (SELECT coalesce(max(lane_seq), 0) AS b FROM deliveries)
+             UPDATE deliveries d SET lane_seq = base.b + placed.n
+             FROM placed, base WHERE d.id = placed.id;
+             SELECT setval('herald_lane_seq',
+                           greatest((SELECT coalesce(max(lane_seq), 0) FROM deliveries), 1));",
+    )
+    .await?;
+    Ok(())
 }
