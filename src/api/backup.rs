@@ -1,6 +1,7 @@
 //! `GET /v1/backup`: an online backup of the whole store, streamed as it is read
-//! (docs/operations.md, "Backup and restore"). A backup that fails, or herald shutting down,
-//! cuts the answer short (no last chunk), so the client never takes it for a whole archive.
+//! (docs/operations.md, "Backup, restore, upgrade"). A backup that fails, or herald shutting
+//! down, cuts the answer short (no last chunk), so the client never takes it for a whole
+//! archive.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Online backup and restore (docs/operations.md, "Backup and restore"), written once on the
+//! Online backup and restore (docs/operations.md, "Backup, restore, upgrade"), written once on the
 //! store contract ([`crate::store::contract`]), so that one archive format serves both stores:
 //! a backup of one box restores into a cluster's database and back.
 //!
@@ -7,8 +7,9 @@
 //! event whole; each page becomes an `events` part of the archive ([`format`]). Ingest and
 //! delivery go on meanwhile: the reads are those of the delivery log's pages.
 //!
-//! A restore checks the whole archive first ([`check`]), then writes it into an empty store:
-//! the directory, then each part of events in one write.
+//! `herald restore` checks the whole archive first ([`check`]), so that a damaged one changes
+//! nothing; [`restore`] then writes it into an empty store: the directory, then each part of
+//! events in one write, then the ordering lanes' places.
 
 pub mod client;
 pub mod format;

@@ -453,8 +453,8 @@ pub trait Status {
     fn size_on_disk(&self) -> impl Future<Output = u64> + Send;
 }
 
-/// What backup and restore need beyond the other traits (docs/operations.md, "Backup and
-/// restore"): the log read a page at a time while herald serves, and written whole into an
+/// What backup and restore need beyond the other traits (docs/operations.md, "Backup,
+/// restore, upgrade"): the log read a page at a time while herald serves, and written whole into an
 /// empty store. The rest of a backup (endpoints, plans, breakers) goes through [`Directory`]
 /// and [`Accounts`].
 pub trait Archive {

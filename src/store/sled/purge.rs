@@ -1,9 +1,9 @@
 //! An account's purge on the embedded store ([`crate::store::contract::Accounts::purge_account`]):
-//! its events (hot and folded) with their payloads, deliveries, attempts, pending entries,
-//! idempotency keys and debounce windows; its account index; then its endpoints (their client
-//! certificates, breakers and rate buckets), plan, quota counters, account secrets and portal
-//! sessions. The rows go from sled's trees at once; the bytes stay in sled's files until sled
-//! rewrites them (docs/operations.md).
+//! first its endpoints (their client certificates, breakers and rate buckets); then its events
+//! (hot and folded) with their payloads, deliveries, attempts, pending entries, idempotency keys
+//! and debounce windows, and its account index; then its plan, quota counters, account secrets
+//! and portal sessions. The rows go from sled's trees at once; the bytes stay in sled's files
+//! until sled rewrites them (docs/operations.md, "Purging an account").
 
 use std::collections::BTreeSet;
 
