@@ -368,10 +368,11 @@ impl<R: Read> Reader<R> {
         let part = self
             .decode(&kind, &lines)
             .map_err(|why| damaged(&kind, why))?;
-        let records = lines
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .count();
+        let records = match &part {
+            Part::Directory(rows) => rows.len(),
+            Part::Events(events) => events.len(),
+            Part::Info(_) | Part::End(_) => 1,
+        };
         if records as u64 != header.records {
             return Err(damaged(
                 &kind,

@@ -40,6 +40,50 @@ fn arg(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// A config for `herald backup` in `dir`: `h`'s, with the address it listens on (the herald
+/// under test picked its port).
+pub fn backup_config(h: &Herald, dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(h.config_path())
+        .unwrap()
+        .replace("127.0.0.1:0", &h.addr().to_string());
+    let path = dir.join("backup.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The stores a restore goes into, in `dir` and a new database: each as `--to` names it, how
+/// a herald starts on it, and its `[storage]` table.
+fn restore_targets(dir: &Path) -> [(String, Launch, String); 2] {
+    let restored_dir = dir.join("restored");
+    let url = common::postgres::shared_database();
+    [
+        (
+            format!("sled:{}", restored_dir.display()),
+            Launch {
+                storage: Some(restored_dir),
+                ..Launch::default()
+            },
+            "[storage]\nbackend = \"sled\"\n".to_string(),
+        ),
+        (
+            format!("postgres:{url}"),
+            Launch::default(),
+            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"),
+        ),
+    ]
+}
+
+/// `herald restore --to TO ARCHIVE`.
+async fn restore_to(to: &str, archive: &Path) -> (bool, String) {
+    run(vec![
+        "restore".into(),
+        "--to".into(),
+        to.into(),
+        arg(archive),
+    ])
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_database() {
     let w = World::start("", "[retry_policies]\nquick = [\"1s\", \"1s\"]\n").await;
@@ -90,12 +134,7 @@ async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_datab
 
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("herald.backup");
-    // The herald under test listens on a port it picked: `herald backup` reads the config's.
-    let config = std::fs::read_to_string(w.herald.config_path())
-        .unwrap()
-        .replace("127.0.0.1:0", &w.herald.addr().to_string());
-    let backup_config = dir.path().join("backup.toml");
-    std::fs::write(&backup_config, config).unwrap();
+    let backup_config = backup_config(&w.herald, dir.path());
     let (ok, out) = run(vec![
         "backup".into(),
         "--config".into(),
@@ -129,39 +168,10 @@ async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_datab
         "{}\n[retry_policies]\nquick = [\"1s\", \"1s\"]\n",
         common::delivery_toml(&ca_file)
     );
-    let restored_dir = dir.path().join("restored");
-    let url = common::postgres::shared_database();
-    let targets = [
-        (
-            format!("sled:{}", restored_dir.display()),
-            Launch {
-                storage: Some(restored_dir.clone()),
-                ..Launch::default()
-            },
-            "[storage]\nbackend = \"sled\"\n".to_string(),
-        ),
-        (
-            format!("postgres:{url}"),
-            Launch::default(),
-            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"),
-        ),
-    ];
-    for (to, launch, storage) in targets {
-        let (ok, out) = run(vec![
-            "restore".into(),
-            "--to".into(),
-            to.clone(),
-            arg(&archive),
-        ])
-        .await;
+    for (to, launch, storage) in restore_targets(dir.path()) {
+        let (ok, out) = restore_to(&to, &archive).await;
         assert!(ok, "herald restore --to {to}: {out}");
-        let (ok, again) = run(vec![
-            "restore".into(),
-            "--to".into(),
-            to.clone(),
-            arg(&archive),
-        ])
-        .await;
+        let (ok, again) = restore_to(&to, &archive).await;
         assert!(
             !ok && again.contains("not empty"),
             "{to}: a second restore into it is refused: {again}"
@@ -251,31 +261,8 @@ async fn the_archive_of_format_1_still_restores() {
     assert!(ok, "herald restore --check: {out}");
     assert!(out.contains("3 events, 3 deliveries"), "{out}");
     let dir = tempfile::tempdir().unwrap();
-    let restored_dir = dir.path().join("restored");
-    let url = common::postgres::shared_database();
-    let targets = [
-        (
-            format!("sled:{}", restored_dir.display()),
-            Launch {
-                storage: Some(restored_dir.clone()),
-                ..Launch::default()
-            },
-            "[storage]\nbackend = \"sled\"\n".to_string(),
-        ),
-        (
-            format!("postgres:{url}"),
-            Launch::default(),
-            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"),
-        ),
-    ];
-    for (to, launch, storage) in targets {
-        let (ok, out) = run(vec![
-            "restore".into(),
-            "--to".into(),
-            to.clone(),
-            arg(&fixture),
-        ])
-        .await;
+    for (to, launch, storage) in restore_targets(dir.path()) {
+        let (ok, out) = restore_to(&to, &fixture).await;
         assert!(ok, "herald restore --to {to}: {out}");
         let h = Herald::start_with(&storage, launch).await;
         let (status, ep) = h
@@ -322,13 +309,7 @@ async fn a_damaged_archive_is_refused_naming_its_part_and_changes_nothing() {
         assert!(!ok, "{name}: --check refuses it: {out}");
         assert!(out.contains("part 2 (events) is damaged"), "{name}: {out}");
         let target = dir.path().join(format!("{name}-restored"));
-        let (ok, out) = run(vec![
-            "restore".into(),
-            "--to".into(),
-            format!("sled:{}", target.display()),
-            arg(&archive),
-        ])
-        .await;
+        let (ok, out) = restore_to(&format!("sled:{}", target.display()), &archive).await;
         assert!(!ok, "{name}: restore refuses it: {out}");
         assert!(out.contains("part 2 (events) is damaged"), "{name}: {out}");
         assert!(!target.exists(), "{name}: nothing was written");
@@ -368,14 +349,7 @@ async fn a_backup_killed_on_either_side_leaves_no_archive_and_the_store_whole() 
         assert_eq!(status, 202, "{answer}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = |h: &Herald| {
-        let text = std::fs::read_to_string(h.config_path())
-            .unwrap()
-            .replace("127.0.0.1:0", &h.addr().to_string());
-        let path = dir.path().join("backup.toml");
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+    let config = |h: &Herald| backup_config(h, dir.path());
     let start_backup = |config: &Path, out: &Path| {
         Command::new(herald_bin())
             .args(["backup", "--config"])

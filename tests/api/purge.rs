@@ -194,11 +194,7 @@ async fn a_purged_account_is_gone_from_every_answer_and_every_later_backup() {
 
     // A backup taken now, restored into a new directory, holds none of it.
     let dir = tempfile::tempdir().unwrap();
-    let config = std::fs::read_to_string(h.config_path())
-        .unwrap()
-        .replace("127.0.0.1:0", &h.addr().to_string());
-    let backup_config = dir.path().join("backup.toml");
-    std::fs::write(&backup_config, config).unwrap();
+    let backup_config = super::backup::backup_config(h, dir.path());
     let archive = dir.path().join("after.backup");
     let restored = dir.path().join("restored");
     let run = |args: &[&str]| {

@@ -1117,23 +1117,7 @@ async fn an_attempt_is_recorded_with_what_follows_it_in_one_write() {
 
         // A failed first attempt, retried in a minute.
         let at = s.clock.now_ms();
-        let attempt = Attempt {
-            id: herald::ids::new_id(herald::ids::ATTEMPT, at),
-            number: 1,
-            at,
-            duration_ms: 12,
-            status: Status::HttpError,
-            http_status: Some(500),
-            error: None,
-            request_headers: vec![("webhook-id".into(), was.event_id.clone())],
-            response_body: "oops".into(),
-        };
-        let mut now = was.clone();
-        now.attempt_count = 1;
-        now.last_status = Some(Status::HttpError);
-        now.last_http_status = Some(500);
-        now.next_attempt_at = Some(at + 60_000);
-        now.queued = true;
+        let (attempt, now) = failed_first(&was, at);
         store
             .record_attempt(&was, &now, &attempt, taken.fence)
             .await
@@ -1347,6 +1331,29 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
 }
 
 /// Records a delivered first attempt of a taken delivery and gives it back.
+/// A first attempt at `at` that failed with a 500, and the delivery after it: retried in a
+/// minute.
+fn failed_first(was: &Delivery, at: i64) -> (Attempt, Delivery) {
+    let attempt = Attempt {
+        id: herald::ids::new_id(herald::ids::ATTEMPT, at),
+        number: 1,
+        at,
+        duration_ms: 12,
+        status: Status::HttpError,
+        http_status: Some(500),
+        error: None,
+        request_headers: vec![("webhook-id".into(), was.event_id.clone())],
+        response_body: "oops".into(),
+    };
+    let mut now = was.clone();
+    now.attempt_count = 1;
+    now.last_status = Some(Status::HttpError);
+    now.last_http_status = Some(500);
+    now.next_attempt_at = Some(at + 60_000);
+    now.queued = true;
+    (attempt, now)
+}
+
 async fn deliver(s: &Subject, taken: Taken<Hold>) {
     let was = &taken.due.delivery;
     let at = s.clock.now_ms();
@@ -1718,24 +1725,7 @@ async fn fill(s: &Subject) {
     // A failed attempt, retried in a minute.
     let taken = s.take(&first[1].id).await;
     let was = taken.due.delivery.clone();
-    let at = s.clock.now_ms();
-    let attempt = Attempt {
-        id: herald::ids::new_id(herald::ids::ATTEMPT, at),
-        number: 1,
-        at,
-        duration_ms: 12,
-        status: Status::HttpError,
-        http_status: Some(500),
-        error: None,
-        request_headers: vec![("webhook-id".into(), was.event_id.clone())],
-        response_body: "oops".into(),
-    };
-    let mut now = was.clone();
-    now.attempt_count = 1;
-    now.last_status = Some(Status::HttpError);
-    now.last_http_status = Some(500);
-    now.next_attempt_at = Some(at + 60_000);
-    now.queued = true;
+    let (attempt, now) = failed_first(&was, s.clock.now_ms());
     store
         .record_attempt(&was, &now, &attempt, taken.fence)
         .await

@@ -87,10 +87,13 @@ impl SledStore {
         }
         // Deliveries being attempted now are claimed by their attempts: what those record is
         // discarded from here on ([`super::Inner::purged`]).
+        let hot = hot
+            .into_iter()
+            .map(|(event, v)| Ok((event, inner.decode_event(event, &v, &Place::Hot)?.0)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
         {
             let mut purged = inner.purged.write().unwrap_or_else(|e| e.into_inner());
-            for (event, v) in &hot {
-                let (rec, _) = inner.decode_event(*event, v, &Place::Hot)?;
+            for (event, rec) in &hot {
                 for i in 0..rec.targets.len() {
                     match inner.claim(ids::delivery_of(*event, i)) {
                         Some(c) => claims.push(c),
@@ -101,8 +104,7 @@ impl SledStore {
                 }
             }
         }
-        for (event, v) in hot {
-            let (rec, _) = inner.decode_event(event, &v, &Place::Hot)?;
+        for (event, rec) in hot {
             // Its endpoints' lanes wait for nothing any more.
             for lane in rec.targets.iter().filter(|l| **l != NO_LANE) {
                 if lanes.insert(*lane) {
