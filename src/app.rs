@@ -445,6 +445,7 @@ async fn sync_operator_endpoint(
             ordering: None,
             rate_limit: None,
             client_certificate: None,
+            filter: None,
         },
     };
     let unchanged = ep.url == url && ep.secrets.len() == 1 && ep.secrets[0].value == *secret;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::clock::{rfc3339, Millis};
+use crate::policy::filter::Filter;
 
 /// A plan (`[plans.NAME]` in the config): whether webhooks are allowed and the account's
 /// delivery quotas; an absent limit is unlimited.
@@ -183,6 +184,10 @@ pub struct Endpoint {
     /// it. The certificate and its key are kept apart, in the store's `client_certs` tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_certificate: Option<ClientCertificate>,
+    /// The payload filter (docs/api.md, "Payload filters"); `None` takes every event its
+    /// `event_types` take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Filter>,
 }
 
 /// An endpoint's ordering: deliveries with the same key go one at a time, in commit order.
@@ -248,6 +253,7 @@ impl Endpoint {
             "verified": self.verified,
             "ordering": self.ordering,
             "rate_limit": self.rate_limit,
+            "filter": self.filter,
             "client_certificate": self.client_certificate.as_ref().map(|c| json!({
                 "subject": c.subject,
                 "not_after": rfc3339(c.not_after),

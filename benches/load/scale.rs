@@ -324,6 +324,7 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
         ordering: None,
         rate_limit: None,
         client_certificate: None,
+        filter: None,
     };
     let ep = store.put_endpoint(endpoint(ACCOUNT)).await?;
     // The portal figure's account: one delivery every n / PORTAL_DELIVERIES of the others'.

@@ -199,3 +199,11 @@ fn strip_position(msg: &str) -> String {
         None => msg.to_string(),
     }
 }
+
+/// For `#[serde(default, deserialize_with = "body::present")]`: a field that is there, `null`
+/// included, is `Some`; only an absent one is `None` (absent keeps a setting, `null` removes it).
+pub fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}

@@ -16,6 +16,7 @@ use super::{json, no_content, validate, AppState, Resp, Scope};
 use crate::ids::{self, ENDPOINT};
 use crate::model::{Endpoint, EndpointState, Ordering, RateLimit, SignatureKind, StoredSecret};
 use crate::outbound::request::mentions_secret;
+use crate::policy::filter::Filter;
 use crate::policy::url::check_endpoint_url;
 use crate::signing as sign;
 use crate::store::prelude::*;
@@ -40,15 +41,13 @@ struct Fields {
     retry_policy: Option<Value>,
     secret: Option<Value>,
     signature: Option<Value>,
-    /// Absent and `null` differ for these two: `null` removes the setting.
-    #[serde(default, deserialize_with = "present")]
+    /// Absent and `null` differ for these three: `null` removes the setting.
+    #[serde(default, deserialize_with = "body::present")]
     ordering: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "body::present")]
     rate_limit: Option<Value>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+    #[serde(default, deserialize_with = "body::present")]
+    filter: Option<Value>,
 }
 
 /// The most attempts per second a rate limit may allow (past it, no limit is wanted).
@@ -100,6 +99,7 @@ pub async fn create(
         ordering: None,
         rate_limit: None,
         client_certificate: None,
+        filter: None,
     };
     apply_common(state, &mut ep, &f)?;
     secret_macros_stay(scope, None, &ep)?;
@@ -340,6 +340,9 @@ fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), A
     if let Some(v) = &f.rate_limit {
         ep.rate_limit = rate_limit(v)?;
     }
+    if let Some(v) = &f.filter {
+        ep.filter = Filter::parse(v).map_err(|e| ApiError::field(&e.field, e.message))?;
+    }
     if let Some(v) = &f.retry_policy {
         let Value::String(name) = v else {
             return Err(ApiError::field(
@@ -524,6 +527,7 @@ pub async fn rotate_secret(
         || f.signature.is_some()
         || f.ordering.is_some()
         || f.rate_limit.is_some()
+        || f.filter.is_some()
     {
         return Err(ApiError::field(
             "body",

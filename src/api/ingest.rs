@@ -15,8 +15,9 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::model::Delivery;
+use crate::model::{Delivery, Endpoint};
 use crate::policy::debounce;
+use crate::policy::filter::Subject;
 use crate::policy::schema;
 use crate::store::prelude::*;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent, StoreError};
@@ -289,16 +290,43 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> NewEvent {
             })
         });
     let endpoints = state.store.account_endpoints(&account_id);
-    let targets: Vec<_> = endpoints
-        .iter()
-        .filter(|ep| ep.accepts(&event_type))
-        .collect();
+    let targets = takers(&endpoints, &event_type, &payload);
     let mut event = NewEvent::fan_out(account_id, event_type, payload, targets.into_iter(), now);
     event.idempotency_key = idempotency_key;
     event.debounce_key = debounce_key;
     event.ordering_key = ordering_key;
     event.debounce = debounce;
     event
+}
+
+/// The endpoints that take an event: its type, then its payload filter (docs/api.md, "Payload
+/// filters"). The payload is parsed once per event, and only when a filter needs it.
+pub fn takers<'a>(
+    endpoints: &'a [Arc<Endpoint>],
+    event_type: &str,
+    payload: &[u8],
+) -> Vec<&'a Arc<Endpoint>> {
+    let mut subject: Option<Subject> = None;
+    endpoints
+        .iter()
+        .filter(|ep| {
+            if !ep.accepts(event_type) {
+                return false;
+            }
+            let Some(filter) = &ep.filter else {
+                return true;
+            };
+            let subject = subject.get_or_insert_with(|| {
+                // Ingest checked it is a JSON object; a stored one was checked when it came in.
+                let payload = serde_json::from_slice(payload).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "a payload does not parse; filters see it as null");
+                    Value::Null
+                });
+                Subject::new(event_type, payload)
+            });
+            filter.matches(subject)
+        })
+        .collect()
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.

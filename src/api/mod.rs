@@ -11,6 +11,7 @@ mod catalog;
 mod deliveries;
 mod endpoints;
 pub mod error;
+mod filters;
 mod health;
 pub mod ingest;
 pub mod openapi;
@@ -267,6 +268,7 @@ async fn handle(
         Id::AccountGet => accounts::get(state, p("account_id")).await,
         Id::AccountDelete => accounts::purge(state, p("account_id")).await,
         Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,
+        Id::FilterTest => filters::test(state, req, p("account_id")).await,
         Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
         Id::EventTypes => catalog::event_types(state),

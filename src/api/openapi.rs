@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::routes::{Access, Id, Route, ROUTES};
@@ -109,7 +109,7 @@ fn operation(route: &Route) -> Option<Value> {
         Access::Public => {}
         _ => responses.push(e(401, "Missing or wrong credential.")),
     }
-    if route.access == Access::Account && route.method != Method::GET {
+    if route.access == Access::Account && route.changes() {
         responses.push(e(403, "A read-only portal session (code `read_only`)."));
     }
     if req.is_some() {
@@ -388,6 +388,24 @@ fn account_spec(id: Id) -> Option<Spec<'static>> {
                 e(400, "Malformed JSON."),
                 e(415, "Not JSON."),
                 e(422, "An invalid name or value."),
+            ],
+        ),
+        Id::FilterTest => (
+            "Tests a payload filter against a stored event of the account, or a type and payload.",
+            vec![account()],
+            Some(body(r("FilterTestRequest"), true)),
+            vec![
+                (
+                    "200".into(),
+                    ok("Whether it matches, and why not.", r("FilterTestResult")),
+                ),
+                e(400, "Malformed JSON."),
+                e(404, "No such event in the account."),
+                e(415, "Not JSON."),
+                e(
+                    422,
+                    "An invalid filter (field names its path), type or payload.",
+                ),
             ],
         ),
         Id::PortalSessionCreate => (
@@ -759,7 +777,7 @@ fn schemas() -> Value {
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "retry_policy": {"type": "string"}, "secret": {"type": "string"},
             "signature": {"enum": ["hmac", "ed25519"]},
-            "rate_limit": r("RateLimit"), "ordering": r("Ordering")}}),
+            "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter")}}),
     );
     m.insert(
         "RateLimit".into(),
@@ -768,6 +786,7 @@ fn schemas() -> Value {
             "additionalProperties": false,
             "properties": {"per_second": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000}}}]}),
     );
+    super::filters::openapi_schemas(&mut m);
     m.insert(
         "Ordering".into(),
         json!({"description": "Deliveries with the same key go one at a time in commit order; \
@@ -783,7 +802,7 @@ fn schemas() -> Value {
             "retry_policy": {"type": "string"}, "signature": {"enum": ["hmac", "ed25519"]},
             "state": {"enum": ["active", "paused", "disabled"]}, "verified": {"type": "boolean"},
             "public_key": {"type": ["string", "null"]},
-            "rate_limit": r("RateLimit"), "ordering": r("Ordering"),
+            "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter"),
             "client_certificate": {"type": ["object", "null"], "properties": {
                 "subject": {"type": "string"}, "not_after": time()}},
             "created_at": time(), "updated_at": time(),

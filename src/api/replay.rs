@@ -61,10 +61,7 @@ pub async fn replay(
             }
             found
         }
-        None => endpoints
-            .iter()
-            .filter(|e| e.accepts(&meta.event_type))
-            .collect(),
+        None => super::ingest::takers(&endpoints, &meta.event_type, &payload),
     };
     if b.dry_run {
         return Ok(json(

@@ -44,6 +44,7 @@ pub enum Id {
     AccountGet,
     AccountDelete,
     AccountSecret,
+    FilterTest,
     PortalSessionCreate,
     PortalSessionDelete,
     EventTypes,
@@ -76,6 +77,14 @@ pub struct Route {
     pub path: &'static str,
     pub access: Access,
     pub id: Id,
+}
+
+impl Route {
+    /// True if calling the route may change something: what a read-only session may not do.
+    /// Every method but `GET` does, except testing a filter.
+    pub fn changes(&self) -> bool {
+        self.method != Method::GET && self.id != Id::FilterTest
+    }
 }
 
 const fn route(method: Method, path: &'static str, access: Access, id: Id) -> Route {
@@ -130,6 +139,12 @@ pub static ROUTES: &[Route] = &[
         "/v1/accounts/{account_id}/secrets/{name}",
         Access::Admin,
         Id::AccountSecret,
+    ),
+    route(
+        Method::POST,
+        "/v1/accounts/{account_id}/filter-test",
+        Access::Account,
+        Id::FilterTest,
     ),
     route(
         Method::POST,
@@ -375,7 +390,7 @@ pub fn authorize(
         (Access::Account | Access::Session, Some(Role::Admin)) => Scope::All,
         (Access::Session, Some(Role::Ingest)) => Scope::All,
         (Access::Account | Access::Session, Some(Role::Portal(s))) => {
-            if route.access == Access::Account && s.read_only && route.method != Method::GET {
+            if route.access == Access::Account && s.read_only && route.changes() {
                 return Err(ApiError::read_only());
             }
             Scope::Account {

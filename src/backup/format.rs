@@ -16,8 +16,12 @@ use crate::store::{DirectoryRecord, EventHistory};
 
 /// The archive's first line.
 pub const MAGIC: &str = "herald-backup";
-/// The format version this herald writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this herald writes. Version 2 added endpoints' payload filters and
+/// accounts' alert addresses to the directory: a herald that reads only version 1 would drop
+/// them, so it refuses a version-2 archive instead.
+pub const VERSION: u32 = 2;
+/// The oldest format this herald still reads (its records are a subset of this version's).
+pub const OLDEST: u32 = 1;
 /// zstd's level for parts: its fastest; JSON packs several times smaller even so.
 const LEVEL: i32 = 1;
 /// The largest part a reader accepts (a part is a page of events: far below this).
@@ -101,7 +105,9 @@ impl Part {
 pub enum ArchiveError {
     #[error("this is not a herald backup archive (its first line is not \"{MAGIC} N\")")]
     NotAnArchive,
-    #[error("the archive's format is version {0}; this herald reads version {VERSION}")]
+    #[error(
+        "the archive's format is version {0}; this herald reads versions {OLDEST} to {VERSION}"
+    )]
     Version(u32),
     /// The part (its index and, when known, its kind) and what is wrong with it.
     #[error("part {index} ({kind}) is damaged: {why}")]
@@ -231,7 +237,7 @@ impl<R: Read> Reader<R> {
             .and_then(|t| t.strip_prefix(' '))
             .and_then(|v| v.parse::<u32>().ok())
             .ok_or(ArchiveError::NotAnArchive)?;
-        if version != VERSION {
+        if !(OLDEST..=VERSION).contains(&version) {
             return Err(ArchiveError::Version(version));
         }
         Ok(Reader {
@@ -662,6 +668,27 @@ mod tests {
             panic!("end")
         };
         assert_eq!((t.parts, t.directory, t.events, t.deliveries), (3, 1, 2, 2));
+    }
+
+    #[test]
+    fn versions_up_to_this_one_are_read_and_a_later_one_is_refused() {
+        let (bytes, starts) = archive();
+        let with_version = |v: u32| {
+            let mut b = format!("{MAGIC} {v}\n").into_bytes();
+            b.extend_from_slice(&bytes[starts[0]..]);
+            b
+        };
+        for v in OLDEST..=VERSION {
+            assert_eq!(
+                read_all(&with_version(v)).map(|p| p.len()).ok(),
+                Some(4),
+                "{v}"
+            );
+        }
+        assert!(matches!(
+            read_all(&with_version(VERSION + 1)),
+            Err(ArchiveError::Version(v)) if v == VERSION + 1
+        ));
     }
 
     /// The part a byte at `at` belongs to (`None`: the first line).

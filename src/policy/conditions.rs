@@ -58,6 +58,7 @@ mod tests {
             ordering: None,
             rate_limit: None,
             client_certificate: None,
+            filter: None,
         }
     }
 

@@ -99,7 +99,11 @@ async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_datab
         )
     });
     let (_, secret) = w
-        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "quick"}))
+        .endpoint(
+            "acc",
+            &recv.url("/hook"),
+            json!({"retry_policy": "quick", "filter": filter()}),
+        )
         .await;
     let (status, first) = w
         .herald
@@ -213,7 +217,15 @@ async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_datab
 
 /// Every event acknowledged before the backup is in the restored store once, with its delivery;
 /// the idempotency key still answers the first event.
+/// The endpoint's payload filter (it takes every event of the test): a restore keeps it.
+fn filter() -> serde_json::Value {
+    json!({"type": {"$neq": "never.sent"}})
+}
+
 async fn check_restored(h: &Herald, to: &str, before: &[String], first: &serde_json::Value) {
+    let (status, eps) = h.admin("GET", "/v1/accounts/acc/endpoints", None).await;
+    assert_eq!(status, 200, "{to}: {eps}");
+    assert_eq!(eps["items"][0]["filter"], filter(), "{to}: {eps}");
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
     loop {

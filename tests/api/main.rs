@@ -14,6 +14,7 @@ mod crash;
 mod debounce;
 mod delivery;
 mod durability;
+mod filters;
 mod hardening;
 mod health;
 mod ingest;

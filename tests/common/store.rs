@@ -21,5 +21,6 @@ pub fn endpoint(id: &str, account: &str, at: i64) -> Endpoint {
         ordering: None,
         rate_limit: None,
         client_certificate: None,
+        filter: None,
     }
 }

@@ -173,6 +173,7 @@ pub(crate) fn endpoint(id: &str, account: &str) -> Endpoint {
         ordering: None,
         rate_limit: None,
         client_certificate: None,
+        filter: None,
     }
 }
 

@@ -1,0 +1,144 @@
+//! `POST /v1/accounts/{account_id}/filter-test`: whether a payload filter takes an event, and
+//! why not (docs/api.md, "Payload filters"). It changes nothing, so read-only portal sessions
+//! may call it too.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::body::{self, read_json_body};
+use super::error::ApiError;
+use super::{json, validate, AppState, Resp};
+use crate::ids::{self, EVENT};
+use crate::policy::filter::{Filter, Subject};
+use crate::store::prelude::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestBody {
+    /// Absent and `null` differ: absent is an error, `null` is "no filter".
+    #[serde(default, deserialize_with = "body::present")]
+    filter: Option<Value>,
+    event_id: Option<Value>,
+    #[serde(rename = "type")]
+    event_type: Option<Value>,
+    payload: Option<Value>,
+}
+
+pub async fn test(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+    account_id: &str,
+) -> Result<Resp, ApiError> {
+    validate::account_id_str("account_id", account_id)?;
+    let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
+    let b: TestBody = body::parse(&bytes)?;
+    let Some(filter) = &b.filter else {
+        return Err(ApiError::field(
+            "filter",
+            "filter is required (null tests no filter)",
+        ));
+    };
+    let filter = Filter::parse(filter).map_err(|e| ApiError::field(&e.field, e.message))?;
+    let subject = subject(state, account_id, &b).await?;
+    let reason = filter.and_then(|f| f.explain(&subject));
+    Ok(json(
+        StatusCode::OK,
+        &json!({"matches": reason.is_none(), "reason": reason}),
+    ))
+}
+
+/// The event to test against: a stored one of the account, or the type and payload given.
+async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Subject, ApiError> {
+    match (&b.event_id, &b.event_type, &b.payload) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(ApiError::field(
+            "event_id",
+            "give event_id, or type and payload, not both",
+        )),
+        (Some(Value::String(id)), None, None) => {
+            if !ids::is_valid(EVENT, id) {
+                return Err(ApiError::not_found("event"));
+            }
+            let Some((meta, payload)) = state.store.event(id).await? else {
+                return Err(ApiError::not_found("event"));
+            };
+            if meta.account_id != account_id {
+                return Err(ApiError::not_found("event"));
+            }
+            let payload = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            Ok(Subject::new(&meta.event_type, payload))
+        }
+        (Some(_), None, None) => Err(ApiError::field("event_id", "event_id must be a string")),
+        (None, Some(Value::String(t)), Some(p @ Value::Object(_))) => {
+            validate::event_type("type", t)?;
+            Ok(Subject::new(t, p.clone()))
+        }
+        (None, Some(_), Some(Value::Object(_))) => {
+            Err(ApiError::field("type", "type must be a string"))
+        }
+        (None, Some(_), Some(_)) => {
+            Err(ApiError::field("payload", "payload must be a JSON object"))
+        }
+        (None, None, Some(_)) => Err(ApiError::field("type", "type is required with payload")),
+        (None, Some(_), None) => Err(ApiError::field("payload", "payload is required with type")),
+        (None, None, None) => Err(ApiError::field(
+            "event_id",
+            "give event_id, or type and payload",
+        )),
+    }
+}
+
+/// The OpenAPI schemas of a filter and of the filter-test route.
+pub(super) fn openapi_schemas(m: &mut serde_json::Map<String, Value>) {
+    let r = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
+    let scalars =
+        json!({"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}});
+    let ordered = json!({"type": ["number", "string"]});
+    let filters = json!({"type": "array", "minItems": 1, "items": r("FilterObject")});
+    let at_path = json!({"type": "array", "minItems": 1, "items": r("FilterAtPath")});
+    m.insert(
+        "Filter".into(),
+        json!({"description": "A payload filter matched against {\"type\", \"payload\"} \
+            (docs/api.md, \"Payload filters\"); null: every event its event_types take. \
+            At most 4096 bytes of JSON, 8 levels of nesting, 64 operators.",
+            "oneOf": [{"type": "null"}, r("FilterObject")]}),
+    );
+    m.insert(
+        "FilterObject".into(),
+        json!({"type": "object", "additionalProperties": false, "properties": {
+            "type": r("FilterAtPath"), "payload": r("FilterAtPath"),
+            "$and": filters, "$or": filters, "$not": r("FilterObject")}}),
+    );
+    m.insert(
+        "FilterAtPath".into(),
+        json!({"description": "A value (equal; an array is compared whole) or an object whose \
+            keys descend into the value at this path and whose $ operators test it.",
+            "type": ["object", "string", "number", "boolean", "null", "array"],
+            "minProperties": 1,
+            "properties": {
+                "$eq": {}, "$neq": {}, "$gt": ordered, "$gte": ordered, "$lt": ordered,
+                "$lte": ordered, "$in": scalars, "$nin": scalars,
+                "$exists": {"type": "boolean"}, "$startsWith": {"type": "string"},
+                "$endsWith": {"type": "string"}, "$and": at_path, "$or": at_path,
+                "$not": r("FilterAtPath")},
+            "patternProperties": {"^([^$][\\s\\S]*)?$": r("FilterAtPath")},
+            "additionalProperties": false}),
+    );
+    m.insert(
+        "FilterTestRequest".into(),
+        json!({"type": "object", "required": ["filter"], "additionalProperties": false,
+            "description": "filter, and either event_id (an event of the account) or type and payload.",
+            "properties": {"filter": r("Filter"), "event_id": {"type": "string"},
+                "type": {"type": "string"}, "payload": {"type": "object"}}}),
+    );
+    m.insert(
+        "FilterTestResult".into(),
+        json!({"type": "object", "required": ["matches", "reason"], "properties": {
+            "matches": {"type": "boolean"},
+            "reason": {"type": ["string", "null"],
+                "description": "The first test that failed: payload.amount: 50 is not >= 100"}}}),
+    );
+}
