@@ -16,6 +16,8 @@
 mod backup;
 #[path = "load/drive.rs"]
 mod drive;
+#[path = "load/filters.rs"]
+mod filters;
 #[path = "load/herald.rs"]
 mod herald;
 #[path = "load/phases.rs"]
@@ -73,11 +75,13 @@ usage: cargo bench --bench load -- [options]
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 32 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
-                       retention,keys,backup
-                       (default all; --quick leaves out retention, keys and backup).
+                       retention,keys,backup,filters
+                       (default all; --quick leaves out retention, keys, backup and filters).
                        backup: an online backup of a store of --history delivered events
                        and 100,000 pending while 16 clients post (alternating runs without
-                       and with it), then a restore into a new directory
+                       and with it), then a restore into a new directory.
+                       filters: batch ingest with 10 endpoints, alternating runs without
+                       and with a 5-operator payload filter on each (3 of each)
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
@@ -93,7 +97,7 @@ usage: cargo bench --bench load -- [options]
                        by side
 ";
 
-const PHASES: [&str; 11] = [
+const PHASES: [&str; 12] = [
     "ingest",
     "batch",
     "e2e",
@@ -105,6 +109,7 @@ const PHASES: [&str; 11] = [
     "retention",
     "keys",
     "backup",
+    "filters",
 ];
 
 /// The one-key run offers this many times the e2e rate: more than one sequence carries, so it
@@ -162,7 +167,7 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         drain: if quick { 3.0 } else { 30.0 },
         phases: PHASES
             .iter()
-            .filter(|p| !quick || !["retention", "keys", "backup"].contains(*p))
+            .filter(|p| !quick || !["retention", "keys", "backup", "filters"].contains(*p))
             .map(|p| p.to_string())
             .collect(),
         // The variants (account without endpoint, isolation control) are left out of --quick.
@@ -396,6 +401,13 @@ async fn run(opts: &Opts) -> Result<Results> {
             opts.history
         );
         backup::print(&backup::backup(opts).await?);
+    }
+    if want("filters") {
+        eprintln!(
+            "[filters] {} clients posting {}-event batches, 10 endpoints, without and with filters",
+            opts.batch_clients, opts.batch_size
+        );
+        filters::print(&filters::filters(opts).await?);
     }
     if want("retention") {
         eprintln!(

@@ -120,7 +120,7 @@ impl Setup {
     }
 }
 
-async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
+pub async fn setup(opts: &Opts, name: &str, target: Target) -> Result<Setup> {
     settle_disk().await;
     let storage = opts.storage();
     let herald = Herald::start(&opts.herald, &storage).await?;
