@@ -6,6 +6,7 @@ import { mono } from "./format.js";
 import { account, button, errorBox, field, href, link, loading, msg, readOnly, secretBox, select } from "./pieces.js";
 import { setTitle, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
+import { filterEditor } from "./filter-editor.js";
 import { needAccount } from "./view-endpoints.js";
 
 
@@ -57,6 +58,7 @@ export async function viewEndpointForm(ctx, id) {
     ep && ep.ordering ? (ep.ordering.key === null ? "all" : "key") : "", { id: "f-ordering" });
   const ordKey = h("input", { type: "text", id: "f-ordering-key", class: "mono", value: ep && ep.ordering && ep.ordering.key ? ep.ordering.key : "", placeholder: "order_id", spellcheck: "false" });
   const rate = h("input", { type: "number", id: "f-rate_limit", min: "0", step: "any", value: ep && ep.rate_limit ? String(ep.rate_limit.per_second) : "", placeholder: "no limit" });
+  const flt = filterEditor(ep, ep ? ep.account_id : acc);
   const submit = button(ep ? "Save" : "Create endpoint", null, { type: "submit", kind: "primary" });
   const form = h("form", { class: "card form", novalidate: true },
     field("URL", url, operatorOwned
@@ -79,6 +81,7 @@ export async function viewEndpointForm(ctx, id) {
     h("fieldset", null, h("legend", null, "Delivery controls"),
       field("Ordering", ordMode), field("Ordering key", ordKey, "The top-level payload field whose value orders deliveries (with “per payload field”)."),
       field("Rate limit (requests per second)", rate, "Empty for no limit; fractions allowed (0.5).")),
+    flt.node,
     h("div", { class: "actions" }, submit, h("a", { href: ep ? `#/endpoints/${enc(ep.id)}` : href("/endpoints"), class: "btn" }, "Cancel")),
     out);
   form.addEventListener("submit", async (e) => {
@@ -98,6 +101,15 @@ export async function viewEndpointForm(ctx, id) {
     const rl = rate.value.trim() ? { per_second: Number(rate.value) } : null;
     if (ep ? JSON.stringify(ordering) !== JSON.stringify(ep.ordering || null) : ordering) body.ordering = ordering;
     if (ep ? JSON.stringify(rl) !== JSON.stringify(ep.rate_limit || null) : rl) body.rate_limit = rl;
+    let filter;
+    try {
+      filter = flt.value();
+    } catch (err) {
+      put(out, errorBox(err));
+      markField(form, err.field);
+      return;
+    }
+    if (ep ? JSON.stringify(filter) !== JSON.stringify(ep.filter || null) : filter) body.filter = filter;
     submit.disabled = true;
     put(out, loading(ep ? "Saving…" : "Creating…"));
     try {

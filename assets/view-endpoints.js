@@ -113,6 +113,7 @@ export async function viewEndpoint(ctx, id) {
     ep.client_certificate ? ["Client certificate", h("span", null, ep.client_certificate.subject, ", until ", when(ep.client_certificate.not_after))] : null,
     ep.ordering ? ["Ordering", ep.ordering.key === null ? "whole endpoint in order" : h("span", null, "by ", mono(ep.ordering.key))] : null,
     ep.rate_limit ? ["Rate limit", `${ep.rate_limit.per_second} per second`] : null,
+    ["Payload filter", ep.filter ? h("pre", { class: "code filter-shown" }, pretty(ep.filter)) : "none: every event of its types"],
   ]);
   const headers = Object.entries(ep.headers || {});
 

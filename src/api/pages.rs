@@ -58,6 +58,7 @@ const ASSETS: &[Asset] = &[
     script!("view-overview.js"),
     script!("view-endpoints.js"),
     script!("view-endpoint-form.js"),
+    script!("filter-editor.js"),
     script!("view-deliveries.js"),
     script!("view-delivery.js"),
     script!("view-catalog.js"),

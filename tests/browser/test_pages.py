@@ -351,6 +351,50 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     shot(page, "portal-deliveries")
 
 
+def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
+    goto(page, "/endpoints")
+    page.get_by_role("link", name=RECEIVER_URL, exact=True).click()
+    settle(page)
+    expect(page.locator("main")).to_contain_text("none: every event of its types")
+    page.get_by_role("link", name="Edit", exact=True).click()
+    expect(page.get_by_role("heading", name="Edit endpoint", exact=True)).to_be_visible()
+    settle(page)
+    flt = page.get_by_label("Filter (JSON)")
+    # Not JSON: said before anything is sent, and the field is marked.
+    flt.fill('{"payload": ')
+    button(page, "Save").click()
+    expect(page.get_by_role("alert")).to_contain_text("not valid JSON")
+    check(flt.get_attribute("aria-invalid") == "true", "the filter field in error is marked")
+    # A wrong operand: the API's message names the path inside the filter.
+    flt.fill('{"payload": {"total": {"$gte": true}}}')
+    button(page, "Save").click()
+    expect(page.get_by_role("alert")).to_contain_text("filter.payload.total.$gte")
+    # Tested against a recent event of the account (the fixture's invoices carry a total).
+    pick = page.get_by_label("Test against a recent event")
+    invoice = pick.locator("option", has_text="invoice.paid").first
+    expect(invoice).to_be_attached()
+    pick.select_option(invoice.get_attribute("value"))
+    result = page.locator(".filter-result")
+    flt.fill('{"payload": {"total": {"$gte": 5000}}}')
+    button(page, "Test").click()
+    expect(result).to_contain_text("Does not match")
+    expect(result).to_contain_text("is not >= 5000")
+    flt.fill('{"payload": {"total": {"$gte": 4200}}, "type": {"$startsWith": "invoice."}}')
+    button(page, "Test").click()
+    expect(result).to_contain_text("Matches")
+    shot(page, "portal-filter-editor")
+    button(page, "Save").click()
+    expect(page.locator("main")).to_contain_text("Saved.")
+    expect(page.locator(".filter-shown")).to_contain_text('"$gte": 4200')
+    # Cleared again: the endpoint takes every event of its types.
+    page.get_by_role("link", name="Edit", exact=True).click()
+    settle(page)
+    page.get_by_label("Filter (JSON)").fill("")
+    button(page, "Save").click()
+    expect(page.locator("main")).to_contain_text("Saved.")
+    expect(page.locator("main")).to_contain_text("none: every event of its types")
+
+
 def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     goto(page, "/endpoints")
     page.get_by_role("link", name=RECEIVER_URL, exact=True).click()
@@ -660,6 +704,8 @@ def main():
         link = run("operator_signs_in_sees_overview_and_mints_portal_link", operator_signs_in_sees_overview_and_mints_portal_link, browser)
         ctx, page = run("customer_opens_link_and_sees_only_their_account", customer_opens_link_and_sees_only_their_account, browser, link)
         run("customer_creates_endpoint_sends_test_event_and_finds_it_in_log", customer_creates_endpoint_sends_test_event_and_finds_it_in_log, page)
+        run("customer_sets_a_payload_filter_and_tests_it_against_a_recent_event",
+            customer_sets_a_payload_filter_and_tests_it_against_a_recent_event, page)
         run("customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint",
             customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint, page)
         run("customer_opens_failed_delivery_and_retries", customer_opens_failed_delivery_and_retries, page)
