@@ -1,5 +1,5 @@
-// herald pages: charts: attempts per minute by status (stacked bars), optionally mean latency (a
-// line).
+// herald pages: charts: attempts per minute (or per bucket of minutes) by status (stacked
+// bars), optionally mean latency (a line).
 
 import { h, svg } from "./dom.js";
 import { mono } from "./format.js";
@@ -9,16 +9,22 @@ import { main } from "./state.js";
 export const CHART_STATUSES = ["delivered", "http_error", "timeout", "connection_error", "tls_error", "blocked", "other"];
 export const chartKey = (s) => (CHART_STATUSES.includes(s) ? s : "other");
 
-export function minuteChart(minutes, { latency = false, title }) {
+const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 1 });
+
+// `bucket`: minutes per entry (1: the last hour by minute; 15: the last day by quarter hour).
+export function minuteChart(minutes, { latency = false, title, bucket = 1 }) {
+  const count = bucket === 1 ? 60 : Math.round(24 * 60 / bucket);
+  const span = bucket === 1 ? "the last hour" : "the last 24 hours";
   // Drawn at the width it is shown at (text stays readable on a phone and on a wide screen).
   const W = Math.round(Math.max(300, Math.min(1100, main.clientWidth - 64)));
-  const H = W < 500 ? 180 : 220, L = 40, R = latency ? 56 : 10, T = 12, B = 24;
-  const nowMin = Math.floor(Date.now() / 60000);
-  const slots = Array.from({ length: 60 }, (_, i) => ({ at: (nowMin - 59 + i) * 60000, counts: {}, total: 0, mean: null, max: null }));
+  const H = W < 500 ? 180 : 220, R = latency ? 56 : 10, T = 12, B = 24;
+  const ms = bucket * 60000;
+  const nowSlot = Math.floor(Date.now() / ms);
+  const slots = Array.from({ length: count }, (_, i) => ({ at: (nowSlot - (count - 1) + i) * ms, counts: {}, total: 0, mean: null, max: null }));
   const totals = {};
   for (const m of minutes || []) {
-    const i = 59 - (nowMin - Math.floor(Date.parse(m.at) / 60000));
-    if (i < 0 || i > 59) continue;
+    const i = (count - 1) - (nowSlot - Math.floor(Date.parse(m.at) / ms));
+    if (i < 0 || i > count - 1) continue;
     const slot = slots[i];
     for (const [st, n] of Object.entries(m.attempts || {})) {
       const k = chartKey(st);
@@ -30,19 +36,21 @@ export function minuteChart(minutes, { latency = false, title }) {
   }
   const maxCount = niceMax(Math.max(1, ...slots.map((s) => s.total)));
   const maxLat = niceMax(Math.max(1, ...slots.map((s) => s.mean || 0)));
-  const pw = W - L - R, ph = H - T - B, bw = pw / 60;
-  const mid = W < 500 ? "" : "30 min ago";
+  // The left axis is as wide as its longest label (7 px a character at the axis' font size).
+  const L = Math.max(40, 12 + 7 * compact.format(maxCount).length);
+  const pw = W - L - R, ph = H - T - B, bw = pw / count;
+  const mid = W < 500 ? "" : bucket === 1 ? "30 min ago" : "12 h ago";
   const y = (v) => T + ph - (v / maxCount) * ph;
   const all = Object.values(totals).reduce((a, b) => a + b, 0);
   const summary = all
-    ? `${title}: ${all} attempts in the last hour — ${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(", ")}`
-    : `${title}: no attempts in the last hour`;
+    ? `${title}: ${all} attempts in ${span} — ${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(", ")}`
+    : `${title}: no attempts in ${span}`;
   const g = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": summary });
   g.append(svg("title", null, summary));
   for (const f of maxCount >= 2 ? [0, 0.5, 1] : [0, 1]) {
     const yy = y(maxCount * f);
     g.append(svg("line", { x1: L, x2: W - R, y1: yy, y2: yy, class: "grid" }),
-      svg("text", { x: L - 6, y: yy + 4, class: "axis", "text-anchor": "end" }, String(Math.round(maxCount * f))));
+      svg("text", { x: L - 6, y: yy + 4, class: "axis", "text-anchor": "end" }, compact.format(Math.round(maxCount * f))));
   }
   slots.forEach((s, i) => {
     if (!s.total) return;
@@ -55,7 +63,7 @@ export function minuteChart(minutes, { latency = false, title }) {
       const y0 = y(acc), y1 = y(acc + n);
       acc += n;
       g.append(svg("rect", { x: x.toFixed(1), y: y1.toFixed(1), width: Math.max(1, bw - 1.5).toFixed(1), height: Math.max(0.5, y0 - y1).toFixed(1), class: `c-${k}` },
-        svg("title", null, `${hhmm} UTC — ${k === "other" ? "not sent" : k}: ${n}${s.mean !== null && latency ? `, mean ${s.mean} ms, max ${s.max} ms` : ""}`)));
+        svg("title", null, `${hhmm} UTC${bucket > 1 ? ` (${bucket} min)` : ""} — ${k === "other" ? "not sent" : k}: ${n}${s.mean !== null && latency ? `, mean ${s.mean} ms, max ${s.max} ms` : ""}`)));
     }
   });
   if (latency) {
@@ -76,10 +84,10 @@ export function minuteChart(minutes, { latency = false, title }) {
     }
   }
   g.append(svg("line", { x1: L, x2: W - R, y1: T + ph, y2: T + ph, class: "base" }));
-  g.append(svg("text", { x: L, y: H - 6, class: "axis" }, "60 min ago"),
+  g.append(svg("text", { x: L, y: H - 6, class: "axis" }, bucket === 1 ? "60 min ago" : "24 h ago"),
     svg("text", { x: L + pw / 2, y: H - 6, class: "axis", "text-anchor": "middle" }, mid),
     svg("text", { x: W - R, y: H - 6, class: "axis", "text-anchor": "end" }, "now"));
-  if (!all) g.append(svg("text", { x: L + pw / 2, y: T + ph / 2, class: "axis empty", "text-anchor": "middle" }, "No attempts in the last hour"));
+  if (!all) g.append(svg("text", { x: L + pw / 2, y: T + ph / 2, class: "axis empty", "text-anchor": "middle" }, `No attempts in ${span}`));
   const legend = h("ul", { class: "legend" },
     Object.entries(totals).sort((a, b) => b[1] - a[1]).map(([st, n]) =>
       h("li", null, h("span", { class: `swatch c-${chartKey(st)}`, "aria-hidden": "true" }), mono(st), ` ${n}`)),

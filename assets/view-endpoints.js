@@ -121,13 +121,30 @@ export async function viewEndpoint(ctx, id) {
     h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), facts,
       headers.length ? h("div", null, h("h3", null, "Custom headers"),
         table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null),
-    h("section", { class: "card", "aria-labelledby": "ep-chart" },
-      h("h2", { id: "ep-chart" }, "Last hour"),
-      stats ? minuteChart(stats.minutes, { latency: true, title: "Attempts per minute by status, and mean latency" }) : h("p", { class: "muted" }, "No statistics.")),
+    chartSection(ep, stats),
     ro ? null : testSection(ep, cat),
     ro ? null : recoverSection(ep),
     await recentDeliveries(ep, ctx),
     snippetSection(ep));
+}
+
+// The endpoint's attempts by status over the last hour (per minute) or day (per 15 minutes),
+// from the counts herald keeps for 24 hours.
+function chartSection(ep, first) {
+  const box = h("div");
+  const draw = (st) => put(box, st
+    ? minuteChart(st.minutes, { latency: true, bucket: st.bucket_minutes || 1,
+      title: st.bucket_minutes === 15 ? "Attempts per 15 minutes by status, and mean latency" : "Attempts per minute by status, and mean latency" })
+    : h("p", { class: "muted" }, "No statistics."));
+  const win = select([["1h", "Last hour, per minute"], ["24h", "Last 24 hours, per 15 minutes"]], "1h", { id: nextId("win") });
+  win.addEventListener("change", async () => {
+    put(box, loading());
+    draw(await api("GET", `/v1/endpoints/${enc(ep.id)}/stats?window=${win.value}`).catch(() => null));
+  });
+  draw(first);
+  return h("section", { class: "card", "aria-labelledby": "ep-chart" },
+    h("div", { class: "section-head" }, h("h2", { id: "ep-chart" }, "Attempts"), field("Chart window", win)),
+    box);
 }
 
 export async function verify(ep, out) {

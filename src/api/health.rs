@@ -15,37 +15,61 @@ use crate::engine::health::Health;
 use crate::model::{Delivery, Status};
 use crate::store::prelude::*;
 use crate::store::DeliveryFilter;
+use crate::store::Minute;
 
-/// `GET /v1/endpoints/{id}/stats`: the endpoint's health (breaker, success rate, last success,
-/// pending) and its last hour, one entry per minute with attempts: counts by status, mean and
-/// max latency of the attempts that were sent.
+/// `GET /v1/endpoints/{id}/stats?window=1h|24h`: the endpoint's health (breaker, success rate,
+/// last success, pending) and its last hour by minute, or its last day by quarter hour: one
+/// entry per bucket with attempts, counts by status, mean and max latency. The counts are the
+/// store's, so every node and a restarted one show the same (docs/api.md, "Endpoints").
 pub async fn endpoint_stats(
     state: &Arc<AppState>,
     scope: &Scope,
     id: &str,
+    query: Option<&str>,
 ) -> Result<Resp, ApiError> {
+    let mut window = "1h".to_string();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "window" if v == "1h" || v == "24h" => window = v.into_owned(),
+            "window" => return Err(ApiError::field("window", "window must be 1h or 24h")),
+            other => {
+                return Err(ApiError::field(
+                    other,
+                    format!("unknown query parameter {other:?}"),
+                ))
+            }
+        }
+    }
     let ep = super::endpoints::find(state, scope, id)?;
-    let minutes: Vec<Value> = state
-        .engine
-        .minutes(&ep.id)
+    let (bucket, buckets): (Millis, Millis) = match window.as_str() {
+        "24h" => (15 * Minute::MS, 96),
+        _ => (Minute::MS, 60),
+    };
+    let now = state.clock.now_ms();
+    let from = now.div_euclid(bucket) * bucket - (buckets - 1) * bucket;
+    let mut sums: Vec<Minute> = Vec::new();
+    for m in state.engine.endpoint_minutes(&ep.id, from).await? {
+        let at = m.at.div_euclid(bucket) * bucket;
+        match sums.last_mut() {
+            Some(last) if last.at == at => last.add(&m),
+            _ => sums.push(Minute { at, ..m }),
+        }
+    }
+    let minutes: Vec<Value> = sums
         .iter()
         .map(|m| {
-            let counts: BTreeMap<&str, u32> = Status::ALL
-                .iter()
-                .zip(m.counts)
-                .filter(|(_, n)| *n > 0)
-                .map(|(s, n)| (s.as_str(), n))
-                .collect();
             let n = u64::from(m.attempts().max(1));
             json!({
                 "at": rfc3339(m.at),
-                "attempts": counts,
+                "attempts": m.named_counts(),
                 "latency_ms": {"mean": m.latency_sum_ms / n, "max": m.latency_max_ms},
             })
         })
         .collect();
     let mut v = health_view(&state.engine.health(&ep.id).await?);
     v["endpoint_id"] = json!(ep.id);
+    v["window"] = json!(window);
+    v["bucket_minutes"] = json!(bucket / Minute::MS);
     v["minutes"] = json!(minutes);
     Ok(json(StatusCode::OK, &v))
 }

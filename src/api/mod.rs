@@ -290,7 +290,7 @@ async fn handle(
         Id::EndpointResume => endpoints::set_state(state, s, req, p("id"), "resume").await,
         Id::EndpointTest => catalog::send_test(state, s, req, p("id")).await,
         Id::EndpointRecover => replay::recover(state, s, req, p("id")).await,
-        Id::EndpointStats => health::endpoint_stats(state, s, p("id")).await,
+        Id::EndpointStats => health::endpoint_stats(state, s, p("id"), req.uri().query()).await,
         Id::Deliveries => deliveries::list(state, s, req.uri().query()).await,
         Id::DeliveryGet => deliveries::get(state, s, p("id")).await,
         Id::DeliveryRetry => deliveries::retry(state, s, req, p("id")).await,

@@ -569,10 +569,21 @@ fn endpoint_spec(id: Id) -> Option<Spec<'static>> {
             ],
         ),
         Id::EndpointStats => (
-            "The endpoint's last hour, minute by minute, and its health.",
-            vec![id_param("endpoint")],
+            "The endpoint's last hour by minute (or last day by quarter hour), and its health.",
+            vec![
+                id_param("endpoint"),
+                query(
+                    "window",
+                    "1h (one entry per minute, the default) or 24h (per 15 minutes).",
+                    json!({"enum": ["1h", "24h"]}),
+                ),
+            ],
             None,
-            vec![("200".into(), ok("Stats.", r("EndpointStats"))), e(404, "No such endpoint.")],
+            vec![
+                ("200".into(), ok("Stats.", r("EndpointStats"))),
+                e(404, "No such endpoint."),
+                e(422, "An unknown window or query parameter."),
+            ],
         ),
         _ => return None,
     })
@@ -875,6 +886,7 @@ fn schemas() -> Value {
             "endpoint_id": {"type": "string"}, "breaker": {"type": "object"},
             "success_rate_1h": {"type": ["number", "null"]}, "attempts_1h": {"type": "integer"},
             "last_success_at": {"type": ["string", "null"]}, "pending": {"type": "integer"},
+            "window": {"enum": ["1h", "24h"]}, "bucket_minutes": {"enum": [1, 15]},
             "minutes": {"type": "array", "items": {"type": "object", "properties": {
                 "at": time(), "attempts": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "latency_ms": {"type": "object", "properties": {"mean": {"type": "integer"}, "max": {"type": "integer"}}}}}}}}));

@@ -13,7 +13,7 @@ use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState, Status};
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
 use crate::store::prelude::*;
-use crate::store::{NewEvent, Purged, StoreError};
+use crate::store::{Minute, NewEvent, Purged, StoreError};
 
 /// An endpoint's health, as the engine and the store know it.
 #[derive(Debug, Clone)]
@@ -107,6 +107,7 @@ impl Engine {
         }
         let ok = status == Status::Delivered;
         lock(&self.rates).record(&ep.id, now, status, duration_ms);
+        lock(&self.unflushed).record(&ep.id, now, status, duration_ms);
         // A success to an endpoint that has not failed since its last success changes nothing:
         // no write (on a cluster, no query).
         if ok && !probe && self.breaker(&ep.id).await == Breaker::default() {
@@ -262,11 +263,6 @@ impl Engine {
         out
     }
 
-    /// The endpoint's last hour, minute by minute.
-    pub fn minutes(&self, endpoint_id: &str) -> Vec<super::rates::Minute> {
-        lock(&self.rates).minutes(endpoint_id, self.clock.now_ms())
-    }
-
     /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id. An endpoint
     /// deleted while an attempt to it was under way may leave a breaker behind: not listed.
     pub async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, crate::store::StoreError> {
@@ -282,11 +278,16 @@ impl Engine {
         let pending = self.store.endpoint_pending(endpoint_id).await?;
         let breaker = self.store.breaker(endpoint_id).await?;
         let now = self.clock.now_ms();
-        let rates = lock(&self.rates);
+        let hour = now.div_euclid(Minute::MS) * Minute::MS - 59 * Minute::MS;
+        let (good, all) = self
+            .endpoint_minutes(endpoint_id, hour)
+            .await?
+            .iter()
+            .fold((0, 0), |(g, a), m| (g + m.delivered(), a + m.attempts()));
         Ok(Health {
             breaker,
-            last_hour: rates.rate(endpoint_id, now),
-            last_success_at: rates.last_success(endpoint_id),
+            last_hour: (all > 0).then_some((good, all)),
+            last_success_at: lock(&self.rates).last_success(endpoint_id),
             pending,
         })
     }

@@ -15,6 +15,7 @@ mod cluster;
 mod retention;
 pub use attempt::RetryError;
 pub mod health;
+pub mod minutes;
 pub mod rates;
 pub mod recent;
 pub mod verify;
@@ -111,6 +112,8 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     rates: Mutex<rates::Rates>,
+    /// Attempts per minute not yet added to the store ([`minutes`]).
+    unflushed: Mutex<minutes::Unflushed>,
     /// Each mutual-TLS endpoint's client certificate, ready to present (by endpoint id; the
     /// identity's SHA-256 tells a replaced certificate).
     identities: Mutex<HashMap<String, Arc<ClientIdentity>>>,
@@ -149,6 +152,7 @@ impl Engine {
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
             rates: Mutex::new(rates::Rates::default()),
+            unflushed: Mutex::new(minutes::Unflushed::default()),
             identities: Mutex::new(HashMap::new()),
         })
     }
@@ -170,11 +174,14 @@ impl Engine {
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown, grace: Duration) {
+        tokio::spawn(self.clone().keep_minutes(shutdown.clone()));
         #[cfg(feature = "postgres")]
         if self.store.shared() {
-            return self.run_cluster(shutdown, grace).await;
+            self.clone().run_cluster(shutdown, grace).await;
+            return self.flush_minutes().await;
         }
-        self.run_local(shutdown, grace).await
+        self.clone().run_local(shutdown, grace).await;
+        self.flush_minutes().await
     }
 
     /// The scheduler of one box, whose queue is in memory: it takes what is due whenever the

@@ -1,36 +1,17 @@
-//! What each endpoint's sent attempts came to over the last hour, per minute: counts by status
-//! and latency. It feeds the endpoint's success rate, the portal's per-minute chart and "last
-//! success". In memory: it starts from zero when herald does (the delivery log keeps the full
-//! history).
+//! What each endpoint's sent attempts came to over the last hour on this node, per minute, and
+//! its last success: `/v1/status`'s `endpoints_last_hour` and the endpoint's `last_success_at`.
+//! In memory: it starts from zero when herald does. The charts and the endpoints' success rates
+//! read the counts the store keeps for every node ([`super::minutes`]).
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::clock::Millis;
 use crate::model::Status;
+pub use crate::store::Minute;
 
 const MINUTE: Millis = 60_000;
 /// Minutes kept per endpoint.
 pub const MINUTES: i64 = 60;
-
-/// One minute of one endpoint's attempts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Minute {
-    /// The minute's start, in Unix milliseconds.
-    pub at: Millis,
-    pub counts: [u32; Status::ALL.len()],
-    pub latency_sum_ms: u64,
-    pub latency_max_ms: u64,
-}
-
-impl Minute {
-    pub fn attempts(&self) -> u32 {
-        self.counts.iter().sum()
-    }
-
-    pub fn delivered(&self) -> u32 {
-        self.counts[Status::Delivered as usize]
-    }
-}
 
 #[derive(Default)]
 struct Endpoint {

@@ -15,14 +15,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
 };
 #[cfg(feature = "postgres")]
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
-    Stats, StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
+    Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -451,6 +451,24 @@ impl Archive for Backend {
 
     async fn finish_import(&self) -> Result<(), StoreError> {
         both_async!(self, Archive::finish_import, ())
+    }
+}
+
+impl Minutes for Backend {
+    async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+        both_async!(self, Minutes::add_minutes, (minutes))
+    }
+
+    async fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        both_async!(self, Minutes::endpoint_minutes, (endpoint_id, from))
+    }
+
+    async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+        both_async!(self, Minutes::trim_minutes, (before))
     }
 }
 

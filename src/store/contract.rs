@@ -27,8 +27,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
-    Stats, StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
+    Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -498,4 +498,27 @@ pub trait Archive {
     /// endpoints are put in their lanes in the order of their events' ids (pages arrive newest
     /// first), after every delivery already in a lane.
     fn finish_import(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Each endpoint's attempts per minute over the last day (the pages' charts), kept in the store
+/// so that a restart and every node of a cluster see the same figures. Nodes count in memory
+/// and add what they counted every few seconds (docs/api.md, "Endpoints").
+pub trait Minutes {
+    /// Adds each (endpoint id, minute) to what is kept for that minute: counts and latency sums
+    /// add up, the max is the larger. Flushed; on `Err` nothing was added.
+    fn add_minutes(
+        &self,
+        minutes: Vec<(String, Minute)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The endpoint's minutes that had attempts, from the minute starting at `from` on,
+    /// oldest first.
+    fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> impl Future<Output = Result<Vec<Minute>, StoreError>> + Send;
+
+    /// Drops every endpoint's minutes that start before `before`; answers how many went.
+    fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }

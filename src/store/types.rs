@@ -299,3 +299,53 @@ pub struct Purged {
     pub deliveries: u64,
     pub endpoints: u64,
 }
+
+/// One endpoint's attempts in one minute, for the pages' charts: counts by status, and the
+/// latency of the attempts that were sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Minute {
+    /// The minute's start, in Unix milliseconds.
+    pub at: Millis,
+    pub counts: [u32; Status::ALL.len()],
+    pub latency_sum_ms: u64,
+    pub latency_max_ms: u64,
+}
+
+impl Minute {
+    pub const MS: Millis = 60_000;
+
+    pub fn attempts(&self) -> u32 {
+        self.counts.iter().sum()
+    }
+
+    pub fn delivered(&self) -> u32 {
+        self.counts[Status::Delivered as usize]
+    }
+
+    /// Adds another count of the same minute: counts and latency sums add, the max is the larger.
+    pub fn add(&mut self, other: &Minute) {
+        for (c, o) in self.counts.iter_mut().zip(other.counts) {
+            *c = c.saturating_add(o);
+        }
+        self.latency_sum_ms = self.latency_sum_ms.saturating_add(other.latency_sum_ms);
+        self.latency_max_ms = self.latency_max_ms.max(other.latency_max_ms);
+    }
+
+    /// The counts that are not zero, by status name: how the stores keep them (a name does not
+    /// move when a status is added).
+    pub fn named_counts(&self) -> std::collections::BTreeMap<&'static str, u32> {
+        Status::ALL
+            .iter()
+            .zip(self.counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| (s.as_str(), n))
+            .collect()
+    }
+
+    /// Counts by status name back into a minute; a name this herald does not know is skipped.
+    pub fn set_named(&mut self, name: &str, n: u64) {
+        if let Some(s) = Status::parse(name) {
+            self.counts[s as usize] = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+    }
+}

@@ -250,3 +250,77 @@ async fn operator_hears_when_an_endpoint_starts_failing_and_when_it_recovers() {
         .await;
     assert_eq!(list["items"][0]["account_id"], "_operator");
 }
+
+async fn stats(w: &World, ep: &str, query: &str) -> (u16, Value) {
+    w.herald
+        .admin("GET", &format!("/v1/endpoints/{ep}/stats{query}"), None)
+        .await
+}
+
+/// Sums an endpoint's stats entries by status.
+fn stat_sums(stats: &Value) -> std::collections::BTreeMap<String, u64> {
+    let mut sums = std::collections::BTreeMap::new();
+    for m in stats["minutes"].as_array().expect("minutes") {
+        for (status, n) in m["attempts"].as_object().expect("attempts") {
+            *sums.entry(status.clone()).or_default() += n.as_u64().expect("count");
+        }
+    }
+    sums
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_counts_are_kept_in_the_store_through_a_restart_by_hour_or_day() {
+    let mut w = World::start("", "").await;
+    let recv = Receiver::https(&w.ca, fails_first(2));
+    let (ep, _) = w
+        .endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    for _ in 0..5 {
+        let d = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+        common::wait_until(SETTLE, "the delivery settles", || async {
+            w.delivery(&d).await["state"] != "pending"
+        })
+        .await;
+    }
+    let want: std::collections::BTreeMap<String, u64> =
+        [("delivered".to_string(), 3), ("http_error".to_string(), 2)].into();
+    let (status, s) = stats(&w, &ep, "").await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(
+        (&s["window"], &s["bucket_minutes"]),
+        (&json!("1h"), &json!(1))
+    );
+    assert_eq!(stat_sums(&s), want, "{s}");
+    assert_eq!(
+        (&s["attempts_1h"], &s["success_rate_1h"]),
+        (&json!(5), &json!(0.6))
+    );
+
+    // A stopped and started herald reads them back from its store.
+    w.herald.sigterm().await;
+    w.herald.restart().await;
+    let (_, s) = stats(&w, &ep, "").await;
+    assert_eq!(stat_sums(&s), want, "after a restart: {s}");
+    let (_, v) = w
+        .herald
+        .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    assert_eq!(
+        (&v["attempts_1h"], &v["success_rate_1h"]),
+        (&json!(5), &json!(0.6)),
+        "{v}"
+    );
+    let (status, day) = stats(&w, &ep, "?window=24h").await;
+    assert_eq!(status, 200, "{day}");
+    assert_eq!(
+        (&day["window"], &day["bucket_minutes"]),
+        (&json!("24h"), &json!(15))
+    );
+    assert_eq!(stat_sums(&day), want, "{day}");
+    let (status, e) = stats(&w, &ep, "?window=7d").await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (422, Some("window")),
+        "{e}"
+    );
+}

@@ -23,6 +23,7 @@ failed check with a message saying what was expected, and exits 1; it exits 0 wh
 
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -314,6 +315,13 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
     shot(page, "portal-endpoint-page")
     endpoint_id = page.url.rsplit("/", 1)[1]
+    # The chart picks its window: the test event's attempt is in both, counted by the store.
+    page.reload()
+    settle(page)
+    chart = page.locator("section", has=page.get_by_role("heading", name="Attempts", exact=True)).locator("svg.chart")
+    expect(chart).to_have_attribute("aria-label", re.compile(r"attempts in the last hour — delivered \d"))
+    page.get_by_label("Chart window").select_option("24h")
+    expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes .*attempts in the last 24 hours — delivered \d"))
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Deliveries").click()
     expect(page.get_by_role("heading", name="Deliveries", exact=True)).to_be_visible()

@@ -733,3 +733,43 @@ async fn an_endpoint_created_through_one_node_is_there_for_the_next_request_on_a
         );
     }
 }
+
+/// An endpoint's chart counts are the cluster's: two nodes deliver, and each shows the other's
+/// attempts too (each adds its counts to the database within seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_shows_the_chart_counts_of_the_whole_cluster() {
+    let Setup {
+        pg: _pg,
+        ca,
+        toml,
+        _ca_dir,
+    } = Setup::new();
+    let recv = Receiver::ok_https(&ca);
+    let nodes = vec![Herald::start(&toml).await, Herald::start(&toml).await];
+    let id = shared_endpoint(&nodes, json!({"url": recv.url("/hook")})).await;
+    for i in 0..10 {
+        let (status, answer) = nodes[i % 2]
+            .ingest(json!({"account_id": "acc", "type": "t.x", "payload": {"n": i}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    recv.wait_for(10, Duration::from_secs(30)).await;
+    let path = format!("/v1/endpoints/{id}/stats");
+    for node in &nodes {
+        wait_until(
+            Duration::from_secs(20),
+            "the node's chart counts every node's attempts",
+            || async {
+                let (_, s) = node.admin("GET", &path, None).await;
+                let delivered: u64 = s["minutes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m["attempts"]["delivered"].as_u64())
+                    .sum();
+                delivered == 10 && s["attempts_1h"] == 10
+            },
+        )
+        .await;
+    }
+}

@@ -30,8 +30,8 @@ use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
     lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, Hold,
-    IngestOutcome, NewEvent, Retained, StoreError, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
-    MAX_ENDPOINT_SIZE,
+    IngestOutcome, Minute, NewEvent, Retained, StoreError, TakeLimits, Taken,
+    IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
 const START: i64 = 1_800_000_000_000;
@@ -1250,6 +1250,63 @@ async fn a_rate_limit_bucket_gives_its_burst_then_one_token_per_interval() {
     .await;
 }
 
+fn minute(at: i64, delivered: u32, timeouts: u32, latency: u64) -> Minute {
+    let mut m = Minute {
+        at,
+        latency_sum_ms: latency * u64::from(delivered + timeouts),
+        latency_max_ms: latency,
+        ..Minute::default()
+    };
+    m.counts[Status::Delivered as usize] = delivered;
+    m.counts[Status::Timeout as usize] = timeouts;
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed() {
+    on_both(|s| async move {
+        let t0 = START.div_euclid(Minute::MS) * Minute::MS;
+        let add = |v: Vec<(String, Minute)>| {
+            let store = s.store.clone();
+            async move { store.add_minutes(v).await.expect("add minutes") }
+        };
+        // Two nodes' flushes of the same minute add up; the max is the larger.
+        add(vec![
+            (EP_A.into(), minute(t0, 2, 1, 100)),
+            (EP_A.into(), minute(t0 + Minute::MS, 1, 0, 10)),
+            (EP_B.into(), minute(t0, 5, 0, 1)),
+        ])
+        .await;
+        add(vec![(EP_A.into(), minute(t0, 1, 2, 300))]).await;
+        let s = s.reopen().await;
+        let got = s.store.endpoint_minutes(EP_A, t0).await.unwrap();
+        let mut want = minute(t0, 3, 3, 0);
+        want.latency_sum_ms = 300 + 900;
+        want.latency_max_ms = 300;
+        assert_eq!(
+            got,
+            vec![want, minute(t0 + Minute::MS, 1, 0, 10)],
+            "{}",
+            s.name
+        );
+        // From a later minute on, only that minute; another endpoint's are its own.
+        let later = s.store.endpoint_minutes(EP_A, t0 + 1).await.unwrap();
+        assert_eq!(later.len(), 1, "{}: {later:?}", s.name);
+        assert_eq!(
+            s.store.endpoint_minutes(EP_B, 0).await.unwrap(),
+            vec![minute(t0, 5, 0, 1)]
+        );
+        let none = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
+        assert!(s.store.endpoint_minutes(none, 0).await.unwrap().is_empty());
+        // Trimming drops what starts before the cut, for every endpoint.
+        let gone = s.store.trim_minutes(t0 + Minute::MS).await.unwrap();
+        assert_eq!(gone, 2, "{}", s.name);
+        assert_eq!(s.store.endpoint_minutes(EP_A, 0).await.unwrap().len(), 1);
+        assert!(s.store.endpoint_minutes(EP_B, 0).await.unwrap().is_empty());
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() {
     on_both(|s| async move {
@@ -1884,6 +1941,11 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             .filter(|e| e["meta"]["account_id"] == "other")
             .collect();
         let stats_before = store.stats().await.unwrap();
+        let charted = vec![
+            (EP_A.to_string(), minute(START, 1, 0, 5)),
+            (EP_B.to_string(), minute(START, 1, 0, 5)),
+        ];
+        store.add_minutes(charted).await.unwrap();
 
         let purged = store.purge_account("acct").await.unwrap();
         assert_eq!(
@@ -1931,6 +1993,17 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             s.name
         );
         assert!(store.endpoint(EP_A).is_none(), "{}", s.name);
+        assert!(
+            store.endpoint_minutes(EP_A, 0).await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.endpoint_minutes(EP_B, 0).await.unwrap().len(),
+            1,
+            "{}",
+            s.name
+        );
         assert_eq!(store.account_plan("acct"), None, "{}", s.name);
         assert_eq!(
             store.account_secret("acct", "api_key").await.unwrap(),

@@ -15,11 +15,11 @@ use crate::model::{
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
 };
 use crate::store::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
-    Stats, StoreError, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
+    Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 
 impl Ingest for PgStore {
@@ -418,5 +418,26 @@ impl Archive for PgStore {
 
     async fn finish_import(&self) -> Result<(), StoreError> {
         PgStore::finish_import(self).await
+    }
+}
+
+impl Minutes for PgStore {
+    fn add_minutes(
+        &self,
+        minutes: Vec<(String, Minute)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::add_minutes(self, minutes)
+    }
+
+    fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> impl Future<Output = Result<Vec<Minute>, StoreError>> + Send {
+        PgStore::endpoint_minutes(self, endpoint_id, from)
+    }
+
+    fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        PgStore::trim_minutes(self, before)
     }
 }

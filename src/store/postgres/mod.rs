@@ -20,6 +20,7 @@ mod handle;
 mod ingest;
 mod lost;
 mod migrate;
+mod minutes;
 pub mod nodes;
 mod purge;
 mod queue;

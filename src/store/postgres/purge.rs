@@ -24,13 +24,18 @@ impl PgStore {
             .map(|r| r.get(0))
             .collect();
         let mut endpoints = 0;
-        for id in ids {
-            if self.delete_endpoint(&id).await? {
+        for id in &ids {
+            if self.delete_endpoint(id).await? {
                 endpoints += 1;
             }
         }
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
+        tx.execute(
+            "DELETE FROM endpoint_minutes WHERE endpoint_id = ANY($1)",
+            &[&ids],
+        )
+        .await?;
         tx.execute(
             "DELETE FROM attempts WHERE delivery_id IN
                  (SELECT id FROM deliveries WHERE account_id = $1)",

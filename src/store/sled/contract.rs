@@ -18,11 +18,11 @@ use crate::model::{
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Queue, Retention, Status,
+    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
 };
 use crate::store::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, NewEvent, Node, Purged, Retained,
-    Stats, Swept, TakeLimits, Taken,
+    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
+    Retained, Stats, Swept, TakeLimits, Taken,
 };
 
 /// Runs `read` on a blocking thread with a handle of the store.
@@ -436,5 +436,24 @@ impl Archive for SledStore {
     async fn finish_import(&self) -> Result<(), StoreError> {
         // Lanes come back from the pending deliveries when the store opens.
         Ok(())
+    }
+}
+
+impl Minutes for SledStore {
+    async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+        blocking(self, move |s| s.add_minutes(minutes)).await
+    }
+
+    async fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let id = endpoint_id.to_string();
+        blocking(self, move |s| s.endpoint_minutes(&id, from)).await
+    }
+
+    async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+        blocking(self, move |s| s.trim_minutes(before)).await
     }
 }

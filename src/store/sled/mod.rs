@@ -29,6 +29,7 @@
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
 //! - `portal_sessions`: see [`sessions`].
 //! - `client_certs`: endpoints' client certificates and keys (mutual TLS), see [`endpoints`].
+//! - `minutes`: endpoints' attempts per minute over the last day (the charts), see [`minutes`].
 //!
 //! # Consistency
 //!
@@ -63,6 +64,7 @@ mod health;
 pub mod key;
 mod keys;
 mod migrate;
+mod minutes;
 mod purge;
 mod queue;
 mod retention;
@@ -134,6 +136,9 @@ pub(crate) struct Trees {
     /// Endpoints' client certificate chains and keys (PEM), write-only, in rows of at most
     /// [`codec::CHUNK`] bytes keyed by endpoint id, a NUL and the row's number.
     client_certs: sled::Tree,
+    /// Endpoints' attempts per minute for the charts ([`minutes`]): endpoint id, a NUL, the
+    /// minute's start (big-endian), to JSON counts.
+    minutes: sled::Tree,
 }
 
 /// What the committer shares with the store.
@@ -773,6 +778,7 @@ impl Trees {
             breakers: tree("breakers")?,
             portal_sessions: tree("portal_sessions")?,
             client_certs: tree("client_certs")?,
+            minutes: tree("minutes")?,
         })
     }
 }

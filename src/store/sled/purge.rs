@@ -23,6 +23,7 @@ impl SledStore {
             if self.delete_endpoint(&ep.id).await? {
                 endpoints += 1;
             }
+            self.drop_minutes(&ep.id)?;
         }
         let owned = account.to_string();
         let (events, deliveries) =

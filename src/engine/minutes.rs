@@ -1,0 +1,124 @@
+//! Endpoints' attempts per minute for the charts: each attempt is counted in memory, and the
+//! counts are added to the store every few seconds ([`FLUSH_EVERY`]), where every node's
+//! counts meet and a restart finds them (docs/api.md, "Endpoints"). What the store keeps is
+//! trimmed to the last day. Reads add this node's counts not yet added, so a node's own
+//! attempts show at once; another node's show within [`FLUSH_EVERY`]. A kill -9 loses at most
+//! that much of the chart (never anything of the delivery log).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{lock, Engine};
+use crate::clock::Millis;
+use crate::model::Status;
+use crate::shutdown::Shutdown;
+use crate::store::prelude::*;
+use crate::store::{Minute, StoreError};
+
+/// How often a node adds its counts to the store.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
+/// How long the store keeps an endpoint's minutes.
+pub const KEEP_MS: Millis = 24 * 3600 * 1000;
+/// How often the store's minutes are trimmed to [`KEEP_MS`].
+const TRIM_EVERY_MS: Millis = 3600 * 1000;
+/// Counts kept for the next flush at most (endpoints × minutes), should the store fail for a
+/// long time: past it, the oldest are dropped (they are only the chart's).
+const MAX_UNFLUSHED: usize = 100_000;
+
+/// Counts not yet added to the store, by endpoint and minute.
+#[derive(Default)]
+pub struct Unflushed(HashMap<(String, Millis), Minute>);
+
+impl Unflushed {
+    pub fn record(&mut self, endpoint_id: &str, now: Millis, status: Status, duration_ms: u64) {
+        let at = now.div_euclid(Minute::MS) * Minute::MS;
+        let m = self
+            .0
+            .entry((endpoint_id.to_string(), at))
+            .or_insert_with(|| Minute {
+                at,
+                ..Minute::default()
+            });
+        m.counts[status as usize] += 1;
+        m.latency_sum_ms += duration_ms;
+        m.latency_max_ms = m.latency_max_ms.max(duration_ms);
+    }
+
+    fn take(&mut self) -> Vec<(String, Minute)> {
+        self.0.drain().map(|((id, _), m)| (id, m)).collect()
+    }
+
+    /// Puts back counts a flush could not add.
+    fn put_back(&mut self, minutes: Vec<(String, Minute)>) {
+        for (id, m) in minutes {
+            self.0.entry((id, m.at)).or_default().add(&m);
+        }
+        if self.0.len() > MAX_UNFLUSHED {
+            let mut ats: Vec<Millis> = self.0.keys().map(|(_, at)| *at).collect();
+            ats.sort_unstable();
+            let cut = ats[self.0.len() - MAX_UNFLUSHED];
+            self.0.retain(|(_, at), _| *at >= cut);
+        }
+    }
+
+    fn of(&self, endpoint_id: &str, from: Millis) -> Vec<Minute> {
+        self.0
+            .iter()
+            .filter(|((id, at), _)| id == endpoint_id && *at >= from)
+            .map(|(_, m)| *m)
+            .collect()
+    }
+}
+
+impl Engine {
+    /// Adds this node's counts to the store; on failure they wait for the next flush.
+    pub async fn flush_minutes(&self) {
+        let minutes = lock(&self.unflushed).take();
+        if minutes.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.add_minutes(minutes.clone()).await {
+            tracing::warn!(error = %e, "cannot store the charts' minute counts; trying again");
+            lock(&self.unflushed).put_back(minutes);
+        }
+    }
+
+    /// Flushes every [`FLUSH_EVERY`] and trims the store's minutes every hour, until shutdown
+    /// (the scheduler flushes once more after its drain).
+    pub(super) async fn keep_minutes(self: Arc<Self>, mut shutdown: Shutdown) {
+        let mut next_trim = 0;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(FLUSH_EVERY) => {}
+                _ = shutdown.wait() => return,
+            }
+            self.flush_minutes().await;
+            let now = self.clock.now_ms();
+            if now >= next_trim {
+                match self.store.trim_minutes(now - KEEP_MS - Minute::MS).await {
+                    Ok(_) => next_trim = now + TRIM_EVERY_MS,
+                    Err(e) => tracing::warn!(error = %e, "cannot trim the charts' minute counts"),
+                }
+            }
+        }
+    }
+
+    /// The endpoint's minutes with attempts from `from` on, oldest first: the store's, with
+    /// this node's counts not yet added.
+    pub async fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let mut minutes = self.store.endpoint_minutes(endpoint_id, from).await?;
+        for m in lock(&self.unflushed).of(endpoint_id, from) {
+            match minutes.iter_mut().find(|x| x.at == m.at) {
+                Some(x) => x.add(&m),
+                None => minutes.push(m),
+            }
+        }
+        minutes.sort_by_key(|m| m.at);
+        Ok(minutes)
+    }
+}
