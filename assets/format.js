@@ -94,3 +94,18 @@ export function parseJSON(text) {
   return JSON.parse(text);
 }
 export const pretty = (v) => JSON.stringify(v, null, 2);
+
+// Why a pending delivery waits (the delivery's `waiting`), in the customer's words.
+export function waitingText(w) {
+  if (!w) return h("span", { class: "muted" }, "—");
+  const at = w.until ? when(w.until) : null;
+  switch (w.reason) {
+    case "in_flight": return h("span", null, "being attempted now");
+    case "breaker": return h("span", { class: "waiting breaker" }, "endpoint failing: held until its next probe ", at);
+    case "paused": return h("span", { class: "waiting" }, "endpoint paused: it will be skipped ", at, " unless resumed");
+    case "disabled": return h("span", { class: "waiting" }, "endpoint disabled: it will be skipped ", at, " unless resumed");
+    case "retry": return h("span", null, "retry ", at);
+    case "scheduled": return h("span", null, "first attempt ", at);
+    default: return h("span", null, "due now: goes when the endpoint has room");
+  }
+}

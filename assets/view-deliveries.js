@@ -2,7 +2,7 @@
 
 import { api, catalog, enc } from "./api.js";
 import { h, put } from "./dom.js";
-import { mono, num, pill, shortUrl, when } from "./format.js";
+import { mono, num, pill, shortUrl, waitingText, when } from "./format.js";
 import { account, action, button, endpointLink, errorBox, field, href, link, loading, readOnly, select, table } from "./pieces.js";
 import { takeFlash, viewShell } from "./shell.js";
 import { APP, RANGES, RANGE_MS, STATES, STATUSES, main } from "./state.js";
@@ -11,24 +11,34 @@ import { localInput } from "./view-endpoints.js";
 
 export function deliveriesTable(items, endpoints, { endpoint = true, accountCol = false } = {}) {
   const rows = items.map((d) => deliveryRow(d, endpoints, { endpoint, accountCol }));
-  const headers = ["Created", "Delivery", "Event type", "State", "Last status", "Attempts", "Next attempt"];
+  const headers = ["Event type", "Status", "Time"];
   if (endpoint) headers.push("Endpoint");
+  headers.push("Attempts", "Why waiting");
   if (accountCol) headers.push("Account");
-  return table(headers, rows, { caption: "Deliveries" });
+  headers.push("Delivery id");
+  return table(headers, rows, { caption: "Deliveries", cls: "log" });
 }
 
+// A row of the log: what, how it went, when, where; the whole row opens the delivery (the
+// event type is the link keyboard and screen reader users follow).
 export function deliveryRow(d, endpoints, { endpoint = true, accountCol = false } = {}) {
   const ep = d.endpoint_id && endpoints ? endpoints.get(d.endpoint_id) : null;
-  return h("tr", null,
-    h("td", null, when(d.created_at)),
-    h("td", null, h("a", { href: `#/deliveries/${enc(d.id)}`, class: "mono" }, d.id)),
-    h("td", null, mono(d.event_type)),
-    h("td", null, pill(d.state)),
-    h("td", { class: "nowrap" }, pill(d.last_status), d.last_http_status ? h("span", { class: "code-num" }, ` ${d.last_http_status}`) : null),
+  const to = `#/deliveries/${enc(d.id)}`;
+  const tr = h("tr", { class: "row-link", "data-href": to },
+    h("td", { class: "type-cell" }, h("a", { href: to, class: "mono" }, d.event_type)),
+    h("td", { class: "nowrap" }, pill(d.state), d.last_status && d.last_status !== d.state ? [" ", pill(d.last_status)] : null,
+      d.last_http_status ? h("span", { class: "code-num" }, ` ${d.last_http_status}`) : null),
+    h("td", { class: "nowrap" }, when(d.created_at)),
+    endpoint ? h("td", { class: "ep-cell" }, endpointLink(d.endpoint_id, ep && ep.url)) : null,
     h("td", { class: "num" }, num(d.attempt_count)),
-    h("td", null, d.state === "pending" ? when(d.next_attempt_at) : h("span", { class: "muted" }, "—")),
-    endpoint ? h("td", null, endpointLink(d.endpoint_id, ep && ep.url)) : null,
-    accountCol ? h("td", null, link(d.account_id, "/deliveries", { account_id: d.account_id }, "mono")) : null);
+    h("td", { class: "why-cell" }, d.state === "pending" ? waitingText(d.waiting) : h("span", { class: "muted" }, "—")),
+    accountCol ? h("td", null, link(d.account_id, "/deliveries", { account_id: d.account_id }, "mono")) : null,
+    h("td", { class: "id-cell" }, mono(d.id, "muted")));
+  tr.addEventListener("click", (e) => {
+    if (e.target.closest("a, button") || getSelection().toString()) return;
+    location.hash = to;
+  });
+  return tr;
 }
 
 export async function viewDeliveries(ctx) {
@@ -55,8 +65,10 @@ export async function viewDeliveries(ctx) {
     ? select([["", "Any endpoint"], ...eps.map((e) => [e.id, shortUrl(e.url)]),
       ...(f.endpoint_id && !endpoints.has(f.endpoint_id) ? [[f.endpoint_id, f.endpoint_id]] : [])], f.endpoint_id, { id: "flt-endpoint" })
     : h("input", { type: "text", id: "flt-endpoint", class: "mono", value: f.endpoint_id, placeholder: "ep_…", spellcheck: "false" });
-  const typeCtl = h("input", { type: "text", id: "flt-type", class: "mono", list: "flt-types", value: f.event_type, placeholder: "any", spellcheck: "false", autocomplete: "off" });
-  const typeList = h("datalist", { id: "flt-types" }, cat.map((t) => h("option", { value: t.type })));
+  // The catalog's types to pick from; a type outside it (in the address) stays selectable.
+  const types = cat.map((t) => t.type);
+  if (f.event_type && !types.includes(f.event_type)) types.push(f.event_type);
+  const typeCtl = select([["", "Any type"], ...types.map((t) => [t, t])], f.event_type, { id: "flt-type" });
   const stateCtl = select([["", "Any state"], ...STATES.map((s) => [s, s])], f.state, { id: "flt-state" });
   const statusCtl = select([["", "Any status"], ...STATUSES.map((s) => [s, s])], f.status, { id: "flt-status" });
   const rangeCtl = select(RANGES, f.range, { id: "flt-range" });
@@ -66,17 +78,17 @@ export async function viewDeliveries(ctx) {
   const custom = h("div", { class: "custom-range", hidden: f.range !== "custom" },
     field("From", fromCtl), field("To", toCtl));
   const form = h("form", { class: "filters", role: "search", "aria-label": "Filter deliveries" },
-    field("Endpoint", epCtl), field("Event type", typeCtl), typeList, field("State", stateCtl), field("Status", statusCtl),
+    field("Endpoint", epCtl), field("Event type", typeCtl), field("State", stateCtl), field("Status", statusCtl),
     field("Time range", rangeCtl), custom,
     h("div", { class: "filter-actions" }, button("Apply", null, { type: "submit", kind: "small" }), button("Clear", () => {
       location.hash = href("/deliveries");
-    }, { kind: "small" })));
+    }, { kind: "small" }), button("Refresh", () => load(current()), { kind: "small" })));
   const results = h("div", { class: "results", "aria-live": "polite" });
 
   const current = () => {
     const r = rangeCtl.value;
     return {
-      endpoint_id: epCtl.value.trim(), event_type: typeCtl.value.trim(), state: stateCtl.value, status: statusCtl.value, range: r,
+      endpoint_id: epCtl.value.trim(), event_type: typeCtl.value, state: stateCtl.value, status: statusCtl.value, range: r,
       since: r === "custom" ? toIso(fromCtl.value) : "", until: r === "custom" ? toIso(toCtl.value) : "",
     };
   };
@@ -88,8 +100,7 @@ export async function viewDeliveries(ctx) {
     load(c);
   };
   form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
-  for (const el of [epCtl, stateCtl, statusCtl, rangeCtl, fromCtl, toCtl]) el.addEventListener("change", apply);
-  typeCtl.addEventListener("change", apply);
+  for (const el of [epCtl, typeCtl, stateCtl, statusCtl, rangeCtl, fromCtl, toCtl]) el.addEventListener("change", apply);
 
   let loadGen = 0;
   async function load(c) {

@@ -2,7 +2,7 @@
 
 import { ApiError, api, enc } from "./api.js";
 import { h, nextId, put } from "./dom.js";
-import { mono, num, pill, pretty, utc, when } from "./format.js";
+import { mono, num, pill, pretty, utc, waitingText, when } from "./format.js";
 import { action, codeBlock, confirmDialog, copyButton, dl, endpointLink, errorBox, field, link, loading, msg, readOnly, select, table } from "./pieces.js";
 import { parseRoute, renderTop, setTitle, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
@@ -38,6 +38,7 @@ export async function viewDelivery(ctx, id) {
       ["Last status", h("span", null, pill(dd.last_status), dd.last_http_status ? ` HTTP ${dd.last_http_status}` : "")],
       ["Attempts", num(dd.attempt_count)],
       ["Next attempt", dd.state === "pending" ? when(dd.next_attempt_at, "not scheduled") : h("span", { class: "muted" }, "none: it has ended")],
+      dd.state === "pending" ? ["Why waiting", waitingText(dd.waiting)] : null,
       dd.ordering_key !== undefined && dd.ordering_key !== null ? ["Ordering key", mono(String(dd.ordering_key))] : null,
       dd.waiting_for ? ["Waiting for", h("a", { href: `#/deliveries/${enc(dd.waiting_for)}`, class: "mono" }, dd.waiting_for)] : null,
     ]));
@@ -52,7 +53,16 @@ export async function viewDelivery(ctx, id) {
     const before = (d.attempts || []).length;
     put(out, loading("Retrying…"));
     try {
-      await api("POST", `/v1/deliveries/${enc(d.id)}/retry`);
+      const r = await api("POST", `/v1/deliveries/${enc(d.id)}/retry`);
+      if (r.waiting && r.waiting.reason === "breaker") {
+        // The breaker holds every delivery to the endpoint, a retry too: say so, do not wait.
+        d = await api("GET", `/v1/deliveries/${enc(d.id)}`);
+        if (ctx.stale()) return;
+        fill(d);
+        put(out, msg("info", "Retry queued. The endpoint keeps failing, so herald holds its deliveries until the next probe ",
+          when(r.waiting.until), ": this retry goes then (same webhook-id), or when the endpoint recovers."));
+        return;
+      }
       put(out, msg("info", "Retry sent: a new attempt is being made now, with the same webhook-id."));
       // The attempt runs now: wait for it to be recorded (bounded), then show it.
       const deadline = Date.now() + 20000;

@@ -97,7 +97,31 @@ export async function viewEndpoint(ctx, id) {
     ep.description ? h("p", { class: "sub" }, ep.description) : null,
     h("div", { class: "pills" }, pill(ep.state), ep.verified ? pill("verified", "ok") : pill("unverified", "warn"),
       ep.breaker ? h("span", { class: "pill-label" }, "breaker ", pill(ep.breaker.state)) : null));
-  const facts = dl([
+  const facts = h("div");
+  const fillFacts = (ep) => put(facts, factsOf(ep));
+  fillFacts(ep);
+  const chart = chartSection(ep, stats);
+  // After an action that sends (a test event), the figures and the chart are read again.
+  const reread = async () => {
+    const fresh = await api("GET", `/v1/endpoints/${enc(ep.id)}`).catch(() => null);
+    if (fresh && !ctx.stale()) fillFacts(fresh);
+    await chart.redraw();
+  };
+  const headers = Object.entries(ep.headers || {});
+
+  put(main, h1, takeFlash(), header, actions, out,
+    h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), facts,
+      headers.length ? h("div", null, h("h3", null, "Custom headers"),
+        table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null),
+    chart.node,
+    ro ? null : testSection(ep, cat, reread),
+    ro ? null : recoverSection(ep),
+    await recentDeliveries(ep, ctx),
+    snippetSection(ep));
+}
+
+function factsOf(ep) {
+  return dl([
     ["Endpoint id", h("span", { class: "with-copy" }, mono(ep.id), copyButton(ep.id, "Copy id"))],
     ["Account", mono(ep.account_id)],
     ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${num(ep.attempts_1h)} attempts` : "no attempts in the last hour"],
@@ -115,17 +139,6 @@ export async function viewEndpoint(ctx, id) {
     ep.rate_limit ? ["Rate limit", `${ep.rate_limit.per_second} per second`] : null,
     ["Payload filter", ep.filter ? h("pre", { class: "code filter-shown" }, pretty(ep.filter)) : "none: every event of its types"],
   ]);
-  const headers = Object.entries(ep.headers || {});
-
-  put(main, h1, takeFlash(), header, actions, out,
-    h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), facts,
-      headers.length ? h("div", null, h("h3", null, "Custom headers"),
-        table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null),
-    chartSection(ep, stats),
-    ro ? null : testSection(ep, cat),
-    ro ? null : recoverSection(ep),
-    await recentDeliveries(ep, ctx),
-    snippetSection(ep));
 }
 
 // The endpoint's attempts by status over the last hour (per minute) or day (per 15 minutes),
@@ -137,14 +150,16 @@ function chartSection(ep, first) {
       title: st.bucket_minutes === 15 ? "Attempts per 15 minutes by status, and mean latency" : "Attempts per minute by status, and mean latency" })
     : h("p", { class: "muted" }, "No statistics."));
   const win = select([["1h", "Last hour, per minute"], ["24h", "Last 24 hours, per 15 minutes"]], "1h", { id: nextId("win") });
+  const redraw = async () => draw(await api("GET", `/v1/endpoints/${enc(ep.id)}/stats?window=${win.value}`).catch(() => null));
   win.addEventListener("change", async () => {
     put(box, loading());
-    draw(await api("GET", `/v1/endpoints/${enc(ep.id)}/stats?window=${win.value}`).catch(() => null));
+    await redraw();
   });
   draw(first);
-  return h("section", { class: "card", "aria-labelledby": "ep-chart" },
+  const node = h("section", { class: "card", "aria-labelledby": "ep-chart" },
     h("div", { class: "section-head" }, h("h2", { id: "ep-chart" }, "Attempts"), field("Chart window", win)),
     box);
+  return { node, redraw };
 }
 
 export async function verify(ep, out) {
@@ -199,7 +214,7 @@ export async function del(ep, out) {
   }
 }
 
-export function testSection(ep, cat) {
+export function testSection(ep, cat, onSent = async () => {}) {
   const types = cat.filter((t) => t.sample !== null && t.sample !== undefined);
   const opts = types.map((t) => [t.type, t.deprecated ? `${t.type} (deprecated)` : t.type]);
   opts.push(["webhook.test", "webhook.test (a generic test message)"]);
@@ -225,6 +240,7 @@ export function testSection(ep, cat) {
         a ? h("span", null, "Sent: ", pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", ` in ${a.duration_ms} ms`, a.error ? ` — ${a.error}` : "", ". ")
           : "Queued: the attempt had not finished when herald answered. ",
         h("a", { href: `#/deliveries/${enc(r.delivery_id)}` }, "Open the delivery")));
+      await onSent();
     } catch (err) {
       put(out, errorBox(err));
     }

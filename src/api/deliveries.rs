@@ -15,7 +15,7 @@ use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::engine::RetryError;
 use crate::ids::{self, DELIVERY, EVENT};
-use crate::model::{Delivery, DeliveryState, Status};
+use crate::model::{Delivery, DeliveryState, EndpointState, Status};
 use crate::store::prelude::*;
 use crate::store::DeliveryFilter;
 
@@ -92,19 +92,56 @@ pub async fn list(
 
 /// The delivery view; a pending delivery that waits for its endpoint's circuit breaker shows
 /// the probe time as its next attempt.
+/// The delivery object (docs/api.md), with `waiting`: why a pending delivery waits, and until
+/// when. A delivery held by its endpoint's circuit breaker shows the next probe as its next
+/// attempt.
 async fn view(state: &AppState, d: &Delivery) -> Value {
-    let held = match (&d.endpoint_id, d.state) {
-        (Some(ep), DeliveryState::Pending) => state.engine.held_until(ep).await,
-        _ => None,
-    };
-    match (held, d.next_attempt_at) {
-        (Some(h), Some(at)) if h > at && d.state == DeliveryState::Pending => {
-            let mut d = d.clone();
-            d.next_attempt_at = Some(h);
-            d.view()
-        }
-        _ => d.view(),
+    if d.state != DeliveryState::Pending {
+        let mut v = d.view();
+        v["waiting"] = Value::Null;
+        return v;
     }
+    let now = state.clock.now_ms();
+    let endpoint = d
+        .endpoint_id
+        .as_deref()
+        .and_then(|id| state.store.endpoint(id));
+    let held = match &d.endpoint_id {
+        Some(ep) => state.engine.held_until(ep).await,
+        None => None,
+    };
+    let due = d.next_attempt_at.unwrap_or(d.created_at);
+    let (reason, until) = if state.engine.is_in_flight(&d.id) {
+        ("in_flight", None)
+    } else if let Some(h) = held.filter(|h| *h > now && *h >= due) {
+        ("breaker", Some(h))
+    } else if let Some(s) = endpoint
+        .as_ref()
+        .map(|e| e.state)
+        .filter(|s| *s != EndpointState::Active)
+    {
+        (
+            if s == EndpointState::Paused {
+                "paused"
+            } else {
+                "disabled"
+            },
+            Some(due.max(now)),
+        )
+    } else if due > now && d.attempt_count > 0 {
+        ("retry", Some(due))
+    } else if due > now {
+        ("scheduled", Some(due))
+    } else {
+        ("due", None)
+    };
+    let mut d = d.clone();
+    if let Some(h) = held.filter(|h| *h > due) {
+        d.next_attempt_at = Some(h);
+    }
+    let mut v = d.view();
+    v["waiting"] = json!({"reason": reason, "until": until.map(rfc3339)});
+    v
 }
 
 async fn views(state: &AppState, deliveries: &[Delivery]) -> Vec<Value> {

@@ -871,7 +871,11 @@ fn schemas() -> Value {
             "last_status": {"enum": statuses.iter().map(|s| json!(s)).chain([Value::Null]).collect::<Vec<_>>()},
             "last_http_status": {"type": ["integer", "null"]},
             "attempt_count": {"type": "integer"}, "next_attempt_at": {"type": ["string", "null"]},
-            "created_at": time()}}));
+            "created_at": time(),
+            "waiting": {"description": "Why a pending delivery waits (null once it ended).",
+                "oneOf": [{"type": "null"}, {"type": "object", "required": ["reason", "until"], "properties": {
+                    "reason": {"enum": ["in_flight", "breaker", "paused", "disabled", "retry", "scheduled", "due"]},
+                    "until": {"type": ["string", "null"]}}}]}}}));
     m.insert(
         "DeliveryDetail".into(),
         json!({"allOf": [r("Delivery"), {"type": "object", "required": ["attempts"], "properties": {

@@ -38,6 +38,18 @@ async fn fail_once(w: &World<InProc>) -> String {
     d
 }
 
+/// The newest failed delivery of the log.
+async fn fail_list(w: &World<InProc>) -> String {
+    let (_, page) = w
+        .herald
+        .admin("GET", "/v1/deliveries?state=failed&limit=1", None)
+        .await;
+    page["items"][0]["id"]
+        .as_str()
+        .expect("a failed delivery")
+        .to_string()
+}
+
 async fn open_breaker(w: &World<InProc>) {
     for _ in 0..10 {
         fail_once(w).await;
@@ -70,6 +82,8 @@ async fn breaker_opens_after_ten_failures_holds_deliveries_and_a_probe_closes_it
         (Some("pending"), Some(0))
     );
     assert_eq!(recv.count(), 10);
+    let probe = json!({"reason": "breaker", "until": "2026-12-02T12:00:30.000Z"});
+    assert_eq!(d["waiting"], probe, "it says why it waits: {d}");
 
     // At the probe time, one attempt decides; the receiver is healthy again.
     w.herald.clock.set(T0 + 30_000);
@@ -255,6 +269,34 @@ async fn stats(w: &World, ep: &str, query: &str) -> (u16, Value) {
     w.herald
         .admin("GET", &format!("/v1/endpoints/{ep}/stats{query}"), None)
         .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_while_the_breaker_is_open_waits_for_the_probe_and_says_so() {
+    let w = World::start_manual("", "", T0).await;
+    let recv = Receiver::https(&w.ca, fails_first(10));
+    w.endpoint("acc", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w).await;
+    let failed = fail_list(&w).await;
+    let (status, r) = w
+        .herald
+        .admin("POST", &format!("/v1/deliveries/{failed}/retry"), None)
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let probe = json!({"reason": "breaker", "until": "2026-12-02T12:00:30.000Z"});
+    assert_eq!(r["waiting"], probe, "{r}");
+    assert_eq!(r["next_attempt_at"], probe["until"], "{r}");
+    common::wait_until(SETTLE, "the log shows it held", || async {
+        w.delivery(&failed).await["waiting"] == probe
+    })
+    .await;
+    assert_eq!(recv.count(), 10, "nothing is sent before the probe");
+    // The probe is the retry's attempt.
+    w.herald.clock.set(T0 + 30_000);
+    let d = w.wait_state(&failed, "delivered", SETTLE).await;
+    assert_eq!(d["waiting"], Value::Null, "{d}");
+    assert_eq!(recv.count(), 11);
 }
 
 /// Sums an endpoint's stats entries by status.

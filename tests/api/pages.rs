@@ -101,11 +101,13 @@ async fn portal_and_console_work_in_a_real_browser() {
         .admin("PUT", "/v1/accounts/acme", Some(json!({"plan": "growth"})))
         .await;
     assert_eq!(status, 200, "sync the plan: {answer}");
+    // Neither takes the held endpoint's events (a payload filter on the type).
+    let not_held = json!({"type": {"$neq": "held.test"}});
     let (ok_endpoint, _) = w
         .endpoint(
             "acme",
             &rx.url("/ok/acme"),
-            json!({"description": "Order service"}),
+            json!({"description": "Order service", "filter": not_held}),
         )
         .await;
     let (failing_endpoint, _) = w
@@ -113,7 +115,15 @@ async fn portal_and_console_work_in_a_real_browser() {
             "acme",
             &rx.url("/fail/acme"),
             json!({"description": "Billing sync (answers 500)", "retry_policy": "none",
-                   "headers": {"x-team": "billing"}}),
+                   "headers": {"x-team": "billing"}, "filter": not_held}),
+        )
+        .await;
+    // An endpoint whose breaker is open: ten failures in a row, then a delivery it holds.
+    let (held_endpoint, _) = w
+        .endpoint(
+            "acme",
+            &rx.url("/fail/held"),
+            json!({"description": "Held by its breaker", "event_types": ["held.test"]}),
         )
         .await;
     let (other_endpoint, _) = w.endpoint("globex", &rx.url("/ok/globex"), json!({})).await;
@@ -163,6 +173,17 @@ async fn portal_and_console_work_in_a_real_browser() {
         w.wait_state(id, "delivered", Duration::from_secs(20)).await;
     }
     let failed_delivery = failing[0].clone();
+    for i in 0..10 {
+        w.ingest("acme", "held.test", json!({ "n": i })).await;
+    }
+    let path = format!("/v1/endpoints/{held_endpoint}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the held endpoint's breaker opens",
+        || async { w.herald.admin("GET", &path, None).await.1["breaker"]["state"] == "open" },
+    )
+    .await;
+    let held_delivery = first_delivery(&w.ingest("acme", "held.test", json!({"n": 10})).await);
     let setup = started.elapsed();
 
     let shots = root.join("target").join("screenshots");
@@ -181,6 +202,8 @@ async fn portal_and_console_work_in_a_real_browser() {
         .env("PURGE_ACCOUNT", "initech")
         .env("FAILED_DELIVERY", &failed_delivery)
         .env("FAILING_ENDPOINT", &failing_endpoint)
+        .env("HELD_ENDPOINT", &held_endpoint)
+        .env("HELD_DELIVERY", &held_delivery)
         .env("RECEIVER_URL", rx.url("/ok/new"))
         .env("CHROMIUM", CHROMIUM)
         .stdin(Stdio::null())

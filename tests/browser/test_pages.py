@@ -76,6 +76,8 @@ OTHER_ENDPOINT = env("OTHER_ENDPOINT")
 PURGE_ACCOUNT = env("PURGE_ACCOUNT")
 FAILED_DELIVERY = env("FAILED_DELIVERY")
 FAILING_ENDPOINT = env("FAILING_ENDPOINT")
+HELD_ENDPOINT = env("HELD_ENDPOINT")
+HELD_DELIVERY = env("HELD_DELIVERY")
 RECEIVER_URL = env("RECEIVER_URL")
 CHROMIUM = env("CHROMIUM", "/usr/bin/chromium")
 
@@ -315,9 +317,10 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
     shot(page, "portal-endpoint-page")
     endpoint_id = page.url.rsplit("/", 1)[1]
-    # The chart picks its window: the test event's attempt is in both, counted by the store.
-    page.reload()
-    settle(page)
+    # The page reads its figures again after the test event (no reload), and the chart picks
+    # its window: the test event's attempt is in both, counted by the store.
+    facts = page.locator("section", has=page.get_by_role("heading", name="Details", exact=True))
+    expect(facts).not_to_contain_text("never")
     chart = page.locator("section", has=page.get_by_role("heading", name="Attempts", exact=True)).locator("svg.chart")
     expect(chart).to_have_attribute("aria-label", re.compile(r"attempts in the last hour — delivered \d"))
     page.get_by_label("Chart window").select_option("24h")
@@ -348,15 +351,46 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     goto(page, "/deliveries?limit=3")
     rows = page.locator(".results tbody tr")
     expect(rows).to_have_count(3)
-    first_ids = rows.locator("a[href^='#/deliveries/']").all_inner_texts()
+    first_ids = rows.locator("td.id-cell").all_inner_texts()
     button(page, "Load more").click()
     expect(rows).to_have_count(6)
-    ids = rows.locator("a[href^='#/deliveries/']").all_inner_texts()
+    ids = rows.locator("td.id-cell").all_inner_texts()
     check(ids[:3] == first_ids and len(set(ids)) == 6, f"Load more appends the next page: {ids}")
     check(ids == sorted(ids, reverse=True), f"the log is newest first: {ids}")
     goto(page, "/deliveries")
     expect(page.locator(".results tbody tr").first).to_be_visible()
     shot(page, "portal-deliveries")
+    # Rows lead with type, status, time and endpoint; the type is picked from the catalog; a
+    # click anywhere on a row opens its delivery; Refresh reads the log again.
+    headers = [t.lower() for t in page.locator(".results thead th").all_text_contents()]
+    check(headers[:4] == ["event type", "status", "time", "endpoint"], f"the log's columns: {headers}")
+    page.get_by_label("Event type", exact=True).select_option("invoice.paid")
+    rows = page.locator(".results tbody tr")
+    expect(rows.first).to_contain_text("invoice.paid")
+    check(all("invoice.paid" in t for t in rows.locator("td.type-cell").all_inner_texts()), "only the picked type is listed")
+    button(page, "Refresh").click()
+    expect(rows.first).to_contain_text("invoice.paid")
+    rows.first.locator("td.id-cell").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of invoice.paid")
+
+
+def a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens(page):
+    goto(page, f"/deliveries/{HELD_DELIVERY}")
+    where = page.locator("section", has=page.get_by_role("heading", name="Where it stands"))
+    expect(where).to_contain_text("Why waiting")
+    expect(where).to_contain_text("endpoint failing: held until its next probe")
+    # The log says the same in its "Why waiting" column.
+    goto(page, f"/deliveries?endpoint_id={HELD_ENDPOINT}")
+    expect(page.locator(".results tbody tr").first.locator("td.why-cell")).to_contain_text("held until its next probe")
+    goto(page, f"/deliveries/{HELD_DELIVERY}")
+    button(page, "Retry").click()
+    out = page.get_by_role("status").filter(has_text="Retry queued")
+    expect(out).to_contain_text("holds its deliveries until the next probe")
+    check("a new attempt is being made now" not in page.locator("main").inner_text(),
+          "a retry on a held endpoint does not claim an attempt is made now")
+    shot(page, "portal-delivery-held")
+    goto(page, f"/endpoints/{HELD_ENDPOINT}")
+    expect(page.locator("main")).to_contain_text("next probe")
 
 
 def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
@@ -461,7 +495,7 @@ def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
 
 def customer_opens_failed_delivery_and_retries(page):
     goto(page, "/deliveries?state=failed")
-    page.get_by_role("link", name=FAILED_DELIVERY, exact=True).click()
+    page.locator("tr", has_text=FAILED_DELIVERY).get_by_role("link").first.click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Delivery of")
     settle(page)
     where = page.locator("section", has=page.get_by_role("heading", name="Where it stands"))
@@ -711,6 +745,8 @@ def main():
         run("pages_carry_csp_and_frame_ancestors", pages_carry_csp_and_frame_ancestors)
         link = run("operator_signs_in_sees_overview_and_mints_portal_link", operator_signs_in_sees_overview_and_mints_portal_link, browser)
         ctx, page = run("customer_opens_link_and_sees_only_their_account", customer_opens_link_and_sees_only_their_account, browser, link)
+        run("a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens",
+            a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens, page)
         run("customer_creates_endpoint_sends_test_event_and_finds_it_in_log", customer_creates_endpoint_sends_test_event_and_finds_it_in_log, page)
         run("customer_sets_a_payload_filter_and_tests_it_against_a_recent_event",
             customer_sets_a_payload_filter_and_tests_it_against_a_recent_event, page)
