@@ -749,7 +749,9 @@ fn schemas() -> Value {
         json!({"type": "object", "required": ["type"], "properties": {
             "type": {"type": "string"}, "description": {"type": "string"},
             "sample": {"type": ["object", "null"]}, "schema": {"type": ["object", "null"]},
-            "deprecated": {"type": "boolean"}, "debounce": {"type": ["object", "null"]}}}),
+            "deprecated": {"type": "boolean"},
+            "replaced_by": {"type": ["string", "null"], "description": "The type that replaces a deprecated one (docs/api.md, \"Versioning\")."},
+            "debounce": {"type": ["object", "null"]}}}),
     );
     m.insert(
         "EndpointRequest".into(),
@@ -910,29 +912,35 @@ fn webhooks(config: &Config) -> Value {
             .schema_json()
             .unwrap_or_else(|| json!({"type": "object"}));
         let mut media = json!({"schema": schema});
+
         if let Some(sample) = ev.sample_json() {
             media["example"] = sample;
         }
-        out.insert(
-            ty.clone(),
-            json!({"post": {
-                "operationId": format!("webhook:{ty}"),
-                "summary": if ev.description.is_empty() { ty.clone() } else { ev.description.clone() },
-                "deprecated": ev.deprecated,
-                "parameters": [
-                    header("webhook-id", "The event id: the same on every retry (dedupe on it)."),
-                    header("webhook-timestamp", "This attempt's Unix time in seconds."),
-                    header("webhook-signature", "v1,<base64 HMAC-SHA256> (or v1a, for ed25519 endpoints), one per valid secret, space-separated."),
-                    header("herald-event-type", "The event type."),
-                    header("herald-attempt", "The 1-based attempt number."),
-                    header("herald-delivery-id", "The delivery's id."),
-                    header("herald-endpoint-id", "The endpoint's id."),
-                    header("user-agent", "herald/<version>."),
-                ],
-                "requestBody": {"required": true, "content": {"application/json": media}},
-                "responses": {"2XX": {"description": "Any 2xx acknowledges the delivery; anything else is retried by the endpoint's policy (3xx and most 4xx are not)."}},
-            }}),
-        );
+        let mut entry = json!({"post": {
+            "operationId": format!("webhook:{ty}"),
+            "summary": if ev.description.is_empty() { ty.clone() } else { ev.description.clone() },
+            "deprecated": ev.deprecated,
+            "parameters": [
+                header("webhook-id", "The event id: the same on every retry (dedupe on it)."),
+                header("webhook-timestamp", "This attempt's Unix time in seconds."),
+                header("webhook-signature", "v1,<base64 HMAC-SHA256> (or v1a, for ed25519 endpoints), one per valid secret, space-separated."),
+                header("herald-event-type", "The event type."),
+                header("herald-attempt", "The 1-based attempt number."),
+                header("herald-delivery-id", "The delivery's id."),
+                header("herald-endpoint-id", "The endpoint's id."),
+                header("user-agent", "herald/<version>."),
+            ],
+            "requestBody": {"required": true, "content": {"application/json": media}},
+            "responses": {"2XX": {"description": "Any 2xx acknowledges the delivery; anything else is retried by the endpoint's policy (3xx and most 4xx are not)."}},
+        }});
+        // A deprecated type says where subscribers go (docs/api.md, "Versioning").
+        if ev.deprecated {
+            entry["post"]["description"] = json!(match &ev.replaced_by {
+                Some(next) => format!("Deprecated: subscribe to `{next}` instead."),
+                None => "Deprecated: herald will stop sending this type.".to_string(),
+            });
+        }
+        out.insert(ty.clone(), entry);
     }
     Value::Object(out)
 }

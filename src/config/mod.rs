@@ -266,6 +266,8 @@ pub struct CatalogEvent {
     pub schema: Option<toml::Table>,
     pub schema_file: Option<PathBuf>,
     pub deprecated: bool,
+    /// The type that replaces a deprecated one (docs/api.md, "Versioning").
+    pub replaced_by: Option<String>,
     pub debounce: Option<Debounce>,
 }
 
@@ -600,3 +602,4 @@ mod postgres;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod versioning;

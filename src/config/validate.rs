@@ -377,7 +377,8 @@ impl Config {
         }
     }
 
-    /// `[catalog]`: debounce rules, sample and schema files, and the schemas themselves.
+    /// `[catalog]`: debounce rules, sample and schema files, the schemas themselves, and
+    /// replacements of deprecated types.
     fn check_catalog(&self, err: &mut impl FnMut(&str, String)) {
         for (ty, ev) in &self.catalog.events {
             if let Some(d) = &ev.debounce {
@@ -435,6 +436,7 @@ impl Config {
         for (key, why) in self.schema_problems() {
             err(&key, why);
         }
+        self.check_replacements(err);
         if self.catalog.validate
             && !self
                 .catalog
