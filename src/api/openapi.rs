@@ -263,18 +263,20 @@ fn server_spec(id: Id) -> Option<Spec<'static>> {
             ],
         ),
         Id::Asset => (
-            "A script or stylesheet of the pages.",
-            vec![path_param("file", "The asset's file name.")],
+            "A script, stylesheet or icon of the pages; `theme.css` (the portal's colours from portal.accent) and `logo` (portal.logo_file's image) are the portal's own look.",
+            vec![path_param("file", "The asset's file name, `theme.css` or `logo`.")],
             None,
             vec![
                 (
                     "200".into(),
                     json!({"description": "The asset.", "content": {
                     "text/javascript": {"schema": {"type": "string"}},
-                    "text/css": {"schema": {"type": "string"}}}}),
+                    "text/css": {"schema": {"type": "string"}},
+                    "image/svg+xml": {"schema": {"type": "string"}},
+                    "image/png": {"schema": {"type": "string", "format": "binary"}}}}),
                 ),
                 ("304".into(), json!({"description": "Not modified (ETag)."})),
-                e(404, "No such asset."),
+                e(404, "No such asset (or no logo configured)."),
             ],
         ),
         Id::Session => (
@@ -717,6 +719,8 @@ fn schemas() -> Value {
             "oneOf": [r("IngestAccepted"), r("Error")]}}}}));
     m.insert("Session".into(), json!({"type": "object", "required": ["role"], "properties": {
             "role": {"enum": ["admin", "ingest", "portal", null]},
+            "brand": {"type": "string", "description": "portal.brand: the name the portal shows."},
+            "logo": {"type": "boolean", "description": "Whether GET /assets/logo has an image."},
             "id": {"type": "string"}, "account_id": {"type": "string"}, "read_only": {"type": "boolean"},
             "created_at": time(), "expires_at": time()}}));
     m.insert("Status".into(), json!({"type": "object", "required": ["version", "uptime_seconds", "queue", "in_flight"], "properties": {

@@ -313,6 +313,12 @@ pub struct Portal {
     pub max_session_ttl: Dur,
     /// Origins allowed to frame the portal (CSP `frame-ancestors`); none: no framing.
     pub frame_ancestors: Vec<String>,
+    /// The name in the portal's header and title (src/config/look.rs).
+    pub brand: String,
+    /// `#RRGGBB`: the pages' accent colour; herald's own without.
+    pub accent: Option<String>,
+    /// A PNG or SVG shown in the portal's header, read once at start.
+    pub logo_file: Option<PathBuf>,
 }
 
 impl Default for Portal {
@@ -321,6 +327,9 @@ impl Default for Portal {
             session_ttl: secs(3600),
             max_session_ttl: secs(7 * 86_400),
             frame_ancestors: Vec::new(),
+            brand: "herald".into(),
+            accent: None,
+            logo_file: None,
         }
     }
 }
@@ -597,6 +606,7 @@ fn one_line(msg: &str) -> String {
     msg.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+pub mod look;
 mod postgres;
 #[cfg(feature = "postgres")]
 #[cfg(test)]

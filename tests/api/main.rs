@@ -19,6 +19,7 @@ mod health;
 mod ingest;
 mod log;
 mod logs;
+mod look;
 mod metrics;
 mod operator;
 mod ordering;
