@@ -16,7 +16,8 @@ export class ApiError extends Error {
 }
 
 export async function api(method, path, body, token) {
-  const headers = { Authorization: `Bearer ${token || S.token}`, Accept: "application/json" };
+  const used = token || S.token;
+  const headers = { Authorization: `Bearer ${used}`, Accept: "application/json" };
   const init = { method, headers, cache: "no-store", credentials: "omit", referrerPolicy: "no-referrer" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -37,7 +38,8 @@ export async function api(method, path, body, token) {
     const e = (data && data.error) || {};
     const err = new ApiError(resp.status, e.code || `http_${resp.status}`,
       e.message || `herald answered ${resp.status}`, e.field);
-    if (resp.status === 401 && !token) unauthorized();
+    // Only the page's current token: an old link's late 401 must not end a newer link's session.
+    if (resp.status === 401 && !token && used === S.token) unauthorized();
     throw err;
   }
   return data;

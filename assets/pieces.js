@@ -76,7 +76,9 @@ export function table(headers, rows, { caption, cls = "" } = {}) {
   return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption || "table" },
     h("table", { class: cls },
       caption ? h("caption", { class: "sr-only" }, caption) : null,
-      h("thead", null, h("tr", null, headers.map((c, i) => h("th", { scope: "col", class: numeric(i) ? "num" : null }, c)))),
+      // A column of buttons or links has no visible header; screen readers still get one.
+      h("thead", null, h("tr", null, headers.map((c, i) => h("th", { scope: "col", class: numeric(i) ? "num" : null },
+        c === "" ? h("span", { class: "sr-only" }, "Actions") : c)))),
       h("tbody", null, rows)));
 }
 

@@ -5,7 +5,7 @@ import { ApiError, api } from "./api.js";
 import { append, h, put } from "./dom.js";
 import { mono, utc } from "./format.js";
 import { button, errorBox, field, href, link, loading, msg } from "./pieces.js";
-import { APP, S, TOKEN_KEY, main, top } from "./state.js";
+import { APP, BRAND_KEY, FRAMED, S, TOKEN_KEY, kept, main, top } from "./state.js";
 import { viewEventTypes, viewIncidents } from "./view-catalog.js";
 import { viewDeliveries } from "./view-deliveries.js";
 import { viewDelivery, viewEvent } from "./view-delivery.js";
@@ -27,13 +27,55 @@ export function section(parts) {
   return p;
 }
 
+// The portal's look (README.md, "Branding"): the brand and the logo from /v1/session (kept
+// for the pages shown without a session), set as text and as an <img>, never as markup. The
+// console is herald's own.
+export function look() {
+  if (APP === "console") return { brand: "herald", logo: false };
+  if (S.session && typeof S.session.brand === "string") return { brand: S.session.brand, logo: !!S.session.logo };
+  try {
+    const last = JSON.parse(kept.get(BRAND_KEY) || "null");
+    if (last && typeof last.brand === "string") return { brand: last.brand, logo: !!last.logo };
+  } catch (_) { /* nothing kept */ }
+  return { brand: null, logo: false };
+}
+
+function keepLook(session) {
+  if (APP !== "portal" || typeof session.brand !== "string") return;
+  kept.set(BRAND_KEY, JSON.stringify({ brand: session.brand, logo: !!session.logo }));
+  const icon = document.querySelector('link[rel="icon"]');
+  if (icon && session.logo) icon.href = "/assets/logo";
+}
+
+// The brand's mark and name: the logo (with alt text) or herald's diamond, then the name.
+export function brandMark(linkTo) {
+  const { brand, logo } = look();
+  const mark = logo
+    ? h("img", { class: "brand-logo", src: "/assets/logo", alt: `${brand} logo` })
+    : h("span", { class: "logo", "aria-hidden": "true" }, "◆");
+  const kids = brand === null ? ["Webhooks"] : [mark, brand];
+  return linkTo ? h("a", { class: "brand", href: linkTo }, kids) : h("span", { class: "brand" }, kids);
+}
+
+// A header with only the brand (pages without a session); framed, none at all.
+export function plainTop(...more) {
+  if (FRAMED && APP === "portal") put(top);
+  else put(top, h("div", { class: "bar" }, brandMark(null), ...more));
+  top.hidden = FRAMED && APP === "portal";
+}
+
 export function renderTop(route) {
   const current = section(route.parts);
   const nav = h("nav", { class: "nav", "aria-label": "Main" },
     h("ul", null, navItems().map(([p, t]) => h("li", null,
       h("a", { href: href(`/${p}`), "aria-current": p === current ? "page" : null }, t)))));
-  const brand = h("a", { class: "brand", href: APP === "console" ? "#/overview" : "#/endpoints" },
-    h("span", { class: "logo", "aria-hidden": "true" }, "◆"), "herald");
+  top.hidden = false;
+  if (FRAMED && APP === "portal") {
+    // The host page is the header: only the nav.
+    put(top, nav);
+    return;
+  }
+  const brand = brandMark(APP === "console" ? "#/overview" : "#/endpoints");
   let who;
   const tools = h("div", { class: "tools" });
   if (APP === "portal") {
@@ -80,7 +122,8 @@ export function parseRoute() {
 }
 
 export function setTitle(t) {
-  document.title = `${t} — herald ${APP === "console" ? "console" : "webhooks"}`;
+  const { brand } = look();
+  document.title = APP === "console" ? `${t} — herald console` : `${t} — ${brand === null ? "" : `${brand} `}webhooks`;
 }
 
 export function viewShell(title, ...kids) {
@@ -153,7 +196,7 @@ export async function render() {
 
 export function unauthorized() {
   S.gen++;
-  sessionStorage.removeItem(TOKEN_KEY);
+  kept.remove(TOKEN_KEY);
   S.token = null;
   if (APP === "console") {
     signIn("herald refused the admin token (401). Type it again.");
@@ -163,14 +206,14 @@ export function unauthorized() {
 }
 
 export function expired() {
-  put(top, h("div", { class: "bar" }, h("span", { class: "brand" }, h("span", { class: "logo", "aria-hidden": "true" }, "◆"), "herald")));
+  plainTop();
   setTitle("Link expired");
   put(main, h("h1", null, "This link has expired"),
     h("p", null, "Portal links last a limited time and can be revoked. Open the webhooks page again from your account to get a new link."));
 }
 
 export function signOut() {
-  sessionStorage.removeItem(TOKEN_KEY);
+  kept.remove(TOKEN_KEY);
   S.token = null;
   S.session = null;
   S.gen++;
@@ -178,7 +221,7 @@ export function signOut() {
 }
 
 export function signIn(notice) {
-  put(top, h("div", { class: "bar" }, h("span", { class: "brand" }, h("span", { class: "logo", "aria-hidden": "true" }, "◆"), "herald"), h("span", { class: "who" }, "console")));
+  plainTop(h("span", { class: "who" }, "console"));
   setTitle("Sign in");
   const input = h("input", { type: "password", id: "admin-token", name: "token", autocomplete: "current-password", required: true, spellcheck: "false" });
   const out = h("div", { "aria-live": "polite" });
@@ -198,7 +241,7 @@ export function signIn(notice) {
         put(out, msg("error", "This token is not an admin token. The console needs one of server.admin_tokens."));
         return;
       }
-      sessionStorage.setItem(TOKEN_KEY, token);
+      kept.set(TOKEN_KEY, token);
       S.token = token;
       S.session = s;
       await start();
@@ -222,28 +265,51 @@ export async function start() {
       S.accounts = [];
     }
   }
-  if (!started) {
-    started = true;
-    window.addEventListener("hashchange", render);
-  }
+  started = true;
   render();
 }
 export let started = false;
 
-export async function boot() {
-  if (APP === "portal") {
-    const m = location.hash.match(/^#token=([^&]+)/);
-    if (m) {
-      sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
-      // The token leaves the address bar (and so the history, bookmarks and screen shares).
-      history.replaceState(null, "", `${location.pathname}${location.search}#/endpoints`);
-    }
+// A portal link's token in the address: #token=hps_...
+function linkToken() {
+  const m = APP === "portal" ? location.hash.match(/^#token=([^&]+)/) : null;
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+// A new portal link opened in this tab or frame while a session is shown (the host app
+// refreshed its embedded link): it replaces the session at once, nothing of the old one kept.
+function onHashChange() {
+  if (linkToken()) {
+    S.gen++;
+    Object.assign(S, { token: null, session: null, catalog: null, flash: null, shown: null });
+    lastPath = null;
+    put(main, loading());
+    boot();
+    return;
   }
-  S.token = sessionStorage.getItem(TOKEN_KEY);
+  if (started) render();
+}
+let listening = false;
+let boots = 0; // an older boot's late answer must not undo a newer link's
+
+export async function boot() {
+  const mine = ++boots;
+  if (!listening) {
+    listening = true;
+    window.addEventListener("hashchange", onHashChange);
+  }
+  const token = linkToken();
+  if (token) {
+    kept.set(TOKEN_KEY, token);
+    kept.remove(BRAND_KEY);
+    // The token leaves the address bar (and so the history, bookmarks and screen shares).
+    history.replaceState(null, "", `${location.pathname}${location.search}#/endpoints`);
+  }
+  S.token = kept.get(TOKEN_KEY);
   if (!S.token) {
     if (APP === "console") signIn(null);
     else {
-      put(top, h("div", { class: "bar" }, h("span", { class: "brand" }, "herald")));
+      plainTop();
       setTitle("Webhooks");
       put(main, h("h1", null, "Open this page from your account"),
         h("p", null, "This page needs a portal link (it ends in #token=…). Open the webhooks page from your account's settings to get one."));
@@ -252,19 +318,22 @@ export async function boot() {
   }
   try {
     const s = await api("GET", "/v1/session", undefined, S.token);
+    if (mine !== boots) return;
     if (APP === "portal" && s.role !== "portal") {
       put(main, h("h1", null, "Not a portal link"), h("p", null, "This token is not a portal session. Operators use ", h("a", { href: "/console" }, "the console"), "."));
       return;
     }
     if (APP === "console" && s.role !== "admin") {
-      sessionStorage.removeItem(TOKEN_KEY);
+      kept.remove(TOKEN_KEY);
       signIn("The saved token is not an admin token.");
       return;
     }
     S.session = s;
+    keepLook(s);
   } catch (err) {
+    if (mine !== boots) return;
     if (err.status === 401) {
-      sessionStorage.removeItem(TOKEN_KEY);
+      kept.remove(TOKEN_KEY);
       S.token = null;
       if (APP === "console") signIn("herald refused the saved admin token (401). Type it again.");
       else expired();

@@ -4,6 +4,10 @@
 export const APP = document.body.dataset.app === "console" ? "console" : "portal";
 export const TOKEN_KEY = `herald.${APP}.token`;
 export const top = document.getElementById("top");
+// Inside another site's page (an embedded portal): that page has its own header.
+export const FRAMED = window.top !== window.self;
+// The portal's brand as last read from /v1/session, for the pages shown without a session.
+export const BRAND_KEY = "herald.portal.brand";
 export const main = document.getElementById("app");
 
 export const STATES = ["pending", "delivered", "failed", "skipped"];
@@ -27,4 +31,13 @@ export const S = {
   flash: null, // a message for the next render (after an action that navigates)
   shown: null, // the message the current render shows
   accounts: null,
+};
+
+// sessionStorage, or this page's memory where the browser denies it (a frame on another site
+// with third-party storage blocked): the portal still works, only a reload needs the link again.
+const memory = new Map();
+export const kept = {
+  get(k) { try { return sessionStorage.getItem(k); } catch (_) { return memory.has(k) ? memory.get(k) : null; } },
+  set(k, v) { try { sessionStorage.setItem(k, v); } catch (_) { memory.set(k, v); } },
+  remove(k) { try { sessionStorage.removeItem(k); } catch (_) { memory.delete(k); } },
 };

@@ -58,17 +58,34 @@ export async function viewEventTypes(ctx) {
   }
   const toc = h("nav", { class: "toc", "aria-label": "Event types" }, h("ul", { class: "chips" }, items.map((t) =>
     h("li", null, h("a", { href: "#/event-types", class: "chip mono", "data-target": `et-${t.type}` }, t.type)))));
-  toc.addEventListener("click", (e) => {
+  const jump = (e) => {
     const a = e.target.closest("a[data-target]");
     if (!a) return;
     e.preventDefault();
     const el = document.getElementById(a.dataset.target);
     if (el) { el.scrollIntoView(); el.focus({ preventScroll: true }); }
-  });
+  };
+  toc.addEventListener("click", jump);
+  const known = new Set(items.map((t) => t.type));
+  // A deprecated type says where to go (docs/api.md, "Versioning"): its replacement, linked to
+  // its entry on this page.
+  const replacement = (t) => {
+    if (!t.deprecated) return null;
+    const next = t.replaced_by;
+    const to = next && known.has(next)
+      ? h("a", { href: "#/event-types", class: "mono", "data-target": `et-${next}` }, next)
+      : next ? mono(next) : null;
+    const p = to
+      ? h("p", { class: "deprecation" }, "Deprecated — use ", to, " instead.")
+      : h("p", { class: "deprecation" }, "Deprecated — herald will stop sending this type; move your endpoints off it.");
+    p.addEventListener("click", jump);
+    return p;
+  };
   put(main, main.querySelector("h1"),
     h("p", { class: "sub" }, "Every type herald may send, with its payload schema and a sample."), toc,
     items.map((t) => h("section", { class: "card", id: `et-${t.type}`, tabindex: "-1", "aria-labelledby": `eth-${t.type}` },
       h("h2", { id: `eth-${t.type}`, class: "mono" }, t.type, t.deprecated ? h("span", { class: "pill warn" }, "deprecated") : null),
+      replacement(t),
       h("p", null, t.description || h("span", { class: "muted" }, "No description.")),
       t.debounce ? h("p", { class: "hint" }, `Debounced: one event per ${t.debounce.window} per `, mono(t.debounce.key || "key"), ` (${t.debounce.mode}).`) : null,
       h("h3", null, "Sample"),

@@ -40,6 +40,8 @@ export async function viewOverview(ctx) {
       e ? h("div", { class: "sub" }, "account ", link(e.account_id, "/endpoints", { account_id: e.account_id }, "mono")) : null);
   };
   const refresh = button("Refresh", () => render(), { kind: "small" });
+  // A card holding one table is not a landmark of its own: its table's region (named by its
+  // caption, the card's heading) is, and two landmarks may not share a name.
   put(main, main.querySelector("h1"),
     h("div", { class: "row-end" }, h("span", { class: "muted" }, "As of ", when(new Date().toISOString())), refresh),
     h("section", { "aria-labelledby": "q-h" }, h("h2", { id: "q-h", class: "sr-only" }, "Queue"), cards),
@@ -47,19 +49,19 @@ export async function viewOverview(ctx) {
       h("h2", { id: "c-h" }, "Attempts in the last hour, per minute"),
       minuteChart(st.attempts_by_minute, { title: "Attempts per minute by status" })),
     h("div", { class: "grid2" },
-      h("section", { class: "card", "aria-labelledby": "b-h" },
+      h("section", { class: "card" },
         h("h2", { id: "b-h" }, "Open circuit breakers"),
         breakers.length
           ? table(["Endpoint", "Breaker", "Failures in a row", "Next probe"], breakers.map((b) =>
             h("tr", null, epCell(b.endpoint_id), h("td", null, pill(b.state)),
               h("td", { class: "num" }, num(b.consecutive_failures)), h("td", null, when(b.next_probe_at)))), { caption: "Open circuit breakers" })
           : h("p", { class: "empty" }, "No open breakers — every endpoint is being attempted normally.")),
-      h("section", { class: "card", "aria-labelledby": "s-h" },
+      h("section", { class: "card" },
         h("h2", { id: "s-h" }, "Attempts by status"),
         statusRows.length
           ? table(["Status", "Last hour", "Last day"], statusRows, { caption: "Attempts by status" })
           : h("p", { class: "empty" }, "No attempts since herald started — ingest an event, or send a test event from an endpoint."))),
-    h("section", { class: "card", "aria-labelledby": "e-h" },
+    h("section", { class: "card" },
       h("h2", { id: "e-h" }, "Endpoints in the last hour"),
       eps.length
         ? table(["Endpoint", "Attempts", "Success rate"], eps.map((e) => h("tr", null,

@@ -152,6 +152,7 @@ pub async fn start(
         public_url: public_url(&config, addr),
         schemas: compiled_schemas(&config)?,
         metrics,
+        look: api::Look::load(&config.portal)?,
     });
 
     // What the start replays: the due index's entries on one box, the due deliveries no node

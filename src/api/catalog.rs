@@ -38,6 +38,7 @@ pub fn event_types(state: &Arc<AppState>) -> Result<Resp, ApiError> {
                 "sample": sample(ev),
                 "schema": ev.schema_json(),
                 "deprecated": ev.deprecated,
+                "replaced_by": ev.replaced_by,
                 "debounce": ev.debounce.as_ref().map(|d| json!({
                     "window": humantime::format_duration(d.window.0).to_string(),
                     "key": d.key,

@@ -14,6 +14,7 @@ pub mod error;
 mod filters;
 mod health;
 pub mod ingest;
+mod look;
 pub mod openapi;
 mod pages;
 mod replay;
@@ -23,6 +24,7 @@ mod sessions;
 mod status;
 pub mod validate;
 
+pub use look::Look;
 use routes::{Access, Id};
 pub use routes::{Role, Scope};
 pub use server::{serve, Limits};
@@ -120,6 +122,8 @@ pub struct AppState {
     /// Where people reach herald (portal links, the OpenAPI server): `server.public_url`, else
     /// `http://` + the address the listener is bound to.
     pub public_url: String,
+    /// The portal's brand, theme and logo, read at start.
+    pub look: Look,
 }
 
 async fn route(state: Arc<AppState>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
@@ -171,23 +175,39 @@ async fn dispatch(
     method: &Method,
     path: &str,
 ) -> Result<Resp, ApiError> {
-    let (route, params) = match routes::find(method, path) {
+    // HEAD is a GET whose answer has no body: the same route, role and headers (hyper sends
+    // no body to a HEAD).
+    let routed = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    };
+    let (route, params) = match routes::find(routed, path) {
         Ok(found) => found,
         Err(exists) => {
             body::discard_body(req).await;
-            return Err(if exists {
-                ApiError::new(
+            return if exists {
+                let allowed = routes::allowed(path);
+                let mut resp = ApiError::new(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "method_not_allowed",
-                    format!("{method} is not a method of {path}"),
+                    format!(
+                        "{method} is not a method of {path}; it takes {}",
+                        allowed.join(", ")
+                    ),
                 )
+                .into_response();
+                if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+                    resp.headers_mut().insert(hyper::header::ALLOW, v);
+                }
+                Ok(resp)
             } else {
-                ApiError::new(
+                Err(ApiError::new(
                     StatusCode::NOT_FOUND,
                     "not_found",
                     format!("no route for {method} {path}"),
-                )
-            });
+                ))
+            };
         }
     };
     let (role, scope) = match admit(state, &req, route, &params).await {
@@ -260,7 +280,7 @@ async fn handle(
         Id::Asset => Ok(pages::asset(state, &req, p("file"))),
         Id::Ingest => ingest::single(state, req).await,
         Id::IngestBatch => ingest::batch(state, req).await,
-        Id::Session => Ok(sessions::whoami(role.as_ref())),
+        Id::Session => Ok(sessions::whoami(state, role.as_ref())),
         Id::Status => status::status(state).await,
         Id::Backup => Ok(backup::stream(state)),
         Id::Accounts => accounts::list(state).await,

@@ -263,18 +263,20 @@ fn server_spec(id: Id) -> Option<Spec<'static>> {
             ],
         ),
         Id::Asset => (
-            "A script or stylesheet of the pages.",
-            vec![path_param("file", "The asset's file name.")],
+            "A script, stylesheet or icon of the pages; `theme.css` (the portal's colours from portal.accent) and `logo` (portal.logo_file's image) are the portal's own look.",
+            vec![path_param("file", "The asset's file name, `theme.css` or `logo`.")],
             None,
             vec![
                 (
                     "200".into(),
                     json!({"description": "The asset.", "content": {
                     "text/javascript": {"schema": {"type": "string"}},
-                    "text/css": {"schema": {"type": "string"}}}}),
+                    "text/css": {"schema": {"type": "string"}},
+                    "image/svg+xml": {"schema": {"type": "string"}},
+                    "image/png": {"schema": {"type": "string", "format": "binary"}}}}),
                 ),
                 ("304".into(), json!({"description": "Not modified (ETag)."})),
-                e(404, "No such asset."),
+                e(404, "No such asset (or no logo configured)."),
             ],
         ),
         Id::Session => (
@@ -746,6 +748,8 @@ fn schemas() -> Value {
             "oneOf": [r("IngestAccepted"), r("Error")]}}}}));
     m.insert("Session".into(), json!({"type": "object", "required": ["role"], "properties": {
             "role": {"enum": ["admin", "ingest", "portal", null]},
+            "brand": {"type": "string", "description": "portal.brand: the name the portal shows."},
+            "logo": {"type": "boolean", "description": "Whether GET /assets/logo has an image."},
             "id": {"type": "string"}, "account_id": {"type": "string"}, "read_only": {"type": "boolean"},
             "created_at": time(), "expires_at": time()}}));
     m.insert("Status".into(), json!({"type": "object", "required": ["version", "uptime_seconds", "queue", "in_flight"], "properties": {
@@ -778,7 +782,9 @@ fn schemas() -> Value {
         json!({"type": "object", "required": ["type"], "properties": {
             "type": {"type": "string"}, "description": {"type": "string"},
             "sample": {"type": ["object", "null"]}, "schema": {"type": ["object", "null"]},
-            "deprecated": {"type": "boolean"}, "debounce": {"type": ["object", "null"]}}}),
+            "deprecated": {"type": "boolean"},
+            "replaced_by": {"type": ["string", "null"], "description": "The type that replaces a deprecated one (docs/api.md, \"Versioning\")."},
+            "debounce": {"type": ["object", "null"]}}}),
     );
     m.insert(
         "EndpointRequest".into(),
@@ -945,29 +951,35 @@ fn webhooks(config: &Config) -> Value {
             .schema_json()
             .unwrap_or_else(|| json!({"type": "object"}));
         let mut media = json!({"schema": schema});
+
         if let Some(sample) = ev.sample_json() {
             media["example"] = sample;
         }
-        out.insert(
-            ty.clone(),
-            json!({"post": {
-                "operationId": format!("webhook:{ty}"),
-                "summary": if ev.description.is_empty() { ty.clone() } else { ev.description.clone() },
-                "deprecated": ev.deprecated,
-                "parameters": [
-                    header("webhook-id", "The event id: the same on every retry (dedupe on it)."),
-                    header("webhook-timestamp", "This attempt's Unix time in seconds."),
-                    header("webhook-signature", "v1,<base64 HMAC-SHA256> (or v1a, for ed25519 endpoints), one per valid secret, space-separated."),
-                    header("herald-event-type", "The event type."),
-                    header("herald-attempt", "The 1-based attempt number."),
-                    header("herald-delivery-id", "The delivery's id."),
-                    header("herald-endpoint-id", "The endpoint's id."),
-                    header("user-agent", "herald/<version>."),
-                ],
-                "requestBody": {"required": true, "content": {"application/json": media}},
-                "responses": {"2XX": {"description": "Any 2xx acknowledges the delivery; anything else is retried by the endpoint's policy (3xx and most 4xx are not)."}},
-            }}),
-        );
+        let mut entry = json!({"post": {
+            "operationId": format!("webhook:{ty}"),
+            "summary": if ev.description.is_empty() { ty.clone() } else { ev.description.clone() },
+            "deprecated": ev.deprecated,
+            "parameters": [
+                header("webhook-id", "The event id: the same on every retry (dedupe on it)."),
+                header("webhook-timestamp", "This attempt's Unix time in seconds."),
+                header("webhook-signature", "v1,<base64 HMAC-SHA256> (or v1a, for ed25519 endpoints), one per valid secret, space-separated."),
+                header("herald-event-type", "The event type."),
+                header("herald-attempt", "The 1-based attempt number."),
+                header("herald-delivery-id", "The delivery's id."),
+                header("herald-endpoint-id", "The endpoint's id."),
+                header("user-agent", "herald/<version>."),
+            ],
+            "requestBody": {"required": true, "content": {"application/json": media}},
+            "responses": {"2XX": {"description": "Any 2xx acknowledges the delivery; anything else is retried by the endpoint's policy (3xx and most 4xx are not)."}},
+        }});
+        // A deprecated type says where subscribers go (docs/api.md, "Versioning").
+        if ev.deprecated {
+            entry["post"]["description"] = json!(match &ev.replaced_by {
+                Some(next) => format!("Deprecated: subscribe to `{next}` instead."),
+                None => "Deprecated: herald will stop sending this type.".to_string(),
+            });
+        }
+        out.insert(ty.clone(), entry);
     }
     Value::Object(out)
 }

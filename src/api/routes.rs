@@ -315,6 +315,21 @@ pub fn find<'p>(method: &Method, path: &'p str) -> Result<(&'static Route, Param
     Err(path_exists)
 }
 
+/// The methods a path takes, for a `405`'s `Allow` header (`HEAD` wherever `GET` is).
+pub fn allowed(path: &str) -> Vec<&'static str> {
+    let trimmed = path.trim_matches('/');
+    let mut out = Vec::new();
+    for (r, pat) in ROUTES.iter().zip(SEGMENTS.iter()) {
+        if matches(pat, trimmed).is_some() {
+            out.push(r.method.as_str());
+            if r.method == Method::GET {
+                out.push("HEAD");
+            }
+        }
+    }
+    out
+}
+
 fn matches<'p>(pattern: &[&'static str], path: &'p str) -> Option<Params<'p>> {
     let mut segs = path.split('/');
     let mut params = Vec::new();
@@ -430,5 +445,10 @@ mod tests {
         assert_eq!(find(&Method::GET, "/v1/nothing").err(), Some(false));
         assert_eq!(find(&Method::PUT, "/v1/events").err(), Some(true));
         assert_eq!(find(&Method::GET, "/v1/endpoints/").err(), Some(false));
+        assert_eq!(allowed("/v1/events"), ["POST"]);
+        assert_eq!(
+            allowed("/v1/endpoints/ep_1"),
+            ["GET", "HEAD", "PATCH", "DELETE"]
+        );
     }
 }

@@ -113,9 +113,10 @@ pub async fn delete(
     Ok(no_content())
 }
 
-/// `GET /v1/session`: what the caller's credential is (the pages start here).
-pub fn whoami(role: Option<&Role>) -> Resp {
-    let v = match role {
+/// `GET /v1/session`: what the caller's credential is (the pages start here), and the portal's
+/// brand and whether it has a logo (`/assets/logo`).
+pub fn whoami(state: &AppState, role: Option<&Role>) -> Resp {
+    let mut v = match role {
         Some(Role::Admin) => json!({"role": "admin"}),
         Some(Role::Ingest) => json!({"role": "ingest"}),
         Some(Role::Portal(s)) => {
@@ -125,5 +126,7 @@ pub fn whoami(role: Option<&Role>) -> Resp {
         }
         None => json!({"role": null}),
     };
+    v["brand"] = json!(state.look.brand);
+    v["logo"] = json!(state.look.logo.is_some());
     json(StatusCode::OK, &v)
 }

@@ -266,6 +266,8 @@ pub struct CatalogEvent {
     pub schema: Option<toml::Table>,
     pub schema_file: Option<PathBuf>,
     pub deprecated: bool,
+    /// The type that replaces a deprecated one (docs/api.md, "Versioning").
+    pub replaced_by: Option<String>,
     pub debounce: Option<Debounce>,
 }
 
@@ -311,6 +313,12 @@ pub struct Portal {
     pub max_session_ttl: Dur,
     /// Origins allowed to frame the portal (CSP `frame-ancestors`); none: no framing.
     pub frame_ancestors: Vec<String>,
+    /// The name in the portal's header and title (src/config/look.rs).
+    pub brand: String,
+    /// `#RRGGBB`: the pages' accent colour; herald's own without.
+    pub accent: Option<String>,
+    /// A PNG or SVG shown in the portal's header, read once at start.
+    pub logo_file: Option<PathBuf>,
 }
 
 impl Default for Portal {
@@ -319,6 +327,9 @@ impl Default for Portal {
             session_ttl: secs(3600),
             max_session_ttl: secs(7 * 86_400),
             frame_ancestors: Vec::new(),
+            brand: "herald".into(),
+            accent: None,
+            logo_file: None,
         }
     }
 }
@@ -595,8 +606,10 @@ fn one_line(msg: &str) -> String {
     msg.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+pub mod look;
 mod postgres;
 #[cfg(feature = "postgres")]
 #[cfg(test)]
 mod tests;
 mod validate;
+mod versioning;

@@ -244,7 +244,7 @@ impl Config {
         }
     }
 
-    /// `[portal]`: sessions' lifetimes and who may frame the portal.
+    /// `[portal]`: sessions' lifetimes, who may frame the portal, and its look.
     fn check_portal(&self, err: &mut impl FnMut(&str, String)) {
         if self.portal.session_ttl.0 < Duration::from_secs(1)
             || self.portal.session_ttl > self.portal.max_session_ttl
@@ -267,6 +267,7 @@ impl Config {
                 );
             }
         }
+        self.check_look(err);
     }
 
     /// `[delivery]`: the proxy, the CA file, timeouts, the private ranges allowed, limits and the default retry policy.
@@ -377,7 +378,8 @@ impl Config {
         }
     }
 
-    /// `[catalog]`: debounce rules, sample and schema files, and the schemas themselves.
+    /// `[catalog]`: debounce rules, sample and schema files, the schemas themselves, and
+    /// replacements of deprecated types.
     fn check_catalog(&self, err: &mut impl FnMut(&str, String)) {
         for (ty, ev) in &self.catalog.events {
             if let Some(d) = &ev.debounce {
@@ -435,6 +437,7 @@ impl Config {
         for (key, why) in self.schema_problems() {
             err(&key, why);
         }
+        self.check_replacements(err);
         if self.catalog.validate
             && !self
                 .catalog

@@ -20,6 +20,7 @@ mod health;
 mod ingest;
 mod log;
 mod logs;
+mod look;
 mod metrics;
 mod operator;
 mod ordering;

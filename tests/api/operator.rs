@@ -201,6 +201,66 @@ async fn event_types_list_the_catalog_with_descriptions_and_samples() {
         list["items"],
         json!([{"type": "interaction.review", "description": "A customer left a review",
                 "sample": {"review_id": "r_1", "rating": 5}, "debounce": Value::Null,
-                "schema": Value::Null, "deprecated": false}])
+                "schema": Value::Null, "deprecated": false, "replaced_by": Value::Null}])
     );
+}
+
+/// docs/api.md, "Versioning": a deprecated type names its replacement in the catalog's answer
+/// (to an admin and to a portal session alike) and is flagged in the OpenAPI `webhooks` map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deprecated_type_shows_its_replacement_and_is_flagged_in_openapi() {
+    let w = World::start(
+        "",
+        "[catalog.events.\"invoice.paid\"]\ndescription = \"Paid (old shape)\"\n\
+         deprecated = true\nreplaced_by = \"invoice.paid.v2\"\n\
+         [catalog.events.\"invoice.paid.v2\"]\ndescription = \"Paid\"\n\
+         [catalog.events.\"invoice.voided\"]\ndeprecated = true\n",
+    )
+    .await;
+    let (_, session) = w
+        .herald
+        .admin("POST", "/v1/accounts/acme/portal-sessions", None)
+        .await;
+    let portal = session["token"].as_str().expect("portal token");
+    for token in [common::herald::ADMIN_TOKEN, portal] {
+        let (status, list) = w
+            .herald
+            .call("GET", "/v1/event-types", Some(token), None)
+            .await;
+        assert_eq!(status, 200, "{list}");
+        let of = |ty: &str| {
+            list["items"]
+                .as_array()
+                .and_then(|items| items.iter().find(|t| t["type"] == ty))
+                .cloned()
+                .unwrap_or_else(|| panic!("{ty} missing from {list}"))
+        };
+        let old = of("invoice.paid");
+        assert_eq!(
+            (&old["deprecated"], &old["replaced_by"]),
+            (&json!(true), &json!("invoice.paid.v2"))
+        );
+        let new = of("invoice.paid.v2");
+        assert_eq!(
+            (&new["deprecated"], &new["replaced_by"]),
+            (&json!(false), &Value::Null)
+        );
+        let voided = of("invoice.voided");
+        assert_eq!(
+            (&voided["deprecated"], &voided["replaced_by"]),
+            (&json!(true), &Value::Null)
+        );
+    }
+
+    let (status, doc) = w.herald.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    let hooks = &doc["webhooks"];
+    assert_eq!(hooks["invoice.paid"]["post"]["deprecated"], true, "{hooks}");
+    assert_eq!(
+        hooks["invoice.paid"]["post"]["description"],
+        "Deprecated: subscribe to `invoice.paid.v2` instead."
+    );
+    assert_eq!(hooks["invoice.voided"]["post"]["deprecated"], true);
+    assert_eq!(hooks["invoice.paid.v2"]["post"]["deprecated"], false);
+    assert!(hooks["invoice.paid.v2"]["post"]["description"].is_null());
 }

@@ -44,12 +44,17 @@ sample = { invoice_id = "inv_77", amount = 1999 }
 [catalog.events."profile.updated"]
 description = "A location's profile changed"
 deprecated = true
+replaced_by = "profile.changed"
 sample = { location_id = "loc_9" }
 debounce = { window = "60s", key = "location_id", mode = "leading" }
+
+[catalog.events."profile.changed"]
+description = "A location's profile changed (with what changed)"
+sample = { location_id = "loc_9", changed = ["name"] }
 "#;
 
 /// Fails (never skips) when the browser stack is missing, saying how to install it.
-fn require_browser_stack(root: &Path) {
+pub fn require_browser_stack(root: &Path) {
     let probe = Command::new("python3")
         .args([
             "-c",
@@ -187,30 +192,52 @@ async fn portal_and_console_work_in_a_real_browser() {
     let setup = started.elapsed();
 
     let shots = root.join("target").join("screenshots");
+    let envs = [
+        ("ACCOUNT", "acme".to_string()),
+        ("OTHER_ACCOUNT", "globex".to_string()),
+        ("OTHER_DELIVERY", other_delivery),
+        ("OTHER_ENDPOINT", other_endpoint),
+        ("PURGE_ACCOUNT", "initech".to_string()),
+        ("FAILED_DELIVERY", failed_delivery),
+        ("FAILING_ENDPOINT", failing_endpoint),
+        ("HELD_ENDPOINT", held_endpoint),
+        ("HELD_DELIVERY", held_delivery),
+        ("RECEIVER_URL", rx.url("/ok/new")),
+    ];
+    run_browser_script(&root, "tests/browser/test_pages.py", &envs, &w.herald).await;
+    println!(
+        "setup {:.1}s, browser {:.1}s; screenshots in {}",
+        setup.as_secs_f64(),
+        (started.elapsed() - setup).as_secs_f64(),
+        shots.display()
+    );
+}
+
+/// Runs a browser script of `tests/browser/` against `herald` with `envs` (besides herald's URL,
+/// the admin token, the screenshot directory and the browser), failing with its output and
+/// herald's log unless it exits 0 within [`BROWSER_DEADLINE`].
+pub async fn run_browser_script(
+    root: &Path,
+    script: &str,
+    envs: &[(&str, String)],
+    herald: &common::Herald,
+) {
+    let shots = root.join("target").join("screenshots");
     std::fs::create_dir_all(&shots).expect("create target/screenshots");
     let mut child = Command::new("python3")
-        .arg("tests/browser/test_pages.py")
-        .current_dir(&root)
+        .arg(script)
+        .current_dir(root)
         .env("PYTHONUNBUFFERED", "1")
-        .env("HERALD_URL", w.herald.base_url())
+        .env("HERALD_URL", herald.base_url())
         .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("SCREENSHOT_DIR", &shots)
-        .env("ACCOUNT", "acme")
-        .env("OTHER_ACCOUNT", "globex")
-        .env("OTHER_DELIVERY", &other_delivery)
-        .env("OTHER_ENDPOINT", &other_endpoint)
-        .env("PURGE_ACCOUNT", "initech")
-        .env("FAILED_DELIVERY", &failed_delivery)
-        .env("FAILING_ENDPOINT", &failing_endpoint)
-        .env("HELD_ENDPOINT", &held_endpoint)
-        .env("HELD_DELIVERY", &held_delivery)
-        .env("RECEIVER_URL", rx.url("/ok/new"))
         .env("CHROMIUM", CHROMIUM)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start python3 tests/browser/test_pages.py");
+        .unwrap_or_else(|e| panic!("start python3 {script}: {e}"));
     let read = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -238,17 +265,11 @@ async fn portal_and_console_work_in_a_real_browser() {
     match status {
         Some(s) if s.success() => {
             println!("{out}");
-            println!(
-                "setup {:.1}s, browser {:.1}s; screenshots in {}",
-                setup.as_secs_f64(),
-                (started.elapsed() - setup).as_secs_f64(),
-                shots.display()
-            );
         }
         Some(s) => panic!(
             "the browser test failed ({s}):\n{out}\n{err}\nscreenshots in {}\nherald's log:\n{}",
             shots.display(),
-            w.herald.log_text()
+            herald.log_text()
         ),
         None => {
             panic!("the browser test did not finish within {BROWSER_DEADLINE:?}:\n{out}\n{err}")

@@ -39,6 +39,9 @@ try:
 except ImportError:
     sys.exit("playwright is not installed: python3 -m pip install -r tests/browser/requirements.txt")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from axe_check import axe_violations  # noqa: E402
+
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_SCRIPT = "</script><script>alert(2)</script>"
 # The buttons (and button-looking links) that change something: a read-only portal session
@@ -165,6 +168,11 @@ def button(page, name):
 
 def attempts(page):
     return page.locator("tr.attempt")
+
+
+def check_axe(page, where):
+    found = axe_violations(page)
+    check(not found, f"axe-core finds violations on {where}: {json.dumps(found)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -704,7 +712,38 @@ def console_sees_incidents_and_event_types(page):
     goto(page, "/event-types")
     expect(page.get_by_role("heading", name="order.created")).to_be_visible()
     expect(page.locator("main")).to_contain_text("deprecated")
+    # A deprecated type names its replacement, linked to the replacement's entry
+    # (docs/api.md, "Versioning").
+    old = page.locator("#et-profile\\.updated")
+    expect(old.locator(".deprecation")).to_have_text("Deprecated — use profile.changed instead.")
+    old.get_by_role("link", name="profile.changed").click()
+    expect(page.locator("#et-profile\\.changed")).to_be_focused()
     shot(page, "portal-event-types")
+
+
+def axe_finds_no_violations_on_portal_and_console(b, link):
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    settle(page)
+    for view in ["/endpoints", f"/endpoints/{FAILING_ENDPOINT}", "/endpoints/new", "/deliveries",
+                 f"/deliveries/{FAILED_DELIVERY}", "/incidents", "/event-types"]:
+        goto(page, view)
+        check_axe(page, f"the portal's {view}")
+    ctx.close()
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(f"{URL}/console")
+    check_axe(page, "the console's sign-in")
+    page.get_by_label("Admin token").fill(ADMIN)
+    button(page, "Sign in").click()
+    expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+    settle(page)
+    for view in ["/overview", "/accounts", f"/endpoints?account_id={ACCOUNT}", f"/deliveries/{FAILED_DELIVERY}"]:
+        goto(page, view)
+        check_axe(page, f"the console's {view}")
+    ctx.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -760,6 +799,7 @@ def main():
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
         run("operator_purges_an_account_once_its_id_is_typed", operator_purges_an_account_once_its_id_is_typed, browser)
+        run("axe_finds_no_violations_on_portal_and_console", axe_finds_no_violations_on_portal_and_console, browser, link)
         run("no_dialog_script_error_or_csp_violation_anywhere", browser.assert_clean, "the whole run")
         ctx.close()
         browser.close()
