@@ -3,7 +3,7 @@
 import { api, enc } from "./api.js";
 import { h, put } from "./dom.js";
 import { mono, num, pill, pretty, when } from "./format.js";
-import { account, codeBlock, endpointLink, field, href, link, loading, select, table } from "./pieces.js";
+import { account, codeBlock, endpointLink, field, href, link, loading, msg, select, table } from "./pieces.js";
 import { viewShell } from "./shell.js";
 import { APP, RANGE_MS, S, main } from "./state.js";
 
@@ -36,14 +36,32 @@ export async function viewIncidents(ctx) {
       h("td", null, h("span", { class: "examples" }, (i.examples || []).map((x) => h("a", { href: `#/deliveries/${enc(x)}`, class: "mono" }, x)))),
       h("td", null, link("Show in log", "/deliveries", { endpoint_id: i.endpoint_id, status: i.status, range: since === "1h" ? "1h" : since === "7d" ? "7d" : "24h" })));
   });
+  const held = data.held || [];
+  const waiting = held.reduce((n, x) => n + (x.pending || 0), 0);
+  const heldRows = held.map((x) => h("tr", null,
+    h("td", null, endpointLink(x.endpoint_id, x.url)),
+    h("td", null, pill(x.breaker.state)),
+    h("td", { class: "num" }, num(x.breaker.consecutive_failures)),
+    h("td", null, when(x.breaker.next_probe_at, "—")),
+    h("td", { class: "num" }, num(x.pending))));
+  // Never "nothing to do" when it is not known, or not true.
+  const partial = data.complete === false;
+  const empty = partial
+    ? `No failures among the newest ${num(data.scanned)} deliveries of this period; older ones were not looked at.`
+    : held.length ? "No failed deliveries in this period — but the endpoints above are held by their circuit breaker."
+      : "No failures in this period — nothing to do.";
   put(main, main.querySelector("h1"),
     h("p", { class: "sub" }, "Failed deliveries grouped by endpoint and by status and HTTP code, largest first. Pending ones are still being retried."),
     APP === "console" ? h("p", { class: "muted" }, acc ? ["Account ", mono(acc)] : "All accounts") : null,
     h("div", { class: "filters narrow" }, field("Period", sel)),
+    partial ? msg("info", h("strong", null, "Partial: "), `only the newest ${num(data.scanned)} deliveries of this period were looked at; the counts below leave out older failures.`) : null,
+    held.length ? h("section", { class: "card", "aria-labelledby": "inc-held" },
+      h("h2", { id: "inc-held" }, `Held by their circuit breaker: ${held.length} ${held.length === 1 ? "endpoint" : "endpoints"}, ${num(waiting)} ${waiting === 1 ? "delivery" : "deliveries"} waiting`),
+      h("p", { class: "hint" }, "These endpoints kept failing: herald sends them nothing until the next probe succeeds. Their deliveries wait; none is lost."),
+      table(["Endpoint", "Breaker", "Failures in a row", "Next probe", "Waiting"], heldRows, { caption: "Endpoints held by their circuit breaker" })) : null,
     items.length
       ? table(["Endpoint", "Status", "HTTP", "Deliveries", "Pending", "First", "Last", "Examples", ""], rows, { caption: "Incidents" })
-      : h("p", { class: "empty" }, "No failures in this period — nothing to do."),
-    data.complete === false ? h("p", { class: "hint" }, "Only the newest 5,000 deliveries were looked at.") : null);
+      : h("p", { class: "empty" }, empty));
 }
 
 export async function viewEventTypes(ctx) {

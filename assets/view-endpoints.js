@@ -109,7 +109,14 @@ export async function viewEndpoint(ctx, id) {
   };
   const headers = Object.entries(ep.headers || {});
 
-  put(main, h1, takeFlash(), header, actions, out,
+  // Production mode: an unverified endpoint gets nothing, and the page says so first.
+  const unverified = !ep.verified && S.session && S.session.require_verification
+    ? msg("error", h("strong", null, "This endpoint receives nothing yet: it is not verified. "),
+      "Every delivery to it is skipped (status unverified) until it passes verification. ",
+      ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: herald sends a challenge your receiver answers (see the snippet below), and deliveries start once it does.")
+    : null;
+  if (unverified) unverified.classList.add("banner");
+  put(main, h1, takeFlash(), unverified, header, actions, out,
     h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), facts,
       headers.length ? h("div", null, h("h3", null, "Custom headers"),
         table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null),

@@ -109,8 +109,10 @@ fn is_failure(s: Status) -> bool {
 
 /// `GET /v1/incidents?account_id=&since=`: deliveries whose last attempt failed, grouped by
 /// endpoint and by status and HTTP code, largest first: how many, since when, until when, how
-/// many are still pending (retrying) and a few example deliveries. `since` defaults to 24 h
-/// ago; at most the newest 5,000 deliveries are looked at (`"complete": false` then).
+/// many are still pending (retrying) and a few example deliveries; and the endpoints whose
+/// circuit breaker holds their deliveries now (`held`), with how many wait. `since` defaults to
+/// 24 h ago; at most the newest 5,000 deliveries are looked at (`"complete": false` then, and
+/// `scanned` says how many were).
 pub async fn incidents(
     state: &Arc<AppState>,
     scope: &Scope,
@@ -155,9 +157,36 @@ pub async fn incidents(
         }
     };
     let items = group(&seen);
+    // Endpoints whose breaker holds their deliveries now, whatever the scan saw: with them, "no
+    // failures" would not be true.
+    let mut held = Vec::new();
+    for (id, b) in state.engine.open_breakers().await? {
+        let Some(ep) = state.store.endpoint(&id) else {
+            continue;
+        };
+        if filter
+            .account_id
+            .as_ref()
+            .is_some_and(|a| *a != ep.account_id)
+        {
+            continue;
+        }
+        held.push(json!({
+            "endpoint_id": id,
+            "account_id": ep.account_id,
+            "url": ep.url,
+            "breaker": {
+                "state": b.phase,
+                "consecutive_failures": b.consecutive_failures,
+                "next_probe_at": b.next_probe_at.map(rfc3339),
+            },
+            "pending": state.store.endpoint_pending(&id).await?,
+        }));
+    }
     Ok(json(
         StatusCode::OK,
-        &json!({"items": items, "since": rfc3339(since), "complete": complete, "next_cursor": null}),
+        &json!({"items": items, "held": held, "since": rfc3339(since), "complete": complete,
+                "scanned": seen.len(), "next_cursor": null}),
     ))
 }
 

@@ -902,8 +902,13 @@ fn schemas() -> Value {
                 "latency_ms": {"type": "object", "properties": {"mean": {"type": "integer"}, "max": {"type": "integer"}}}}}}}}));
     m.insert(
         "Incidents".into(),
-        json!({"type": "object", "required": ["items", "since", "complete"], "properties": {
+        json!({"type": "object", "required": ["items", "held", "since", "complete", "scanned"], "properties": {
             "since": time(), "complete": {"type": "boolean"}, "next_cursor": {"type": "null"},
+            "scanned": {"type": "integer", "description": "Deliveries looked at (at most 5,000, newest first)."},
+            "held": {"type": "array", "description": "Endpoints whose circuit breaker holds their deliveries now.",
+                "items": {"type": "object", "properties": {
+                    "endpoint_id": {"type": "string"}, "account_id": {"type": "string"}, "url": {"type": "string"},
+                    "breaker": {"type": "object"}, "pending": {"type": "integer"}}}},
             "items": {"type": "array", "items": {"type": "object", "properties": {
                 "endpoint_id": {"type": ["string", "null"]}, "status": {"enum": statuses},
                 "http_status": {"type": ["integer", "null"]}, "deliveries": {"type": "integer"},

@@ -113,8 +113,9 @@ pub async fn delete(
     Ok(no_content())
 }
 
-/// `GET /v1/session`: what the caller's credential is (the pages start here), and the portal's
-/// brand and whether it has a logo (`/assets/logo`).
+/// `GET /v1/session`: what the caller's credential is (the pages start here), the portal's
+/// brand and whether it has a logo (`/assets/logo`), and whether endpoints must be verified
+/// before they receive anything (`endpoints.require_verification`).
 pub fn whoami(state: &AppState, role: Option<&Role>) -> Resp {
     let mut v = match role {
         Some(Role::Admin) => json!({"role": "admin"}),
@@ -128,5 +129,6 @@ pub fn whoami(state: &AppState, role: Option<&Role>) -> Resp {
     };
     v["brand"] = json!(state.look.brand);
     v["logo"] = json!(state.look.logo.is_some());
+    v["require_verification"] = json!(state.config.endpoints.require_verification);
     json(StatusCode::OK, &v)
 }

@@ -30,6 +30,11 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 /// A herald whose `[portal]` has `keys`, with `logo` written beside its config as `file`.
 async fn branded(keys: &str, logo: Option<(&str, &[u8])>, dir: &Path) -> World {
+    branded_with(keys, logo, dir, "").await
+}
+
+/// [`branded`], with `tables` after the `[portal]` table.
+async fn branded_with(keys: &str, logo: Option<(&str, &[u8])>, dir: &Path, tables: &str) -> World {
     let mut portal = format!("[portal]\n{keys}");
     if let Some((file, bytes)) = logo {
         let path = dir.join(file);
@@ -39,6 +44,7 @@ async fn branded(keys: &str, logo: Option<(&str, &[u8])>, dir: &Path) -> World {
             common::toml_string(&path.display().to_string())
         ));
     }
+    portal.push_str(tables);
     World::start("", &portal).await
 }
 
@@ -328,22 +334,30 @@ async fn branded_portal_in_a_real_browser() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     crate::pages::require_browser_stack(&root);
     let dir = tempfile::tempdir().expect("temp dir");
-    let w = branded(
+    // As installs run: endpoints must be verified before they receive anything.
+    let w = branded_with(
         "brand = \"Acme\"\naccent = \"#0b7a53\"\nframe_ancestors = [\"http://localhost:*\"]\n",
         Some(("logo.svg", ACME_LOGO.as_bytes())),
         dir.path(),
+        "[endpoints]\nrequire_verification = true\n",
     )
     .await;
     let rx = common::Receiver::ok_https(&w.ca);
+    let mut unverified = String::new();
     for account in ["acme", "globex"] {
-        w.endpoint(
-            account,
-            &rx.url(&format!("/hooks/{account}")),
-            serde_json::json!({}),
-        )
-        .await;
+        let (id, _) = w
+            .endpoint(
+                account,
+                &rx.url(&format!("/hooks/{account}")),
+                serde_json::json!({}),
+            )
+            .await;
+        if account == "acme" {
+            unverified = id;
+        }
     }
     let envs = [
+        ("UNVERIFIED_ENDPOINT", unverified),
         ("BRAND", "Acme".to_string()),
         ("ACCENT", "#0b7a53".to_string()),
         ("ACCOUNT", "acme".to_string()),

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::herald::ADMIN_TOKEN;
+use common::herald::{ADMIN_TOKEN, INGEST_TOKEN};
 use common::{behaviour, first_delivery, Receiver, Reply, World};
 
 const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
 const XSS_SCRIPT: &str = "</script><script>alert(2)</script>";
+/// A right-to-left override: applied, "invoice\u{202E}fdp.exe" reads "invoiceexe.pdf".
+const BIDI: &str = "invoice\u{202E}fdp.exe";
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// The browser run takes about 15 s; this bounds a wedged one.
 const BROWSER_DEADLINE: Duration = Duration::from_secs(180);
@@ -94,7 +96,7 @@ async fn portal_and_console_work_in_a_real_browser() {
             if r.path.starts_with("/fail") {
                 Reply::status(500)
                     .with_header("content-type", "text/html")
-                    .with_body(format!("{XSS_IMG} {XSS_SCRIPT}"))
+                    .with_body(format!("{XSS_IMG} {XSS_SCRIPT} {BIDI}"))
             } else {
                 Reply::status(200).with_body("ok")
             }
@@ -128,7 +130,7 @@ async fn portal_and_console_work_in_a_real_browser() {
         .endpoint(
             "acme",
             &rx.url("/fail/held"),
-            json!({"description": "Held by its breaker", "event_types": ["held.test"]}),
+            json!({"description": format!("Held by its breaker {BIDI}"), "event_types": ["held.test"]}),
         )
         .await;
     let (other_endpoint, _) = w.endpoint("globex", &rx.url("/ok/globex"), json!({})).await;
@@ -153,7 +155,7 @@ async fn portal_and_console_work_in_a_real_browser() {
                 "acme",
                 kind,
                 json!({"order_id": format!("ord_{i}"), "note": XSS_IMG, "html": XSS_SCRIPT,
-                       "total": 4200 + i}),
+                       "file": BIDI, "total": 4200 + i}),
             )
             .await;
         for d in answer["deliveries"].as_array().expect("deliveries") {
@@ -189,6 +191,23 @@ async fn portal_and_console_work_in_a_real_browser() {
     )
     .await;
     let held_delivery = first_delivery(&w.ingest("acme", "held.test", json!({"n": 10})).await);
+    // More deliveries than one incidents request looks at (an account without endpoints: one
+    // no_endpoint record each), so the console's incidents over every account are partial.
+    for batch in 0..6 {
+        let events: Vec<Value> = (0..850)
+            .map(|i| json!({"account_id": "bulk", "type": "bulk.test", "payload": {"n": batch * 850 + i}}))
+            .collect();
+        let (status, answer) = w
+            .herald
+            .call(
+                "POST",
+                "/v1/events/batch",
+                Some(INGEST_TOKEN),
+                Some(json!({ "events": events })),
+            )
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
     let setup = started.elapsed();
 
     let shots = root.join("target").join("screenshots");

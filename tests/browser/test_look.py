@@ -65,6 +65,7 @@ BRAND = env("BRAND")
 ACCENT = env("ACCENT")
 ACCOUNT = env("ACCOUNT")
 OTHER_ACCOUNT = env("OTHER_ACCOUNT")
+UNVERIFIED_ENDPOINT = env("UNVERIFIED_ENDPOINT")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ACCENT_RGB = "rgb({}, {}, {})".format(*(int(ACCENT[i:i + 2], 16) for i in (1, 3, 5)))
 
@@ -175,6 +176,22 @@ def branded_portal_shows_brand_logo_and_accent(ctx):
     colour = current.evaluate("(a) => getComputedStyle(a).borderBottomColor")
     check(colour != ACCENT_RGB, f"the dark scheme uses a lighter shade of the accent, got {colour}")
     shot(page, "portal-branded-dark")
+    page.close()
+
+
+def an_unverified_endpoint_says_it_receives_nothing(ctx):
+    # This herald requires verification (as installs do by default): an endpoint that has not
+    # passed it gets nothing, and its page says so before anything else.
+    page = ctx.new_page()
+    link, _ = portal_link(ACCOUNT)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    page.goto(page.url.split("#")[0] + f"#/endpoints/{UNVERIFIED_ENDPOINT}")
+    banner = page.locator("main .banner")
+    expect(banner).to_contain_text("This endpoint receives nothing yet: it is not verified.")
+    expect(banner).to_contain_text("Press Verify")
+    check(banner.get_attribute("role") == "alert", "the banner is announced")
+    shot(page, "portal-unverified-banner")
     page.close()
 
 
@@ -296,6 +313,7 @@ def main():
 
         run("favicon_gzip_and_head_are_served", favicon_gzip_and_head_are_served)
         run("branded_portal_shows_brand_logo_and_accent", branded_portal_shows_brand_logo_and_accent, ctx)
+        run("an_unverified_endpoint_says_it_receives_nothing", an_unverified_endpoint_says_it_receives_nothing, ctx)
         run("a_second_link_in_the_same_tab_replaces_the_session", a_second_link_in_the_same_tab_replaces_the_session, ctx)
         run("framed_portal_shows_only_its_nav_and_takes_a_new_link", framed_portal_shows_only_its_nav_and_takes_a_new_link, ctx, host)
         run("console_refuses_to_be_framed", console_refuses_to_be_framed, ctx, host)

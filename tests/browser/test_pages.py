@@ -383,6 +383,10 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
 
 
 def a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens(page):
+    # Its description holds a right-to-left override: the list shows it as an escape.
+    goto(page, "/endpoints")
+    expect(page.locator("main")).to_contain_text("Held by its breaker invoice\\u{202E}fdp.exe")
+    check("\u202e" not in page.locator("main").inner_text(), "a bidirectional override reached the list")
     goto(page, f"/deliveries/{HELD_DELIVERY}")
     where = page.locator("section", has=page.get_by_role("heading", name="Where it stands"))
     expect(where).to_contain_text("Why waiting")
@@ -535,6 +539,12 @@ def payload_and_response_body_render_as_text(page, b):
         expect(toggles.nth(1)).to_have_attribute("aria-expanded", "true")
     check(page.locator("img").count() == 0, "an <img> element was injected into the page")
     check(page.evaluate("document.scripts.length") == 1, "a <script> element was injected into the page")
+    # A right-to-left override in the payload and the response is shown as an escape, never
+    # applied: the page holds no U+202E at all.
+    expect(payload).to_contain_text("invoice\\u{202E}fdp.exe")
+    expect(detail.locator("pre")).to_contain_text("invoice\\u{202E}fdp.exe")
+    check("\u202e" not in page.locator("main").inner_text(), "a bidirectional override reached the page")
+    check(payload.locator("span.esc").count() >= 1, "the escape is marked")
     page.get_by_role("link", name=page.locator("a[href^='#/events/']").first.inner_text()).first.click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Event")
     settle(page)
@@ -703,6 +713,29 @@ def keyboard_alone_reaches_and_presses_retry(page):
     expect(attempts(page)).to_have_count(before + 1, timeout=25_000)
 
 
+def incidents_are_honest_after_a_partial_scan_and_show_held_endpoints(b, portal):
+    # The portal: the endpoint its breaker holds, with its waiting deliveries.
+    goto(portal, "/incidents")
+    held = portal.locator("section", has=portal.get_by_role("heading", name=re.compile("Held by their circuit breaker")))
+    expect(held.get_by_role("heading")).to_have_text(re.compile(r"Held by their circuit breaker: \d+ endpoints?, \d+ deliver"))
+    row = held.locator("tbody tr", has_text="fail/held")
+    expect(row).to_contain_text("open")
+    expect(row.locator("td").last).to_have_text(re.compile(r"^[1-9]\d*$"))
+    # The console over every account: more deliveries than one scan reads, and it says so.
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.goto(f"{URL}/console")
+    page.get_by_label("Admin token").fill(ADMIN)
+    button(page, "Sign in").click()
+    expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+    goto(page, "/incidents")
+    expect(page.get_by_role("status").filter(has_text="Partial")).to_contain_text("only the newest 5,000 deliveries")
+    expect(page.locator("main")).to_contain_text("Held by their circuit breaker")
+    check("nothing to do" not in page.locator("main").inner_text(), "a partial scan never says there is nothing to do")
+    shot(page, "console-incidents-partial")
+    ctx.close()
+
+
 def console_sees_incidents_and_event_types(page):
     goto(page, "/incidents")
     expect(page.get_by_role("heading", name="Incidents", exact=True)).to_be_visible()
@@ -796,6 +829,8 @@ def main():
         run("keyboard_alone_reaches_and_presses_retry", keyboard_alone_reaches_and_presses_retry, page)
         run("recover_shows_count_before_confirming", recover_shows_count_before_confirming, page)
         run("customer_sees_incidents_and_event_types", console_sees_incidents_and_event_types, page)
+        run("incidents_are_honest_after_a_partial_scan_and_show_held_endpoints",
+            incidents_are_honest_after_a_partial_scan_and_show_held_endpoints, browser, page)
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
         run("operator_purges_an_account_once_its_id_is_typed", operator_purges_an_account_once_its_id_is_typed, browser)
