@@ -52,7 +52,12 @@ export async function viewEndpointForm(ctx, id) {
     return name;
   };
   for (const [k, v] of Object.entries(ep ? ep.headers || {} : {})) addHeader(k, v);
-  const retry = h("input", { type: "text", id: "f-retry_policy", class: "mono", list: "retry-policies", value: ep ? ep.retry_policy : "", placeholder: "standard", spellcheck: "false" });
+  // The config's retry policies, each with its schedule; the endpoint's own stays listed.
+  const known_ = policies.map((p) => p.name);
+  const current = ep ? ep.retry_policy : "";
+  const policyText = (p) => (p.delays ? `${p.name}: ${p.attempts} attempts${p.delays.length ? ` (${p.delays.join(", ")})` : ""}` : p.name);
+  const retry = select([["", "The default policy"], ...policies.map((p) => [p.name, policyText(p)]),
+    ...(current && !known_.includes(current) ? [[current, current]] : [])], current, { id: "f-retry_policy" });
   const sig = ep ? null : select([["hmac", "HMAC-SHA256 (v1, shared secret)"], ["ed25519", "Ed25519 (v1a, public key)"]], "hmac", { id: "f-signature" });
   const ordMode = select([["", "Best effort (no order)"], ["key", "In order per payload field"], ["all", "Whole endpoint in order"]],
     ep && ep.ordering ? (ep.ordering.key === null ? "all" : "key") : "", { id: "f-ordering" });
@@ -74,9 +79,7 @@ export async function viewEndpointForm(ctx, id) {
         ? "Sent with every request. Headers that use a secret of your platform ({{ secret.NAME }}) are set by its operator and cannot be changed here."
         : "Sent with every request. A value may use {{ secret.NAME }}, an account secret set with PUT /v1/accounts/{id}/secrets/{NAME}."),
       headerRows, button("Add header", () => addHeader().focus(), { kind: "small" })),
-    field("Retry policy", retry, "A policy name from herald's config; empty for the default."),
-    h("datalist", { id: "retry-policies" }, (policies.length ? policies : [{ name: "none" }, { name: "short" }, { name: "standard" }])
-      .map((p) => h("option", { value: p.name }, p.delays ? `${p.name}: ${p.attempts} attempts${p.delays.length ? ` (${p.delays.join(", ")})` : ""}` : p.name))),
+    field("Retry policy", retry, "How often, and for how long, a failed delivery is tried again."),
     sig ? field("Signature", sig) : null,
     h("fieldset", null, h("legend", null, "Delivery controls"),
       field("Ordering", ordMode), field("Ordering key", ordKey, "The top-level payload field whose value orders deliveries (with “per payload field”)."),
@@ -86,7 +89,7 @@ export async function viewEndpointForm(ctx, id) {
     out);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    for (const x of form.querySelectorAll("[aria-invalid]")) x.removeAttribute("aria-invalid");
+    markField(form, null);
     const types = [...form.querySelectorAll("fieldset input[type=checkbox]:checked")].map((c) => c.value)
       .concat(other.value.split(",").map((s) => s.trim()).filter(Boolean));
     const hdrs = {};
@@ -95,7 +98,7 @@ export async function viewEndpointForm(ctx, id) {
       if (n.value.trim()) hdrs[n.value.trim()] = v.value;
     }
     const body = { url: url.value.trim(), description: desc.value, event_types: types, headers: hdrs };
-    if (retry.value.trim()) body.retry_policy = retry.value.trim();
+    if (retry.value) body.retry_policy = retry.value;
     if (sig && sig.value !== "hmac") body.signature = sig.value;
     const ordering = ordMode.value === "all" ? { key: null } : ordMode.value === "key" ? { key: ordKey.value.trim() } : null;
     const rl = rate.value.trim() ? { per_second: Number(rate.value) } : null;
@@ -105,8 +108,7 @@ export async function viewEndpointForm(ctx, id) {
     try {
       filter = flt.value();
     } catch (err) {
-      put(out, errorBox(err));
-      markField(form, err.field);
+      put(out, markField(form, err) ? msg("error", "Check the highlighted field.") : errorBox(err));
       return;
     }
     if (ep ? JSON.stringify(filter) !== JSON.stringify(ep.filter || null) : filter) body.filter = filter;
@@ -122,8 +124,7 @@ export async function viewEndpointForm(ctx, id) {
       const r = await api("POST", `/v1/accounts/${enc(acc)}/endpoints`, body);
       createdView(r);
     } catch (err) {
-      put(out, errorBox(err));
-      markField(form, err.field);
+      put(out, markField(form, err) ? msg("error", "Check the highlighted field.") : errorBox(err));
     } finally {
       submit.disabled = false;
     }
@@ -131,14 +132,55 @@ export async function viewEndpointForm(ctx, id) {
   put(main, main.querySelector("h1"), APP === "console" ? h("p", { class: "muted" }, "Account ", mono(ep ? ep.account_id : acc)) : null, form);
 }
 
-export function markField(form, name) {
-  if (!name) return;
+// Shows an error at the field it names (the control marked invalid, the sentence tied to it
+// with aria-describedby, focus moved there), in the words of whoever reads the page; answers
+// whether a field took it.
+export function markField(form, err) {
+  for (const x of form.querySelectorAll(".field-error")) x.remove();
+  for (const x of form.querySelectorAll("[aria-invalid]")) {
+    x.removeAttribute("aria-invalid");
+    x.setAttribute("aria-describedby", (x.getAttribute("aria-describedby") || "").split(" ").filter((i) => !i.endsWith("-error")).join(" "));
+  }
+  const name = err && err.field;
+  if (!name) return false;
   const base = name.split(/[.[]/)[0];
   const el = form.querySelector(`#f-${CSS.escape(base)}`) || (base === "headers" ? form.querySelector(".header-row input") : null);
-  if (el) {
-    el.setAttribute("aria-invalid", "true");
-    el.focus();
+  if (!el) return false;
+  const errId = `${el.id}-error`;
+  const text = h("p", { class: "field-error", id: errId }, fieldMessage(err));
+  // After the control (and its hint), inside its field.
+  const box = el.closest(".field") || el.parentElement;
+  box.append(text);
+  const before = el.getAttribute("aria-describedby");
+  el.setAttribute("aria-invalid", "true");
+  el.setAttribute("aria-describedby", [errId, before].filter(Boolean).join(" "));
+  // Once the field is changed, its error goes.
+  el.addEventListener("input", () => {
+    text.remove();
+    el.removeAttribute("aria-invalid");
+    if (before) el.setAttribute("aria-describedby", before); else el.removeAttribute("aria-describedby");
+  }, { once: true });
+  el.focus();
+  return true;
+}
+
+// The API's sentence for a field, for the page's reader: the portal's customers get plain
+// words (no status codes, parser wording or operator config keys); the console's operator
+// gets herald's own sentence.
+export function fieldMessage(err) {
+  const m = String(err.message || "");
+  if (APP !== "portal") return m;
+  if (err.field === "url") {
+    if (/must use https|scheme/.test(m)) return "The address must start with https:// — webhooks are only sent over encrypted connections.";
+    if (/not a valid absolute URL|has no host/.test(m)) return "Enter the full address of your receiver, starting with https:// (for example https://example.com/webhooks).";
+    if (/user-info/.test(m)) return "Leave the user name and password out of the address; send credentials in a custom header instead.";
+    if (/is refused/.test(m)) return "This address points to a private or internal network, which webhooks are never sent to. Use your receiver's public address.";
+    if (/at most/.test(m)) return "The address is too long: at most 2,048 characters.";
   }
+  if (err.field === "retry_policy") return "Pick one of the retry policies listed.";
+  if (/^rate_limit/.test(err.field || "")) return "The rate limit is a number of requests per second above 0 (fractions allowed), or empty for none.";
+  // Otherwise herald's sentence, without an operator's config key in parentheses.
+  return m.replace(/\s*\([^()]*\b[a-z_]+\.[a-z_]+ = [^()]*\)|\s*\((?:[^()]*\s)?[a-z_]+\.[a-z_]+\)/g, "");
 }
 
 export function createdView(r) {

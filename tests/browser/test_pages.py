@@ -146,9 +146,11 @@ class Browser:
         self.browser.close()
 
 
-def shot(page, name):
+def shot(page, name, full=True):
+    """A screenshot in SCREENSHOT_DIR; `full=False` keeps to the window (the docs' pictures,
+    docs/img/, are copied from those)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)
 
 
 def settle(page):
@@ -284,18 +286,33 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     page.get_by_role("link", name="Create endpoint").first.click()
     expect(page.get_by_role("heading", name="Create endpoint", exact=True)).to_be_visible()
     settle(page)
-    # A bad URL: the API's message and field are shown.
-    page.get_by_label("URL", exact=True).fill("ftp://nowhere")
-    button(page, "Create endpoint").click()
-    alert = page.get_by_role("alert")
-    expect(alert).to_contain_text("url")
-    check(page.get_by_label("URL", exact=True).get_attribute("aria-invalid") == "true", "the field in error is marked")
+    # A bad URL: the error is shown at the field, tied to it, focused, in the customer's words
+    # (no status code, no parser wording, no operator config key).
+    url = page.get_by_label("URL", exact=True)
+    for bad, words in [("ftp://nowhere", "must start with https://"), ("nowhere", "Enter the full address"),
+                       ("http://example.com/hook", "must start with https://")]:
+        url.fill(bad)
+        button(page, "Create endpoint").click()
+        error = page.locator("#f-url-error")
+        expect(error).to_contain_text(words)
+        check(url.get_attribute("aria-invalid") == "true", "the field in error is marked")
+        check("f-url-error" in (url.get_attribute("aria-describedby") or ""), "the error is tied to its field")
+        check(page.evaluate("document.activeElement.id") == "f-url", "the field in error has the focus")
+        text = page.locator("main").inner_text()
+        for developer_words in ["Error 422", "relative URL", "delivery.allow_http", "allow_http"]:
+            check(developer_words not in text, f"the form shows developer words: {developer_words!r}")
+        check(error.evaluate("(e) => e.getBoundingClientRect().bottom <= window.innerHeight"),
+              "the error is on screen, beside its field")
+    expect(page.get_by_role("alert").first).to_contain_text("Check the highlighted field")
     page.get_by_label("URL", exact=True).fill(RECEIVER_URL)
     page.get_by_label("Description").fill("Created in the browser test")
     page.get_by_label("order.created").check()
     button(page, "Add header").click()
     page.get_by_label("Header 1 name").fill("x-team")
     page.get_by_label("Header 1 value").fill("payments")
+    retry_policy = page.get_by_label("Retry policy")
+    check(retry_policy.evaluate("(e) => e.tagName") == "SELECT", "the retry policy is picked from a list")
+    retry_policy.select_option("standard")
     page.get_by_label("Ordering", exact=True).select_option("key")
     page.get_by_label("Ordering key").fill("customer_id")
     page.get_by_label("Rate limit (requests per second)").fill("5")
@@ -324,6 +341,7 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     expect(result).to_contain_text("delivered", timeout=20_000)
     expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
     shot(page, "portal-endpoint-page")
+    shot(page, "doc-portal-endpoint", full=False)
     endpoint_id = page.url.rsplit("/", 1)[1]
     # The page reads its figures again after the test event (no reload), and the chart picks
     # its window: the test event's attempt is in both, counted by the store.
@@ -368,6 +386,7 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     goto(page, "/deliveries")
     expect(page.locator(".results tbody tr").first).to_be_visible()
     shot(page, "portal-deliveries")
+    shot(page, "doc-portal-log", full=False)
     # Rows lead with type, status, time and endpoint; the type is picked from the catalog; a
     # click anywhere on a row opens its delivery; Refresh reads the log again.
     headers = [t.lower() for t in page.locator(".results thead th").all_text_contents()]
@@ -401,6 +420,7 @@ def a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens(page):
     check("a new attempt is being made now" not in page.locator("main").inner_text(),
           "a retry on a held endpoint does not claim an attempt is made now")
     shot(page, "portal-delivery-held")
+    shot(page, "doc-portal-delivery-held", full=False)
     goto(page, f"/endpoints/{HELD_ENDPOINT}")
     expect(page.locator("main")).to_contain_text("next probe")
 
@@ -417,12 +437,12 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     # Not JSON: said before anything is sent, and the field is marked.
     flt.fill('{"payload": ')
     button(page, "Save").click()
-    expect(page.get_by_role("alert")).to_contain_text("not valid JSON")
+    expect(page.locator("#f-filter-error")).to_contain_text("not valid JSON")
     check(flt.get_attribute("aria-invalid") == "true", "the filter field in error is marked")
-    # A wrong operand: the API's message names the path inside the filter.
+    # A wrong operand: the API's message names the path inside the filter, at the field.
     flt.fill('{"payload": {"total": {"$gte": true}}}')
     button(page, "Save").click()
-    expect(page.get_by_role("alert")).to_contain_text("filter.payload.total.$gte")
+    expect(page.locator("#f-filter-error")).to_contain_text("filter.payload.total.$gte")
     # Tested against a recent event of the account (the fixture's invoices carry a total).
     pick = page.get_by_label("Test against a recent event")
     invoice = pick.locator("option", has_text="invoice.paid").first
@@ -437,6 +457,8 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     button(page, "Test").click()
     expect(result).to_contain_text("Matches")
     shot(page, "portal-filter-editor")
+    page.get_by_label("Filter (JSON)").scroll_into_view_if_needed()
+    shot(page, "doc-portal-filter-editor", full=False)
     button(page, "Save").click()
     expect(page.locator("main")).to_contain_text("Saved.")
     expect(page.locator(".filter-shown")).to_contain_text('"$gte": 4200')
@@ -630,6 +652,54 @@ def pages_carry_csp_and_frame_ancestors():
         check(headers.get("etag"), f"{path}: ETag missing")
 
 
+def nothing_overflows_at_1280_and_390_px_with_a_300_character_description(b, link):
+    long_desc = "x" * 300
+    status, made, _ = api("POST", f"/v1/accounts/{ACCOUNT}/endpoints",
+                          body={"url": RECEIVER_URL + "/long", "description": long_desc})
+    check(status == 201, f"create the long-described endpoint: {status} {made}")
+    long_id = made["endpoint"]["id"]
+
+    def no_table_scrolls(page, where):
+        wide = page.evaluate("""[...document.querySelectorAll('main .table-wrap')]
+            .filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.getAttribute('aria-label'))""")
+        check(not wide, f"{where}: tables wider than their box (columns hidden): {wide}")
+
+    def no_page_scroll(page, where, width):
+        sw, cw = page.evaluate("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        check(sw <= cw, f"at {width} px, {where} scrolls sideways: {sw} > {cw}")
+
+    for width in [1280, 390]:
+        ctx = b.context(viewport={"width": width, "height": 900})
+        page = b.page(ctx)
+        page.goto(link)
+        expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+        for view in ["/endpoints", f"/endpoints/{long_id}", "/deliveries", "/incidents"]:
+            goto(page, view)
+            if view == "/endpoints":
+                expect(page.locator("main")).to_contain_text(long_desc[:40])
+            no_page_scroll(page, view, width)
+            if width == 1280:
+                no_table_scrolls(page, f"at 1280 px, {view}")
+        if width == 1280:
+            shot(page, "portal-long-description")
+        ctx.close()
+        ctx = b.context(viewport={"width": width, "height": 900})
+        page = b.page(ctx)
+        page.goto(f"{URL}/console")
+        page.get_by_label("Admin token").fill(ADMIN)
+        button(page, "Sign in").click()
+        expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
+        settle(page)
+        for view in ["/overview", f"/endpoints?account_id={ACCOUNT}"]:
+            goto(page, view)
+            no_page_scroll(page, f"the console's {view}", width)
+            if width == 1280:
+                no_table_scrolls(page, f"at 1280 px, the console's {view}")
+        ctx.close()
+    status, _, _ = api("DELETE", f"/v1/endpoints/{long_id}")
+    check(status == 204, f"delete the long-described endpoint: {status}")
+
+
 def pages_fit_360px_without_horizontal_scroll(b, link):
     ctx = b.context(viewport={"width": 360, "height": 780})
     page = b.page(ctx)
@@ -733,6 +803,7 @@ def incidents_are_honest_after_a_partial_scan_and_show_held_endpoints(b, portal)
     expect(page.locator("main")).to_contain_text("Held by their circuit breaker")
     check("nothing to do" not in page.locator("main").inner_text(), "a partial scan never says there is nothing to do")
     shot(page, "console-incidents-partial")
+    shot(page, "doc-console-incidents", full=False)
     ctx.close()
 
 
@@ -833,6 +904,8 @@ def main():
             incidents_are_honest_after_a_partial_scan_and_show_held_endpoints, browser, page)
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
+        run("nothing_overflows_at_1280_and_390_px_with_a_300_character_description",
+            nothing_overflows_at_1280_and_390_px_with_a_300_character_description, browser, link)
         run("operator_purges_an_account_once_its_id_is_typed", operator_purges_an_account_once_its_id_is_typed, browser)
         run("axe_finds_no_violations_on_portal_and_console", axe_finds_no_violations_on_portal_and_console, browser, link)
         run("no_dialog_script_error_or_csp_violation_anywhere", browser.assert_clean, "the whole run")
