@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "claims by endpoint", include_str!("schema_0002.sql")),
     (3, "shared rate limits", include_str!("schema_0003.sql")),
     (4, "directory version", include_str!("schema_0004.sql")),
+    (5, "failure alerts", include_str!("schema_0005.sql")),
 ];
 
 /// The schema version this herald writes.
