@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alert_emails;
 mod backup;
 mod conditions;
 mod contract;
