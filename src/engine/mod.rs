@@ -116,6 +116,8 @@ pub struct Engine {
     identities: Mutex<HashMap<String, Arc<ClientIdentity>>>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
+    /// Where breaker openings, closings and disablings are reported for failure alert mails.
+    alerts: crate::alerts::Alerts,
 }
 
 /// What became of a delivery the scheduler handed to an attempt.
@@ -133,6 +135,7 @@ impl Engine {
         clock: Arc<dyn Clock>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
+        alerts: crate::alerts::Alerts,
     ) -> Arc<Engine> {
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
@@ -150,6 +153,7 @@ impl Engine {
             attempted: tokio::sync::broadcast::channel(1024).0,
             rates: Mutex::new(rates::Rates::default()),
             identities: Mutex::new(HashMap::new()),
+            alerts,
         })
     }
 

@@ -7,6 +7,7 @@
 mod common;
 
 mod alert_emails;
+mod alerts;
 mod backup;
 mod conditions;
 mod contract;
