@@ -73,8 +73,7 @@ pub enum AlertResult {
     Failed,
     /// The alert queue was full: dropped before it was decided.
     Dropped,
-    /// Not mailed: within `alerts.min_interval` of the last failing mail, or a recovery that
-    /// answers no failure mail.
+    /// A failing mail not sent: within `alerts.min_interval` of the last one.
     Suppressed,
 }
 

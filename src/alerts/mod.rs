@@ -207,11 +207,13 @@ impl Sender {
         let interval = self.min_interval.as_millis() as Millis;
         match self.store.claim_alert(&ep.id, t.kind, t.at, interval).await {
             Ok(true) => {}
-            Ok(false) => {
+            // Only a failing mail is withheld (and counted): the others had nothing to say.
+            Ok(false) if t.kind == AlertKind::Failing => {
                 self.metrics.alert(AlertResult::Suppressed);
-                tracing::debug!(endpoint_id = %ep.id, alert = t.kind.as_str(), "alert mail not sent: one went out within alerts.min_interval (or nothing to answer)");
+                tracing::info!(endpoint_id = %ep.id, "failing alert mail not sent: one went out within alerts.min_interval");
                 return None;
             }
+            Ok(false) => return None,
             Err(e) => {
                 self.metrics.alert(AlertResult::Failed);
                 tracing::warn!(endpoint_id = %ep.id, error = %e, "alert mail not sent: cannot claim it in the store");

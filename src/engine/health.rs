@@ -116,10 +116,11 @@ impl Engine {
             return;
         }
         let disable_after = self.cfg.disable_after_ms;
-        let (change, after) = match self
+        let (change, before, after) = match self
             .store
             .change_breaker(&ep.id, now, |b| {
-                (b.record(ok, probe, now, disable_after), *b)
+                let before = *b;
+                (b.record(ok, probe, now, disable_after), before, *b)
             })
             .await
         {
@@ -158,6 +159,11 @@ impl Engine {
             // A failed probe of an open breaker: the alerts decide whether the people hear
             // of it again (docs/operations.md, "Failure alerts").
             None if probe && !ok && after.phase == Phase::Open => alert(AlertKind::StillFailing),
+            // The first success after failures the breaker never opened for (a resumed
+            // endpoint disabled by a 410): a recovery, if a disabled mail is unanswered.
+            None if ok && before.consecutive_failures > 0 => {
+                self.alert(ep, AlertKind::Recovered, now, None, Some(last))
+            }
             None => {}
         }
     }

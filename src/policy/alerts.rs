@@ -9,8 +9,9 @@
 //!   mail and a recovery was mailed since) and `min_interval` has passed: so an endpoint that
 //!   flapped and then stayed down is reported once more, never every probe.
 //! - *disabled*: the endpoint was disabled. Always mailed (it happens once until it is resumed).
-//! - *recovered*: the breaker closed after failing. Mailed only when a failing or disabled
-//!   mail went out since the last recovery mail, so every recovery mail answers a failure mail.
+//! - *recovered*: the first success after failures (the breaker closed, or a resumed endpoint
+//!   delivered). Mailed only when a failing or disabled mail went out since the last recovery
+//!   mail, so every recovery mail answers a failure mail.
 
 use serde::{Deserialize, Serialize};
 

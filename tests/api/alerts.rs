@@ -176,7 +176,17 @@ async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_n
     );
 
     // A second endpoint answers 410 Gone: it is disabled, and that is mailed.
-    let gone = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(410)));
+    let is_gone = Arc::new(AtomicBool::new(true));
+    let gone = Receiver::https(&w.ca, {
+        let is_gone = is_gone.clone();
+        behaviour(move |_, _| {
+            Reply::status(if is_gone.load(Ordering::SeqCst) {
+                410
+            } else {
+                200
+            })
+        })
+    });
     let (gone_ep, _) = w
         .endpoint("acme", &gone.url("/gone"), json!({"retry_policy": "none"}))
         .await;
@@ -199,9 +209,29 @@ async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_n
     assert!(disabled
         .body()
         .contains("Last attempt:       http_error (HTTP 410)\n"));
+    // Resumed, it delivers again: that first success is mailed as its recovery.
+    is_gone.store(false, Ordering::SeqCst);
+    let (status, _) = h
+        .admin("POST", &format!("/v1/endpoints/{gone_ep}/resume"), None)
+        .await;
+    assert_eq!(status, 200);
+    let d = first_delivery(&w.ingest("acme", "t.x", json!({})).await);
+    w.wait_state(&d, "delivered", SETTLE).await;
+    let mails = smtp.wait_for(4, SETTLE).await;
+    assert!(
+        mails[3]
+            .header("Subject")
+            .unwrap()
+            .contains("has recovered"),
+        "{:?}",
+        mails[3]
+    );
+    assert!(mails[3]
+        .body()
+        .contains(&format!("Endpoint id:        {gone_ep}\n")));
 
     // Never a secret, a header value, a portal token, a payload byte or the URL's query.
-    assert_eq!(smtp.mails().len(), 3, "no mail to the other account");
+    assert_eq!(smtp.mails().len(), 4, "no mail to the other account");
     assert_clean(
         &smtp.mails(),
         &[
@@ -214,7 +244,7 @@ async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_n
             secret.trim_start_matches("whsec_"),
         ],
     );
-    assert_eq!(metric(h, "sent").await, 3);
+    assert_eq!(metric(h, "sent").await, 4);
     assert_eq!(metric(h, "failed").await, 0);
 }
 
@@ -257,8 +287,8 @@ async fn at_most_one_failing_mail_per_endpoint_per_min_interval() {
     open_breaker(&w, "acme").await;
     failing.store(false, Ordering::SeqCst);
     recover_at(&w, "acme", T0 + 630_000).await;
-    common::wait_until(SETTLE, "both alerts are decided", || async {
-        metric(&w.herald, "suppressed").await == 2
+    common::wait_until(SETTLE, "the failing mail is withheld", || async {
+        metric(&w.herald, "suppressed").await == 1
     })
     .await;
     assert_eq!(subjects(), ["failing", "recovered"]);

@@ -19,8 +19,12 @@ import json
 import os
 import ssl
 import sys
+import warnings
 
 from aiosmtpd.smtp import SMTP, AuthResult
+
+# aiosmtpd 1.4 warns about its own use of Session.login_data on every login.
+warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def main():
