@@ -151,7 +151,7 @@ export const account = () => (APP === "portal" ? S.session && S.session.account_
 export function href(path, params = {}) {
   const q = new URLSearchParams();
   if (APP === "console" && S.account && params.account_id === undefined &&
-    /^\/(endpoints|deliveries|incidents)(\/new)?$/.test(path)) q.set("account_id", S.account);
+    /^\/(endpoints|deliveries|incidents|alerts)(\/new)?$/.test(path)) q.set("account_id", S.account);
   for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") q.set(k, v);
   const qs = q.toString();
   return `#${path}${qs ? `?${qs}` : ""}`;

@@ -6,6 +6,7 @@ import { append, h, put } from "./dom.js";
 import { mono, utc } from "./format.js";
 import { button, errorBox, field, href, link, loading, msg } from "./pieces.js";
 import { APP, BRAND_KEY, FRAMED, S, TOKEN_KEY, kept, main, top } from "./state.js";
+import { viewAlerts } from "./view-alerts.js";
 import { viewEventTypes, viewIncidents } from "./view-catalog.js";
 import { viewDeliveries } from "./view-deliveries.js";
 import { viewDelivery, viewEvent } from "./view-delivery.js";
@@ -17,7 +18,7 @@ import { viewAccounts, viewOverview } from "./view-overview.js";
 export function navItems() {
   const items = [];
   if (APP === "console") items.push(["overview", "Overview"], ["accounts", "Accounts"]);
-  items.push(["endpoints", "Endpoints"], ["deliveries", "Deliveries"], ["incidents", "Incidents"], ["event-types", "Event types"]);
+  items.push(["endpoints", "Endpoints"], ["deliveries", "Deliveries"], ["incidents", "Incidents"], ["event-types", "Event types"], ["alerts", "Alerts"]);
   return items;
 }
 
@@ -100,7 +101,7 @@ export function accountPicker(route) {
     const a = input.value.trim();
     if (!a) return;
     let p = section(route.parts);
-    if (!["endpoints", "deliveries", "incidents"].includes(p) || route.parts.length > 1) p = "endpoints";
+    if (!["endpoints", "deliveries", "incidents", "alerts"].includes(p) || route.parts.length > 1) p = "endpoints";
     location.hash = href(`/${p}`, { account_id: a });
   });
   return form;
@@ -149,7 +150,7 @@ export async function render() {
   const { parts, q } = route;
   if (APP === "console") {
     if (q.has("account_id")) S.account = q.get("account_id");
-    else if (["endpoints", "deliveries", "incidents"].includes(parts[0]) && parts.length === 1) S.account = null;
+    else if (["endpoints", "deliveries", "incidents", "alerts"].includes(parts[0]) && parts.length === 1) S.account = null;
   }
   renderTop(route);
   const pathKey = parts.join("/");
@@ -173,6 +174,7 @@ export async function render() {
     else if (p0 === "events" && p1 && !p2) await viewEvent(ctx, p1);
     else if (p0 === "incidents" && !p1) await viewIncidents(ctx);
     else if (p0 === "event-types" && !p1) await viewEventTypes(ctx);
+    else if (p0 === "alerts" && !p1) await viewAlerts(ctx);
     else {
       viewShell("Page not found", h("p", null, "There is no page at this address. ",
         link(APP === "console" ? "Go to the overview" : "Go to your endpoints", APP === "console" ? "/overview" : "/endpoints"), "."));

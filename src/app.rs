@@ -123,12 +123,14 @@ pub async fn start(
     let tokens = load_tokens(&config)?;
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
     let client = delivery_client(&config, guard.clone())?;
+    let alerts = start_alerts(&config, &store, &clock, &metrics, &shutdown)?;
     let engine = Engine::new(
         store.clone(),
         client,
         clock.clone(),
         EngineConfig::from_config(&config),
         metrics.clone(),
+        alerts,
     );
     let addr = listener.local_addr().map_err(|source| AppError::Io {
         what: "listener".into(),
@@ -222,6 +224,33 @@ fn start_serving(
         failure.clone(),
     ));
     (task, failure)
+}
+
+/// Failure alert mails (docs/operations.md, "Failure alerts"): their background task when
+/// `[alerts]` names an SMTP server, else switched off.
+fn start_alerts(
+    config: &Config,
+    store: &Backend,
+    clock: &Arc<dyn Clock>,
+    metrics: &Arc<Metrics>,
+    shutdown: &Shutdown,
+) -> Result<crate::alerts::Alerts, AppError> {
+    let Some(setup) = config.alerts_setup()? else {
+        return Ok(crate::alerts::Alerts::off(metrics.clone()));
+    };
+    crate::alerts::start(
+        &setup,
+        config.delivery.extra_ca_file.as_deref(),
+        config.server.public_url.as_deref(),
+        store.clone(),
+        clock.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    )
+    .map_err(|e| AppError::Config {
+        key: "alerts".into(),
+        message: e.0,
+    })
 }
 
 /// Opens the store the config names. A cluster node migrates the schema (under the advisory

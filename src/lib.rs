@@ -7,6 +7,8 @@
 //! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`), the
 //! pure decisions (`policy`) and `signing`; nothing there imports a module above it.
 //!
+//! - [`alerts`]: failure alert mails: decided off the delivery path, sent over SMTP with
+//!   rustls, retried, counted.
 //! - [`app`]: `run(config, listener, clock, shutdown)`: opens the store, starts the API and the
 //!   engine, tears them down in order.
 //! - [`backup`]: online backup and restore on the store contract, and the archive's format.
@@ -35,6 +37,7 @@
 //! - [`tls`]: the TLS client setup deliveries and the cluster's database share (roots, CA file).
 #![forbid(unsafe_code)]
 
+pub mod alerts;
 pub mod api;
 pub mod app;
 pub mod backup;

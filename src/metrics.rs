@@ -61,6 +61,42 @@ impl Histogram {
     }
 }
 
+/// What became of a failure alert (docs/operations.md, "Failure alerts"): `herald_alerts_total`'s
+/// `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertResult {
+    /// Handed to the SMTP server.
+    Sent,
+    /// A try failed; another follows.
+    Retried,
+    /// Every try failed (or the store could not say whom to mail): given up.
+    Failed,
+    /// The alert queue was full: dropped before it was decided.
+    Dropped,
+    /// A failing mail not sent: within `alerts.min_interval` of the last one.
+    Suppressed,
+}
+
+impl AlertResult {
+    pub const ALL: [AlertResult; 5] = [
+        AlertResult::Sent,
+        AlertResult::Retried,
+        AlertResult::Failed,
+        AlertResult::Dropped,
+        AlertResult::Suppressed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertResult::Sent => "sent",
+            AlertResult::Retried => "retried",
+            AlertResult::Failed => "failed",
+            AlertResult::Dropped => "dropped",
+            AlertResult::Suppressed => "suppressed",
+        }
+    }
+}
+
 /// Every metric herald exports.
 pub struct Metrics {
     pub events_ingested: AtomicU64,
@@ -71,6 +107,7 @@ pub struct Metrics {
     pub quota_check_failures: AtomicU64,
     pub commit_batch_size: Histogram,
     pub fsync_duration: Histogram,
+    alerts: [AtomicU64; AlertResult::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -84,6 +121,7 @@ impl Default for Metrics {
             quota_check_failures: AtomicU64::new(0),
             commit_batch_size: Histogram::new(&BATCH_BUCKETS),
             fsync_duration: Histogram::new(&LATENCY_BUCKETS),
+            alerts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -103,6 +141,14 @@ impl Metrics {
 
     pub fn attempts(&self, status: Status) -> u64 {
         self.attempts[status as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn alert(&self, result: AlertResult) {
+        self.alerts[result as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn alerts(&self, result: AlertResult) -> u64 {
+        self.alerts[result as usize].load(Ordering::Relaxed)
     }
 
     /// The text exposition format (version 0.0.4).
@@ -184,6 +230,19 @@ impl Metrics {
             "Quota checks that failed on a storage error and were allowed (fail open).",
             self.quota_check_failures.load(Ordering::Relaxed),
         );
+        let _ = writeln!(
+            out,
+            "# HELP herald_alerts_total Failure alert mails by result (sent, retried, failed, \
+             dropped, suppressed).\n# TYPE herald_alerts_total counter"
+        );
+        for r in AlertResult::ALL {
+            let _ = writeln!(
+                out,
+                "herald_alerts_total{{result=\"{}\"}} {}",
+                r.as_str(),
+                self.alerts(r)
+            );
+        }
         self.commit_batch_size.render(
             &mut out,
             "herald_commit_batch_size",

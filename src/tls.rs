@@ -1,6 +1,7 @@
 //! The TLS client setup herald's connections share: the bundled web PKI roots plus an
 //! operator's CA file, and rustls with ring, TLS 1.3 and 1.2. Deliveries (`outbound`) and the
-//! cluster's database connections (`store::postgres`) each build on it.
+//! cluster's database connections (`store::postgres`) each build on it; alert mails
+//! (`alerts`) trust the same roots and CA file through lettre's TLS parameters.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,18 +15,24 @@ pub fn roots(extra: Option<&Path>) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = extra {
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| e.to_string())?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        if certs.is_empty() {
-            return Err("no PEM certificate in the file".into());
-        }
-        for cert in certs {
+        for cert in extra_certificates(path)? {
             roots.add(cert).map_err(|e| e.to_string())?;
         }
     }
     Ok(roots)
+}
+
+/// Every certificate of the PEM file at `path` (at least one): what [`roots`] adds to the web
+/// PKI roots, and what alert mails' SMTP connections trust besides the same roots.
+pub fn extra_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificate in the file".into());
+    }
+    Ok(certs)
 }
 
 /// A client config trusting `roots`, before its choice of client certificate.

@@ -1,5 +1,6 @@
-//! Accounts: sync a plan (`PUT`), and show the plan, its limits and this minute's and today's
-//! usage (`GET`). Accounts are created on first use; one never seen has no plan.
+//! Accounts: change the fields a `PUT` names (the plan, the failure alert addresses), and show
+//! the plan, its limits, this minute's and today's usage and the alert addresses (`GET`).
+//! Accounts are created on first use; one never seen has no plan and no addresses.
 
 use std::sync::Arc;
 
@@ -10,51 +11,123 @@ use serde_json::{json, Value};
 
 use super::body::{self, read_json_body};
 use super::error::ApiError;
-use super::{json, validate, AppState, Resp};
+use super::{json, validate, AppState, Resp, Scope};
 use crate::outbound::request;
 use crate::policy::quota;
 use crate::store::prelude::*;
 
+/// At most this many alert addresses per account (docs/api.md).
+pub const MAX_ALERT_EMAILS: usize = 5;
+
+/// A `PUT`'s body: each field absent (left as it is) or given.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PlanBody {
-    /// Absent and `null` differ: absent is an error, `null` removes the plan.
+struct AccountBody {
+    /// Absent and `null` differ: absent leaves the plan, `null` removes it.
     #[serde(default, deserialize_with = "present")]
     plan: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    alert_emails: Option<Value>,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 
+/// `PUT /v1/accounts/{account_id}`: changes only the fields the body names, all checked before
+/// any is written. A portal session may set its own account's `alert_emails`; naming `plan`
+/// is the admin's (`403 admin_only`).
 pub async fn put(
     state: &Arc<AppState>,
+    scope: &Scope,
     req: Request<Incoming>,
     account_id: &str,
 ) -> Result<Resp, ApiError> {
     validate::account_id_str("account_id", account_id)?;
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
-    let b: PlanBody = body::parse(&bytes)?;
-    let plan = match b.plan {
-        None => {
-            return Err(ApiError::field(
-                "plan",
-                "plan is required (null removes the plan)",
-            ))
-        }
-        Some(Value::Null) => None,
-        Some(Value::String(name)) if state.config.plans.contains_key(&name) => Some(name),
-        Some(Value::String(name)) => {
+    let b: AccountBody = body::parse(&bytes)?;
+    if b.plan.is_some() && scope.account().is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_only",
+            "only the admin token sets an account's plan; a portal session may set alert_emails",
+        ));
+    }
+    if b.plan.is_none() && b.alert_emails.is_none() {
+        return Err(ApiError::field(
+            "plan",
+            "the body names neither plan nor alert_emails; name one or both (plan: a plan \
+             name or null; alert_emails: a list of addresses, [] clears them)",
+        ));
+    }
+    let plan = b.plan.map(|p| plan_of(state, p)).transpose()?;
+    let emails = b.alert_emails.map(alert_emails_of).transpose()?;
+    if let Some(plan) = plan {
+        state.store.set_account_plan(account_id, plan).await?;
+    }
+    if let Some(emails) = emails {
+        let n = emails.len();
+        state.store.set_alert_emails(account_id, emails).await?;
+        tracing::info!(account_id, addresses = n, "account alert addresses set");
+    }
+    view(state, account_id).await
+}
+
+/// A plan given in a body: a configured plan's name, or `None` (from `null`) to remove it.
+fn plan_of(state: &AppState, plan: Value) -> Result<Option<String>, ApiError> {
+    match plan {
+        Value::Null => Ok(None),
+        Value::String(name) if state.config.plans.contains_key(&name) => Ok(Some(name)),
+        Value::String(name) => {
             let known: Vec<&String> = state.config.plans.keys().collect();
-            return Err(ApiError::field(
+            Err(ApiError::field(
                 "plan",
                 format!("no plan named {name:?} in the config; known: {known:?}"),
+            ))
+        }
+        _ => Err(ApiError::field("plan", "plan must be a plan name or null")),
+    }
+}
+
+/// Alert addresses given in a body: a list of at most [`MAX_ALERT_EMAILS`] mail addresses
+/// (checked with lettre's parser), none repeated (compared ignoring case); `[]` clears them.
+pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(ApiError::field(
+            "alert_emails",
+            "alert_emails must be a list of mail addresses ([] clears them)",
+        ));
+    };
+    if items.len() > MAX_ALERT_EMAILS {
+        return Err(ApiError::field(
+            "alert_emails",
+            format!(
+                "alert_emails has {} addresses; at most {MAX_ALERT_EMAILS} are allowed",
+                items.len()
+            ),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let field = format!("alert_emails[{i}]");
+        let Value::String(addr) = item else {
+            return Err(ApiError::field(&field, format!("{field} must be a string")));
+        };
+        if addr.len() > 254 || addr.parse::<lettre::Address>().is_err() {
+            return Err(ApiError::field(
+                &field,
+                format!("{field} is not a mail address such as \"ops@example.com\""),
             ));
         }
-        Some(_) => return Err(ApiError::field("plan", "plan must be a plan name or null")),
-    };
-    state.store.set_account_plan(account_id, plan).await?;
-    view(state, account_id).await
+        if let Some(j) = out.iter().position(|a| a.eq_ignore_ascii_case(&addr)) {
+            return Err(ApiError::field(
+                &field,
+                format!("{field} repeats alert_emails[{j}]; give each address once"),
+            ));
+        }
+        out.push(addr);
+    }
+    Ok(out)
 }
 
 pub async fn get(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
@@ -73,12 +146,22 @@ pub async fn purge(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiE
     ))
 }
 
-/// `GET /v1/accounts`: every account herald knows (with a plan synced or an endpoint), with its
-/// plan, limits, usage and endpoint count, sorted by id. Accounts are few (one per customer of
-/// the platform): no paging.
+/// `GET /v1/accounts`: every account herald knows (with a plan synced, an endpoint or alert
+/// addresses), with its plan, limits, usage, alert addresses and endpoint count, sorted by id.
+/// Accounts are few (one per customer of the platform): no paging.
 pub async fn list(state: &Arc<AppState>) -> Result<Resp, ApiError> {
+    let mut ids: std::collections::BTreeSet<String> =
+        state.store.account_ids().into_iter().collect();
+    ids.extend(
+        state
+            .store
+            .all_alert_emails()
+            .await?
+            .into_iter()
+            .map(|(a, _)| a),
+    );
     let mut items = Vec::new();
-    for id in state.store.account_ids() {
+    for id in ids {
         let mut v = account(state, &id).await?;
         v["endpoints"] = json!(state.store.account_endpoints(&id).len());
         items.push(v);
@@ -101,6 +184,7 @@ async fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> 
         .store
         .quota_usage(account_id, quota::windows(state.clock.now_ms()))
         .await?;
+    let alert_emails = state.store.alert_emails(account_id).await?;
     Ok(json!({
         "account_id": account_id,
         "plan": plan,
@@ -110,6 +194,7 @@ async fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> 
             "per_day": limits.and_then(|l| l.per_day),
         },
         "usage": {"minute": minute, "day": day},
+        "alert_emails": alert_emails,
     }))
 }
 

@@ -284,7 +284,7 @@ async fn handle(
         Id::Status => status::status(state).await,
         Id::Backup => Ok(backup::stream(state)),
         Id::Accounts => accounts::list(state).await,
-        Id::AccountPut => accounts::put(state, req, p("account_id")).await,
+        Id::AccountPut => accounts::put(state, s, req, p("account_id")).await,
         Id::AccountGet => accounts::get(state, p("account_id")).await,
         Id::AccountDelete => accounts::purge(state, p("account_id")).await,
         Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,

@@ -109,7 +109,10 @@ fn operation(route: &Route) -> Option<Value> {
         Access::Public => {}
         _ => responses.push(e(401, "Missing or wrong credential.")),
     }
-    if route.access == Access::Account && route.changes() {
+    if route.access == Access::Account
+        && route.changes()
+        && !responses.iter().any(|(c, _)| c == "403")
+    {
         responses.push(e(403, "A read-only portal session (code `read_only`)."));
     }
     if req.is_some() {
@@ -349,18 +352,28 @@ fn account_spec(id: Id) -> Option<Spec<'static>> {
             vec![("200".into(), ok("Accounts.", list_of("AccountSummary")))],
         ),
         Id::AccountPut => (
-            "Syncs the account's plan (null removes it).",
+            "Changes the fields the body names: the plan (null removes it; admin only) and the \
+             failure alert addresses ([] clears them).",
             vec![account()],
-            Some(body(r("PlanRequest"), true)),
+            Some(body(r("AccountRequest"), true)),
             vec![
                 ("200".into(), ok("The account.", r("Account"))),
                 e(400, "Malformed JSON."),
+                e(
+                    403,
+                    "A portal session naming plan (code `admin_only`), or a read-only one \
+                     (code `read_only`).",
+                ),
                 e(415, "Not JSON."),
-                e(422, "No such plan, or an invalid account id."),
+                e(
+                    422,
+                    "No such plan, a bad address, more than 5, a body naming neither field, \
+                     or an invalid account id.",
+                ),
             ],
         ),
         Id::AccountGet => (
-            "The account, its plan, limits and usage.",
+            "The account, its plan, limits, usage and failure alert addresses.",
             vec![account()],
             None,
             vec![
@@ -760,10 +773,13 @@ fn schemas() -> Value {
             "oldest_pending_at": {"type": ["string", "null"]},
             "attempts": {"type": "object"}, "attempts_by_minute": {"type": "array"},
             "open_breakers": {"type": "array"}, "endpoints_last_hour": {"type": "array"}}}));
-    m.insert("PlanRequest".into(), json!({"type": "object", "required": ["plan"], "properties": {"plan": {"type": ["string", "null"]}}}));
+    m.insert("AccountRequest".into(), json!({"type": "object", "minProperties": 1, "additionalProperties": false, "properties": {
+            "plan": {"type": ["string", "null"]},
+            "alert_emails": {"type": "array", "maxItems": 5, "items": {"type": "string", "format": "email"}}}}));
     m.insert("SecretRequest".into(), json!({"type": "object", "required": ["value"], "properties": {"value": {"type": "string"}}}));
-    m.insert("Account".into(), json!({"type": "object", "required": ["account_id", "plan", "limits", "usage"], "properties": {
+    m.insert("Account".into(), json!({"type": "object", "required": ["account_id", "plan", "limits", "usage", "alert_emails"], "properties": {
             "account_id": {"type": "string"}, "plan": {"type": ["string", "null"]},
+            "alert_emails": {"type": "array", "items": {"type": "string"}},
             "limits": {"type": "object", "properties": {"webhooks": {"type": "boolean"},
                 "per_minute": {"type": ["integer", "null"]}, "per_day": {"type": ["integer", "null"]}}},
             "usage": {"type": "object", "properties": {"minute": {"type": "integer"}, "day": {"type": "integer"}}}}}));
@@ -932,7 +948,10 @@ fn schemas() -> Value {
             "RecoverRequest",
             json!({"since": "2026-01-31T12:00:00Z", "dry_run": true}),
         ),
-        ("PlanRequest", json!({"plan": null})),
+        (
+            "AccountRequest",
+            json!({"plan": null, "alert_emails": ["ops@example.com"]}),
+        ),
         ("SecretRequest", json!({"value": "s3cr3t"})),
         (
             "PortalSessionRequest",

@@ -69,6 +69,7 @@ const ASSETS: &[Asset] = &[
     script!("view-deliveries.js"),
     script!("view-delivery.js"),
     script!("view-catalog.js"),
+    script!("view-alerts.js"),
     Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",

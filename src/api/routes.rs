@@ -119,13 +119,13 @@ pub static ROUTES: &[Route] = &[
     route(
         Method::PUT,
         "/v1/accounts/{account_id}",
-        Access::Admin,
+        Access::Account,
         Id::AccountPut,
     ),
     route(
         Method::GET,
         "/v1/accounts/{account_id}",
-        Access::Admin,
+        Access::Account,
         Id::AccountGet,
     ),
     route(

@@ -105,7 +105,8 @@ where
 }
 
 /// The directory as it is now: every account's usage, plan, endpoints (with their client
-/// certificates) and breakers that are not closed and clean, and every account secret.
+/// certificates) and breakers that are not closed and clean, every account's alert addresses,
+/// and every account secret.
 async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>, StoreError> {
     store.fresh_directory().await?;
     let mut rows = Vec::new();
@@ -144,6 +145,9 @@ async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>,
                 });
             }
         }
+    }
+    for (account_id, emails) in store.all_alert_emails().await? {
+        rows.push(DirectoryRecord::AlertEmails { account_id, emails });
     }
     for (account_id, name, value) in store.account_secrets().await? {
         rows.push(DirectoryRecord::AccountSecret {
@@ -231,7 +235,8 @@ pub async fn restore(
 }
 
 /// Writes directory rows through the contract: endpoints exactly as they were (a client
-/// certificate's pair set in between), plans, account secrets, breakers, usage.
+/// certificate's pair set in between), plans, alert addresses, account secrets, breakers,
+/// usage.
 async fn import_directory(
     store: &Backend,
     rows: Vec<DirectoryRecord>,
@@ -256,6 +261,9 @@ async fn import_directory(
             }
             DirectoryRecord::Plan { account_id, plan } => {
                 store.set_account_plan(&account_id, Some(plan)).await?
+            }
+            DirectoryRecord::AlertEmails { account_id, emails } => {
+                store.set_alert_emails(&account_id, emails).await?
             }
             DirectoryRecord::AccountSecret {
                 account_id,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer};
 
 pub use crate::model::Plan;
 use crate::policy::ssrf::Cidr;
+pub use alerts::{Alerts, AlertsSetup, SmtpServer, SmtpTls};
 
 /// A duration written as `"300ms"`, `"5s"`, `"10h"`, `"5d"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,6 +64,7 @@ pub struct Config {
     pub plans: BTreeMap<String, Plan>,
     pub catalog: Catalog,
     pub portal: Portal,
+    pub alerts: Alerts,
     pub operator: Operator,
     pub log: Log,
 }
@@ -463,13 +465,14 @@ impl Config {
         section(&mut table, "plans", &mut config.plans, &mut errors);
         section(&mut table, "catalog", &mut config.catalog, &mut errors);
         section(&mut table, "portal", &mut config.portal, &mut errors);
+        section(&mut table, "alerts", &mut config.alerts, &mut errors);
         section(&mut table, "operator", &mut config.operator, &mut errors);
         section(&mut table, "log", &mut config.log, &mut errors);
         for key in table.keys() {
             errors.push(ConfigError {
                 key: key.clone(),
                 message: "unknown key; the tables are server, storage, delivery, retry_policies, \
-                          signing, endpoints, plans, catalog, portal, operator, log"
+                          signing, endpoints, plans, catalog, portal, alerts, operator, log"
                     .into(),
             });
         }
@@ -606,6 +609,7 @@ fn one_line(msg: &str) -> String {
     msg.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+mod alerts;
 pub mod look;
 mod postgres;
 #[cfg(feature = "postgres")]

@@ -172,6 +172,7 @@ impl Config {
         self.check_operator(&mut err);
         self.check_log(&mut err);
         errors.extend(self.postgres_problems());
+        errors.extend(self.alerts_problems());
         if errors.is_empty() {
             Ok(())
         } else {

@@ -435,10 +435,11 @@ impl Engine {
             let _ = self.attempted.send(d.id.clone());
         }
         if let (true, Some(ep)) = (sent, &endpoint) {
-            self.after_sent(ep, status, probe, attempt.duration_ms, now)
+            let last = (status, attempt.http_status);
+            self.after_sent(ep, last, probe, attempt.duration_ms, now)
                 .await;
             if attempt.http_status == Some(410) {
-                self.disable(ep, now, "the endpoint answered 410 Gone")
+                self.disable(ep, now, "the endpoint answered 410 Gone", last)
                     .await;
             }
         }

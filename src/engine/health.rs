@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
 use crate::model::{Delivery, Endpoint, EndpointState, Status};
+use crate::policy::alerts::AlertKind;
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
 use crate::store::prelude::*;
 use crate::store::{Minute, NewEvent, Purged, StoreError};
@@ -87,19 +88,21 @@ impl Engine {
         }
     }
 
-    /// Records a sent attempt's result (`probe`: the gate gave it the probe) in the breaker and
-    /// the success rate, and acts on what changed: openings are counted and reported, a
-    /// recovery is reported, and an endpoint that has failed every attempt for
-    /// `endpoints.disable_after` is disabled. On a cluster the change applies to the shared
-    /// breaker, so one node (the one whose result made it) reports it.
+    /// Records a sent attempt's result (`last`: its status and HTTP code; `probe`: the gate
+    /// gave it the probe) in the breaker and the success rate, and acts on what changed:
+    /// openings are counted and reported, a recovery is reported, and an endpoint that has
+    /// failed every attempt for `endpoints.disable_after` is disabled. On a cluster the change
+    /// applies to the shared breaker, so one node (the one whose result made it) reports it.
+    /// Reports go to the operator's webhook and to the failure alerts (docs/operations.md).
     pub(super) async fn after_sent(
         &self,
         ep: &Endpoint,
-        status: Status,
+        last: (Status, Option<u16>),
         probe: bool,
         duration_ms: u64,
         now: Millis,
     ) {
+        let status = last.0;
         // An endpoint deleted (or purged with its account) while the attempt was out: its
         // result changes nothing any more.
         if self.store.endpoint(&ep.id).is_none() {
@@ -114,41 +117,89 @@ impl Engine {
             return;
         }
         let disable_after = self.cfg.disable_after_ms;
-        let change = match self
+        let (change, before, after) = match self
             .store
-            .change_breaker(&ep.id, now, |b| b.record(ok, probe, now, disable_after))
+            .change_breaker(&ep.id, now, |b| {
+                let before = *b;
+                (b.record(ok, probe, now, disable_after), before, *b)
+            })
             .await
         {
-            Ok(change) => change,
+            Ok(changed) => changed,
             Err(e) => {
                 tracing::warn!(endpoint_id = %ep.id, error = %e, "cannot store breaker state");
                 return;
             }
         };
+        let alert = |kind| self.alert(ep, kind, now, after.failing_since, Some(last));
         match change {
             Some(Change::Opened) => {
                 self.metrics
                     .breaker_openings
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(endpoint_id = %ep.id, "endpoint failing: circuit breaker open; its deliveries wait for a probe");
+                alert(AlertKind::Failing);
                 self.operator_event(ep, "endpoint.failing", json!({}), now)
                     .await;
             }
             Some(Change::Recovered) => {
                 tracing::info!(endpoint_id = %ep.id, "endpoint recovered: circuit breaker closed");
+                alert(AlertKind::Recovered);
                 self.operator_event(ep, "endpoint.recovered", json!({}), now)
                     .await;
             }
             Some(Change::Disable) => {
-                self.disable(ep, now, "failed every attempt for endpoints.disable_after")
-                    .await;
+                self.disable(
+                    ep,
+                    now,
+                    "failed every attempt for endpoints.disable_after",
+                    last,
+                )
+                .await;
+            }
+            // A failed probe of an open breaker: the alerts decide whether the people hear
+            // of it again (docs/operations.md, "Failure alerts").
+            None if probe && !ok && after.phase == Phase::Open => alert(AlertKind::StillFailing),
+            // The first success after failures the breaker never opened for (a resumed
+            // endpoint disabled by a 410): a recovery, if a disabled mail is unanswered.
+            None if ok && before.consecutive_failures > 0 => {
+                self.alert(ep, AlertKind::Recovered, now, None, Some(last))
             }
             None => {}
         }
     }
 
-    /// Disables an endpoint (after `410 Gone` or the disable window) and reports it.
-    pub(super) async fn disable(&self, ep: &Endpoint, now: Millis, why: &str) {
+    /// Reports what happened to the endpoint to the failure alerts (never waits).
+    fn alert(
+        &self,
+        ep: &Endpoint,
+        kind: AlertKind,
+        now: Millis,
+        failing_since: Option<Millis>,
+        last: Option<(Status, Option<u16>)>,
+    ) {
+        let Some(endpoint) = self.store.endpoint(&ep.id) else {
+            return;
+        };
+        self.alerts.notify(crate::alerts::Trigger {
+            kind,
+            endpoint,
+            at: now,
+            failing_since,
+            last_status: last.map(|l| l.0),
+            http_status: last.and_then(|l| l.1),
+        });
+    }
+
+    /// Disables an endpoint (after `410 Gone` or the disable window) and reports it (`last`:
+    /// the status and HTTP code of the attempt that decided it).
+    pub(super) async fn disable(
+        &self,
+        ep: &Endpoint,
+        now: Millis,
+        why: &str,
+        last: (Status, Option<u16>),
+    ) {
         let changed = self
             .store
             .change_endpoint(&ep.id, |current| {
@@ -169,6 +220,8 @@ impl Engine {
             }
         }
         tracing::warn!(endpoint_id = %ep.id, reason = why, "endpoint disabled");
+        let since = self.breaker(&ep.id).await.failing_since;
+        self.alert(ep, AlertKind::Disabled, now, since, Some(last));
         self.operator_event(ep, "endpoint.disabled", json!({ "reason": why }), now)
             .await;
     }

@@ -119,6 +119,8 @@ pub struct Engine {
     identities: Mutex<HashMap<String, Arc<ClientIdentity>>>,
     /// The id of every delivery whose attempt was just recorded (for callers that wait on one).
     attempted: tokio::sync::broadcast::Sender<String>,
+    /// Where breaker openings, closings and disablings are reported for failure alert mails.
+    alerts: crate::alerts::Alerts,
 }
 
 /// What became of a delivery the scheduler handed to an attempt.
@@ -136,6 +138,7 @@ impl Engine {
         clock: Arc<dyn Clock>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
+        alerts: crate::alerts::Alerts,
     ) -> Arc<Engine> {
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
@@ -154,6 +157,7 @@ impl Engine {
             rates: Mutex::new(rates::Rates::default()),
             unflushed: Mutex::new(minutes::Unflushed::default()),
             identities: Mutex::new(HashMap::new()),
+            alerts,
         })
     }
 

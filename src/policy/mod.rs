@@ -3,6 +3,7 @@
 //! its writes, the engine asks the breaker and the retry schedule). Nothing here does I/O or
 //! keeps state of its own.
 //!
+//! - [`alerts`]: which failure alert mails go out (an endpoint's alert mark).
 //! - [`breaker`]: the circuit breaker's state machine.
 //! - [`cidr`]: CIDR ranges for the SSRF guard's allow-list.
 //! - [`conditions`]: the ordered delivery conditions (docs/delivery-contract.md).
@@ -16,6 +17,7 @@
 //! - [`tokens`]: the token bucket of an endpoint's rate limit.
 //! - [`url`]: endpoint URL checks.
 
+pub mod alerts;
 pub mod breaker;
 pub mod cidr;
 pub mod conditions;

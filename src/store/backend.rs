@@ -28,6 +28,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
+use crate::policy::alerts::AlertKind;
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -230,6 +231,36 @@ impl Accounts for Backend {
 
     async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
         both_async!(self, Accounts::open_breakers, ())
+    }
+
+    async fn alert_emails(&self, account_id: &str) -> Result<Vec<String>, StoreError> {
+        both_async!(self, Accounts::alert_emails, (account_id))
+    }
+
+    async fn set_alert_emails(
+        &self,
+        account_id: &str,
+        emails: Vec<String>,
+    ) -> Result<(), StoreError> {
+        both_async!(self, Accounts::set_alert_emails, (account_id, emails))
+    }
+
+    async fn all_alert_emails(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+        both_async!(self, Accounts::all_alert_emails, ())
+    }
+
+    async fn claim_alert(
+        &self,
+        endpoint_id: &str,
+        kind: AlertKind,
+        now: Millis,
+        min_interval_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        both_async!(
+            self,
+            Accounts::claim_alert,
+            (endpoint_id, kind, now, min_interval_ms)
+        )
     }
 
     async fn create_portal_session(

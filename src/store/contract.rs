@@ -34,6 +34,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
+use crate::policy::alerts::AlertKind;
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -220,6 +221,39 @@ pub trait Accounts {
         &self,
     ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send;
 
+    /// The account's alert addresses (docs/operations.md, "Failure alerts"), as set; empty
+    /// when none are.
+    fn alert_emails(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Sets the account's alert addresses (empty clears them), durably. Its plan stays as it
+    /// is, as [`Accounts::set_account_plan`] leaves the addresses.
+    fn set_alert_emails(
+        &self,
+        account_id: &str,
+        emails: Vec<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every account with alert addresses: (account, addresses), sorted by account.
+    fn all_alert_emails(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<String>)>, StoreError>> + Send;
+
+    /// Claims the alert mail of `kind` for the endpoint at `now`: applies
+    /// [`crate::policy::alerts::claim`] to its alert mark as stored and keeps the result,
+    /// with a compare-and-swap, so of any number of callers on any nodes exactly those the
+    /// decision lets through get `true`, each on the mark the one before left. Flushed. A
+    /// deleted endpoint's mark goes with it.
+    fn claim_alert(
+        &self,
+        endpoint_id: &str,
+        kind: AlertKind,
+        now: Millis,
+        min_interval_ms: Millis,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Stores a portal session under its token's hash ([`super::token_hash`]), durably. The
     /// token itself is never stored.
     fn create_portal_session(
@@ -244,8 +278,8 @@ pub trait Accounts {
 
     /// Removes everything of the account, durably: its events with their payloads,
     /// deliveries, attempts, idempotency keys and debounce windows; its endpoints with their
-    /// secrets, client certificates, breakers and rate buckets; its plan, quota counters,
-    /// account secrets and portal sessions. None of its deliveries is taken after this
+    /// secrets, client certificates, breakers, alert marks and rate buckets; its plan, alert
+    /// addresses, quota counters, account secrets and portal sessions. None of its deliveries is taken after this
     /// returns; what an attempt under way records afterwards is discarded. On every node. The
     /// account may be used again and starts empty.
     fn purge_account(

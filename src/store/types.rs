@@ -270,6 +270,11 @@ pub enum DirectoryRecord {
     },
     /// An account's plan.
     Plan { account_id: String, plan: String },
+    /// An account's failure alert addresses (docs/operations.md, "Failure alerts").
+    AlertEmails {
+        account_id: String,
+        emails: Vec<String>,
+    },
     /// One of an account's secrets.
     AccountSecret {
         account_id: String,

@@ -65,7 +65,7 @@ async fn account_plan_sync_shows_plan_limits_and_usage() {
         a,
         json!({"account_id": "11073", "plan": null,
                "limits": {"webhooks": true, "per_minute": null, "per_day": null},
-               "usage": {"minute": 0, "day": 0}})
+               "usage": {"minute": 0, "day": 0}, "alert_emails": []})
     );
     let a = sync_plan(&w, "11073", json!("small")).await;
     assert_eq!(a["plan"], "small");

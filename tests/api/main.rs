@@ -6,6 +6,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alert_emails;
+mod alerts;
 mod backup;
 mod conditions;
 mod contract;

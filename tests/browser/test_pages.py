@@ -611,6 +611,29 @@ def recover_shows_count_before_confirming(page):
         raise CheckFailed("Recover made no new attempt of the endpoint's failed deliveries")
 
 
+def customer_sets_alert_addresses_with_field_errors(page):
+    _, before, _ = api("GET", f"/v1/accounts/{ACCOUNT}")
+    nav = page.get_by_role("navigation", name="Main")
+    nav.get_by_role("link", name="Alerts", exact=True).click()
+    settle(page)
+    expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
+    first, second = page.get_by_label("Address 1", exact=True), page.get_by_label("Address 2", exact=True)
+    first.fill("ops@customer.test")
+    second.fill("not an address")
+    button(page, "Save").click()
+    expect(page.locator("main .msg.error")).to_contain_text("alert_emails[1]")
+    check(second.get_attribute("aria-invalid") == "true", "the refused address is not marked invalid")
+    status, a, _ = api("GET", f"/v1/accounts/{ACCOUNT}")
+    check(status == 200 and a["alert_emails"] == [], f"a refused save changed the addresses: {a}")
+    second.fill("oncall@customer.test")
+    button(page, "Save").click()
+    expect(page.locator("main .msg.ok")).to_contain_text("Saved: 2 addresses")
+    status, a, _ = api("GET", f"/v1/accounts/{ACCOUNT}")
+    check(a["alert_emails"] == ["ops@customer.test", "oncall@customer.test"], f"saved addresses: {a}")
+    check(a["plan"] == before["plan"], f"saving addresses changed the plan: {before} -> {a}")
+    shot(page, "portal-alerts")
+
+
 def read_only_session_shows_no_changing_controls(b):
     status, s, _ = api("POST", f"/v1/accounts/{ACCOUNT}/portal-sessions", body={"read_only": True, "ttl": "10m"})
     check(status == 201 and s["read_only"] is True, f"mint a read-only session: {status} {s}")
@@ -622,12 +645,15 @@ def read_only_session_shows_no_changing_controls(b):
     settle(page)
     expect(page.locator("header")).to_contain_text("read-only")
     views = ["/endpoints", f"/endpoints/{FAILING_ENDPOINT}", "/deliveries", f"/deliveries/{FAILED_DELIVERY}",
-             "/incidents", "/event-types", "/endpoints/new"]
+             "/incidents", "/event-types", "/endpoints/new", "/alerts"]
     for v in views:
         goto(page, v)
         for name in CHANGING:
             n = page.get_by_role("button", name=name, exact=True).count() + page.get_by_role("link", name=name, exact=True).count()
             check(n == 0, f"read-only session: {v} shows a {name!r} control")
+    goto(page, "/alerts")
+    expect(page.locator("main")).to_contain_text("oncall@customer.test")
+    check(page.locator("main input").count() == 0, "read-only session: the Alerts view shows inputs")
     goto(page, f"/deliveries/{FAILED_DELIVERY}")
     expect(attempts(page).first).to_be_visible()
     shot(page, "portal-read-only-delivery")
@@ -902,6 +928,7 @@ def main():
         run("customer_sees_incidents_and_event_types", console_sees_incidents_and_event_types, page)
         run("incidents_are_honest_after_a_partial_scan_and_show_held_endpoints",
             incidents_are_honest_after_a_partial_scan_and_show_held_endpoints, browser, page)
+        run("customer_sets_alert_addresses_with_field_errors", customer_sets_alert_addresses_with_field_errors, page)
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
         run("nothing_overflows_at_1280_and_390_px_with_a_300_character_description",

@@ -5,5 +5,6 @@
 mod common;
 
 mod cluster;
+mod cluster_alerts;
 mod cluster_nodes;
 mod cluster_store;

@@ -9,6 +9,7 @@
 //! - [`herald::Herald`]: runs the real herald binary on a temp config + data dir.
 //! - [`sig`]: an independent Standard Webhooks signature verifier.
 //! - [`postgres::Postgres`]: a real PostgreSQL server of the test's own (cluster mode).
+//! - [`smtp::SmtpSink`]: a real SMTP server (aiosmtpd) that keeps every mail it accepts.
 //!
 //! Rule for everything in here: no sleeps as synchronization. Waits are either
 //! notifications or polling with a deadline that panics with a clear message.
@@ -21,6 +22,7 @@ pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
 pub mod sig;
+pub mod smtp;
 pub mod store;
 pub mod tls;
 pub mod world;

@@ -18,7 +18,12 @@ pub struct World<S = Herald> {
 }
 
 fn ca_and_config(delivery_keys: &str, tables: &str) -> (TestCa, TempDir, String) {
-    let ca = TestCa::new();
+    config_for(TestCa::new(), delivery_keys, tables)
+}
+
+/// The config of a herald that trusts `ca` (a CA the test also gave another server, such as
+/// its SMTP server).
+fn config_for(ca: TestCa, delivery_keys: &str, tables: &str) -> (TestCa, TempDir, String) {
     let ca_dir = tempfile::tempdir().expect("temp dir");
     let ca_file = ca.write_ca_file(ca_dir.path());
     let extra = format!("{}{delivery_keys}\n{tables}", delivery_toml(&ca_file));
@@ -37,7 +42,35 @@ impl World<Herald> {
     }
 }
 
+impl World<Herald> {
+    /// Like [`World::start`], trusting `ca` (made by the test for its other servers too).
+    pub async fn start_with_ca(ca: TestCa, delivery_keys: &str, tables: &str) -> World {
+        let (ca, ca_dir, extra) = config_for(ca, delivery_keys, tables);
+        World {
+            ca,
+            herald: Herald::start(&extra).await,
+            _ca_dir: ca_dir,
+        }
+    }
+}
+
 impl World<InProc> {
+    /// Like [`World::start_manual`], trusting `ca` (made by the test for its other servers
+    /// too).
+    pub async fn start_manual_with_ca(
+        ca: TestCa,
+        delivery_keys: &str,
+        tables: &str,
+        now_ms: i64,
+    ) -> World<InProc> {
+        let (ca, ca_dir, extra) = config_for(ca, delivery_keys, tables);
+        World {
+            ca,
+            herald: InProc::start_with_storage("", &extra, now_ms).await,
+            _ca_dir: ca_dir,
+        }
+    }
+
     /// Like [`World::start`], in this process, with a manual clock set to `now_ms`.
     pub async fn start_manual(delivery_keys: &str, tables: &str, now_ms: i64) -> World<InProc> {
         World::start_manual_with_storage("", delivery_keys, tables, now_ms).await

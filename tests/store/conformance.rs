@@ -22,6 +22,7 @@ use herald::model::{
     Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
     RateLimit, Status,
 };
+use herald::policy::alerts::AlertKind;
 use herald::policy::breaker::{Breaker, Change, Phase};
 use herald::policy::quota::{windows, Limits};
 use herald::store::contract::Intake;
@@ -783,6 +784,115 @@ async fn plans_secrets_and_quotas_are_kept_per_account() {
         );
     })
     .await;
+}
+
+/// Alert addresses sit beside the plan and each is changed alone; an endpoint's alert mark is
+/// claimed by exactly one of many callers at once (as two nodes deciding one mail would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_addresses_stay_apart_from_the_plan_and_an_alert_is_claimed_once() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let hour = 3_600_000;
+        assert!(
+            store.alert_emails("acct").await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+        store
+            .set_account_plan("acct", Some("pro".into()))
+            .await
+            .unwrap();
+        store
+            .set_alert_emails("acct", vec!["a@acct.test".into(), "b@acct.test".into()])
+            .await
+            .unwrap();
+        store.set_account_plan("acct", None).await.unwrap();
+        assert_eq!(
+            store.alert_emails("acct").await.unwrap(),
+            ["a@acct.test", "b@acct.test"],
+            "{}: removing the plan keeps the addresses",
+            s.name
+        );
+        store
+            .set_account_plan("acct", Some("pro".into()))
+            .await
+            .unwrap();
+        store.set_alert_emails("acct", vec![]).await.unwrap();
+        assert_eq!(
+            store.account_plan("acct").as_deref(),
+            Some("pro"),
+            "{}: clearing the addresses keeps the plan",
+            s.name
+        );
+        assert!(
+            store.all_alert_emails().await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+        store
+            .set_alert_emails("b", vec!["x@b.test".into()])
+            .await
+            .unwrap();
+        store
+            .set_alert_emails("a", vec!["y@a.test".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            store.all_alert_emails().await.unwrap(),
+            vec![
+                ("a".to_string(), vec!["y@a.test".to_string()]),
+                ("b".to_string(), vec!["x@b.test".to_string()]),
+            ],
+            "{}",
+            s.name
+        );
+
+        // Twelve claims of one failing mail at once: one wins.
+        let mut claims = tokio::task::JoinSet::new();
+        for _ in 0..12 {
+            let store = store.clone();
+            claims.spawn(async move {
+                store
+                    .claim_alert(EP_A, AlertKind::Failing, START, hour)
+                    .await
+                    .unwrap()
+            });
+        }
+        let mut won = 0;
+        while let Some(c) = claims.join_next().await {
+            won += usize::from(c.unwrap());
+        }
+        assert_eq!(won, 1, "{}", s.name);
+        let claim = |kind, at| {
+            let store = store.clone();
+            async move { store.claim_alert(EP_A, kind, at, hour).await.unwrap() }
+        };
+        assert!(claim(AlertKind::Recovered, START + 1).await, "{}", s.name);
+        assert!(!claim(AlertKind::Recovered, START + 2).await, "{}", s.name);
+        assert!(
+            !claim(AlertKind::Failing, START + hour - 1).await,
+            "{}",
+            s.name
+        );
+        assert!(claim(AlertKind::Failing, START + hour).await, "{}", s.name);
+        // Another endpoint's mark is its own; a deleted endpoint's mark goes with it.
+        store
+            .create_endpoint(endpoint(EP_B, "acct"), 10)
+            .await
+            .unwrap();
+        assert!(claim_b(store, START).await, "{}", s.name);
+        assert!(!claim_b(store, START + 1).await, "{}", s.name);
+        assert!(store.delete_endpoint(EP_B).await.unwrap());
+        assert!(claim_b(store, START + 2).await, "{}", s.name);
+    })
+    .await;
+}
+
+async fn claim_b(store: &Backend, at: i64) -> bool {
+    store
+        .claim_alert(EP_B, AlertKind::Failing, at, 3_600_000)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1762,6 +1872,13 @@ async fn fill(s: &Subject) {
         .await
         .unwrap();
     store
+        .set_alert_emails(
+            "acct",
+            vec!["ops@acct.test".into(), "oncall@acct.test".into()],
+        )
+        .await
+        .unwrap();
+    store
         .change_breaker(EP_B, START, |b| {
             b.phase = Phase::Open;
             b.consecutive_failures = 5;
@@ -1897,6 +2014,18 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             .await
             .unwrap();
         store
+            .set_alert_emails("acct", vec!["ops@acct.test".into()])
+            .await
+            .unwrap();
+        store
+            .set_alert_emails("other", vec!["ops@other.test".into()])
+            .await
+            .unwrap();
+        assert!(store
+            .claim_alert(EP_A, AlertKind::Failing, START, 3_600_000)
+            .await
+            .unwrap());
+        store
             .create_portal_session(
                 &session("ps_1", false, START + 60_000),
                 token_hash("tok_acct"),
@@ -2005,6 +2134,26 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             s.name
         );
         assert_eq!(store.account_plan("acct"), None, "{}", s.name);
+        assert!(
+            store.alert_emails("acct").await.unwrap().is_empty(),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            store.all_alert_emails().await.unwrap(),
+            vec![("other".to_string(), vec!["ops@other.test".to_string()])],
+            "{}: the other's addresses stay",
+            s.name
+        );
+        // Its endpoint's alert mark went with it: a new failing mail is claimed at once.
+        assert!(
+            store
+                .claim_alert(EP_A, AlertKind::Failing, START + 1, 3_600_000)
+                .await
+                .unwrap(),
+            "{}",
+            s.name
+        );
         assert_eq!(
             store.account_secret("acct", "api_key").await.unwrap(),
             None,

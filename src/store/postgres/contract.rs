@@ -12,6 +12,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
+use crate::policy::alerts::AlertKind;
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
@@ -189,6 +190,37 @@ impl Accounts for PgStore {
         &self,
     ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
         PgStore::open_breakers(self)
+    }
+
+    fn alert_emails(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        PgStore::alert_emails(self, account_id)
+    }
+
+    fn set_alert_emails(
+        &self,
+        account_id: &str,
+        emails: Vec<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        PgStore::set_alert_emails(self, account_id, emails)
+    }
+
+    fn all_alert_emails(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<String>)>, StoreError>> + Send {
+        PgStore::all_alert_emails(self)
+    }
+
+    fn claim_alert(
+        &self,
+        endpoint_id: &str,
+        kind: AlertKind,
+        now: Millis,
+        min_interval_ms: Millis,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        PgStore::claim_alert(self, endpoint_id, kind, now, min_interval_ms)
     }
 
     fn create_portal_session(

@@ -5,11 +5,11 @@
 //! are skipped (every insert is `ON CONFLICT DO NOTHING`), so nothing is ever doubled. It refuses a database that holds anything it did not copy, and a
 //! database another store was copied into.
 //!
-//! Copied: endpoints (secrets included) and their client certificates, plans, account secrets,
-//! every event with its payload, deliveries (pending ones due when they were due) and attempts,
+//! Copied: endpoints (secrets included) and their client certificates, plans, alert addresses,
+//! account secrets, every event with its payload, deliveries (pending ones due when they were due) and attempts,
 //! and the idempotency keys still inside their window. Not copied: quota counters (the current
-//! minute and day start counting anew), breakers (an endpoint's failures are counted again)
-//! and portal sessions (issue new links).
+//! minute and day start counting anew), breakers (an endpoint's failures are counted again),
+//! alert marks (at most one failing mail more) and portal sessions (issue new links).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -185,7 +185,8 @@ fn read_page(from: &SledStore, page: &[Delivery], now: Millis) -> Result<Rows, S
     Ok(rows)
 }
 
-/// Endpoints, client certificates, plans and account secrets, in one transaction.
+/// Endpoints, client certificates, plans, alert addresses and account secrets, in one
+/// transaction.
 async fn copy_accounts(
     from: &SledStore,
     client: &mut deadpool_postgres::Object,
@@ -223,6 +224,14 @@ async fn copy_accounts(
             "INSERT INTO account_secrets (account_id, name, value) VALUES ($1, $2, $3)
              ON CONFLICT DO NOTHING",
             &[&account, &name, &value],
+        )
+        .await?;
+    }
+    for (account, emails) in from.all_alert_emails()? {
+        tx.execute(
+            "INSERT INTO accounts (account_id, alert_emails) VALUES ($1, $2)
+             ON CONFLICT (account_id) DO UPDATE SET alert_emails = excluded.alert_emails",
+            &[&account, &emails],
         )
         .await?;
     }

@@ -91,6 +91,7 @@ impl PgStore {
             .query_opt(
                 "WITH gone AS (DELETE FROM endpoints WHERE id = $1 RETURNING id),
                       breaker AS (DELETE FROM breakers WHERE endpoint_id = $1),
+                      mark AS (DELETE FROM alert_marks WHERE endpoint_id = $1),
                       bucket AS (DELETE FROM rate_buckets WHERE endpoint_id = $1),
                       bumped AS (UPDATE directory_version SET version = version + 1
                                  WHERE EXISTS (SELECT 1 FROM gone) RETURNING version)

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "shared rate limits", include_str!("schema_0003.sql")),
     (4, "directory version", include_str!("schema_0004.sql")),
     (5, "endpoint minutes", include_str!("schema_0005.sql")),
+    (6, "failure alerts", include_str!("schema_0006.sql")),
 ];
 
 /// The schema version this herald writes.

@@ -9,6 +9,7 @@
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
 
 mod accounts;
+mod alerts;
 mod archive;
 mod breakers;
 mod changes;

@@ -11,9 +11,19 @@ use crate::policy::breaker::{Breaker, Phase};
 use crate::policy::quota::{self, Limits, Windows};
 use crate::policy::tokens::Bucket;
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct AccountRecord {
-    plan: Option<String>,
+/// An account's row: its synced plan and its alert addresses ([`super::alerts`]). An account
+/// with neither has no row.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct AccountRecord {
+    pub(super) plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) alert_emails: Vec<String>,
+}
+
+impl AccountRecord {
+    pub(super) fn decode(v: &[u8]) -> Result<AccountRecord, StoreError> {
+        serde_json::from_slice(v).map_err(|e| StoreError::Corrupt(format!("account: {e}")))
+    }
 }
 
 /// Every synced plan, by account, for the in-memory copy.
@@ -21,8 +31,7 @@ pub(super) fn load_plans(tree: &sled::Tree) -> Result<HashMap<String, String>, S
     let mut plans = HashMap::new();
     for item in tree.iter() {
         let (k, v) = item?;
-        let rec: AccountRecord =
-            serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt(format!("account: {e}")))?;
+        let rec = AccountRecord::decode(&v)?;
         if let Some(plan) = rec.plan {
             plans.insert(String::from_utf8_lossy(&k).into_owned(), plan);
         }
@@ -84,21 +93,44 @@ impl SledStore {
         self.directory.plan(account_id)
     }
 
-    /// Syncs the account's plan (`None` removes it), durably.
+    /// Syncs the account's plan (`None` removes it), durably; its alert addresses stay.
     pub async fn set_account_plan(
         &self,
         account_id: &str,
         plan: Option<String>,
     ) -> Result<(), StoreError> {
-        let rec = serde_json::to_vec(&AccountRecord { plan: plan.clone() })
-            .map_err(|e| StoreError::Encode(e.to_string()))?;
-        self.inner
-            .trees
-            .accounts
-            .insert(account_id.as_bytes(), rec)?;
+        self.change_account(account_id, |rec| rec.plan = plan.clone())?;
         self.sync().await?;
         self.directory.set_plan(account_id, plan);
         Ok(())
+    }
+
+    /// Changes the account's row with `f` (a compare-and-swap, so a plan and addresses set at
+    /// once both stay); a row left with neither is removed. Not synced.
+    pub(super) fn change_account(
+        &self,
+        account_id: &str,
+        f: impl Fn(&mut AccountRecord),
+    ) -> Result<(), StoreError> {
+        let tree = &self.inner.trees.accounts;
+        let key = account_id.as_bytes();
+        let mut current = tree.get(key)?;
+        loop {
+            let mut rec = match &current {
+                Some(v) => AccountRecord::decode(v)?,
+                None => AccountRecord::default(),
+            };
+            f(&mut rec);
+            let next = if rec.plan.is_none() && rec.alert_emails.is_empty() {
+                None
+            } else {
+                Some(serde_json::to_vec(&rec).map_err(|e| StoreError::Encode(e.to_string()))?)
+            };
+            match tree.compare_and_swap(key, current.as_deref(), next)? {
+                Ok(()) => return Ok(()),
+                Err(e) => current = e.current,
+            }
+        }
     }
 
     /// An account secret for header macros (write-only through the API).

@@ -85,6 +85,7 @@ impl SledStore {
             let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
             self.write_client_certificate(id, None)?;
             self.forget_breaker(id)?;
+            self.forget_alert_mark(id)?;
             self.forget_bucket(id);
             self.directory.remove_endpoint(id);
             self.set_ordering(id, None);

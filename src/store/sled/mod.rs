@@ -27,6 +27,7 @@
 //!
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
+//! - `alert_marks`: each endpoint's failure alert mark, see [`alerts`].
 //! - `portal_sessions`: see [`sessions`].
 //! - `client_certs`: endpoints' client certificates and keys (mutual TLS), see [`endpoints`].
 //! - `minutes`: endpoints' attempts per minute over the last day (the charts), see [`minutes`].
@@ -49,6 +50,7 @@
 //! clean stop saves them exactly). Pending deliveries are counted at start.
 
 mod accounts;
+mod alerts;
 mod archive;
 pub mod codec;
 mod commit;
@@ -132,6 +134,8 @@ pub(crate) struct Trees {
     quota: sled::Tree,
     account_secrets: sled::Tree,
     breakers: sled::Tree,
+    /// Endpoints' failure alert marks, by endpoint id ([`alerts`]).
+    alert_marks: sled::Tree,
     portal_sessions: sled::Tree,
     /// Endpoints' client certificate chains and keys (PEM), write-only, in rows of at most
     /// [`codec::CHUNK`] bytes keyed by endpoint id, a NUL and the row's number.
@@ -776,6 +780,7 @@ impl Trees {
             quota: tree("quota")?,
             account_secrets: tree("account_secrets")?,
             breakers: tree("breakers")?,
+            alert_marks: tree("alert_marks")?,
             portal_sessions: tree("portal_sessions")?,
             client_certs: tree("client_certs")?,
             minutes: tree("minutes")?,

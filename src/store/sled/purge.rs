@@ -1,9 +1,10 @@
 //! An account's purge on the embedded store ([`crate::store::contract::Accounts::purge_account`]):
 //! first its endpoints (their client certificates, breakers and rate buckets); then its events
 //! (hot and folded) with their payloads, deliveries, attempts, pending entries, idempotency keys
-//! and debounce windows, and its account index; then its plan, quota counters, account secrets
-//! and portal sessions. The rows go from sled's trees at once; the bytes stay in sled's files
-//! until sled rewrites them (docs/operations.md, "Purging an account").
+//! and debounce windows, and its account index; then its plan and alert addresses, quota
+//! counters, account secrets and portal sessions. The rows go from sled's trees at once; the
+//! bytes stay in sled's files until sled rewrites them (docs/operations.md, "Purging an
+//! account").
 
 use std::collections::BTreeSet;
 
@@ -33,7 +34,7 @@ impl SledStore {
             deliveries,
             endpoints,
         };
-        self.set_account_plan(account, None).await?;
+        self.forget_account(account)?;
         let t = &self.inner.trees;
         t.quota.remove(account.as_bytes())?;
         for k in t

@@ -1,0 +1,72 @@
+// herald pages: the account's failure alert addresses (docs/operations.md, "Failure alerts").
+
+import { api, enc } from "./api.js";
+import { h, put } from "./dom.js";
+import { mono } from "./format.js";
+import { account, button, errorBox, field, loading, msg, readOnly } from "./pieces.js";
+import { viewShell } from "./shell.js";
+import { APP, main } from "./state.js";
+import { needAccount } from "./view-endpoints.js";
+
+// At most this many addresses per account (the API refuses more).
+const MAX = 5;
+
+const ABOUT = "herald mails these addresses when an endpoint of this account starts failing, " +
+  "is disabled, and recovers — at most one “failing” mail per endpoint in the interval the " +
+  "operator sets. A mail names the endpoint, its last error and how many deliveries wait; " +
+  "never a secret, a header or a payload.";
+
+export async function viewAlerts(ctx) {
+  const acc = account();
+  if (!acc) return needAccount("Alerts");
+  viewShell("Alerts", loading());
+  const a = await api("GET", `/v1/accounts/${enc(acc)}`);
+  if (ctx.stale()) return;
+  const emails = a.alert_emails || [];
+  const head = [main.querySelector("h1"), h("p", { class: "sub" }, ABOUT),
+    APP === "console" ? h("p", { class: "muted" }, "Account ", mono(acc)) : null];
+  if (readOnly()) {
+    put(main, ...head,
+      emails.length
+        ? h("ul", { class: "plain", "aria-label": "Alert addresses" }, emails.map((e) => h("li", null, mono(e))))
+        : h("p", { class: "empty" }, "No alert addresses yet: nobody is mailed when an endpoint fails."),
+      h("p", { class: "hint" }, "This is a read-only session: it cannot change the addresses."));
+    return;
+  }
+  const inputs = Array.from({ length: MAX }, (_, i) => h("input", {
+    type: "email", id: `f-alert-${i}`, name: `alert-${i}`, value: emails[i] || "", class: "mono",
+    autocomplete: "email", spellcheck: "false", placeholder: i === 0 ? "ops@example.com" : "",
+  }));
+  const out = h("div", { "aria-live": "polite" });
+  const submit = button("Save", null, { type: "submit", kind: "primary" });
+  // The browser's own address check is off: herald's answer names the field it refuses.
+  const form = h("form", { class: "card", novalidate: true },
+    h("fieldset", null, h("legend", null, "Alert addresses"),
+      inputs.map((input, i) => field(`Address ${i + 1}`, input, i === 0 ? "Empty fields are left out; save with all empty to stop the mails." : null))),
+    h("div", { class: "actions" }, submit), out);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    for (const x of form.querySelectorAll("[aria-invalid]")) x.removeAttribute("aria-invalid");
+    // The list sent, and which input each entry came from (for the API's field errors).
+    const sent = inputs.map((input, i) => [input.value.trim(), i]).filter(([v]) => v);
+    submit.disabled = true;
+    put(out, loading("Saving…"));
+    try {
+      const r = await api("PUT", `/v1/accounts/${enc(acc)}`, { alert_emails: sent.map(([v]) => v) });
+      const saved = r.alert_emails || [];
+      inputs.forEach((input, i) => { input.value = saved[i] || ""; });
+      put(out, msg("ok", saved.length ? `Saved: ${saved.length} address${saved.length === 1 ? "" : "es"}.` : "Saved: no addresses, nobody is mailed."));
+    } catch (err) {
+      put(out, errorBox(err));
+      const m = /^alert_emails\[(\d+)\]$/.exec(err.field || "");
+      const el = m && sent[Number(m[1])] ? inputs[sent[Number(m[1])][1]] : err.field === "alert_emails" ? inputs[0] : null;
+      if (el) {
+        el.setAttribute("aria-invalid", "true");
+        el.focus();
+      }
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  put(main, ...head, form);
+}

@@ -1,0 +1,295 @@
+//! Failure alerts by mail (docs/operations.md, "Failure alerts"): the engine says what happened
+//! to an endpoint ([`Alerts::notify`], never waiting); a background task decides whether the
+//! account's people get a mail ([`crate::policy::alerts`], claimed through the store so one
+//! node of a cluster sends it), writes it ([`mail`]) and hands it to the SMTP server
+//! ([`smtp`]), trying 3 times over 10 minutes.
+//!
+//! Nothing here is on the delivery path: the engine's side is a `try_send` on a bounded
+//! channel, and a full channel drops the alert with a log line and a count. Whatever the mail
+//! server does (down, slow, refusing) costs a log line and a count, nothing else. Waits between
+//! tries go by the [`Clock`], so a test moves time instead of waiting ten minutes.
+
+pub mod mail;
+pub mod smtp;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::message::Mailbox;
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use crate::clock::{Clock, Millis};
+use crate::config::AlertsSetup;
+use crate::metrics::{AlertResult, Metrics};
+use crate::model::{Endpoint, Status};
+use crate::policy::alerts::AlertKind;
+use crate::shutdown::Shutdown;
+use crate::store::prelude::*;
+use crate::store::Backend;
+
+/// Alerts waiting for the background task at most; past it they are dropped (and counted).
+/// Alerts come from breaker transitions, a few per failing endpoint per hour: a full queue
+/// means the mail server is so slow that [`MAX_SENDING`] mails are in their retries.
+pub const QUEUE: usize = 256;
+/// Mails being sent (or waiting for their next try) at once.
+pub const MAX_SENDING: usize = 16;
+/// Each mail's tries: the first at once, then after these waits (3 tries over 10 minutes).
+pub const RETRY_AFTER: [Duration; 2] = [Duration::from_secs(120), Duration::from_secs(480)];
+
+/// What happened to an endpoint, as the engine saw it.
+#[derive(Debug, Clone)]
+pub struct Trigger {
+    pub kind: AlertKind,
+    pub endpoint: Arc<Endpoint>,
+    /// When it happened.
+    pub at: Millis,
+    /// When the endpoint's current run of failures began.
+    pub failing_since: Option<Millis>,
+    /// The last sent attempt's status and HTTP code, if known.
+    pub last_status: Option<Status>,
+    pub http_status: Option<u16>,
+}
+
+/// The engine's side: where it reports what happened. Without `[alerts] smtp_url` it drops
+/// everything at once.
+#[derive(Clone)]
+pub struct Alerts {
+    tx: Option<mpsc::Sender<Trigger>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Alerts {
+    /// Alerts switched off (no SMTP server configured).
+    pub fn off(metrics: Arc<Metrics>) -> Alerts {
+        Alerts { tx: None, metrics }
+    }
+
+    /// Hands the alert to the background task without waiting; a full queue drops it.
+    pub fn notify(&self, t: Trigger) {
+        let Some(tx) = &self.tx else { return };
+        if t.endpoint.account_id == crate::engine::health::OPERATOR_ACCOUNT {
+            return;
+        }
+        match tx.try_send(t) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(t)) => {
+                self.metrics.alert(AlertResult::Dropped);
+                tracing::warn!(
+                    endpoint_id = %t.endpoint.id,
+                    alert = t.kind.as_str(),
+                    "alert mail dropped: the alert queue is full (the mail server is slow or down)"
+                );
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+}
+
+/// What the background task works with.
+struct Sender {
+    store: Backend,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    mailer: smtp::Mailer,
+    from: Mailbox,
+    min_interval: Duration,
+    portal: Option<String>,
+}
+
+/// Starts the background task that sends alert mails until `shutdown` (mails still in their
+/// retries then are given up, with a log line). `public_url`: `server.public_url`, if set.
+pub fn start(
+    setup: &AlertsSetup,
+    extra_ca_file: Option<&Path>,
+    public_url: Option<&str>,
+    store: Backend,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) -> Result<Alerts, smtp::SetupError> {
+    let mailer = smtp::Mailer::new(&setup.server, extra_ca_file)?;
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let sender = Arc::new(Sender {
+        store,
+        clock,
+        metrics: metrics.clone(),
+        mailer,
+        from: setup.from.clone(),
+        min_interval: setup.min_interval,
+        portal: public_url.map(|u| format!("{}/portal", u.trim_end_matches('/'))),
+    });
+    tracing::info!(
+        smtp_host = %setup.server.host,
+        smtp_port = setup.server.port,
+        "failure alerts by mail are on"
+    );
+    tokio::spawn(run(sender, rx, shutdown));
+    Ok(Alerts {
+        tx: Some(tx),
+        metrics,
+    })
+}
+
+/// The background task: each alert is decided here, one after another (so a recovery is
+/// decided after the failure before it), and sent on a task of its own, after the endpoint's
+/// mail before it has been sent or given up (so its people read them in order).
+async fn run(sender: Arc<Sender>, mut rx: mpsc::Receiver<Trigger>, mut shutdown: Shutdown) {
+    let sending = Arc::new(Semaphore::new(MAX_SENDING));
+    let mut tasks = tokio::task::JoinSet::new();
+    // Per endpoint, whether its last mail is done (sent or given up).
+    let mut last: HashMap<String, watch::Receiver<bool>> = HashMap::new();
+    loop {
+        let t = tokio::select! {
+            t = rx.recv() => match t {
+                Some(t) => t,
+                None => break,
+            },
+            _ = shutdown.wait() => break,
+        };
+        while tasks.try_join_next().is_some() {}
+        let Some(mail) = sender.decide(&t).await else {
+            continue;
+        };
+        let permit = tokio::select! {
+            p = sending.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = shutdown.wait() => break,
+        };
+        last.retain(|_, done| !*done.borrow());
+        let (done, done_rx) = watch::channel(false);
+        let before = last.insert(t.endpoint.id.clone(), done_rx);
+        let (s, stop) = (sender.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            if let Some(mut before) = before {
+                // An error: that task is gone (herald stops); nothing to wait for.
+                let _ = before.wait_for(|d| *d).await;
+            }
+            s.send(mail, stop).await;
+            let _ = done.send(true);
+            drop(permit);
+        });
+    }
+    if !tasks.is_empty() {
+        tracing::info!(
+            mails = tasks.len(),
+            "herald stops: alert mails still being tried are given up"
+        );
+    }
+    tasks.shutdown().await;
+}
+
+/// A mail that is to go out.
+struct Outgoing {
+    facts: mail::Facts,
+    message: lettre::Message,
+    recipients: usize,
+}
+
+impl Sender {
+    /// Whether the alert becomes a mail: the account has addresses, the endpoint still
+    /// exists, and the store's claim lets it through ([`crate::policy::alerts::claim`]).
+    async fn decide(&self, t: &Trigger) -> Option<Outgoing> {
+        let ep = &t.endpoint;
+        let emails = match self.store.alert_emails(&ep.account_id).await {
+            Ok(e) if e.is_empty() => return None,
+            Ok(e) => e,
+            Err(e) => {
+                self.metrics.alert(AlertResult::Failed);
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "alert mail not sent: cannot read the account's alert addresses");
+                return None;
+            }
+        };
+        self.store.endpoint(&ep.id)?;
+        let interval = self.min_interval.as_millis() as Millis;
+        match self.store.claim_alert(&ep.id, t.kind, t.at, interval).await {
+            Ok(true) => {}
+            // Only a failing mail is withheld (and counted): the others had nothing to say.
+            Ok(false) if t.kind == AlertKind::Failing => {
+                self.metrics.alert(AlertResult::Suppressed);
+                tracing::info!(endpoint_id = %ep.id, "failing alert mail not sent: one went out within alerts.min_interval");
+                return None;
+            }
+            Ok(false) => return None,
+            Err(e) => {
+                self.metrics.alert(AlertResult::Failed);
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "alert mail not sent: cannot claim it in the store");
+                return None;
+            }
+        }
+        let pending = self.store.endpoint_pending(&ep.id).await.ok();
+        let facts = mail::Facts {
+            kind: t.kind,
+            endpoint_id: ep.id.clone(),
+            url: ep.url.clone(),
+            account_id: ep.account_id.clone(),
+            failing_since: t.failing_since,
+            last_status: t.last_status.map(Status::as_str),
+            http_status: t.http_status,
+            pending,
+            at: t.at,
+            portal: self.portal.clone(),
+            min_interval: humantime::format_duration(self.min_interval).to_string(),
+        };
+        let message = mail::message(&facts, &self.from, &emails)?;
+        Some(Outgoing {
+            facts,
+            message,
+            recipients: emails.len(),
+        })
+    }
+
+    /// Tries the mail up to 3 times over 10 minutes; logs and counts what became of it.
+    async fn send(&self, mail: Outgoing, mut shutdown: Shutdown) {
+        let f = &mail.facts;
+        let tries = RETRY_AFTER.len() + 1;
+        for n in 1..=tries {
+            let why = match self.mailer.send(mail.message.clone()).await {
+                Ok(()) => {
+                    self.metrics.alert(AlertResult::Sent);
+                    tracing::info!(endpoint_id = %f.endpoint_id, account_id = %f.account_id, alert = f.kind.as_str(), recipients = mail.recipients, "alert mail sent");
+                    return;
+                }
+                Err(why) => why,
+            };
+            let Some(wait) = RETRY_AFTER.get(n - 1) else {
+                self.metrics.alert(AlertResult::Failed);
+                tracing::error!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent after {tries} tries; given up");
+                return;
+            };
+            self.metrics.alert(AlertResult::Retried);
+            tracing::warn!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent (try {n} of {tries}); trying again in {}", humantime::format_duration(*wait));
+            let at = self.clock.now_ms() + wait.as_millis() as Millis;
+            if !wait_until(&*self.clock, at, &mut shutdown).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Waits until the clock reads `at` (a timer, woken early when the clock jumps by hand);
+/// `false` if herald stops first.
+async fn wait_until(clock: &dyn Clock, at: Millis, shutdown: &mut Shutdown) -> bool {
+    loop {
+        // Enrolled before the clock is read, so a jump in between is not missed.
+        let jumped = clock.changed().map(|n| n.notified());
+        let now = clock.now_ms();
+        if now >= at {
+            return true;
+        }
+        let jump = async {
+            match jumped {
+                Some(n) => n.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis((at - now) as u64)) => {}
+            _ = jump => {}
+            _ = shutdown.wait() => return false,
+        }
+    }
+}

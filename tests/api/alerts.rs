@@ -1,0 +1,425 @@
+//! Failure alerts by mail (docs/operations.md, "Failure alerts"), against a real SMTP server
+//! (aiosmtpd, tests/tools/smtp_sink.py) that requires STARTTLS with a certificate of the test's
+//! CA: which mails go to whom and when, what they never contain, `alerts.min_interval`, and a
+//! mail server that is down or refuses costing nothing but a log line and a count.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::smtp::{Mail, Mode, SmtpSink};
+use common::{behaviour, first_delivery, HeraldApi, InProc, Receiver, Reply, TestCa, World};
+use serde_json::{json, Value};
+
+/// 2026-12-02T12:00:00Z.
+const T0: i64 = 1_796_212_800_000;
+const SETTLE: Duration = Duration::from_secs(15);
+const HOUR: i64 = 3_600_000;
+
+/// Markers that must never reach a mail.
+const HEADER_MARKER: &str = "HDRVALUE7f3a";
+const ACCOUNT_SECRET_MARKER: &str = "ACCTSECRET9c1d";
+const PAYLOAD_MARKER: &str = "PAYLOAD5e8b";
+const QUERY_MARKER: &str = "QUERYTOKEN2a6f";
+
+fn alerts_table(smtp: &SmtpSink, extra: &str) -> String {
+    format!(
+        "[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\n{extra}",
+        common::toml_string(&smtp.url())
+    )
+}
+
+/// A receiver that fails (500) while `failing` is set.
+fn switchable(failing: Arc<AtomicBool>) -> common::Behaviour {
+    behaviour(move |_, _| {
+        if failing.load(Ordering::SeqCst) {
+            Reply::status(500)
+        } else {
+            Reply::status(200)
+        }
+    })
+}
+
+async fn set_emails(w: &World<InProc>, account: &str, emails: Value) {
+    let (status, v) = w
+        .herald
+        .admin(
+            "PUT",
+            &format!("/v1/accounts/{account}"),
+            Some(json!({ "alert_emails": emails })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// Ingests one event for `account` and waits until its only delivery has ended.
+async fn fail_once(w: &World<InProc>, account: &str) {
+    let payload = json!({"note": PAYLOAD_MARKER});
+    let d = first_delivery(&w.ingest(account, "t.x", payload).await);
+    w.wait_state(&d, "failed", SETTLE).await;
+}
+
+/// Ten failed attempts in a row: the breaker opens.
+async fn open_breaker(w: &World<InProc>, account: &str) {
+    for _ in 0..10 {
+        fail_once(w, account).await;
+    }
+}
+
+/// One event that waits for the probe, then the probe at `at` (the receiver answers 200).
+async fn recover_at(w: &World<InProc>, account: &str, at: i64) {
+    let held = first_delivery(&w.ingest(account, "t.x", json!({})).await);
+    w.herald.clock.set(at);
+    w.wait_state(&held, "delivered", SETTLE).await;
+}
+
+async fn metric(h: &impl HeraldApi, result: &str) -> u64 {
+    let (status, _, body) = h.call_raw("GET", "/metrics", None, &[], vec![]).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).expect("metrics are text");
+    let line = format!("herald_alerts_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .unwrap_or_else(|| panic!("no {line:?} in /metrics"))
+        .parse()
+        .expect("a count")
+}
+
+fn assert_clean(mails: &[Mail], secrets: &[&str]) {
+    for m in mails {
+        for needle in secrets {
+            assert!(
+                !m.data.contains(needle) && !m.body().contains(needle),
+                "a mail holds {needle:?}:\n{}",
+                m.data
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_nothing_secret() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let w = World::start_manual_with_ca(ca, "", &alerts_table(&smtp, ""), T0).await;
+    set_emails(&w, "acme", json!(["ops@acme.test", "oncall@acme.test"])).await;
+    set_emails(&w, "other", json!(["ops@other.test"])).await;
+    let h = &w.herald;
+    let (status, _) = h
+        .admin(
+            "PUT",
+            "/v1/accounts/acme/secrets/token",
+            Some(json!({ "value": ACCOUNT_SECRET_MARKER })),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, session) = h
+        .admin("POST", "/v1/accounts/acme/portal-sessions", Some(json!({})))
+        .await;
+    let portal_token = session["token"].as_str().unwrap().to_string();
+
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, switchable(failing.clone()));
+    let url = format!("{}?sig={QUERY_MARKER}", recv.url("/hook"));
+    let (ep, secret) = w
+        .endpoint(
+            "acme",
+            &url,
+            json!({"retry_policy": "none", "headers": {
+                "x-plain": HEADER_MARKER, "x-macro": "Bearer {{ secret.token }}"}}),
+        )
+        .await;
+    // Another account's endpoint, healthy: its people hear nothing.
+    let healthy = Receiver::ok_https(&w.ca);
+    w.endpoint("other", &healthy.url("/in"), json!({})).await;
+    w.ingest("other", "t.x", json!({})).await;
+
+    open_breaker(&w, "acme").await;
+    let mails = smtp.wait_for(1, SETTLE).await;
+    let m = &mails[0];
+    assert_eq!(m.mail_from, "herald@alerts.test");
+    let mut to = m.rcpt_tos.clone();
+    to.sort();
+    assert_eq!(to, ["oncall@acme.test", "ops@acme.test"]);
+    let subject = m.header("Subject").unwrap();
+    assert!(subject.contains("is failing"), "{subject}");
+    let body = m.body();
+    for needle in [
+        &format!("Endpoint id:        {ep}\n"),
+        "Account:            acme\n",
+        "Failing since:      2026-12-02T12:00:00.000Z\n",
+        "Last attempt:       http_error (HTTP 500)\n",
+        "Waiting deliveries: 0\n",
+        &recv.url("/hook"),
+        "(query left out)",
+        "docs/operations.md",
+    ] {
+        assert!(body.contains(needle), "{needle:?} in\n{body}");
+    }
+    assert!(m
+        .header("Content-Type")
+        .is_some_and(|c| c.starts_with("text/plain")));
+
+    // The probe succeeds: the recovery is mailed.
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 30_000).await;
+    let mails = smtp.wait_for(2, SETTLE).await;
+    assert!(
+        mails[1]
+            .header("Subject")
+            .unwrap()
+            .contains("has recovered"),
+        "{:?}",
+        mails[1]
+    );
+
+    // A second endpoint answers 410 Gone: it is disabled, and that is mailed.
+    let is_gone = Arc::new(AtomicBool::new(true));
+    let gone = Receiver::https(&w.ca, {
+        let is_gone = is_gone.clone();
+        behaviour(move |_, _| {
+            Reply::status(if is_gone.load(Ordering::SeqCst) {
+                410
+            } else {
+                200
+            })
+        })
+    });
+    let (gone_ep, _) = w
+        .endpoint("acme", &gone.url("/gone"), json!({"retry_policy": "none"}))
+        .await;
+    h.admin(
+        "PATCH",
+        &format!("/v1/endpoints/{ep}"),
+        Some(json!({"event_types": ["never.*"]})),
+    )
+    .await;
+    fail_once(&w, "acme").await;
+    let mails = smtp.wait_for(3, SETTLE).await;
+    let disabled = &mails[2];
+    assert!(
+        disabled.header("Subject").unwrap().contains("was disabled"),
+        "{disabled:?}"
+    );
+    assert!(disabled
+        .body()
+        .contains(&format!("Endpoint id:        {gone_ep}\n")));
+    assert!(disabled
+        .body()
+        .contains("Last attempt:       http_error (HTTP 410)\n"));
+    // Resumed, it delivers again: that first success is mailed as its recovery.
+    is_gone.store(false, Ordering::SeqCst);
+    let (status, _) = h
+        .admin("POST", &format!("/v1/endpoints/{gone_ep}/resume"), None)
+        .await;
+    assert_eq!(status, 200);
+    let d = first_delivery(&w.ingest("acme", "t.x", json!({})).await);
+    w.wait_state(&d, "delivered", SETTLE).await;
+    let mails = smtp.wait_for(4, SETTLE).await;
+    assert!(
+        mails[3]
+            .header("Subject")
+            .unwrap()
+            .contains("has recovered"),
+        "{:?}",
+        mails[3]
+    );
+    assert!(mails[3]
+        .body()
+        .contains(&format!("Endpoint id:        {gone_ep}\n")));
+
+    // Never a secret, a header value, a portal token, a payload byte or the URL's query.
+    assert_eq!(smtp.mails().len(), 4, "no mail to the other account");
+    assert_clean(
+        &smtp.mails(),
+        &[
+            HEADER_MARKER,
+            ACCOUNT_SECRET_MARKER,
+            PAYLOAD_MARKER,
+            QUERY_MARKER,
+            &portal_token,
+            &secret,
+            secret.trim_start_matches("whsec_"),
+        ],
+    );
+    assert_eq!(metric(h, "sent").await, 4);
+    assert_eq!(metric(h, "failed").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_one_failing_mail_per_endpoint_per_min_interval() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let w =
+        World::start_manual_with_ca(ca, "", &alerts_table(&smtp, "min_interval = \"1h\"\n"), T0)
+            .await;
+    set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, switchable(failing.clone()));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let subjects = || {
+        smtp.mails()
+            .iter()
+            .map(|m| {
+                let s = m.header("Subject").unwrap_or_default();
+                if s.contains("is failing") {
+                    "failing"
+                } else if s.contains("has recovered") {
+                    "recovered"
+                } else {
+                    "other"
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+
+    // Fails, recovers: both mailed.
+    open_breaker(&w, "acme").await;
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 30_000).await;
+    smtp.wait_for(2, SETTLE).await;
+    // Fails again ten minutes later: within the hour, so no mail, and no recovery mail either.
+    failing.store(true, Ordering::SeqCst);
+    w.herald.clock.set(T0 + 600_000);
+    open_breaker(&w, "acme").await;
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 630_000).await;
+    common::wait_until(SETTLE, "the failing mail is withheld", || async {
+        metric(&w.herald, "suppressed").await == 1
+    })
+    .await;
+    assert_eq!(subjects(), ["failing", "recovered"]);
+    // An hour after the first mail, a new failure is mailed again.
+    failing.store(true, Ordering::SeqCst);
+    w.herald.clock.set(T0 + HOUR);
+    open_breaker(&w, "acme").await;
+    smtp.wait_for(3, SETTLE).await;
+    assert_eq!(subjects(), ["failing", "recovered", "failing"]);
+    assert_eq!(metric(&w.herald, "sent").await, 3);
+}
+
+/// A mail server that is down, or refuses every message: deliveries go on, each try is counted,
+/// the mail is given up after 3 tries over 10 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_server_down_or_refusing_costs_only_a_count_and_deliveries_go_on() {
+    for refuse in [true, false] {
+        let name = if refuse { "refusing" } else { "down" };
+        let ca = TestCa::new();
+        let sink = refuse.then(|| SmtpSink::refusing(&ca));
+        let url = match &sink {
+            Some(s) => s.url(),
+            None => format!("smtp://localhost:{}", closed_port()),
+        };
+        let tables = format!(
+            "[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\n",
+            common::toml_string(&url)
+        );
+        let w = World::start_manual_with_ca(ca, "", &tables, T0).await;
+        set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+        let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+        w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+            .await;
+        let ok = Receiver::ok_https(&w.ca);
+        w.endpoint("fine", &ok.url("/in"), json!({})).await;
+        open_breaker(&w, "acme").await;
+        common::wait_until(SETTLE, &format!("{name}: the first try fails"), || async {
+            metric(&w.herald, "retried").await == 1
+        })
+        .await;
+        // Deliveries go on meanwhile.
+        let d = first_delivery(&w.ingest("fine", "t.x", json!({})).await);
+        w.wait_state(&d, "delivered", SETTLE).await;
+        // The second try after 2 minutes, the third 8 minutes later; then it is given up.
+        w.herald.clock.set(T0 + 120_000);
+        common::wait_until(SETTLE, &format!("{name}: the second try fails"), || async {
+            metric(&w.herald, "retried").await == 2
+        })
+        .await;
+        w.herald.clock.set(T0 + 600_000);
+        common::wait_until(SETTLE, &format!("{name}: the mail is given up"), || async {
+            metric(&w.herald, "failed").await == 1
+        })
+        .await;
+        assert_eq!(metric(&w.herald, "sent").await, 0, "{name}");
+        let d = first_delivery(&w.ingest("fine", "t.x", json!({})).await);
+        w.wait_state(&d, "delivered", SETTLE).await;
+        if let Some(s) = sink {
+            assert!(s.mails().is_empty(), "the refusing server kept nothing");
+        }
+    }
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// The real process: a failed try is one log line, and the SMTP password is in no log line,
+/// no metric and no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_try_is_logged_and_the_smtp_password_is_never_shown() {
+    const PASSWORD: &str = "SMTPPASSWORD4d2c";
+    let url = format!("smtp://alerts:{PASSWORD}@localhost:{}", closed_port());
+    let tables = format!(
+        "[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\n",
+        common::toml_string(&url)
+    );
+    let w = World::start_with_ca(TestCa::new(), "", &tables).await;
+    let (status, _) = w
+        .herald
+        .admin(
+            "PUT",
+            "/v1/accounts/acme",
+            Some(json!({"alert_emails": ["ops@acme.test"]})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    for _ in 0..10 {
+        let d = first_delivery(&w.ingest("acme", "t.x", json!({})).await);
+        w.wait_state(&d, "failed", SETTLE).await;
+    }
+    let line = w
+        .herald
+        .wait_for_log("alert mail not sent (try 1 of 3)", SETTLE)
+        .await;
+    assert!(line.contains("trying again in 2m"), "{line}");
+    assert_eq!(metric(&w.herald, "retried").await, 1);
+    let (_, _, metrics) = w
+        .herald
+        .call_raw("GET", "/metrics", None, &[], vec![])
+        .await;
+    assert!(!String::from_utf8_lossy(&metrics).contains(PASSWORD));
+    assert!(
+        !w.herald.log_text().contains(PASSWORD),
+        "the password is logged"
+    );
+}
+
+/// STARTTLS with a login, and TLS from the first byte (`smtps://`), both against a server
+/// whose certificate the test's CA signed (trusted through `delivery.extra_ca_file`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_with_a_login_and_smtps_deliver_the_mail() {
+    for smtps in [false, true] {
+        let ca = TestCa::new();
+        let smtp = if smtps {
+            SmtpSink::start(&ca, Mode::Smtps)
+        } else {
+            SmtpSink::with_login(&ca, "alerts", "p@ss:word")
+        };
+        let w = World::start_manual_with_ca(ca, "", &alerts_table(&smtp, ""), T0).await;
+        set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+        let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+        w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+            .await;
+        open_breaker(&w, "acme").await;
+        let mails = smtp.wait_for(1, SETTLE).await;
+        assert_eq!(mails[0].rcpt_tos, ["ops@acme.test"], "smtps: {smtps}");
+    }
+}

@@ -1,0 +1,166 @@
+//! Failure alerts in a cluster (docs/operations.md, "Failure alerts"): two nodes on one real
+//! PostgreSQL, each in this process on a manual clock (moved together), mailing one real SMTP
+//! server. The breaker opens on one node, then again on the other within `min_interval`: one
+//! failing mail for both, and the recovery that answers it once.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::smtp::{Mode, SmtpSink};
+use common::{behaviour, first_delivery, wait_until, HeraldApi, InProc, Receiver, Reply, TestCa};
+use serde_json::{json, Value};
+
+/// 2026-12-02T12:00:00Z.
+const T0: i64 = 1_796_212_800_000;
+const HOUR: i64 = 3_600_000;
+const SETTLE: Duration = Duration::from_secs(20);
+
+struct Cluster {
+    nodes: Vec<InProc>,
+}
+
+impl Cluster {
+    fn set_clock(&self, at: i64) {
+        for n in &self.nodes {
+            n.clock.set(at);
+        }
+    }
+
+    /// The delivery once it is no longer pending, as node 0 shows it.
+    async fn settled(&self, id: &str) -> Value {
+        let path = format!("/v1/deliveries/{id}");
+        wait_until(SETTLE, &format!("delivery {id} settles"), || async {
+            self.nodes[0].admin("GET", &path, None).await.1["state"] != "pending"
+        })
+        .await;
+        self.nodes[0].admin("GET", &path, None).await.1
+    }
+
+    /// One event ingested through `node` (which attempts it: a cluster node takes the fresh
+    /// deliveries it has room for), settled as `state`.
+    async fn one(&self, node: usize, state: &str) {
+        let (status, answer) = self.nodes[node]
+            .ingest(json!({"account_id": "acme", "type": "t.x", "payload": {}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        let v = self.settled(&first_delivery(&answer)).await;
+        assert_eq!(v["state"], state, "{v}");
+    }
+
+    /// Ten failures in a row, the tenth (the one that opens the breaker) on `node`.
+    async fn open_on(&self, node: usize) {
+        for i in 0..9 {
+            self.one(i % 2, "failed").await;
+        }
+        self.one(node, "failed").await;
+    }
+
+    async fn alerts(&self, result: &str) -> u64 {
+        let mut sum = 0;
+        for n in &self.nodes {
+            let (_, _, body) = n.call_raw("GET", "/metrics", None, &[], vec![]).await;
+            let text = String::from_utf8(body).expect("metrics are text");
+            let prefix = format!("herald_alerts_total{{result=\"{result}\"}} ");
+            sum += text
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("the alerts counter");
+        }
+        sum
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_interval_holds_across_the_nodes_of_a_cluster() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let ca_dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let url = common::postgres::shared_database();
+    let storage = format!(
+        "backend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        common::toml_string(&url)
+    );
+    let toml = format!(
+        "{}[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmin_interval = \"1h\"\n",
+        common::delivery_toml(&ca_file),
+        common::toml_string(&smtp.url())
+    );
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        nodes.push(InProc::start_with_storage(&storage, &toml, T0).await);
+    }
+    let c = Cluster { nodes };
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&ca, {
+        let failing = failing.clone();
+        behaviour(move |_, _| {
+            if failing.load(Ordering::SeqCst) {
+                Reply::status(500)
+            } else {
+                Reply::status(200)
+            }
+        })
+    });
+    let (status, v) = c.nodes[0]
+        .admin(
+            "PUT",
+            "/v1/accounts/acme",
+            Some(json!({"alert_emails": ["ops@acme.test"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, ep) = c.nodes[0]
+        .admin(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(json!({"url": recv.url("/hook"), "retry_policy": "none"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let (status, _) = c.nodes[1].admin("GET", "/v1/accounts/acme", None).await;
+    assert_eq!(status, 200, "node 1 reads the account");
+
+    // The breaker opens on node 0: one mail. The probe succeeds: the recovery is mailed.
+    c.open_on(0).await;
+    smtp.wait_for(1, SETTLE).await;
+    failing.store(false, Ordering::SeqCst);
+    c.set_clock(T0 + 30_000);
+    c.one(1, "delivered").await;
+    smtp.wait_for(2, SETTLE).await;
+
+    // Ten minutes later it opens again, on node 1 this time: within the hour, so no mail
+    // (node 1 reads node 0's mark), and its recovery is not mailed either.
+    failing.store(true, Ordering::SeqCst);
+    c.set_clock(T0 + 600_000);
+    c.open_on(1).await;
+    failing.store(false, Ordering::SeqCst);
+    c.set_clock(T0 + 630_000);
+    c.one(0, "delivered").await;
+    wait_until(SETTLE, "the failing mail is withheld", || async {
+        c.alerts("suppressed").await == 1
+    })
+    .await;
+    assert_eq!(smtp.mails().len(), 2, "{:?}", smtp.mails());
+
+    // An hour after the first mail, an opening on node 1 is mailed.
+    failing.store(true, Ordering::SeqCst);
+    c.set_clock(T0 + HOUR);
+    c.open_on(1).await;
+    let mails = smtp.wait_for(3, SETTLE).await;
+    let subjects: Vec<String> = mails
+        .iter()
+        .map(|m| m.header("Subject").unwrap_or_default())
+        .collect();
+    assert!(
+        subjects[0].contains("is failing")
+            && subjects[1].contains("has recovered")
+            && subjects[2].contains("is failing"),
+        "{subjects:?}"
+    );
+    assert_eq!(c.alerts("sent").await, 3);
+}
