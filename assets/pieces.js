@@ -163,3 +163,44 @@ export function endpointLink(id, url) {
   if (!id) return h("span", { class: "muted" }, "none");
   return h("a", { href: `#/endpoints/${enc(id)}`, class: "mono", title: url || id }, url ? shortUrl(url) : id);
 }
+
+// Tabs (the ARIA tabs pattern): `items` are [key, title, panel]; the one shown is `selected`,
+// kept in the address (?tab=) so a reload or a shared link opens it. Arrow keys, Home and End
+// move between tabs.
+export function tabs(label, items, selected) {
+  const list = h("div", { class: "tabs", role: "tablist", "aria-label": label });
+  const panels = [];
+  const buttons = items.map(([key, title, panel], i) => {
+    const tabId = nextId("tab");
+    const panelId = nextId("panel");
+    const b = h("button", { type: "button", role: "tab", id: tabId, class: "tab", "aria-controls": panelId, "data-key": key }, title);
+    panels.push(h("div", { role: "tabpanel", id: panelId, "aria-labelledby": tabId, class: "tab-panel", tabindex: "0" }, panel));
+    b.addEventListener("click", () => show(i, true));
+    b.addEventListener("keydown", (e) => {
+      const n = items.length;
+      const to = { ArrowRight: (i + 1) % n, ArrowLeft: (i - 1 + n) % n, Home: 0, End: n - 1 }[e.key];
+      if (to === undefined) return;
+      e.preventDefault();
+      show(to, true);
+      buttons[to].focus();
+    });
+    return b;
+  });
+  function show(i, remember) {
+    buttons.forEach((b, j) => {
+      b.setAttribute("aria-selected", String(i === j));
+      b.tabIndex = i === j ? 0 : -1;
+      panels[j].hidden = i !== j;
+    });
+    if (remember) {
+      const [path, query = ""] = location.hash.split("?");
+      const q = new URLSearchParams(query);
+      if (i === 0) q.delete("tab"); else q.set("tab", items[i][0]);
+      const qs = q.toString();
+      history.replaceState(null, "", `${location.pathname}${location.search}${path}${qs ? `?${qs}` : ""}`);
+    }
+  }
+  append(list, buttons);
+  show(Math.max(0, items.findIndex(([key]) => key === selected)), false);
+  return h("div", { class: "tabbed" }, list, panels);
+}

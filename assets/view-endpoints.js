@@ -4,7 +4,7 @@ import { api, catalog, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
 import { mono, num, pct, pill, pretty, utc, when } from "./format.js";
-import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table } from "./pieces.js";
+import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
 import { parseRoute, render, renderTop, section, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
 import { deliveriesTable } from "./view-deliveries.js";
@@ -113,29 +113,42 @@ export async function viewEndpoint(ctx, id) {
   const unverified = !ep.verified && S.session && S.session.require_verification
     ? msg("error", h("strong", null, "This endpoint receives nothing yet: it is not verified. "),
       "Every delivery to it is skipped (status unverified) until it passes verification. ",
-      ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: herald sends a challenge your receiver answers (see the snippet below), and deliveries start once it does.")
+      ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: herald sends a challenge your receiver answers (the Advanced tab has the code), and deliveries start once it does.")
     : null;
   if (unverified) unverified.classList.add("banner");
+  const recent = await recentDeliveries(ep, ctx);
+  if (ctx.stale()) return;
+  // One page, four tabs: how it is doing, what it got, how it is set up, and the tools.
   put(main, h1, takeFlash(), unverified, header, actions, out,
-    h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), facts,
-      headers.length ? h("div", null, h("h3", null, "Custom headers"),
-        table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null),
-    chart.node,
-    ro ? null : testSection(ep, cat, reread),
-    ro ? null : recoverSection(ep),
-    await recentDeliveries(ep, ctx),
-    snippetSection(ep));
+    tabs("Endpoint", [
+      ["overview", "Overview", [
+        h("section", { class: "card", "aria-labelledby": "ep-health" }, h("h2", { id: "ep-health" }, "Health"), facts),
+        chart.node]],
+      ["deliveries", "Deliveries", [recent, ro ? null : recoverSection(ep)]],
+      ["settings", "Settings", [
+        h("section", { class: "card", "aria-labelledby": "ep-facts" }, h("h2", { id: "ep-facts" }, "Details"), settingsOf(ep),
+          headers.length ? h("div", null, h("h3", null, "Custom headers"),
+            table(["Header", "Value"], headers.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", null, mono(v)))), { caption: "Custom headers" })) : null)]],
+      ["advanced", "Advanced", [ro ? null : testSection(ep, cat, reread), snippetSection(ep)]],
+    ], ctx.q.get("tab")));
 }
 
+// How the endpoint is doing (the Overview tab).
 function factsOf(ep) {
   return dl([
-    ["Endpoint id", h("span", { class: "with-copy" }, mono(ep.id), copyButton(ep.id, "Copy id"))],
-    ["Account", mono(ep.account_id)],
     ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${num(ep.attempts_1h)} attempts` : "no attempts in the last hour"],
     ["Last success", when(ep.last_success_at, "never")],
     ["Pending", num(ep.pending)],
     ["Breaker", ep.breaker ? h("span", null, pill(ep.breaker.state), ep.breaker.consecutive_failures ? ` ${ep.breaker.consecutive_failures} failures in a row` : "",
       ep.breaker.next_probe_at ? h("span", null, ", next probe ", when(ep.breaker.next_probe_at)) : "") : "—"],
+  ]);
+}
+
+// How it is set up (the Settings tab).
+function settingsOf(ep) {
+  return dl([
+    ["Endpoint id", h("span", { class: "with-copy" }, mono(ep.id), copyButton(ep.id, "Copy id"))],
+    ["Account", mono(ep.account_id)],
     ["Event types", typesCell(ep.event_types)],
     ["Retry policy", mono(ep.retry_policy || "—")],
     ["Signature", ep.signature === "ed25519" ? "Ed25519 (v1a)" : "HMAC-SHA256 (v1)"],

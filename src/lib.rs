@@ -20,14 +20,16 @@
 //! - [`model`]: the shared vocabulary: `Plan`, `Endpoint`, `Event`, `Delivery`, `Attempt`,
 //!   `Status`.
 //! - [`policy`]: pure decisions: breaker, conditions, debounce windows, quota windows, retry
-//!   schedule, the SSRF guard and its CIDRs, endpoint URL checks.
+//!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, payload filters, alerts.
 //! - [`signing`]: Standard Webhooks signatures and secret formats.
-//! - [`store`]: the only module that touches sled: the event and delivery log (one row per
-//!   event), the group-commit committer, the per-endpoint due index, per-delivery claims, the
-//!   storage-format migration, the data directory's privacy.
+//! - [`store`]: the storage contract and its two implementations (sled on one box, PostgreSQL
+//!   for a cluster): the event and delivery log, the group-commit committer, the per-endpoint
+//!   due index, per-delivery claims, the charts' per-minute counts, the storage-format
+//!   migration, the data directory's privacy.
 //! - [`api`]: the hyper 1.x HTTP API: connection limits, routing, auth, JSON errors, one file
 //!   per resource.
-//! - [`engine`]: the delivery loop, attempts, endpoint health, verification, retention sweeps.
+//! - [`engine`]: the delivery loop, attempts, endpoint health, the charts' counts, verification,
+//!   retention sweeps.
 //! - [`outbound`]: the HTTP client (rustls, timeouts, no redirects, body cap), checked
 //!   connections and the signed request.
 //! - [`receive`]: the `herald receive` tool for trying herald out.

@@ -24,14 +24,10 @@ pub const MAX_ALERT_EMAILS: usize = 5;
 #[serde(deny_unknown_fields)]
 struct AccountBody {
     /// Absent and `null` differ: absent leaves the plan, `null` removes it.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "body::present")]
     plan: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "body::present")]
     alert_emails: Option<Value>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
 }
 
 /// `PUT /v1/accounts/{account_id}`: changes only the fields the body names, all checked before

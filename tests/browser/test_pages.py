@@ -164,6 +164,13 @@ def goto(page, hash_path):
     settle(page)
 
 
+def tab(page, name):
+    """Opens a tab of a tabbed page (the endpoint's)."""
+    t = page.get_by_role("tab", name=name, exact=True)
+    t.click()
+    expect(t).to_have_attribute("aria-selected", "true")
+
+
 def button(page, name):
     return page.get_by_role("button", name=name, exact=True)
 
@@ -331,8 +338,21 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     expect(page.locator(".url-line").first).to_contain_text(RECEIVER_URL)
     settle(page)
     main = page.locator("main")
+    # Four tabs; Overview first. The settings are on their own tab, kept in the address.
+    expect(page.get_by_role("tab")).to_have_count(4)
+    tab_names = [t.strip() for t in page.get_by_role("tab").all_inner_texts()]
+    check(tab_names == ["Overview", "Deliveries", "Settings", "Advanced"], f"the endpoint page's tabs: {tab_names}")
+    tab(page, "Settings")
     expect(main).to_contain_text("by customer_id")
     expect(main).to_contain_text("5 per second")
+    check("tab=settings" in page.url, "the open tab lives in the address")
+    page.reload()
+    settle(page)
+    expect(page.get_by_role("tab", name="Settings", exact=True)).to_have_attribute("aria-selected", "true")
+    # Arrow keys move between tabs.
+    page.get_by_role("tab", name="Settings", exact=True).focus()
+    page.keyboard.press("ArrowRight")
+    expect(page.get_by_role("tab", name="Advanced", exact=True)).to_have_attribute("aria-selected", "true")
     check(secret_text not in page.locator("body").inner_text(), "the secret is shown once only")
     page.get_by_label("Event type", exact=True).select_option("order.created")
     expect(page.locator("section", has=page.get_by_role("heading", name="Send a test event")).locator("pre")).to_contain_text("ord_1001")
@@ -340,17 +360,18 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     result = page.locator("section", has=page.get_by_role("heading", name="Send a test event")).get_by_role("status")
     expect(result).to_contain_text("delivered", timeout=20_000)
     expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
-    shot(page, "portal-endpoint-page")
-    shot(page, "doc-portal-endpoint", full=False)
-    endpoint_id = page.url.rsplit("/", 1)[1]
+    endpoint_id = page.url.split("?")[0].rsplit("/", 1)[1]
     # The page reads its figures again after the test event (no reload), and the chart picks
     # its window: the test event's attempt is in both, counted by the store.
-    facts = page.locator("section", has=page.get_by_role("heading", name="Details", exact=True))
+    tab(page, "Overview")
+    facts = page.locator("section", has=page.get_by_role("heading", name="Health", exact=True))
     expect(facts).not_to_contain_text("never")
     chart = page.locator("section", has=page.get_by_role("heading", name="Attempts", exact=True)).locator("svg.chart")
     expect(chart).to_have_attribute("aria-label", re.compile(r"attempts in the last hour — delivered \d"))
     page.get_by_label("Chart window").select_option("24h")
     expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes .*attempts in the last 24 hours — delivered \d"))
+    shot(page, "portal-endpoint-page")
+    shot(page, "doc-portal-endpoint", full=False)
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Deliveries").click()
     expect(page.get_by_role("heading", name="Deliveries", exact=True)).to_be_visible()
@@ -429,6 +450,7 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     goto(page, "/endpoints")
     page.get_by_role("link", name=RECEIVER_URL, exact=True).click()
     settle(page)
+    tab(page, "Settings")
     expect(page.locator("main")).to_contain_text("none: every event of its types")
     page.get_by_role("link", name="Edit", exact=True).click()
     expect(page.get_by_role("heading", name="Edit endpoint", exact=True)).to_be_visible()
@@ -461,6 +483,7 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     shot(page, "doc-portal-filter-editor", full=False)
     button(page, "Save").click()
     expect(page.locator("main")).to_contain_text("Saved.")
+    tab(page, "Settings")
     expect(page.locator(".filter-shown")).to_contain_text('"$gte": 4200')
     # Cleared again: the endpoint takes every event of its types.
     page.get_by_role("link", name="Edit", exact=True).click()
@@ -468,6 +491,7 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     page.get_by_label("Filter (JSON)").fill("")
     button(page, "Save").click()
     expect(page.locator("main")).to_contain_text("Saved.")
+    tab(page, "Settings")
     expect(page.locator("main")).to_contain_text("none: every event of its types")
 
 
@@ -502,6 +526,7 @@ def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     shot(page, "portal-endpoint-actions")
 
     endpoint_page = page.url
+    tab(page, "Deliveries")
     page.get_by_role("link", name="All deliveries of this endpoint").click()
     expect(page.locator(".results tbody tr").first).to_be_visible()
     page.locator(".results tbody tr a[href^='#/deliveries/']").first.click()
@@ -590,6 +615,7 @@ def recover_shows_count_before_confirming(page):
     check(status == 200 and dry["deliveries"] >= 1, f"the fixture has failed deliveries to recover: {status} {dry}")
     n = dry["deliveries"]
     attempts_before = endpoint_attempts(FAILING_ENDPOINT)
+    tab(page, "Deliveries")
     button(page, "Recover").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
