@@ -111,10 +111,12 @@ async fn view(state: &AppState, d: &Delivery) -> Value {
         None => None,
     };
     let due = d.next_attempt_at.unwrap_or(d.created_at);
-    let (reason, until) = if state.engine.is_in_flight(&d.id) {
-        ("in_flight", None)
-    } else if let Some(h) = held.filter(|h| *h > now && *h >= due) {
+    // The breaker first: while it holds the endpoint, a delivery the scheduler is looking at
+    // is not being sent, only put back until the probe.
+    let (reason, until) = if let Some(h) = held.filter(|h| *h > now && *h >= due) {
         ("breaker", Some(h))
+    } else if state.engine.is_in_flight(&d.id) {
+        ("in_flight", None)
     } else if let Some(s) = endpoint
         .as_ref()
         .map(|e| e.state)

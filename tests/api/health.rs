@@ -50,10 +50,19 @@ async fn fail_list(w: &World<InProc>) -> String {
         .to_string()
 }
 
+/// Ten failures in a row, then waits until the breaker is recorded open: the delivery's failed
+/// state is written before the attempt's breaker bookkeeping.
 async fn open_breaker(w: &World<InProc>) {
     for _ in 0..10 {
         fail_once(w).await;
     }
+    common::wait_until(SETTLE, "the breaker is recorded open", || async {
+        let (_, st) = w.herald.admin("GET", "/v1/status", None).await;
+        st["open_breakers"]
+            .as_array()
+            .is_some_and(|b| !b.is_empty())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -704,6 +704,38 @@ def pages_carry_csp_and_frame_ancestors():
         check(headers.get("etag"), f"{path}: ETag missing")
 
 
+def the_chart_keeps_every_digit_of_large_counts(b, link):
+    # herald's own answer, with the current minute's count raised to 50,000 (a busy endpoint):
+    # the left axis labels stay whole inside the chart.
+    def big(route):
+        answer = route.fetch()
+        stats = answer.json()
+        now = datetime.now(timezone.utc).replace(second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        stats["minutes"] = [{"at": now, "attempts": {"delivered": 50000}, "latency_ms": {"mean": 80, "max": 300}}]
+        route.fulfill(response=answer, json=stats)
+
+    ctx = b.context(viewport={"width": 1280, "height": 900})
+    page = b.page(ctx)
+    page.route("**/v1/endpoints/*/stats*", big)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    goto(page, f"/endpoints/{FAILING_ENDPOINT}")
+    chart = page.locator("svg.chart")
+    expect(chart).to_have_attribute("aria-label", re.compile("50000 attempts"))
+    labels = page.evaluate("""() => {
+        const svg = document.querySelector('svg.chart');
+        const box = svg.getBoundingClientRect();
+        return [...svg.querySelectorAll('text.axis')].map((t) => {
+            const r = t.getBoundingClientRect();
+            return [t.textContent, r.left >= box.left - 0.5 && r.right <= box.right + 0.5];
+        });
+    }""")
+    check("50K" in [t for t, _ in labels], f"the top of the axis reads 50K: {labels}")
+    cut = [t for t, inside in labels if not inside]
+    check(not cut, f"axis labels cut off by the chart's edge: {cut}")
+    ctx.close()
+
+
 def nothing_overflows_at_1280_and_390_px_with_a_300_character_description(b, link):
     long_desc = "x" * 300
     status, made, _ = api("POST", f"/v1/accounts/{ACCOUNT}/endpoints",
@@ -957,6 +989,7 @@ def main():
         run("customer_sets_alert_addresses_with_field_errors", customer_sets_alert_addresses_with_field_errors, page)
         run("read_only_session_shows_no_changing_controls", read_only_session_shows_no_changing_controls, browser)
         run("pages_fit_360px_without_horizontal_scroll", pages_fit_360px_without_horizontal_scroll, browser, link)
+        run("the_chart_keeps_every_digit_of_large_counts", the_chart_keeps_every_digit_of_large_counts, browser, link)
         run("nothing_overflows_at_1280_and_390_px_with_a_300_character_description",
             nothing_overflows_at_1280_and_390_px_with_a_300_character_description, browser, link)
         run("operator_purges_an_account_once_its_id_is_typed", operator_purges_an_account_once_its_id_is_typed, browser)
