@@ -237,6 +237,7 @@ fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::problems;
 
     #[test]
     fn smtp_urls_parse_with_their_tls_and_default_ports() {
@@ -256,17 +257,6 @@ mod tests {
             !format!("{s:?}").contains("p:ss"),
             "Debug hides the password"
         );
-    }
-
-    fn problems(toml: &str) -> Vec<(String, String)> {
-        let config = Config::from_toml(toml).expect("parses");
-        config
-            .validate()
-            .err()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| (e.key, e.message))
-            .collect()
     }
 
     #[test]

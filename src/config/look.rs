@@ -175,14 +175,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn problems(toml: &str) -> Vec<(String, String)> {
-        let c = Config::from_toml(toml).expect("parses");
-        match c.validate() {
-            Ok(()) => Vec::new(),
-            Err(es) => es.into_iter().map(|e| (e.key, e.message)).collect(),
-        }
-    }
+    use crate::config::problems;
 
     #[test]
     fn contrast_follows_wcag() {

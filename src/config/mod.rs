@@ -609,6 +609,20 @@ fn one_line(msg: &str) -> String {
     msg.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// Every problem `validate` reports for `toml`, as (key, message); none for a valid file. The
+/// config modules' tests share it.
+#[cfg(test)]
+fn problems(toml: &str) -> Vec<(String, String)> {
+    let config = Config::from_toml(toml).expect("parses");
+    config
+        .validate()
+        .err()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.key, e.message))
+        .collect()
+}
+
 mod alerts;
 pub mod look;
 mod postgres;

@@ -74,15 +74,8 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::problems;
     use crate::config::Config;
-
-    fn problems(toml: &str) -> Vec<(String, String)> {
-        let c = Config::from_toml(toml).expect("parses");
-        match c.validate() {
-            Ok(()) => Vec::new(),
-            Err(es) => es.into_iter().map(|e| (e.key, e.message)).collect(),
-        }
-    }
 
     #[test]
     fn a_deprecated_type_may_name_its_declared_replacement() {
