@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::herald::{herald_bin, Launch};
-use common::{behaviour, Herald, Receiver, Reply, World};
+use common::{behaviour, Herald, HeraldApi, Receiver, Reply, World};
 use serde_json::json;
 
 const PRODUCERS: usize = 8;
@@ -349,15 +349,7 @@ async fn a_backup_killed_on_either_side_leaves_no_archive_and_the_store_whole() 
                 json!({"account_id": "acc", "type": "order.created", "payload": {"pad": pad}})
             })
             .collect();
-        let (status, answer) = w
-            .herald
-            .call(
-                "POST",
-                "/v1/events/batch",
-                Some(common::herald::INGEST_TOKEN),
-                Some(json!({ "events": events })),
-            )
-            .await;
+        let (status, answer) = w.herald.ingest_batch(json!(events)).await;
         assert_eq!(status, 202, "{answer}");
     }
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use herald::clock::Clock;
 
 use common::herald::INGEST_TOKEN;
-use common::{behaviour, first_delivery, sig, Receiver, Reply, World};
+use common::{behaviour, first_delivery, sig, HeraldApi, Receiver, Reply, World};
 use serde_json::json;
 
 const FAST: &str = "[retry_policies]\nfast = [\"300ms\", \"600ms\"]\n";
@@ -405,15 +405,7 @@ async fn a_backlog_past_what_herald_keeps_in_memory_arrives_whole_after_a_restar
         let events: Vec<_> = (0..100)
             .map(|i| json!({"account_id": "acc-1", "type": "t.x", "payload": {"n": batch * 100 + i}}))
             .collect();
-        let (status, answer) = w
-            .herald
-            .call(
-                "POST",
-                "/v1/events/batch",
-                Some(INGEST_TOKEN),
-                Some(json!({ "events": events })),
-            )
-            .await;
+        let (status, answer) = w.herald.ingest_batch(json!(events)).await;
         assert_eq!(status, 202, "{answer}");
         for r in answer["results"].as_array().unwrap() {
             assert_eq!(r["status"], 202, "{r}");

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::herald::{ADMIN_TOKEN, INGEST_TOKEN};
-use common::{behaviour, Herald, Receiver, Reply, TestCa};
+use common::{behaviour, Herald, HeraldApi, Receiver, Reply, TestCa};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -468,14 +468,7 @@ async fn a_data_directory_deleted_under_herald_stops_acknowledging() {
     assert_eq!(answer["error"]["code"], "unavailable");
     let (status, body) = h.call("GET", "/healthz", None, None).await;
     assert_eq!(status, 503, "{body}");
-    let (status, _) = h
-        .call(
-            "POST",
-            "/v1/events/batch",
-            Some(INGEST_TOKEN),
-            Some(json!({"events": [event]})),
-        )
-        .await;
+    let (status, _) = h.ingest_batch(json!([event])).await;
     assert_eq!(status, 503);
 
     let status = h

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::herald::{ADMIN_TOKEN, INGEST_TOKEN};
-use common::{first_delivery, Herald, Receiver, World};
+use common::{first_delivery, Herald, HeraldApi, Receiver, World};
 
 /// Long enough for a local delivery on a loaded 2-core machine.
 const SETTLE: Duration = Duration::from_secs(15);
@@ -296,12 +296,7 @@ async fn non_object_event_is_422_and_stores_nothing() {
         assert_error(&got, 422, "invalid_field", None, &body.to_string());
     }
     let (status, answer) = herald
-        .call(
-            "POST",
-            "/v1/events/batch",
-            Some(INGEST_TOKEN),
-            Some(json!({"events": [["acme", "t.x", {"n": 1}, null, null]]})),
-        )
+        .ingest_batch(json!([["acme", "t.x", {"n": 1}, null, null]]))
         .await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["results"][0]["status"], 422, "{answer}");
@@ -522,14 +517,7 @@ async fn batch_over_1000_events_is_422_naming_events_and_stores_nothing() {
     let events: Vec<Value> = (0..1001)
         .map(|n| json!({"account_id": "acme", "type": "t.x", "payload": {"n": n}}))
         .collect();
-    let got = herald
-        .call(
-            "POST",
-            "/v1/events/batch",
-            Some(INGEST_TOKEN),
-            Some(json!({ "events": events })),
-        )
-        .await;
+    let got = herald.ingest_batch(json!(events)).await;
     assert_error(&got, 422, "invalid_field", Some("events"), "1001 events");
     assert_nothing_stored(&herald).await;
 }
@@ -590,16 +578,11 @@ async fn a_payload_violating_its_schema_is_422_schema_violation_and_stores_nothi
     assert_nothing_stored(&herald).await;
 
     let (status, answer) = herald
-        .call(
-            "POST",
-            "/v1/events/batch",
-            Some(INGEST_TOKEN),
-            Some(json!({"events": [
-                {"account_id": "acme", "type": "order.paid", "payload": {"order_id": "o-1"}},
-                {"account_id": "acme", "type": "order.paid", "payload": {"order_id": false}},
-                {"account_id": "acme", "type": "other.type", "payload": {"anything": true}},
-            ]})),
-        )
+        .ingest_batch(json!([
+            {"account_id": "acme", "type": "order.paid", "payload": {"order_id": "o-1"}},
+            {"account_id": "acme", "type": "order.paid", "payload": {"order_id": false}},
+            {"account_id": "acme", "type": "other.type", "payload": {"anything": true}},
+        ]))
         .await;
     assert_eq!(status, 202, "{answer}");
     let r = &answer["results"];
@@ -768,14 +751,7 @@ async fn same_idempotency_key_twice_in_one_batch_is_a_duplicate() {
         json!({"account_id": "acme", "type": "order.paid", "payload": {"n": n},
                "idempotency_key": "order-1"})
     };
-    let (status, answer) = herald
-        .call(
-            "POST",
-            "/v1/events/batch",
-            Some(INGEST_TOKEN),
-            Some(json!({"events": [item(1), item(2)]})),
-        )
-        .await;
+    let (status, answer) = herald.ingest_batch(json!([item(1), item(2)])).await;
     assert_eq!(status, 202, "{answer}");
     let results = &answer["results"];
     assert_eq!(results[0]["status"], 202, "{answer}");

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::herald::{ADMIN_TOKEN, INGEST_TOKEN};
-use common::{behaviour, first_delivery, Receiver, Reply, World};
+use common::herald::ADMIN_TOKEN;
+use common::{behaviour, first_delivery, HeraldApi, Receiver, Reply, World};
 
 const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
 const XSS_SCRIPT: &str = "</script><script>alert(2)</script>";
@@ -197,15 +197,7 @@ async fn portal_and_console_work_in_a_real_browser() {
         let events: Vec<Value> = (0..850)
             .map(|i| json!({"account_id": "bulk", "type": "bulk.test", "payload": {"n": batch * 850 + i}}))
             .collect();
-        let (status, answer) = w
-            .herald
-            .call(
-                "POST",
-                "/v1/events/batch",
-                Some(INGEST_TOKEN),
-                Some(json!({ "events": events })),
-            )
-            .await;
+        let (status, answer) = w.herald.ingest_batch(json!(events)).await;
         assert_eq!(status, 202, "{answer}");
     }
     let setup = started.elapsed();

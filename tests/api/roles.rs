@@ -370,12 +370,7 @@ async fn dot_account_ids_are_refused_wherever_an_account_is_written() {
             "ingest",
         );
         let (status, answer) = h
-            .call(
-                "POST",
-                "/v1/events/batch",
-                Some(INGEST_TOKEN),
-                Some(json!({"events": [{"account_id": id, "type": "t.x", "payload": {}}]})),
-            )
+            .ingest_batch(json!([{"account_id": id, "type": "t.x", "payload": {}}]))
             .await;
         assert_eq!(status, 202, "{answer}");
         assert_eq!(

@@ -54,6 +54,16 @@ pub trait HeraldApi {
     fn ingest(&self, body: Value) -> impl Future<Output = (u16, Value)> {
         self.call("POST", "/v1/events", Some(INGEST_TOKEN), Some(body))
     }
+
+    /// `POST /v1/events/batch` with the ingest token: `{"events": events}`.
+    fn ingest_batch(&self, events: Value) -> impl Future<Output = (u16, Value)> {
+        self.call(
+            "POST",
+            "/v1/events/batch",
+            Some(INGEST_TOKEN),
+            Some(serde_json::json!({ "events": events })),
+        )
+    }
 }
 
 impl HeraldApi for super::Herald {
