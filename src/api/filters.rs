@@ -93,7 +93,7 @@ async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Sub
 
 /// The OpenAPI schemas of a filter and of the filter-test route.
 pub(super) fn openapi_schemas(m: &mut serde_json::Map<String, Value>) {
-    let r = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
+    use super::openapi::r;
     let scalars =
         json!({"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}});
     let ordered = json!({"type": ["number", "string"]});

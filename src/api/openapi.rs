@@ -64,7 +64,8 @@ pub fn document(config: &Config, public_url: &str) -> Value {
     })
 }
 
-fn r(name: &str) -> Value {
+/// A reference to a schema of `components.schemas`.
+pub(super) fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
