@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::clock::Millis;
 use crate::model::Status;
-pub use crate::store::Minute;
+use crate::store::Minute;
 
 const MINUTE: Millis = 60_000;
 /// Minutes kept per endpoint.
@@ -50,7 +50,7 @@ impl Rates {
     }
 
     /// The last hour's minutes that had attempts, oldest first.
-    pub fn minutes(&self, endpoint_id: &str, now: Millis) -> Vec<Minute> {
+    fn minutes(&self, endpoint_id: &str, now: Millis) -> Vec<Minute> {
         let from = (now.div_euclid(MINUTE) - MINUTES + 1) * MINUTE;
         self.0
             .get(endpoint_id)
