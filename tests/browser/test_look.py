@@ -34,28 +34,10 @@ except ImportError:
 
 sys.path.insert(0, str(Path(__file__).parent))
 from axe_check import axe_violations  # noqa: E402
+from harness import CHROMIUM_ARGS, TIMEOUT_MS, CheckFailed, check, env  # noqa: E402
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 15_000
 # The browser's console errors (a CSP refusal is reported there).
 CONSOLE_ERRORS = []
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
-
-
-def env(name):
-    v = os.environ.get(name)
-    if v is None:
-        sys.exit(f"test_look.py: set {name} (see the docstring)")
-    return v
 
 
 URL = env("HERALD_URL").rstrip("/")

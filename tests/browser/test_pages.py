@@ -41,6 +41,7 @@ except ImportError:
 
 sys.path.insert(0, str(Path(__file__).parent))
 from axe_check import axe_violations  # noqa: E402
+from harness import CHROMIUM_ARGS, TIMEOUT_MS, CheckFailed, check, env  # noqa: E402
 
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_SCRIPT = "</script><script>alert(2)</script>"
@@ -48,25 +49,6 @@ XSS_SCRIPT = "</script><script>alert(2)</script>"
 # sees none of them (docs/api.md, "Who may call what").
 CHANGING = ["Retry", "Replay", "Recover", "Send test event", "Pause", "Resume", "Verify",
             "Rotate secret", "Create endpoint", "Save", "Delete", "Edit"]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 15_000
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond, message):
-    if not cond:
-        raise CheckFailed(message)
-
-
-def env(name, default=None):
-    v = os.environ.get(name, default)
-    if v is None:
-        sys.exit(f"test_pages.py: set {name} (see the docstring)")
-    return v
 
 
 URL = env("HERALD_URL").rstrip("/")
