@@ -116,17 +116,13 @@ async fn a_backup_taken_under_load_restores_into_a_new_directory_and_a_new_datab
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            tokio::spawn(common::herald::produce(
-                w.herald.base_url(),
-                ("acc", "load.test"),
-                p,
-                stop.clone(),
-                acked.clone(),
-            ))
-        })
-        .collect();
+    let producers = common::herald::spawn_producers(
+        &w.herald.base_url(),
+        ("acc", "load.test"),
+        PRODUCERS,
+        &stop,
+        &acked,
+    );
     common::wait_until(
         Duration::from_secs(30),
         "events were acknowledged before the backup",

@@ -119,17 +119,13 @@ async fn twenty_kill9_rounds_lose_no_acknowledged_event_and_leave_nothing_stuck(
 
         let stop = Arc::new(AtomicBool::new(false));
         let round_acked = Arc::new(Mutex::new(Vec::new()));
-        let tasks: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                tokio::spawn(common::herald::produce(
-                    w.herald.base_url(),
-                    (account, "crash.test"),
-                    p,
-                    stop.clone(),
-                    round_acked.clone(),
-                ))
-            })
-            .collect();
+        let tasks = common::herald::spawn_producers(
+            &w.herald.base_url(),
+            (account, "crash.test"),
+            PRODUCERS,
+            &stop,
+            &round_acked,
+        );
         common::wait_until(
             Duration::from_secs(30),
             &format!("round {round}: {target} events were acknowledged"),

@@ -24,17 +24,13 @@ async fn every_acknowledged_event_is_delivered_after_kill9_under_16_producers() 
     for round in 0..ROUNDS {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
-        let tasks: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                tokio::spawn(common::herald::produce(
-                    w.herald.base_url(),
-                    ("acc", "load.test"),
-                    p,
-                    stop.clone(),
-                    acked.clone(),
-                ))
-            })
-            .collect();
+        let tasks = common::herald::spawn_producers(
+            &w.herald.base_url(),
+            ("acc", "load.test"),
+            PRODUCERS,
+            &stop,
+            &acked,
+        );
         // Kill at a moment that differs per round, while producers and deliveries are busy.
         let target = 150 + round * 120;
         common::wait_until(

@@ -504,6 +504,27 @@ pub async fn post_event(
     Ok(Some(v["event_id"].as_str().expect("event_id").to_string()))
 }
 
+/// Starts `count` [`produce`] tasks (producers `0..count`) against `base`.
+pub fn spawn_producers(
+    base: &str,
+    what: (&'static str, &'static str),
+    count: usize,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    acked: &Arc<Mutex<Vec<String>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..count)
+        .map(|p| {
+            tokio::spawn(produce(
+                base.to_string(),
+                what,
+                p,
+                stop.clone(),
+                acked.clone(),
+            ))
+        })
+        .collect()
+}
+
 /// A producer of the crash tests: posts events of `account` and `event_type` (payload
 /// `{"p": producer, "n": n}`, each with an idempotency key of its own) until `stop` is set or
 /// herald goes away, and pushes every event id acknowledged with `202` to `acked`. A `503` or a

@@ -435,17 +435,13 @@ async fn acknowledged_events_survive_power_cuts() {
         let requests_before = recv.count();
         let stop = Arc::new(AtomicBool::new(false));
         let round_acked = Arc::new(Mutex::new(Vec::new()));
-        let producers: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                tokio::spawn(common::herald::produce(
-                    herald.base_url(),
-                    (ACCOUNT, "power.test"),
-                    p,
-                    stop.clone(),
-                    round_acked.clone(),
-                ))
-            })
-            .collect();
+        let producers = common::herald::spawn_producers(
+            &herald.base_url(),
+            (ACCOUNT, "power.test"),
+            PRODUCERS,
+            &stop,
+            &round_acked,
+        );
         common::wait_until(
             Duration::from_secs(30),
             &format!("round {round}: {target} events acknowledged and deliveries under way"),
