@@ -597,9 +597,11 @@ pub async fn restore(
             use crate::store::postgres::{migrate, Database, PgStore};
             let db = Database::new(config).map_err(|e| failed(e.into()))?;
             let mut client = db.dedicated().await.map_err(|e| failed(e.into()))?;
-            migrate(&mut client).await.map_err(|e| failed(e.into()))?;
-            drop(client);
             let lease = config.storage.postgres.lease.0;
+            migrate(&mut client, lease)
+                .await
+                .map_err(|e| failed(e.into()))?;
+            drop(client);
             let store = PgStore::with_database(db, clock, lease)
                 .await
                 .map_err(failed)?;

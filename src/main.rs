@@ -130,7 +130,7 @@ fn migrate_postgres(config: &Config) -> ExitCode {
     let done = rt.block_on(async {
         let db = Database::new(config)?;
         let mut client = db.dedicated().await?;
-        migrate(&mut client).await
+        migrate(&mut client, config.storage.postgres.lease.0).await
     });
     match done {
         Ok(m) if m.from == m.to => {
@@ -235,7 +235,9 @@ async fn copy_store(
     })?;
     let db = Database::new(config).map_err(|e| e.to_string())?;
     let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
-    migrate(&mut client).await.map_err(|e| e.to_string())?;
+    migrate(&mut client, config.storage.postgres.lease.0)
+        .await
+        .map_err(|e| e.to_string())?;
     drop(client);
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = std::time::Instant::now();

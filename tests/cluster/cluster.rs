@@ -17,7 +17,7 @@ use serde_json::json;
 
 /// A config file in `dir` for a node of the cluster on `url`, plus `extra` keys of
 /// `[storage.postgres]`.
-fn node_config(dir: &Path, url: &str, extra: &str) -> PathBuf {
+pub(crate) fn node_config(dir: &Path, url: &str, extra: &str) -> PathBuf {
     let path = dir.join("herald.toml");
     std::fs::write(
         &path,
@@ -31,7 +31,7 @@ fn node_config(dir: &Path, url: &str, extra: &str) -> PathBuf {
     path
 }
 
-fn herald_migrate(config: &Path) -> Output {
+pub(crate) fn herald_migrate(config: &Path) -> Output {
     Command::new(herald_bin())
         .args(["migrate", "--config"])
         .arg(config)
@@ -39,7 +39,7 @@ fn herald_migrate(config: &Path) -> Output {
         .expect("run herald migrate")
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

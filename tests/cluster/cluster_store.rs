@@ -44,9 +44,12 @@ impl Cluster {
             clock: Arc::new(ManualClock::new(START)),
         };
         let db = cluster.database();
-        migrate(&mut db.dedicated().await.expect("connect"))
-            .await
-            .expect("migrate");
+        migrate(
+            &mut db.dedicated().await.expect("connect"),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("migrate");
         cluster
     }
 

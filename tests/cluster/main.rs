@@ -8,3 +8,4 @@ mod cluster;
 mod cluster_alerts;
 mod cluster_nodes;
 mod cluster_store;
+mod cluster_versions;

@@ -100,9 +100,12 @@ async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
             ))
             .expect("config");
             let db = Database::new(&config).expect("database");
-            migrate(&mut db.dedicated().await.expect("connect"))
-                .await
-                .expect("migrate");
+            migrate(
+                &mut db.dedicated().await.expect("connect"),
+                Duration::from_secs(30),
+            )
+            .await
+            .expect("migrate");
             let store = PgStore::with_database(db, dyn_clock, Duration::from_secs(30))
                 .await
                 .expect("node");

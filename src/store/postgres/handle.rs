@@ -111,8 +111,9 @@ impl PgStore {
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<PgStore, StoreError> {
         let db = Database::new(config)?;
+        let lease = config.storage.postgres.lease.0;
         let mut client = db.dedicated().await?;
-        let migrated = migrate(&mut client).await?;
+        let migrated = migrate(&mut client, lease).await?;
         if migrated.from != migrated.to {
             tracing::info!(
                 from = migrated.from,
@@ -121,7 +122,6 @@ impl PgStore {
             );
         }
         drop(client);
-        let lease = config.storage.postgres.lease.0;
         let (node, file) = node_identity(&config.storage.path)?;
         let mut store = Self::counted(db, clock, lease, metrics, Some(node)).await?;
         store._identity = Some(file);

@@ -3,7 +3,10 @@
 //! so nodes starting together apply each migration once and the others wait, then find it done.
 //! Each applied migration is recorded with a digest of its text: a database whose recorded
 //! migration differs from this binary's, or that has one this binary does not know (a newer herald
-//! migrated it), is refused with a sentence saying so, never used half-understood.
+//! migrated it), is refused with a sentence saying so, never used half-understood. A migration
+//! never runs while a live node of an older herald serves the database ([`super::versions`]).
+
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -24,6 +27,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "directory version", include_str!("schema_0004.sql")),
     (5, "endpoint minutes", include_str!("schema_0005.sql")),
     (6, "failure alerts", include_str!("schema_0006.sql")),
+    (7, "nodes' schema versions", include_str!("schema_0007.sql")),
 ];
 
 /// The schema version this herald writes.
@@ -45,8 +49,13 @@ fn digest(sql: &str) -> String {
         .collect()
 }
 
-/// Brings the database's schema to [`SCHEMA_VERSION`], or says why it cannot.
-pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<Migrated, DbError> {
+/// Brings the database's schema to [`SCHEMA_VERSION`], or says why it cannot. With a migration
+/// to apply, it first waits up to `lease` (`storage.postgres.lease`, at least two heartbeats) for
+/// the live nodes of an older herald to stop, and refuses, naming them, if any still serve.
+pub async fn migrate(
+    client: &mut tokio_postgres::Client,
+    lease: Duration,
+) -> Result<Migrated, DbError> {
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::integer", &[])
         .await?
@@ -100,6 +109,12 @@ pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<Migrated, Db
             }
             Some(_) => from = from.max(v),
         }
+    }
+    // An empty database has no nodes; under the lock, no node of this herald migrates meanwhile.
+    if from > 0 && from < SCHEMA_VERSION {
+        super::versions::wait_for_older_nodes(&tx, from, lease)
+            .await
+            .map_err(DbError::Schema)?;
     }
     for (v, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > from) {
         tx.batch_execute(sql).await.map_err(|e| {

@@ -34,6 +34,7 @@ mod sessions;
 mod tokens;
 mod url;
 mod version;
+pub mod versions;
 pub mod wake;
 
 use std::sync::Arc;

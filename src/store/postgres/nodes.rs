@@ -18,16 +18,19 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl PgStore {
     /// Refreshes this node's row (making it again if it was removed, as after a long pause),
-    /// and removes the rows of nodes gone for good.
+    /// with the schema version this herald knows ([`super::versions`]), and removes the rows of
+    /// nodes gone for good.
     pub async fn heartbeat(&self) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let gone = now - GONE_AFTER_BEATS * HEARTBEAT.as_millis() as Millis;
         let client = self.db.client().await?;
         client
             .execute(
-                "INSERT INTO nodes (id, name, started_at, seen_at) VALUES ($1, $2, $3, $3)
-                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
-                &[&self.node, &self.name, &now],
+                "INSERT INTO nodes (id, name, started_at, seen_at, schema_version)
+                 VALUES ($1, $2, $3, $3, $4)
+                 ON CONFLICT (id) DO UPDATE
+                 SET seen_at = excluded.seen_at, schema_version = excluded.schema_version",
+                &[&self.node, &self.name, &now, &super::SCHEMA_VERSION],
             )
             .await?;
         client

@@ -1,0 +1,12 @@
+-- herald's cluster schema, version 7: which schema version each node knows (docs/cluster.md,
+-- "Upgrading"). A node writes in its `nodes` row the highest schema version it knows; a row
+-- without one is a node of a herald from before this version. A migration never runs while a
+-- live node of an older version serves, so no node ever reads or rewrites rows whose fields it
+-- does not know.
+--
+-- It is also the step for a field that stored records gained without a migration of their own:
+-- an endpoint's payload filter (the `filter` key of `endpoints.record`). A node from before it
+-- read such a record without the filter, fanned out without it and, on its next write of the
+-- endpoint, wrote the record back without it. The failure alerts' fields came with version 6
+-- (a column and a table of their own, which older nodes never write).
+ALTER TABLE nodes ADD COLUMN schema_version integer;
