@@ -1,6 +1,7 @@
 //! Payload filters (docs/api.md, "Payload filters"): an endpoint's JSON filter, checked once when
 //! it is set and compiled into a small tree, then matched at every fan-out against
-//! `{"type": TYPE, "payload": PAYLOAD}`.
+//! `{"type": TYPE, "payload": PAYLOAD}`. The limits apply when a filter is set
+//! ([`Filter::parse`]), not when a stored one is loaded ([`Filter::load`]).
 //!
 //! The grammar: a filter is a JSON object. At the top its keys are `type`, `payload`, `$and`,
 //! `$or` and `$not`. Below, a key that does not start with `$` descends into an object (keys are
@@ -126,6 +127,17 @@ impl Filter {
         }))
     }
 
+    /// Compiles a filter a store kept (or a backup holds): its grammar is checked, not the
+    /// limits, which apply when a filter is set. A later release may tighten them; a filter
+    /// stored under the earlier ones must still load, and match as it did.
+    pub fn load(value: &Value) -> Result<Filter, FilterError> {
+        let root = Compiler { operators: 0 }.top(value, "filter")?;
+        Ok(Filter {
+            source: value.clone(),
+            root,
+        })
+    }
+
     /// The filter as it was given.
     pub fn source(&self) -> &Value {
         &self.source
@@ -157,11 +169,10 @@ impl Serialize for Filter {
 impl<'de> Deserialize<'de> for Filter {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Filter, D::Error> {
         let value = Value::deserialize(d)?;
-        match Filter::parse(&value) {
-            Ok(Some(f)) => Ok(f),
-            Ok(None) => Err(serde::de::Error::custom("a stored filter is null")),
-            Err(e) => Err(serde::de::Error::custom(e)),
+        if value.is_null() {
+            return Err(serde::de::Error::custom("a stored filter is null"));
         }
+        Filter::load(&value).map_err(serde::de::Error::custom)
     }
 }
 

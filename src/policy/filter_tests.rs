@@ -368,3 +368,30 @@ fn null_is_no_filter_and_the_source_round_trips() {
     assert_eq!(back, f);
     assert!(serde_json::from_str::<Filter>(r#"{"amount": 1}"#).is_err());
 }
+
+#[test]
+fn a_stored_filter_over_the_limits_still_loads_and_matches() {
+    // Stored under looser limits (a release before these): more operators, deeper, longer.
+    let mut deep = json!({"$gte": 10});
+    for _ in 0..MAX_DEPTH {
+        deep = json!({ "k": deep });
+    }
+    let mut many: serde_json::Map<String, Value> = (0..MAX_OPERATORS)
+        .map(|i| (format!("f{i}"), json!({"$exists": false})))
+        .collect();
+    many.insert("amount".into(), json!({"$gte": 50}));
+    many.insert("note".into(), json!({"$neq": "x".repeat(MAX_BYTES)}));
+    let stored = json!({"$or": [p(Value::Object(many)), p(json!({ "deep": deep }))]});
+    assert!(Filter::parse(&stored).is_err(), "over today's limits");
+
+    let text = serde_json::to_string(&stored).expect("serialize");
+    let loaded: Filter = serde_json::from_str(&text).expect("a stored filter loads");
+    assert_eq!(loaded.source(), &stored);
+    assert!(loaded.matches(&Subject::new("invoice.paid", payload())));
+    assert!(!loaded.matches(&Subject::new(
+        "invoice.paid",
+        json!({"amount": 10, "f0": 1})
+    )));
+    // The grammar still holds on load.
+    assert!(serde_json::from_str::<Filter>(r#"{"payload": {"amount": {"$like": 1}}}"#).is_err());
+}

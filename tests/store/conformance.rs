@@ -624,6 +624,50 @@ async fn endpoints_are_created_changed_and_deleted_one_change_at_a_time() {
     .await;
 }
 
+/// A filter stored under looser limits than this herald's (a later release may tighten them)
+/// still loads when the store opens, and matches as it did: the limits apply when a filter is
+/// set, not when a stored one is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_filter_over_todays_limits_loads_and_matches() {
+    use herald::policy::filter::{Filter, Subject as FilterSubject, MAX_DEPTH, MAX_OPERATORS};
+    on_both(|s| async move {
+        let mut deep = serde_json::json!({"$gte": 10});
+        for _ in 0..MAX_DEPTH {
+            deep = serde_json::json!({ "k": deep });
+        }
+        let mut many: serde_json::Map<String, serde_json::Value> = (0..=MAX_OPERATORS)
+            .map(|i| (format!("f{i}"), serde_json::json!({"$exists": false})))
+            .collect();
+        many.insert("deep".into(), deep);
+        let stored = serde_json::json!({ "payload": many });
+        assert!(Filter::parse(&stored).is_err(), "over today's limits");
+        let mut ep = endpoint(EP_A, "acct");
+        ep.filter = Some(Filter::load(&stored).expect("its grammar holds"));
+        s.store.create_endpoint(ep, 10).await.unwrap();
+
+        let s = s.reopen().await;
+        let back = s.store.endpoint(EP_A).expect("kept");
+        let filter = back.filter.as_ref().expect("the filter is kept");
+        assert_eq!(filter.source(), &stored, "{}", s.name);
+        let passes =
+            serde_json::json!({"deep": {"k": {"k": {"k": {"k": {"k": {"k": {"k": {"k": 10}}}}}}}}});
+        assert!(
+            filter.matches(&FilterSubject::new("order.created", passes)),
+            "{}",
+            s.name
+        );
+        assert!(
+            !filter.matches(&FilterSubject::new(
+                "order.created",
+                serde_json::json!({"f0": 1})
+            )),
+            "{}",
+            s.name
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_kept_apart_and_removed_with_its_endpoint() {
     on_both(|s| async move {
