@@ -49,8 +49,11 @@ pub trait Ingest {
     /// - An idempotency key seen within [`super::IDEMPOTENCY_WINDOW_MS`] (on any node) answers
     ///   [`IngestOutcome::Duplicate`] with the first event's id and stores nothing; two
     ///   requests racing on one key make one event.
-    /// - Event ids grow in commit order; deliveries of one ordering key are attempted in that
-    ///   order.
+    /// - Deliveries of one ordering key are attempted in the order their events committed. On
+    ///   one box event ids grow in commit order, and that order is theirs; in a cluster each
+    ///   node mints its events' ids before their commit, so ids need not follow the order of
+    ///   commits (across nodes, or between a node's concurrent commits), and a key's order is
+    ///   its lane's places, taken under the lane's lock (docs/cluster.md, "Ordered keys").
     /// - A debounced event's window is decided at commit: a later event of the same key within
     ///   it is stored with `skipped` deliveries (or replaces the trailing candidate).
     fn ingest(
@@ -502,9 +505,12 @@ pub trait Archive {
     ///
     /// - Each event is read whole, in one consistent read: with every delivery and attempt as
     ///   stored at that moment. An event is never read without all of its deliveries.
-    /// - Event ids grow in commit order, so an event stored while the pages are read is never
-    ///   below the cursor: paging down from the newest reads every event stored before the
-    ///   first page exactly once (unless the retention removed it meanwhile).
+    /// - Paging down from the newest reads every event stored before the first page exactly
+    ///   once (unless the retention removed it meanwhile): an event's id never changes and a
+    ///   stored event stays stored, so each page (one consistent read) holds every such event
+    ///   of its range of ids. Ids need not grow in commit order (in a cluster each node mints
+    ///   them before its commit): an event stored while the pages are read may land below the
+    ///   cursor and be read too, whole, once, or above it and be left out.
     /// - Runs off the async workers; the store keeps serving.
     fn export_events(
         &self,

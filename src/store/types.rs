@@ -14,7 +14,8 @@ use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta, Status};
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 
 /// An event ready to store: checked, fanned out, payload bytes as received. The committer gives
-/// it its id (so event ids grow in commit order) and its deliveries theirs.
+/// it its id and its deliveries theirs (on one box in commit order; a cluster's nodes mint ids
+/// before their commits, which need not follow that order: [`super::contract::Ingest::ingest`]).
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     pub account_id: String,
