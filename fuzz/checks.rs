@@ -72,6 +72,10 @@ pub fn ingest_body(data: &[u8]) {
                 // as a RawValue: it must be exactly one JSON object.
                 let payload: &RawValue = serde_json::from_slice(&ev.payload).unwrap();
                 assert!(payload.get().starts_with('{'), "payload {payload}");
+                // It is I-JSON, so the payload filters read it as it is (never a stand-in).
+                if let Err(e) = serde_json::from_slice::<Value>(&ev.payload) {
+                    panic!("accepted payload {payload} does not parse: {e}");
+                }
                 if let Some(k) = &ev.idempotency_key {
                     assert!((1..=255).contains(&k.len()));
                 }

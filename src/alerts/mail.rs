@@ -1,7 +1,9 @@
 //! What a failure alert mail says (docs/operations.md, "Failure alerts"): plain text, made from
 //! a few facts about the endpoint and nothing else. Nothing here can reach a secret, a portal
-//! token, a header or a payload: [`Facts`] does not hold them. The endpoint's URL is shown
-//! without its query and fragment, which may carry a token of the receiver's.
+//! token, a header or a payload: [`Facts`] does not hold them. The endpoint is named by its
+//! description, `scheme://host` and id: never its path or query, where receivers such as
+//! Slack's carry their token. Addresses follow one rule ([`address_problem`]), checked when they
+//! are set and again when a mail is written.
 
 use lettre::message::header::ContentType;
 use lettre::message::{Mailbox, Message};
@@ -19,6 +21,8 @@ pub const DOCS: &str = "the \"Failure alerts\" section of herald's docs/operatio
 pub struct Facts {
     pub kind: AlertKind,
     pub endpoint_id: String,
+    /// The endpoint's description (may be empty).
+    pub description: String,
     pub url: String,
     pub account_id: String,
     /// When the endpoint's current run of failures began.
@@ -36,37 +40,55 @@ pub struct Facts {
     pub min_interval: String,
 }
 
-/// The endpoint's URL for people: scheme, host, port and path; the query and fragment are left
-/// out (they may carry a token of the receiver's).
+/// The endpoint's URL for people: `scheme://host` (and a port other than the scheme's), never
+/// the path, query or fragment, which may carry a token of the receiver's.
 pub fn shown_url(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut u) => {
-            let cut = u.query().is_some() || u.fragment().is_some();
-            u.set_query(None);
-            u.set_fragment(None);
-            if cut {
-                format!("{u} (query left out)")
-            } else {
-                u.to_string()
-            }
-        }
-        Err(_) => "(an URL herald cannot read)".into(),
+        Ok(u) if u.host_str().is_some() => u.origin().ascii_serialization(),
+        _ => "(an URL herald cannot read)".into(),
     }
 }
 
-/// The subject line.
+/// The endpoint's host alone, for the subject line.
+pub fn shown_host(url: &str) -> String {
+    match url::Url::parse(url)
+        .ok()
+        .as_ref()
+        .and_then(url::Url::host_str)
+    {
+        Some(host) => host.to_string(),
+        None => "(an URL herald cannot read)".into(),
+    }
+}
+
+/// The description as one line of plain text: control characters (a line break could fake
+/// lines of the mail) become spaces, and a long one is cut.
+fn shown_description(d: &str) -> String {
+    let line: String = d
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect();
+    line.trim().to_string()
+}
+
+/// The subject line: the host only.
 pub fn subject(f: &Facts) -> String {
     let what = match f.kind {
         AlertKind::Failing | AlertKind::StillFailing => "is failing",
         AlertKind::Disabled => "was disabled",
         AlertKind::Recovered => "has recovered",
     };
-    format!("Webhook endpoint {what}: {}", shown_url(&f.url))
+    format!("Webhook endpoint {what}: {}", shown_host(&f.url))
 }
 
 /// The plain-text body.
 pub fn body(f: &Facts) -> String {
-    let url = shown_url(&f.url);
+    let description = shown_description(&f.description);
+    let url = match description.as_str() {
+        "" => format!("{} ({})", shown_url(&f.url), f.endpoint_id),
+        d => format!("\"{d}\" at {} ({})", shown_url(&f.url), f.endpoint_id),
+    };
     let mut out = String::new();
     let opening = match f.kind {
         AlertKind::Failing => format!(
@@ -92,7 +114,10 @@ pub fn body(f: &Facts) -> String {
     out.push_str(&opening);
     out.push_str("\n\n");
     let row = |out: &mut String, k: &str, v: &str| out.push_str(&format!("{k:<20}{v}\n"));
-    row(&mut out, "Endpoint:", &url);
+    if !description.is_empty() {
+        row(&mut out, "Description:", &description);
+    }
+    row(&mut out, "Endpoint:", &shown_url(&f.url));
     row(&mut out, "Endpoint id:", &f.endpoint_id);
     row(&mut out, "Account:", &f.account_id);
     let when = match f.kind {
@@ -138,24 +163,113 @@ pub fn body(f: &Facts) -> String {
     out
 }
 
-/// The mail, ready to send: `from` to every address of `to` (addresses checked when they were
-/// set; one that no longer parses is skipped). `None` if none is left.
-pub fn message(f: &Facts, from: &Mailbox, to: &[String]) -> Option<Message> {
+/// The longest address: what SMTP's path limit leaves (RFC 5321).
+pub const MAX_ADDRESS: usize = 254;
+
+/// Why herald does not mail `addr`, or `None` when it does. An address is ASCII `local@domain`:
+/// the local part a dot-atom (letters, digits and ``#$&'*+-/=?^_`{|}~``, dots between them;
+/// no quoted local part, no `%` or `!`, which route mail on through another host), the domain
+/// a domain name of two or more labels (an internationalized one in its `xn--` form; no IP
+/// address, bracketed or not). UTF-8 addresses are refused: they would need SMTPUTF8.
+pub fn address_problem(addr: &str) -> Option<&'static str> {
+    if addr.len() > MAX_ADDRESS {
+        return Some("it is longer than 254 characters");
+    }
+    if !addr.is_ascii() {
+        return Some("it is not ASCII (write an internationalized domain in its xn-- form)");
+    }
+    let Some((local, domain)) = addr.rsplit_once('@') else {
+        return Some("it has no @");
+    };
+    if local.is_empty() || local.len() > 64 {
+        return Some("its local part (before the @) must be 1 to 64 characters");
+    }
+    if local.starts_with('"') {
+        return Some("it has a quoted local part");
+    }
+    if local.contains('@') {
+        return Some("it has more than one @");
+    }
+    if local.contains(['%', '!']) {
+        return Some("its local part holds % or !, which route mail through another host");
+    }
+    let atext = |c: char| c.is_ascii_alphanumeric() || "#$&'*+-/=?^_`{|}~".contains(c);
+    if local
+        .split('.')
+        .any(|atom| atom.is_empty() || !atom.chars().all(atext))
+    {
+        return Some(
+            "its local part must be letters, digits and #$&'*+-/=?^_`{|}~ with single dots \
+             between them",
+        );
+    }
+    if domain.starts_with('[') {
+        return Some("its domain is an IP address literal");
+    }
+    let labels: Vec<&str> = domain.split('.').collect();
+    let label_ok = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if domain.len() > 253 || labels.len() < 2 || !labels.iter().all(label_ok) {
+        return Some(
+            "its domain must be a name such as example.com: labels of letters, digits and \
+             hyphens, separated by dots",
+        );
+    }
+    if labels
+        .last()
+        .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()))
+    {
+        return Some("its domain is an IP address");
+    }
+    None
+}
+
+/// An address of an account's list that a mail skips, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its index in the account's `alert_emails`.
+    pub index: usize,
+    pub why: String,
+}
+
+/// The account's addresses this mail goes to, and those it skips: an address stored before
+/// today's rule that the rule refuses ([`address_problem`]), or that lettre cannot read.
+pub fn recipients(to: &[String]) -> (Vec<lettre::Address>, Vec<Skipped>) {
+    let mut good = Vec::new();
+    let mut skipped = Vec::new();
+    for (index, addr) in to.iter().enumerate() {
+        let parsed = match address_problem(addr) {
+            Some(why) => Err(why.to_string()),
+            None => addr
+                .parse::<lettre::Address>()
+                .map_err(|e| format!("it does not parse ({e})")),
+        };
+        match parsed {
+            Ok(a) => good.push(a),
+            Err(why) => skipped.push(Skipped { index, why }),
+        }
+    }
+    (good, skipped)
+}
+
+/// The mail, ready to send: `from` to every address of `to` (at least one).
+pub fn message(
+    f: &Facts,
+    from: &Mailbox,
+    to: &[lettre::Address],
+) -> Result<Message, lettre::error::Error> {
     let mut builder = Message::builder()
         .from(from.clone())
         .subject(subject(f))
         .header(ContentType::TEXT_PLAIN);
-    let mut any = false;
-    for addr in to {
-        if let Ok(a) = addr.parse::<lettre::Address>() {
-            builder = builder.to(Mailbox::new(None, a));
-            any = true;
-        }
+    for a in to {
+        builder = builder.to(Mailbox::new(None, a.clone()));
     }
-    if !any {
-        return None;
-    }
-    builder.body(body(f)).ok()
+    builder.body(body(f))
 }
 
 #[cfg(test)]
@@ -166,7 +280,8 @@ mod tests {
         Facts {
             kind,
             endpoint_id: "ep_01".into(),
-            url: "https://hooks.example.com/in?token=SECRET#frag".into(),
+            description: "Billing\r\nBcc: x@evil.test".into(),
+            url: "https://hooks.example.com/services/T0/SECRET?token=SECRET#frag".into(),
             account_id: "acme".into(),
             failing_since: Some(1_796_212_800_000),
             last_status: Some("http_error"),
@@ -183,10 +298,14 @@ mod tests {
         let f = facts(AlertKind::Failing);
         assert_eq!(
             subject(&f),
-            "Webhook endpoint is failing: https://hooks.example.com/in (query left out)"
+            "Webhook endpoint is failing: hooks.example.com"
         );
         let b = body(&f);
         for needle in [
+            "The webhook endpoint \"Billing  Bcc: x@evil.test\" at https://hooks.example.com \
+             (ep_01) is failing",
+            "Description:        Billing  Bcc: x@evil.test\n",
+            "Endpoint:           https://hooks.example.com\n",
             "Endpoint id:        ep_01\n",
             "Account:            acme\n",
             "Failing since:      2026-12-02T12:00:00.000Z\n",
@@ -196,7 +315,21 @@ mod tests {
         ] {
             assert!(b.contains(needle), "{needle:?} in\n{b}");
         }
-        assert!(!b.contains("SECRET") && !subject(&f).contains("SECRET"));
+        for shown in [&b, &subject(&f)] {
+            assert!(
+                !shown.contains("SECRET") && !shown.contains("/services"),
+                "{shown}"
+            );
+        }
+        let mut f = f;
+        f.url = "http://10.0.0.7:8443/hook".into();
+        f.description = String::new();
+        assert_eq!(subject(&f), "Webhook endpoint is failing: 10.0.0.7");
+        assert!(
+            body(&f).contains("endpoint http://10.0.0.7:8443 (ep_01) is"),
+            "{}",
+            body(&f)
+        );
     }
 
     #[test]
@@ -210,9 +343,53 @@ mod tests {
             "{b}"
         );
         let from: Mailbox = "herald@example.com".parse().unwrap();
-        let m = message(&f, &from, &["ops@acme.test".into()]).unwrap();
+        let (to, skipped) = recipients(&["ops@acme.test".into(), "a@[127.0.0.1]".into()]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].index, 1);
+        let m = message(&f, &from, &to).unwrap();
         let text = String::from_utf8(m.formatted()).unwrap();
         assert!(text.contains("To: ops@acme.test"), "{text}");
-        assert!(message(&f, &from, &[]).is_none());
+    }
+
+    #[test]
+    fn an_address_is_ascii_local_at_domain_with_a_dot_atom_and_a_domain_name() {
+        for good in [
+            "ops@example.com",
+            "Oncall+herald@sub.acme.test",
+            "a.b-c_d'e/f=g?h^i`j{k|l}m~n#o$p&q*r@x.example",
+            "ops@xn--bcher-kva.example",
+            "o@a-b.c0",
+        ] {
+            assert_eq!(address_problem(good), None, "{good}");
+            assert!(good.parse::<lettre::Address>().is_ok(), "{good}");
+        }
+        for bad in [
+            "\"a b\"@quoted.example",
+            "a@[127.0.0.1]",
+            "a@[IPv6:::1]",
+            "a@127.0.0.1",
+            "a%b@relay.example",
+            "a!b@relay.example",
+            "a@b@example.com",
+            "ops@bücher.example",
+            "jörg@example.com",
+            "ops@localhost",
+            ".a@example.com",
+            "a..b@example.com",
+            "a.@example.com",
+            "a@-x.example",
+            "a@x-.example",
+            "a@x..example",
+            "a@example.com.",
+            "a b@example.com",
+            "a@exa_mple.com",
+            "@example.com",
+            "a@",
+            "plain",
+        ] {
+            assert!(address_problem(bad).is_some(), "{bad}");
+        }
+        let long = format!("{}@example.com", "a".repeat(65));
+        assert!(address_problem(&long).is_some());
     }
 }

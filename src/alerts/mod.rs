@@ -24,7 +24,7 @@ use crate::clock::{Clock, Millis};
 use crate::config::AlertsSetup;
 use crate::metrics::{AlertResult, Metrics};
 use crate::model::{Endpoint, Status};
-use crate::policy::alerts::AlertKind;
+use crate::policy::alerts::{AlertClaim, AlertKind, AlertMark, Claimed};
 use crate::shutdown::Shutdown;
 use crate::store::prelude::*;
 use crate::store::Backend;
@@ -95,6 +95,8 @@ struct Sender {
     mailer: smtp::Mailer,
     from: Mailbox,
     min_interval: Duration,
+    /// `alerts.max_per_account_per_hour`.
+    max_per_hour: u32,
     portal: Option<String>,
 }
 
@@ -118,6 +120,7 @@ pub fn start(
         mailer,
         from: setup.from.clone(),
         min_interval: setup.min_interval,
+        max_per_hour: setup.max_per_hour,
         portal: public_url.map(|u| format!("{}/portal", u.trim_end_matches('/'))),
     });
     tracing::info!(
@@ -187,11 +190,16 @@ struct Outgoing {
     facts: mail::Facts,
     message: lettre::Message,
     recipients: usize,
+    /// The claim's mark before and after, given back if the mail is given up.
+    claimed: (AlertMark, AlertMark),
 }
 
 impl Sender {
-    /// Whether the alert becomes a mail: the account has addresses, the endpoint still
-    /// exists, and the store's claim lets it through ([`crate::policy::alerts::claim`]).
+    /// Whether the alert becomes a mail: the account has addresses today's rule lets through
+    /// (the others are skipped, each logged and counted `failed`), the endpoint still exists,
+    /// and the store's claim lets it through ([`crate::policy::alerts::decide`]: the
+    /// endpoint's mark, and the account's mails this hour under
+    /// `alerts.max_per_account_per_hour`).
     async fn decide(&self, t: &Trigger) -> Option<Outgoing> {
         let ep = &t.endpoint;
         let emails = match self.store.alert_emails(&ep.account_id).await {
@@ -203,27 +211,48 @@ impl Sender {
                 return None;
             }
         };
+        let (to, skipped) = mail::recipients(&emails);
+        for s in &skipped {
+            self.metrics.alert(AlertResult::Failed);
+            tracing::warn!(endpoint_id = %ep.id, account_id = %ep.account_id, address = %format!("alert_emails[{}]", s.index), why = %s.why, "alert mail not sent to an address herald no longer mails; set the account's addresses again");
+        }
+        if to.is_empty() {
+            return None;
+        }
         self.store.endpoint(&ep.id)?;
-        let interval = self.min_interval.as_millis() as Millis;
-        match self.store.claim_alert(&ep.id, t.kind, t.at, interval).await {
-            Ok(true) => {}
+        let claim = AlertClaim {
+            endpoint_id: &ep.id,
+            account_id: &ep.account_id,
+            kind: t.kind,
+            now: t.at,
+            min_interval_ms: self.min_interval.as_millis() as Millis,
+            max_per_hour: self.max_per_hour,
+        };
+        let claimed = match self.store.claim_alert(claim).await {
+            Ok(Claimed::Send { before, after }) => (before, after),
             // Only a failing mail is withheld (and counted): the others had nothing to say.
-            Ok(false) if t.kind == AlertKind::Failing => {
+            Ok(Claimed::Withheld) if t.kind == AlertKind::Failing => {
                 self.metrics.alert(AlertResult::Suppressed);
                 tracing::info!(endpoint_id = %ep.id, "failing alert mail not sent: one went out within alerts.min_interval");
                 return None;
             }
-            Ok(false) => return None,
+            Ok(Claimed::Withheld | Claimed::Gone) => return None,
+            Ok(Claimed::OverCap) => {
+                self.metrics.alert(AlertResult::Suppressed);
+                tracing::warn!(endpoint_id = %ep.id, account_id = %ep.account_id, alert = t.kind.as_str(), max = self.max_per_hour, "alert mail not sent: the account had alerts.max_per_account_per_hour mails this hour");
+                return None;
+            }
             Err(e) => {
                 self.metrics.alert(AlertResult::Failed);
                 tracing::warn!(endpoint_id = %ep.id, error = %e, "alert mail not sent: cannot claim it in the store");
                 return None;
             }
-        }
+        };
         let pending = self.store.endpoint_pending(&ep.id).await.ok();
         let facts = mail::Facts {
             kind: t.kind,
             endpoint_id: ep.id.clone(),
+            description: ep.description.clone(),
             url: ep.url.clone(),
             account_id: ep.account_id.clone(),
             failing_since: t.failing_since,
@@ -234,15 +263,24 @@ impl Sender {
             portal: self.portal.clone(),
             min_interval: humantime::format_duration(self.min_interval).to_string(),
         };
-        let message = mail::message(&facts, &self.from, &emails)?;
-        Some(Outgoing {
-            facts,
-            message,
-            recipients: emails.len(),
-        })
+        match mail::message(&facts, &self.from, &to) {
+            Ok(message) => Some(Outgoing {
+                facts,
+                message,
+                recipients: to.len(),
+                claimed,
+            }),
+            Err(e) => {
+                self.metrics.alert(AlertResult::Failed);
+                tracing::error!(endpoint_id = %ep.id, alert = t.kind.as_str(), error = %e, "alert mail not sent: it cannot be written");
+                self.give_back(&facts, claimed).await;
+                None
+            }
+        }
     }
 
-    /// Tries the mail up to 3 times over 10 minutes; logs and counts what became of it.
+    /// Tries the mail up to 3 times over 10 minutes; logs and counts what became of it. A
+    /// mail given up gives its claim back (it still counts toward the account's hour).
     async fn send(&self, mail: Outgoing, mut shutdown: Shutdown) {
         let f = &mail.facts;
         let tries = RETRY_AFTER.len() + 1;
@@ -258,6 +296,7 @@ impl Sender {
             let Some(wait) = RETRY_AFTER.get(n - 1) else {
                 self.metrics.alert(AlertResult::Failed);
                 tracing::error!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent after {tries} tries; given up");
+                self.give_back(f, mail.claimed).await;
                 return;
             };
             self.metrics.alert(AlertResult::Retried);
@@ -266,6 +305,18 @@ impl Sender {
             if !wait_until(&*self.clock, at, &mut shutdown).await {
                 return;
             }
+        }
+    }
+
+    /// Puts the endpoint's mark back as it was before the claim of a mail that did not go out,
+    /// so the next alert is not held back by `alerts.min_interval` for a mail nobody got.
+    async fn give_back(&self, f: &mail::Facts, (before, after): (AlertMark, AlertMark)) {
+        if let Err(e) = self
+            .store
+            .give_back_alert(&f.endpoint_id, after, before)
+            .await
+        {
+            tracing::warn!(endpoint_id = %f.endpoint_id, error = %e, "cannot give back the claim of an alert mail that did not go out");
         }
     }
 }

@@ -86,7 +86,8 @@ fn plan_of(state: &AppState, plan: Value) -> Result<Option<String>, ApiError> {
 }
 
 /// Alert addresses given in a body: a list of at most [`MAX_ALERT_EMAILS`] mail addresses
-/// (checked with lettre's parser), none repeated (compared ignoring case); `[]` clears them.
+/// (each by [`crate::alerts::mail::address_problem`], then lettre's parser), none repeated
+/// (compared ignoring case); `[]` clears them.
 pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
     let Value::Array(items) = v else {
         return Err(ApiError::field(
@@ -109,10 +110,18 @@ pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
         let Value::String(addr) = item else {
             return Err(ApiError::field(&field, format!("{field} must be a string")));
         };
-        if addr.len() > 254 || addr.parse::<lettre::Address>().is_err() {
+        let problem = crate::alerts::mail::address_problem(&addr).or_else(|| {
+            addr.parse::<lettre::Address>()
+                .err()
+                .map(|_| "it does not parse")
+        });
+        if let Some(why) = problem {
             return Err(ApiError::field(
                 &field,
-                format!("{field} is not a mail address such as \"ops@example.com\""),
+                format!(
+                    "{field} is not an address herald mails: {why}; write an ASCII address \
+                     such as \"ops@example.com\" (docs/api.md, \"Accounts\")"
+                ),
             ));
         }
         if let Some(j) = out.iter().position(|a| a.eq_ignore_ascii_case(&addr)) {

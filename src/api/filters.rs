@@ -68,7 +68,16 @@ async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Sub
             if meta.account_id != account_id {
                 return Err(ApiError::not_found("event"));
             }
-            let payload = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            // Stored before ingest refused what is not I-JSON: nothing to decide on.
+            let payload = serde_json::from_slice(&payload).map_err(|e| {
+                ApiError::field(
+                    "event_id",
+                    format!(
+                        "the payload of event {id} does not parse ({e}): it was stored before \
+                         herald refused payloads that are not I-JSON, and no filter decides on it"
+                    ),
+                )
+            })?;
             Ok(Subject::new(&meta.event_type, payload))
         }
         (Some(_), None, None) => Err(ApiError::field("event_id", "event_id must be a string")),

@@ -160,15 +160,8 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
         Some(_) => return Err(ApiError::field("payload", "payload must be a JSON object")),
         None => return Err(ApiError::field("payload", "payload is required")),
     };
-    if validate::nests_deeper_than(payload.get().as_bytes(), validate::MAX_PAYLOAD_DEPTH) {
-        return Err(ApiError::field(
-            "payload",
-            format!(
-                "payload nests deeper than {} levels of objects and arrays",
-                validate::MAX_PAYLOAD_DEPTH
-            ),
-        ));
-    }
+    validate::scan_payload(payload.get().as_bytes(), validate::MAX_PAYLOAD_DEPTH)
+        .map_err(|fault| fault.to_error("payload"))?;
     if config.catalog.validate && schemas.has(&event_type) {
         // Only validated payloads pay for a parse into values.
         let value: Value = serde_json::from_str(payload.get())
@@ -243,7 +236,10 @@ async fn store(
     }
     if state.store.directory_mark().is_none() {
         // One machine: its copy is the store's, a fan-out is never stale.
-        let events = items.into_iter().map(|c| fan_out(state, c, now)).collect();
+        let events = items
+            .into_iter()
+            .map(|c| fan_out(state, c, now))
+            .collect::<Result<_, _>>()?;
         return Ok(state.store.ingest(events).await?);
     }
     for _ in 0..FAN_OUT_TRIES {
@@ -251,7 +247,7 @@ async fn store(
         let events = items
             .iter()
             .map(|c| fan_out(state, c.clone(), now))
-            .collect();
+            .collect::<Result<_, _>>()?;
         match state.store.ingest_fanned_out(events, mark).await {
             Err(StoreError::Stale) => state.store.fresh_directory().await?,
             stored => return Ok(stored?),
@@ -265,7 +261,7 @@ async fn store(
 }
 
 /// One checked item fanned out to its account's matching endpoints.
-fn fan_out(state: &AppState, checked: Checked, now: Millis) -> NewEvent {
+fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, ApiError> {
     let Checked {
         account_id,
         event_type,
@@ -290,43 +286,46 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> NewEvent {
             })
         });
     let endpoints = state.store.account_endpoints(&account_id);
-    let targets = takers(&endpoints, &event_type, &payload);
+    // `check` scanned the payload: it is I-JSON, so it parses. Should it not, the event is
+    // refused rather than fanned out on a guess.
+    let targets = takers(&endpoints, &event_type, &payload).map_err(|e| {
+        tracing::error!(error = %e, "an ingested payload that passed the scan does not parse");
+        ApiError::field("payload", format!("payload: {e}"))
+    })?;
     let mut event = NewEvent::fan_out(account_id, event_type, payload, targets.into_iter(), now);
     event.idempotency_key = idempotency_key;
     event.debounce_key = debounce_key;
     event.ordering_key = ordering_key;
     event.debounce = debounce;
-    event
+    Ok(event)
 }
 
 /// The endpoints that take an event: its type, then its payload filter (docs/api.md, "Payload
-/// filters"). The payload is parsed once per event, and only when a filter needs it.
+/// filters"). The payload is parsed once per event, and only when a filter needs it. A payload
+/// that does not parse (one stored before ingest refused what is not I-JSON) decides nothing:
+/// the error comes back, never a stand-in value that some filters would take.
 pub fn takers<'a>(
     endpoints: &'a [Arc<Endpoint>],
     event_type: &str,
     payload: &[u8],
-) -> Vec<&'a Arc<Endpoint>> {
+) -> Result<Vec<&'a Arc<Endpoint>>, serde_json::Error> {
     let mut subject: Option<Subject> = None;
-    endpoints
-        .iter()
-        .filter(|ep| {
-            if !ep.accepts(event_type) {
-                return false;
+    let mut out = Vec::new();
+    for ep in endpoints {
+        if !ep.accepts(event_type) {
+            continue;
+        }
+        if let Some(filter) = &ep.filter {
+            if subject.is_none() {
+                subject = Some(Subject::new(event_type, serde_json::from_slice(payload)?));
             }
-            let Some(filter) = &ep.filter else {
-                return true;
-            };
-            let subject = subject.get_or_insert_with(|| {
-                // Ingest checked it is a JSON object; a stored one was checked when it came in.
-                let payload = serde_json::from_slice(payload).unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "a payload does not parse; filters see it as null");
-                    Value::Null
-                });
-                Subject::new(event_type, payload)
-            });
-            filter.matches(subject)
-        })
-        .collect()
+            if !subject.as_ref().is_some_and(|s| filter.matches(s)) {
+                continue;
+            }
+        }
+        out.push(ep);
+    }
+    Ok(out)
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.

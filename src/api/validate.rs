@@ -146,37 +146,139 @@ pub fn is_reserved_header(name: &str) -> bool {
 /// adds one (docs/api.md). Deeper JSON breaks parsers downstream (receivers' and the pages').
 pub const MAX_PAYLOAD_DEPTH: usize = 64;
 
-/// True if JSON text, already known to be valid, nests objects and arrays deeper than `max`
-/// levels. One pass over the bytes, nothing parsed or allocated, so the payload stays as sent.
-pub fn nests_deeper_than(json: &[u8], max: usize) -> bool {
+/// What the byte scan of a payload found that herald refuses (docs/api.md, "Events").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadFault {
+    /// Objects and arrays nest deeper than the limit.
+    TooDeep,
+    /// A `\uXXXX` escape of a UTF-16 surrogate without its other half (the escape's text).
+    LoneSurrogate(String),
+    /// A number a 64-bit float cannot hold: it overflows to infinity (its text, cut short).
+    NumberOutOfRange(String),
+}
+
+impl PayloadFault {
+    /// The `422` naming `field` that ingest and replay answer.
+    pub fn to_error(&self, field: &str) -> ApiError {
+        let message = match self {
+            PayloadFault::TooDeep => format!(
+                "{field} nests deeper than {MAX_PAYLOAD_DEPTH} levels of objects and arrays"
+            ),
+            PayloadFault::LoneSurrogate(esc) => format!(
+                "{field} holds the escape {esc}, half of a UTF-16 surrogate pair without its \
+                 other half; a payload must be I-JSON (RFC 7493), whose strings are Unicode"
+            ),
+            PayloadFault::NumberOutOfRange(n) => format!(
+                "{field} holds the number {n}, outside the finite range of a 64-bit float; a \
+                 payload must be I-JSON (RFC 7493): send such a number as a string"
+            ),
+        };
+        ApiError::field(field, message)
+    }
+}
+
+/// The most digits an integer may have and be finite whatever they are: 10^308 is below
+/// `f64::MAX` (about 1.8 x 10^308), 10^309 above it.
+const SAFE_INT_DIGITS: usize = 308;
+
+/// Checks JSON text, already known to be valid, for what herald refuses in a payload: nesting
+/// deeper than `max_depth` levels, and what I-JSON (RFC 7493) forbids, a lone surrogate escape
+/// and a number outside the finite range of a 64-bit float (docs/api.md, "Events"). One pass
+/// over the bytes, nothing parsed into values or allocated, so the payload stays as sent and
+/// ingest pays no second parse: a number is read as a float only when it has an exponent or
+/// more than [`SAFE_INT_DIGITS`] digits before its point. A payload that passes parses into a
+/// `serde_json::Value`, which is what the payload filters read.
+pub fn scan_payload(json: &[u8], max_depth: usize) -> Result<(), PayloadFault> {
     let mut depth = 0usize;
-    let mut bytes = json.iter();
-    while let Some(&b) = bytes.next() {
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
         match b {
-            b'"' => {
-                // Skip the string: brackets inside it are text. Valid JSON means every escape
-                // is a backslash and one more byte (the \u form's digits hold no quote).
-                while let Some(&c) = bytes.next() {
-                    match c {
-                        b'\\' => {
-                            bytes.next();
-                        }
-                        b'"' => break,
-                        _ => {}
-                    }
-                }
-            }
+            b'"' => i = skip_string(json, i + 1)?,
             b'{' | b'[' => {
                 depth += 1;
-                if depth > max {
-                    return true;
+                if depth > max_depth {
+                    return Err(PayloadFault::TooDeep);
                 }
+                i += 1;
             }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => i = skip_number(json, i)?,
+            _ => i += 1,
         }
     }
-    false
+    Ok(())
+}
+
+/// Skips the string that starts at `i` (after its opening quote); the index after its closing
+/// quote. Brackets inside it are text. Valid JSON means every escape is a backslash and one
+/// more byte, and `\u` is followed by four hex digits.
+fn skip_string(json: &[u8], mut i: usize) -> Result<usize, PayloadFault> {
+    // Where a high surrogate escape was just read: the very next escape must be its low half.
+    let mut high: Option<usize> = None;
+    while let Some(&b) = json.get(i) {
+        if b == b'\\' && json.get(i + 1) == Some(&b'u') {
+            let unit = json
+                .get(i + 2..i + 6)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+                .unwrap_or(0);
+            match (high.take(), unit) {
+                (None, 0xD800..=0xDBFF) => high = Some(i),
+                (Some(_), 0xDC00..=0xDFFF) | (None, 0..=0xD7FF | 0xE000..=0xFFFF) => {}
+                (Some(at), _) => return Err(lone(json, at)),
+                (None, _) => return Err(lone(json, i)),
+            }
+            i += 6;
+            continue;
+        }
+        if let Some(at) = high {
+            return Err(lone(json, at));
+        }
+        match b {
+            b'\\' => i += 2,
+            b'"' => return Ok(i + 1),
+            _ => i += 1,
+        }
+    }
+    Ok(i)
+}
+
+fn lone(json: &[u8], at: usize) -> PayloadFault {
+    let esc = json.get(at..at + 6).unwrap_or_default();
+    PayloadFault::LoneSurrogate(String::from_utf8_lossy(esc).into_owned())
+}
+
+/// Skips the number that starts at `i`; the index after it. Refuses one that overflows a
+/// 64-bit float (rounded to nearest, as serde_json reads it): `1e400` or a 400-digit integer,
+/// not `1e-400` (which is 0) nor a 300-digit integer.
+fn skip_number(json: &[u8], i: usize) -> Result<usize, PayloadFault> {
+    let len = json[i..]
+        .iter()
+        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .unwrap_or(json.len() - i);
+    let text = &json[i..i + len];
+    let int_digits = text
+        .iter()
+        .filter(|b| **b != b'-')
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let has_exponent = text.iter().any(|b| matches!(b, b'e' | b'E'));
+    if !has_exponent && int_digits <= SAFE_INT_DIGITS {
+        return Ok(i + len);
+    }
+    let finite = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .is_some_and(f64::is_finite);
+    if finite {
+        return Ok(i + len);
+    }
+    let shown = String::from_utf8_lossy(&text[..text.len().min(24)]);
+    let cut = if text.len() > 24 { "..." } else { "" };
+    Err(PayloadFault::NumberOutOfRange(format!("{shown}{cut}")))
 }
 
 /// True if a raw JSON value is an object (the payload must be one).
@@ -212,6 +314,10 @@ mod tests {
         assert!(account_id_lookup("account_id", "..").is_ok());
     }
 
+    fn nests_deeper_than(json: &[u8], max: usize) -> bool {
+        scan_payload(json, max) == Err(PayloadFault::TooDeep)
+    }
+
     #[test]
     fn nesting_depth_counts_objects_and_arrays_but_not_strings() {
         let nested = |levels: usize| "[".repeat(levels - 1) + "1" + &"]".repeat(levels - 1);
@@ -230,6 +336,52 @@ mod tests {
         // Siblings do not add up.
         let wide = format!("{{{}\"z\":1}}", "\"a\":[[1]],".repeat(100));
         assert!(!nests_deeper_than(wide.as_bytes(), 3));
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_are_refused_and_pairs_kept() {
+        let scan = |text: &str| scan_payload(text.as_bytes(), 64);
+        let lone = |esc: &str| Err(PayloadFault::LoneSurrogate(esc.into()));
+        assert_eq!(scan(r#"{"s":"\ud800"}"#), lone(r"\ud800"));
+        assert_eq!(scan(r#"{"s":"a\uDBFFb"}"#), lone(r"\uDBFF"));
+        assert_eq!(scan(r#"{"s":"\udc00"}"#), lone(r"\udc00"));
+        assert_eq!(scan(r#"{"s":"\ud800\ud800\udc00"}"#), lone(r"\ud800"));
+        assert_eq!(scan(r#"{"s":"\ud800\n"}"#), lone(r"\ud800"));
+        assert_eq!(scan(r#"{"\ud800":1}"#), lone(r"\ud800"));
+        for good in [
+            r#"{"s":"\ud83d\ude00"}"#,
+            r#"{"s":"\u00e9\uffff\u0000\\ud800"}"#,
+            r#"{"s":"😀 \"\ud800\udfff"}"#,
+        ] {
+            assert_eq!(scan(good), Ok(()), "{good}");
+            assert!(serde_json::from_str::<Value>(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn numbers_outside_the_finite_range_of_a_float_are_refused() {
+        let scan = |text: String| scan_payload(text.as_bytes(), 64);
+        let out = |n: &str| Err(PayloadFault::NumberOutOfRange(n.into()));
+        assert_eq!(scan(r#"{"n":1e400}"#.into()), out("1e400"));
+        assert_eq!(scan(r#"{"n":[-1E+309]}"#.into()), out("-1E+309"));
+        let digits = |n: usize| "9".repeat(n);
+        assert_eq!(
+            scan(format!(r#"{{"n":{}}}"#, digits(400))),
+            out(&format!("{}...", digits(24)))
+        );
+        assert!(scan(format!(r#"{{"n":{}.5}}"#, digits(309))).is_err());
+        // Above f64::MAX but rounded to it: finite. Just past halfway to the next power: not.
+        let fine = [
+            format!(r#"{{"n":{}}}"#, digits(300)),
+            format!(r#"{{"n":-{}.5e-10}}"#, digits(310)),
+            r#"{"n":1e-400,"m":1.7976931348623157e308,"k":1.7976931348623158e308}"#.into(),
+            r#"{"n":"1e400","m":[0,-0,0.5e0,12E-3]}"#.into(),
+        ];
+        for good in fine {
+            assert_eq!(scan(good.clone()), Ok(()), "{good}");
+            assert!(serde_json::from_str::<Value>(&good).is_ok(), "{good}");
+        }
+        assert!(scan(r#"{"n":1.7976931348623159e308}"#.into()).is_err());
     }
 
     #[test]

@@ -12,6 +12,9 @@ use super::{secs, Config, ConfigError, Dur};
 
 /// The shortest `alerts.min_interval`: below a minute a flapping endpoint could fill an inbox.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
+/// The range of `alerts.max_per_account_per_hour`: at least one mail, and never so many that
+/// churning endpoints make the operator's relay a spam cannon.
+pub const MAX_PER_ACCOUNT_PER_HOUR: std::ops::RangeInclusive<u32> = 1..=1000;
 
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -25,6 +28,8 @@ pub struct Alerts {
     pub from: Option<String>,
     /// At most one "failing" mail per endpoint per this long.
     pub min_interval: Dur,
+    /// At most this many mails of any kind per account per UTC clock hour.
+    pub max_per_account_per_hour: u32,
 }
 
 impl Default for Alerts {
@@ -34,6 +39,7 @@ impl Default for Alerts {
             smtp_url_file: None,
             from: None,
             min_interval: secs(3600),
+            max_per_account_per_hour: 20,
         }
     }
 }
@@ -45,6 +51,7 @@ impl fmt::Debug for Alerts {
             .field("smtp_url_file", &self.smtp_url_file)
             .field("from", &self.from)
             .field("min_interval", &self.min_interval)
+            .field("max_per_account_per_hour", &self.max_per_account_per_hour)
             .finish()
     }
 }
@@ -89,6 +96,8 @@ pub struct AlertsSetup {
     pub server: SmtpServer,
     pub from: lettre::message::Mailbox,
     pub min_interval: Duration,
+    /// `alerts.max_per_account_per_hour`.
+    pub max_per_hour: u32,
 }
 
 impl Config {
@@ -144,6 +153,7 @@ impl Config {
             server,
             from,
             min_interval: a.min_interval.0,
+            max_per_hour: a.max_per_account_per_hour,
         }))
     }
 
@@ -165,6 +175,17 @@ impl Config {
             out.push(ConfigError {
                 key: "alerts.min_interval".into(),
                 message: "must be at least \"1m\"".into(),
+            });
+        }
+        if !MAX_PER_ACCOUNT_PER_HOUR.contains(&a.max_per_account_per_hour) {
+            out.push(ConfigError {
+                key: "alerts.max_per_account_per_hour".into(),
+                message: format!(
+                    "is {}; it must be {} to {} (mails per account per hour)",
+                    a.max_per_account_per_hour,
+                    MAX_PER_ACCOUNT_PER_HOUR.start(),
+                    MAX_PER_ACCOUNT_PER_HOUR.end()
+                ),
             });
         }
         out
@@ -320,6 +341,28 @@ mod tests {
         assert!(!format!("{config:?}{setup:?}").contains("TOPSECRET"));
         let e = Config::from_toml("[alerts]\nsmtp = 1\n").unwrap_err();
         assert_eq!(e[0].key, "alerts.smtp");
+    }
+
+    #[test]
+    fn max_per_account_per_hour_is_1_to_1000_and_20_by_default() {
+        let with = |n: &str| {
+            format!("[alerts]\nsmtp_url = \"smtp://m.example.com\"\nfrom = \"h@example.com\"\n{n}")
+        };
+        let setup = |text: &str| {
+            let c = Config::from_toml(text).unwrap();
+            assert!(c.alerts_problems().is_empty(), "{text}");
+            c.alerts_setup().unwrap().unwrap().max_per_hour
+        };
+        assert_eq!(setup(&with("")), 20);
+        assert_eq!(setup(&with("max_per_account_per_hour = 1\n")), 1);
+        assert_eq!(setup(&with("max_per_account_per_hour = 1000\n")), 1000);
+        for bad in ["0", "1001"] {
+            let text = with(&format!("max_per_account_per_hour = {bad}\n"));
+            let problems = Config::from_toml(&text).unwrap().alerts_problems();
+            let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["alerts.max_per_account_per_hour"], "{bad}");
+            assert!(problems[0].message.contains("1 to 1000"), "{problems:?}");
+        }
     }
 
     #[test]

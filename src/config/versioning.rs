@@ -3,12 +3,15 @@
 //! type has a replacement, and following replacements must end at a type that is not replaced
 //! (no cycle), so a subscriber told "use X instead" always reaches a type it can move to.
 
+use std::collections::HashMap;
+
 use super::Config;
 
 impl Config {
     /// `catalog.events."TYPE".replaced_by`: every refusal with its key path.
     pub(super) fn check_replacements(&self, err: &mut impl FnMut(&str, String)) {
         let events = &self.catalog.events;
+        let cycles = self.replacement_cycles();
         for (ty, ev) in events {
             let Some(next) = &ev.replaced_by else {
                 continue;
@@ -34,41 +37,62 @@ impl Config {
                 continue;
             }
             // A cycle is reported once, at its first type in the catalog's order.
-            if let Some(cycle) = self.replacement_cycle(ty) {
-                if cycle.iter().min() == Some(&ty.as_str()) {
-                    err(
-                        &key,
-                        format!(
-                            "forms a cycle ({}); a chain of replacements must end at a type \
-                             that is not replaced",
-                            cycle.join(" → ")
-                        ),
-                    );
-                }
+            if let Some(cycle) = cycles.get(ty.as_str()) {
+                err(
+                    &key,
+                    format!(
+                        "forms a cycle ({}); a chain of replacements must end at a type that \
+                         is not replaced",
+                        cycle.join(" → ")
+                    ),
+                );
             }
         }
     }
 
-    /// The cycle `ty` is on, from `ty` back to it (`["a", "b", "a"]`); `None` if following its
-    /// replacements ends (at a type not replaced, or an unknown name) or enters a cycle that
-    /// does not pass through `ty`.
-    fn replacement_cycle<'a>(&'a self, ty: &'a str) -> Option<Vec<&'a str>> {
+    /// Every cycle of replacements, keyed by its first type in the catalog's order, as the
+    /// path from that type back to it (`["a", "b", "a"]`). Each type names at most one
+    /// replacement, so one walk from each type, stopping at a type an earlier walk passed,
+    /// visits every type once: linear in the catalog's size, however long its chains.
+    fn replacement_cycles(&self) -> HashMap<&str, Vec<&str>> {
         let events = &self.catalog.events;
-        let mut path = vec![ty];
-        let mut at = ty;
-        // Each step visits a new type, so the chain is at most as long as the catalog.
-        for _ in 0..events.len() {
-            let next = events.get(at)?.replaced_by.as_deref()?;
-            path.push(next);
-            if next == ty {
-                return Some(path);
+        // Types of the walk under way (`false`) or of an earlier one (`true`).
+        let mut seen: HashMap<&str, bool> = HashMap::with_capacity(events.len());
+        let mut cycles = HashMap::new();
+        for start in events.keys() {
+            let mut walk: Vec<&str> = Vec::new();
+            let mut at = start.as_str();
+            loop {
+                match seen.get(at) {
+                    // Back at a type of this walk: the walk from it on is a cycle.
+                    Some(false) => {
+                        let from = walk.iter().position(|t| *t == at).unwrap_or(0);
+                        let cycle = &walk[from..];
+                        let first = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);
+                        let mut path: Vec<&str> = cycle[first..]
+                            .iter()
+                            .chain(&cycle[..first])
+                            .copied()
+                            .collect();
+                        path.push(cycle[first]);
+                        cycles.insert(cycle[first], path);
+                        break;
+                    }
+                    Some(true) => break,
+                    None => {}
+                }
+                seen.insert(at, false);
+                walk.push(at);
+                match events.get(at).and_then(|e| e.replaced_by.as_deref()) {
+                    Some(next) if events.contains_key(next) => at = next,
+                    _ => break,
+                }
             }
-            if path[..path.len() - 1].contains(&next) {
-                return None;
+            for t in walk {
+                seen.insert(t, true);
             }
-            at = next;
         }
-        None
+        cycles
     }
 }
 
@@ -138,5 +162,30 @@ mod tests {
              [catalog.events.c]\n",
         );
         assert_eq!(p, Vec::new());
+    }
+
+    #[test]
+    fn long_chains_and_a_long_cycle_are_each_walked_once() {
+        let chain = |n: usize, back_to_start: bool| {
+            let mut t = String::new();
+            for i in 0..n {
+                let next = if i + 1 < n {
+                    format!("t{:05}", i + 1)
+                } else {
+                    "t00000".into()
+                };
+                t.push_str(&format!("[catalog.events.t{i:05}]\n"));
+                if i + 1 < n || back_to_start {
+                    t.push_str(&format!("deprecated = true\nreplaced_by = \"{next}\"\n"));
+                }
+            }
+            t
+        };
+        assert_eq!(problems(&chain(2000, false)), Vec::new());
+        let p = problems(&chain(2000, true));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, "catalog.events.\"t00000\".replaced_by");
+        assert!(p[0].1.contains("(t00000 → t00001 → "), "{}", &p[0].1[..80]);
+        assert!(p[0].1.contains(" → t01999 → t00000)"));
     }
 }

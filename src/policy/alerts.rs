@@ -74,6 +74,66 @@ pub fn claim(
     }
 }
 
+/// An hour in milliseconds: the window of `alerts.max_per_account_per_hour`.
+pub const HOUR_MS: Millis = 3_600_000;
+
+/// What is kept per account: how many mails were claimed in which UTC clock hour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertHour {
+    /// The hour's start (a multiple of [`HOUR_MS`]).
+    pub hour: Millis,
+    pub mails: u32,
+}
+
+/// The account's count after one more mail at `now`, if the hour's cap `max` leaves room;
+/// `None`: the cap is reached, no mail. A count of an earlier hour starts again from zero.
+pub fn count(kept: AlertHour, now: Millis, max: u32) -> Option<AlertHour> {
+    let hour = now - now.rem_euclid(HOUR_MS);
+    let mails = if kept.hour == hour { kept.mails } else { 0 };
+    (mails < max).then_some(AlertHour {
+        hour,
+        mails: mails + 1,
+    })
+}
+
+/// One claim of an alert mail: the endpoint's mark and its account's hour decide together.
+#[derive(Debug, Clone, Copy)]
+pub struct AlertClaim<'a> {
+    pub endpoint_id: &'a str,
+    pub account_id: &'a str,
+    pub kind: AlertKind,
+    pub now: Millis,
+    pub min_interval_ms: Millis,
+    /// `alerts.max_per_account_per_hour`.
+    pub max_per_hour: u32,
+}
+
+/// What a claim decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// The mail goes out: the mark went from `before` to `after` and the account's hour
+    /// counts it. `before` is what [`crate::store::contract::Accounts::give_back_alert`] puts
+    /// back if the mail is given up.
+    Send { before: AlertMark, after: AlertMark },
+    /// The mark lets no mail through ([`claim`]); nothing changed.
+    Withheld,
+    /// The mark would, but the account's mails this hour reached the cap; nothing changed.
+    OverCap,
+    /// The endpoint no longer exists; nothing was written.
+    Gone,
+}
+
+/// [`claim`] and [`count`] together: the new mark and hour, or why not.
+pub fn decide(
+    c: &AlertClaim<'_>,
+    mark: AlertMark,
+    hour: AlertHour,
+) -> Result<(AlertMark, AlertHour), Claimed> {
+    let next = claim(mark, c.kind, c.now, c.min_interval_ms).ok_or(Claimed::Withheld)?;
+    let counted = count(hour, c.now, c.max_per_hour).ok_or(Claimed::OverCap)?;
+    Ok((next, counted))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +212,29 @@ mod tests {
             [true, true, false, true, true, true]
         );
         assert_eq!(AlertKind::StillFailing.as_str(), "failing");
+    }
+
+    #[test]
+    fn the_hourly_count_resets_at_each_utc_clock_hour_and_stops_at_the_cap() {
+        let start = 1_796_212_800_000; // 2026-12-02T12:00:00Z
+        let mut kept = AlertHour::default();
+        for n in 1..=3 {
+            kept = count(kept, start + 59 * 60_000, 3).expect("room");
+            assert_eq!(
+                kept,
+                AlertHour {
+                    hour: start,
+                    mails: n
+                }
+            );
+        }
+        assert_eq!(count(kept, start + HOUR_MS - 1, 3), None);
+        assert_eq!(
+            count(kept, start + HOUR_MS, 3),
+            Some(AlertHour {
+                hour: start + HOUR_MS,
+                mails: 1
+            })
+        );
     }
 }

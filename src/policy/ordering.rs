@@ -25,8 +25,8 @@ pub enum Field {
 
 /// The payload's top-level field `field`, if the payload has it. Only the top level is read,
 /// each value left raw: a value elsewhere that serde_json cannot turn into a `Value` (a lone
-/// surrogate escape such as "\ud800", valid JSON grammar and accepted at ingest) must not hide
-/// the key.
+/// surrogate escape such as "\ud800": valid JSON grammar, refused at ingest as not I-JSON, but
+/// stored by older versions) must not hide the key.
 pub fn payload_field(payload: &[u8], field: &str) -> Option<Field> {
     let map: std::collections::HashMap<String, &RawValue> = serde_json::from_slice(payload).ok()?;
     let raw = map.get(field)?.get();

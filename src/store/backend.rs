@@ -28,7 +28,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
-use crate::policy::alerts::AlertKind;
+use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -249,17 +249,20 @@ impl Accounts for Backend {
         both_async!(self, Accounts::all_alert_emails, ())
     }
 
-    async fn claim_alert(
+    async fn claim_alert(&self, claim: AlertClaim<'_>) -> Result<Claimed, StoreError> {
+        both_async!(self, Accounts::claim_alert, (claim))
+    }
+
+    async fn give_back_alert(
         &self,
         endpoint_id: &str,
-        kind: AlertKind,
-        now: Millis,
-        min_interval_ms: Millis,
+        after: AlertMark,
+        before: AlertMark,
     ) -> Result<bool, StoreError> {
         both_async!(
             self,
-            Accounts::claim_alert,
-            (endpoint_id, kind, now, min_interval_ms)
+            Accounts::give_back_alert,
+            (endpoint_id, after, before)
         )
     }
 

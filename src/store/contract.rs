@@ -34,7 +34,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
-use crate::policy::alerts::AlertKind;
+use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 
@@ -244,17 +244,28 @@ pub trait Accounts {
         &self,
     ) -> impl Future<Output = Result<Vec<(String, Vec<String>)>, StoreError>> + Send;
 
-    /// Claims the alert mail of `kind` for the endpoint at `now`: applies
-    /// [`crate::policy::alerts::claim`] to its alert mark as stored and keeps the result,
-    /// with a compare-and-swap, so of any number of callers on any nodes exactly those the
-    /// decision lets through get `true`, each on the mark the one before left. Flushed. A
-    /// deleted endpoint's mark goes with it.
+    /// Claims an alert mail: applies [`crate::policy::alerts::decide`] to the endpoint's
+    /// alert mark and its account's count of mails this UTC clock hour as stored, and keeps
+    /// both results in one atomic write conditional on what was read, so of any number of
+    /// callers on any nodes exactly those the decision lets through get
+    /// [`Claimed::Send`], each on the mark and count the one before left, and no account gets
+    /// more than `max_per_hour` mails an hour. Flushed. A deleted endpoint's mark goes with
+    /// it, and a claim for an endpoint that no longer exists writes nothing
+    /// ([`Claimed::Gone`]), however it races the deletion or a purge.
     fn claim_alert(
         &self,
+        claim: AlertClaim<'_>,
+    ) -> impl Future<Output = Result<Claimed, StoreError>> + Send;
+
+    /// Gives back a claim whose mail was given up: the endpoint's mark goes back from
+    /// `after` to `before`, only if it is still `after` (no claim came since) and the
+    /// endpoint still has one; the account's hourly count keeps the mail. `true` if it went
+    /// back.
+    fn give_back_alert(
+        &self,
         endpoint_id: &str,
-        kind: AlertKind,
-        now: Millis,
-        min_interval_ms: Millis,
+        after: AlertMark,
+        before: AlertMark,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Stores a portal session under its token's hash ([`super::token_hash`]), durably. The

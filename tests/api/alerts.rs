@@ -152,12 +152,17 @@ async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_n
         "Failing since:      2026-12-02T12:00:00.000Z\n",
         "Last attempt:       http_error (HTTP 500)\n",
         "Waiting deliveries: 0\n",
-        &recv.url("/hook"),
-        "(query left out)",
+        &format!("Endpoint:           https://localhost:{}\n", recv.port()),
         "docs/operations.md",
     ] {
         assert!(body.contains(needle), "{needle:?} in\n{body}");
     }
+    // The endpoint by its host alone in the subject; never its path or query.
+    assert_eq!(subject, "Webhook endpoint is failing: localhost");
+    assert!(
+        !body.contains("/hook") && !subject.contains("/hook"),
+        "{body}"
+    );
     assert!(m
         .header("Content-Type")
         .is_some_and(|c| c.starts_with("text/plain")));
@@ -422,4 +427,192 @@ async fn starttls_with_a_login_and_smtps_deliver_the_mail() {
         let mails = smtp.wait_for(1, SETTLE).await;
         assert_eq!(mails[0].rcpt_tos, ["ops@acme.test"], "smtps: {smtps}");
     }
+}
+
+/// The issue's loop: an endpoint at a receiver that answers 410, a test event (410 disables
+/// it: a "disabled" mail), resume, again; then delete it and start again with a new endpoint.
+/// `alerts.max_per_account_per_hour` caps the mails of every kind for the account, one mail to
+/// all five addresses counting once; the next UTC clock hour starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churning_endpoints_and_a_410_loop_send_at_most_max_per_account_per_hour() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let tables = alerts_table(&smtp, "max_per_account_per_hour = 3\n");
+    let w = World::start_manual_with_ca(ca, "", &tables, T0 + 60_000).await;
+    let five: Vec<String> = (0..5).map(|i| format!("victim{i}@third.test")).collect();
+    set_emails(&w, "acme", json!(five)).await;
+    let gone = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(410)));
+    let h = &w.herald;
+    let mut disabled = 0;
+    for round in 0..3 {
+        let (ep, _) = w
+            .endpoint(
+                "acme",
+                &gone.url(&format!("/attacker/path/{round}")),
+                json!({"retry_policy": "none"}),
+            )
+            .await;
+        for _ in 0..3 {
+            let (status, t) = h
+                .admin("POST", &format!("/v1/endpoints/{ep}/test"), Some(json!({})))
+                .await;
+            assert_eq!(status, 200, "{t}");
+            disabled += 1;
+            common::wait_until(SETTLE, "the disabled alert is decided", || async {
+                metric(h, "sent").await + metric(h, "suppressed").await == disabled
+            })
+            .await;
+            let (status, v) = h
+                .admin("POST", &format!("/v1/endpoints/{ep}/resume"), None)
+                .await;
+            assert_eq!(status, 200, "{v}");
+        }
+        let (status, _) = h
+            .admin("DELETE", &format!("/v1/endpoints/{ep}"), None)
+            .await;
+        assert_eq!(status, 204);
+    }
+    assert_eq!(disabled, 9);
+    assert_eq!(metric(h, "sent").await, 3);
+    assert_eq!(metric(h, "suppressed").await, 6);
+    let mails = smtp.wait_for(3, SETTLE).await;
+    assert_eq!(mails.len(), 3, "{mails:?}");
+    for m in &mails {
+        assert_eq!(m.rcpt_tos.len(), 5, "one mail to all five: {m:?}");
+        assert!(
+            !m.data.contains("/attacker/path"),
+            "the path is never shown: {m:?}"
+        );
+    }
+
+    // The next UTC clock hour (not an hour after the first mail) has room again.
+    h.clock.set(T0 + HOUR);
+    let (ep, _) = w
+        .endpoint("acme", &gone.url("/again"), json!({"retry_policy": "none"}))
+        .await;
+    let (status, _) = h
+        .admin("POST", &format!("/v1/endpoints/{ep}/test"), Some(json!({})))
+        .await;
+    assert_eq!(status, 200);
+    smtp.wait_for(4, SETTLE).await;
+    assert_eq!(metric(h, "sent").await, 4);
+}
+
+/// A mail given up after its three tries gives its `min_interval` claim back (the next failure
+/// is mailed, not withheld for a mail nobody got) but still counts toward the account's hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_given_up_gives_min_interval_back_but_counts_toward_the_hour() {
+    let ca = TestCa::new();
+    let sink = SmtpSink::refusing(&ca);
+    let tables = format!(
+        "[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmin_interval = \"1h\"\n\
+         max_per_account_per_hour = 2\n",
+        common::toml_string(&sink.url())
+    );
+    let w = World::start_manual_with_ca(ca, "", &tables, T0).await;
+    set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, switchable(failing.clone()));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let h = &w.herald;
+    let give_up = |at: i64, n: u64| async move {
+        common::wait_until(SETTLE, "the first try fails", || async {
+            metric(h, "retried").await == 2 * n - 1
+        })
+        .await;
+        h.clock.set(at + 120_000);
+        common::wait_until(SETTLE, "the second try fails", || async {
+            metric(h, "retried").await == 2 * n
+        })
+        .await;
+        h.clock.set(at + 600_000);
+        common::wait_until(SETTLE, "the mail is given up", || async {
+            metric(h, "failed").await == n
+        })
+        .await;
+    };
+
+    // The first failing mail: tried three times, given up.
+    open_breaker(&w, "acme").await;
+    give_up(T0, 1).await;
+    // Recovered, and failing again within the hour: mailed (tried) again, not withheld.
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 660_000).await;
+    failing.store(true, Ordering::SeqCst);
+    open_breaker(&w, "acme").await;
+    give_up(T0 + 660_000, 2).await;
+    assert_eq!(metric(h, "suppressed").await, 0);
+    // Both given-up mails count: a third failure this hour is over the cap of 2.
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 1_320_000).await;
+    failing.store(true, Ordering::SeqCst);
+    open_breaker(&w, "acme").await;
+    common::wait_until(SETTLE, "the third failing mail is over the cap", || async {
+        metric(h, "suppressed").await == 1
+    })
+    .await;
+    assert_eq!(metric(h, "retried").await, 4);
+    assert_eq!(metric(h, "sent").await, 0);
+}
+
+/// Addresses: only ASCII `local@domain` with a dot-atom local part and a domain name; others
+/// `422` naming the index. One stored before this rule is skipped when a mail goes out (logged,
+/// counted `failed`) and the account's other addresses still get the mail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_the_rule_refuses_is_422_and_one_stored_earlier_is_skipped_alone() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let w = World::start_manual_with_ca(ca, "", &alerts_table(&smtp, ""), T0).await;
+    let h = &w.herald;
+    for bad in [
+        "\"a b\"@quoted.example",
+        "a@[127.0.0.1]",
+        "a%b@relay.example",
+        "a!b@relay.example",
+        "ops@bücher.example",
+    ] {
+        let (status, e) = h
+            .admin(
+                "PUT",
+                "/v1/accounts/acme",
+                Some(json!({"alert_emails": ["ops@acme.test", bad]})),
+            )
+            .await;
+        assert_eq!(status, 422, "{bad}: {e}");
+        assert_eq!(e["error"]["code"], "invalid_field", "{e}");
+        assert_eq!(e["error"]["field"], "alert_emails[1]", "{e}");
+    }
+    let (_, account) = h.admin("GET", "/v1/accounts/acme", None).await;
+    assert_eq!(
+        account["alert_emails"],
+        json!([]),
+        "nothing changed: {account}"
+    );
+
+    // Stored by an older version, which took them (written here through the store).
+    use herald::store::prelude::*;
+    h.running()
+        .store
+        .set_alert_emails(
+            "acme",
+            vec![
+                "\"a b\"@quoted.example".into(),
+                "ops@acme.test".into(),
+                "a@[127.0.0.1]".into(),
+            ],
+        )
+        .await
+        .expect("stored");
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w, "acme").await;
+    let mails = smtp.wait_for(1, SETTLE).await;
+    assert_eq!(mails[0].rcpt_tos, ["ops@acme.test"]);
+    common::wait_until(SETTLE, "the two skipped addresses are counted", || async {
+        metric(h, "failed").await == 2
+    })
+    .await;
+    assert_eq!(metric(h, "sent").await, 1);
 }

@@ -164,3 +164,83 @@ async fn min_interval_holds_across_the_nodes_of_a_cluster() {
     );
     assert_eq!(c.alerts("sent").await, 3);
 }
+
+/// The loop in a cluster: endpoints at a receiver that answers 410, test events
+/// through both nodes (each 410 disables the endpoint: a "disabled" mail), resume, again;
+/// delete, and again. `alerts.max_per_account_per_hour` holds for the account across the
+/// nodes: the hour's count is claimed in the database with the endpoint's mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_per_account_per_hour_holds_across_the_nodes_of_a_cluster() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let ca_dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let url = common::postgres::shared_database();
+    let storage = format!(
+        "backend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        common::toml_string(&url)
+    );
+    let toml = format!(
+        "{}[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmax_per_account_per_hour = 3\n",
+        common::delivery_toml(&ca_file),
+        common::toml_string(&smtp.url())
+    );
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        nodes.push(InProc::start_with_storage(&storage, &toml, T0 + 60_000).await);
+    }
+    let c = Cluster { nodes };
+    let gone = Receiver::https(&ca, behaviour(|_, _| Reply::status(410)));
+    let five: Vec<String> = (0..5).map(|i| format!("victim{i}@third.test")).collect();
+    let (status, v) = c.nodes[0]
+        .admin(
+            "PUT",
+            "/v1/accounts/acme",
+            Some(json!({ "alert_emails": five })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let mut decided = 0;
+    for round in 0..3 {
+        let (status, ep) = c.nodes[round % 2]
+            .admin(
+                "POST",
+                "/v1/accounts/acme/endpoints",
+                Some(
+                    json!({"url": gone.url(&format!("/attacker/{round}")), "retry_policy": "none"}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 201, "{ep}");
+        let ep = ep["endpoint"]["id"]
+            .as_str()
+            .expect("endpoint id")
+            .to_string();
+        // Each round on one node, the next on the other: node 1 counts what node 0 sent.
+        let node = &c.nodes[round % 2];
+        for _ in 0..2 {
+            let (status, t) = node
+                .admin("POST", &format!("/v1/endpoints/{ep}/test"), Some(json!({})))
+                .await;
+            assert_eq!(status, 200, "{t}");
+            decided += 1;
+            wait_until(SETTLE, "the disabled alert is decided", || async {
+                c.alerts("sent").await + c.alerts("suppressed").await == decided
+            })
+            .await;
+            let (status, v) = node
+                .admin("POST", &format!("/v1/endpoints/{ep}/resume"), None)
+                .await;
+            assert_eq!(status, 200, "{v}");
+        }
+        let (status, _) = c.nodes[round % 2]
+            .admin("DELETE", &format!("/v1/endpoints/{ep}"), None)
+            .await;
+        assert_eq!(status, 204);
+    }
+    assert_eq!(c.alerts("sent").await, 3);
+    assert_eq!(c.alerts("suppressed").await, 3);
+    let mails = smtp.wait_for(3, SETTLE).await;
+    assert_eq!(mails.len(), 3, "{mails:?}");
+    assert!(mails.iter().all(|m| m.rcpt_tos.len() == 5), "{mails:?}");
+}

@@ -47,10 +47,11 @@ fn seeds_pass_the_fuzz_checks() {
 }
 
 /// `payload: {"location_id": 5, "note": "\ud800"}`: a lone surrogate escape is valid JSON
-/// grammar, so ingest accepts it (the payload is kept as a RawValue), but serde_json cannot read
-/// it into a Value: `debounce::key_of` used to parse the whole payload and then returned None,
-/// so the event was silently not debounced although its `location_id` is there. It now reads
-/// the top-level field alone.
+/// grammar, but serde_json cannot read it into a Value: `debounce::key_of` used to parse the
+/// whole payload and then returned None, so the event was silently not debounced although its
+/// `location_id` is there. Ingest now refuses it (not I-JSON, docs/api.md), and the checks hold
+/// that an accepted payload parses; `debounce::key_of` still reads the top-level field alone,
+/// for events older versions stored.
 #[test]
 fn ingest_lone_surrogate_payload_is_refused_or_debounced() {
     checks::ingest_body(include_bytes!(

@@ -22,7 +22,7 @@ use herald::model::{
     Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
     RateLimit, Status,
 };
-use herald::policy::alerts::AlertKind;
+use herald::policy::alerts::{AlertClaim, AlertKind, Claimed};
 use herald::policy::breaker::{Breaker, Change, Phase};
 use herald::policy::quota::{windows, Limits};
 use herald::store::contract::Intake;
@@ -895,15 +895,16 @@ async fn alert_addresses_stay_apart_from_the_plan_and_an_alert_is_claimed_once()
         );
 
         // Twelve claims of one failing mail at once: one wins.
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
         let mut claims = tokio::task::JoinSet::new();
         for _ in 0..12 {
             let store = store.clone();
-            claims.spawn(async move {
-                store
-                    .claim_alert(EP_A, AlertKind::Failing, START, hour)
-                    .await
-                    .unwrap()
-            });
+            claims.spawn(
+                async move { claim_of(&store, EP_A, AlertKind::Failing, START, 1_000).await },
+            );
         }
         let mut won = 0;
         while let Some(c) = claims.join_next().await {
@@ -912,7 +913,7 @@ async fn alert_addresses_stay_apart_from_the_plan_and_an_alert_is_claimed_once()
         assert_eq!(won, 1, "{}", s.name);
         let claim = |kind, at| {
             let store = store.clone();
-            async move { store.claim_alert(EP_A, kind, at, hour).await.unwrap() }
+            async move { claim_of(&store, EP_A, kind, at, 1_000).await }
         };
         assert!(claim(AlertKind::Recovered, START + 1).await, "{}", s.name);
         assert!(!claim(AlertKind::Recovered, START + 2).await, "{}", s.name);
@@ -930,16 +931,185 @@ async fn alert_addresses_stay_apart_from_the_plan_and_an_alert_is_claimed_once()
         assert!(claim_b(store, START).await, "{}", s.name);
         assert!(!claim_b(store, START + 1).await, "{}", s.name);
         assert!(store.delete_endpoint(EP_B).await.unwrap());
-        assert!(claim_b(store, START + 2).await, "{}", s.name);
+        // A claim for an endpoint that is gone (one racing its deletion or a purge) writes no
+        // mark: created again, the endpoint starts with none.
+        assert_eq!(
+            claim_for(store, EP_B, AlertKind::Failing, START + 2, 1_000).await,
+            Claimed::Gone,
+            "{}",
+            s.name
+        );
+        store
+            .create_endpoint(endpoint(EP_B, "acct"), 10)
+            .await
+            .unwrap();
+        assert!(claim_b(store, START + 3).await, "{}", s.name);
     })
     .await;
 }
 
 async fn claim_b(store: &Backend, at: i64) -> bool {
+    claim_of(store, EP_B, AlertKind::Failing, at, 1_000).await
+}
+
+/// A claim of `kind` for endpoint `ep` of account "acct" at `at`, with an hour's interval and
+/// at most `max` mails an hour.
+async fn claim_for(store: &Backend, ep: &str, kind: AlertKind, at: i64, max: u32) -> Claimed {
     store
-        .claim_alert(EP_B, AlertKind::Failing, at, 3_600_000)
+        .claim_alert(AlertClaim {
+            endpoint_id: ep,
+            account_id: "acct",
+            kind,
+            now: at,
+            min_interval_ms: 3_600_000,
+            max_per_hour: max,
+        })
         .await
         .unwrap()
+}
+
+async fn claim_of(store: &Backend, ep: &str, kind: AlertKind, at: i64, max: u32) -> bool {
+    matches!(
+        claim_for(store, ep, kind, at, max).await,
+        Claimed::Send { .. }
+    )
+}
+
+/// An account's mails are capped per UTC clock hour across its endpoints and across callers
+/// at once (as nodes of a cluster); a mark given back lets the next mail through but the hour
+/// keeps counting it; a give-back never brings back a deleted endpoint's mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_mails_are_capped_per_account_per_hour_and_a_claim_can_be_given_back() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let hour = 3_600_000;
+        // START is not on an hour: the window is the clock hour, not an hour from the first.
+        let first_hour = START - START.rem_euclid(hour);
+        let eps: Vec<String> = (0..8)
+            .map(|i| format!("ep_01HZZZZZZZZZZZZZZZZZZZZZC{i}"))
+            .collect();
+        for ep in &eps {
+            store
+                .create_endpoint(endpoint(ep, "acct"), 20)
+                .await
+                .unwrap();
+        }
+        // Eight disabled mails at once, for eight endpoints, at most 3 an hour: 3 go.
+        let mut claims = tokio::task::JoinSet::new();
+        for ep in eps.clone() {
+            let store = store.clone();
+            claims
+                .spawn(async move { claim_for(&store, &ep, AlertKind::Disabled, START, 3).await });
+        }
+        let mut verdicts = Vec::new();
+        while let Some(c) = claims.join_next().await {
+            verdicts.push(c.unwrap());
+        }
+        let sent = verdicts
+            .iter()
+            .filter(|v| matches!(v, Claimed::Send { .. }))
+            .count();
+        let over = verdicts.iter().filter(|v| **v == Claimed::OverCap).count();
+        assert_eq!((sent, over), (3, 5), "{}: {verdicts:?}", s.name);
+        // Another account has its own hour.
+        store
+            .create_endpoint(endpoint(EP_A, "other"), 20)
+            .await
+            .unwrap();
+        let other = store
+            .claim_alert(AlertClaim {
+                endpoint_id: EP_A,
+                account_id: "other",
+                kind: AlertKind::Failing,
+                now: START,
+                min_interval_ms: hour,
+                max_per_hour: 3,
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(other, Claimed::Send { .. }),
+            "{}: {other:?}",
+            s.name
+        );
+        // The next clock hour has room again.
+        assert!(
+            claim_of(store, &eps[0], AlertKind::Disabled, first_hour + hour, 3).await,
+            "{}",
+            s.name
+        );
+
+        // A failing mail given back: the next failing mail within min_interval goes, and the
+        // hour still counts both.
+        let Claimed::Send { before, after } =
+            claim_for(store, &eps[1], AlertKind::Failing, first_hour + hour + 1, 3).await
+        else {
+            panic!("{}: the failing mail is claimed", s.name);
+        };
+        assert_eq!(before.failing_at, None, "{}", s.name);
+        assert_eq!(after.failing_at, Some(first_hour + hour + 1), "{}", s.name);
+        assert!(
+            !claim_of(store, &eps[1], AlertKind::Failing, first_hour + hour + 2, 3).await,
+            "{}: within min_interval",
+            s.name
+        );
+        assert!(
+            store.give_back_alert(&eps[1], after, before).await.unwrap(),
+            "{}",
+            s.name
+        );
+        assert!(
+            !store.give_back_alert(&eps[1], after, before).await.unwrap(),
+            "{}: given back once",
+            s.name
+        );
+        assert!(
+            claim_of(store, &eps[1], AlertKind::Failing, first_hour + hour + 3, 3).await,
+            "{}: given back, the next failing mail goes",
+            s.name
+        );
+        assert_eq!(
+            claim_for(
+                store,
+                &eps[2],
+                AlertKind::Disabled,
+                first_hour + hour + 4,
+                3
+            )
+            .await,
+            Claimed::OverCap,
+            "{}: the given-back mail still counts",
+            s.name
+        );
+        // A give-back after the endpoint is deleted brings no mark back.
+        let Claimed::Send { before, after } = claim_for(
+            store,
+            &eps[3],
+            AlertKind::Disabled,
+            first_hour + 2 * hour,
+            3,
+        )
+        .await
+        else {
+            panic!("{}: the disabled mail is claimed", s.name);
+        };
+        assert!(store.delete_endpoint(&eps[3]).await.unwrap());
+        assert!(!store.give_back_alert(&eps[3], after, before).await.unwrap());
+        assert_eq!(
+            claim_for(
+                store,
+                &eps[3],
+                AlertKind::Disabled,
+                first_hour + 2 * hour,
+                3
+            )
+            .await,
+            Claimed::Gone,
+            "{}",
+            s.name
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2068,10 +2238,7 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             .set_alert_emails("other", vec!["ops@other.test".into()])
             .await
             .unwrap();
-        assert!(store
-            .claim_alert(EP_A, AlertKind::Failing, START, 3_600_000)
-            .await
-            .unwrap());
+        assert!(claim_of(store, EP_A, AlertKind::Failing, START, 1).await);
         store
             .create_portal_session(
                 &session("ps_1", false, START + 60_000),
@@ -2192,12 +2359,10 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             "{}: the other's addresses stay",
             s.name
         );
-        // Its endpoint's alert mark went with it: a new failing mail is claimed at once.
-        assert!(
-            store
-                .claim_alert(EP_A, AlertKind::Failing, START + 1, 3_600_000)
-                .await
-                .unwrap(),
+        // A claim racing the purge writes no mark for its endpoint.
+        assert_eq!(
+            claim_for(store, EP_A, AlertKind::Failing, START + 1, 1).await,
+            Claimed::Gone,
             "{}",
             s.name
         );
@@ -2259,6 +2424,17 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
         assert!(
             matches!(again[0], IngestOutcome::Created { .. }),
             "{}: {again:?}",
+            s.name
+        );
+        // Its endpoint's alert mark and its count of mails this hour went with it: created
+        // again, with a cap of one mail an hour, a failing mail is claimed at once.
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
+        assert!(
+            claim_of(store, EP_A, AlertKind::Failing, START + 2, 1).await,
+            "{}",
             s.name
         );
     })

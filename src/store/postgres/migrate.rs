@@ -28,6 +28,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "endpoint minutes", include_str!("schema_0005.sql")),
     (6, "failure alerts", include_str!("schema_0006.sql")),
     (7, "nodes' schema versions", include_str!("schema_0007.sql")),
+    (
+        8,
+        "alert mails per account per hour",
+        include_str!("schema_0008.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

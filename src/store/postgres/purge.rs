@@ -60,6 +60,7 @@ impl PgStore {
             "account_secrets",
             "quota_counters",
             "portal_sessions",
+            "alert_hours",
         ] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE account_id = $1"),

@@ -1,12 +1,43 @@
 //! Failure alerts on the embedded store (docs/operations.md, "Failure alerts"): an account's
 //! alert addresses live in its `accounts` row beside its plan; each endpoint's alert mark
-//! ([`crate::policy::alerts::AlertMark`]) is a JSON row of the `alert_marks` tree, changed by
-//! compare-and-swap.
+//! ([`crate::policy::alerts::AlertMark`]) is a JSON row of the `alert_marks` tree, and so is
+//! each account's count of mails in the current hour ([`crate::policy::alerts::AlertHour`],
+//! under a key that starts with a NUL); a claim changes both in one transaction.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
 
 use super::accounts::AccountRecord;
 use super::{SledStore, StoreError};
-use crate::clock::Millis;
-use crate::policy::alerts::{self, AlertKind, AlertMark};
+use crate::policy::alerts::{self, AlertClaim, AlertHour, AlertMark, Claimed};
+
+/// The key of an account's hourly count in `alert_marks`: a NUL, which no endpoint id starts
+/// with, then the account id.
+fn hour_key(account_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(account_id.len() + 1);
+    key.push(0);
+    key.extend_from_slice(account_id.as_bytes());
+    key
+}
+
+/// A stored JSON row, or its default when there is none.
+fn read<T: DeserializeOwned + Default>(v: Option<sled::IVec>) -> Result<T, StoreError> {
+    match v {
+        Some(v) => serde_json::from_slice(&v)
+            .map_err(|e| StoreError::Corrupt(format!("alert mark or hour: {e}"))),
+        None => Ok(T::default()),
+    }
+}
+
+fn write<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| StoreError::Encode(e.to_string()))
+}
+
+fn abort(e: StoreError) -> ConflictableTransactionError<StoreError> {
+    ConflictableTransactionError::Abort(e)
+}
 
 impl SledStore {
     /// The account's alert addresses.
@@ -40,35 +71,54 @@ impl SledStore {
         Ok(out)
     }
 
-    /// [`crate::store::contract::Accounts::claim_alert`]: flushed with sled's periodic flush
-    /// (a crash may forget the last claim: at most one mail more).
-    pub fn claim_alert(
+    /// [`crate::store::contract::Accounts::claim_alert`]: one sled transaction over the
+    /// `endpoints` tree (the endpoint must still be there: a deletion or a purge removes its
+    /// row before its mark, so a claim after it writes nothing) and `alert_marks` (the mark
+    /// and the account's hour). Flushed with sled's periodic flush (a crash may forget the last
+    /// claim: at most one mail more).
+    pub fn claim_alert(&self, c: &AlertClaim<'_>) -> Result<Claimed, StoreError> {
+        let trees = &self.inner.trees;
+        let mark_key = c.endpoint_id.as_bytes();
+        let hour_key = hour_key(c.account_id);
+        let decided = (&trees.endpoints, &trees.alert_marks).transaction(|(endpoints, marks)| {
+            if endpoints.get(mark_key)?.is_none() {
+                return Ok(Claimed::Gone);
+            }
+            let mark: AlertMark = read(marks.get(mark_key)?).map_err(abort)?;
+            let hour: AlertHour = read(marks.get(&hour_key)?).map_err(abort)?;
+            let (after, counted) = match alerts::decide(c, mark, hour) {
+                Ok(next) => next,
+                Err(no) => return Ok(no),
+            };
+            marks.insert(mark_key, write(&after).map_err(abort)?)?;
+            marks.insert(hour_key.as_slice(), write(&counted).map_err(abort)?)?;
+            Ok(Claimed::Send {
+                before: mark,
+                after,
+            })
+        });
+        match decided {
+            Ok(claimed) => Ok(claimed),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(e)) => Err(e.into()),
+        }
+    }
+
+    /// [`crate::store::contract::Accounts::give_back_alert`]: a compare-and-swap, which never
+    /// brings back a mark a deletion removed.
+    pub fn give_back_alert(
         &self,
         endpoint_id: &str,
-        kind: AlertKind,
-        now: Millis,
-        min_interval_ms: Millis,
+        after: AlertMark,
+        before: AlertMark,
     ) -> Result<bool, StoreError> {
-        let tree = &self.inner.trees.alert_marks;
-        let key = endpoint_id.as_bytes();
-        let mut current = tree.get(key)?;
-        loop {
-            let mark = match &current {
-                Some(v) => serde_json::from_slice(v).map_err(|e| {
-                    StoreError::Corrupt(format!("alert mark of {endpoint_id}: {e}"))
-                })?,
-                None => AlertMark::default(),
-            };
-            let Some(next) = alerts::claim(mark, kind, now, min_interval_ms) else {
-                return Ok(false);
-            };
-            let v = serde_json::to_vec(&next).map_err(|e| StoreError::Encode(e.to_string()))?;
-            match tree.compare_and_swap(key, current.as_deref(), Some(v))? {
-                Ok(()) => return Ok(true),
-                // Another claim changed it first: decide again on what it left.
-                Err(e) => current = e.current,
-            }
-        }
+        let (after, before) = (write(&after)?, write(&before)?);
+        Ok(self
+            .inner
+            .trees
+            .alert_marks
+            .compare_and_swap(endpoint_id.as_bytes(), Some(after), Some(before))?
+            .is_ok())
     }
 
     /// Removes a deleted endpoint's alert mark.
@@ -80,10 +130,11 @@ impl SledStore {
         Ok(())
     }
 
-    /// Removes the account's row (its plan and alert addresses) from the store and the
-    /// in-memory copy, durably with the caller's next sync.
+    /// Removes the account's row (its plan and alert addresses) and its hourly count of
+    /// alert mails from the store and the in-memory copy, durably with the caller's next sync.
     pub(super) fn forget_account(&self, account_id: &str) -> Result<(), StoreError> {
         self.inner.trees.accounts.remove(account_id.as_bytes())?;
+        self.inner.trees.alert_marks.remove(hour_key(account_id))?;
         self.directory.set_plan(account_id, None);
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::clock::Millis;
 use crate::model::{
     Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
 };
-use crate::policy::alerts::AlertKind;
+use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
@@ -230,18 +230,18 @@ impl Accounts for SledStore {
 
     fn claim_alert(
         &self,
+        claim: AlertClaim<'_>,
+    ) -> impl Future<Output = Result<Claimed, StoreError>> + Send {
+        ready(SledStore::claim_alert(self, &claim))
+    }
+
+    fn give_back_alert(
+        &self,
         endpoint_id: &str,
-        kind: AlertKind,
-        now: Millis,
-        min_interval_ms: Millis,
+        after: AlertMark,
+        before: AlertMark,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        ready(SledStore::claim_alert(
-            self,
-            endpoint_id,
-            kind,
-            now,
-            min_interval_ms,
-        ))
+        ready(SledStore::give_back_alert(self, endpoint_id, after, before))
     }
 
     fn create_portal_session(

@@ -27,7 +27,8 @@
 //!
 //! `meta` holds the layout version, the counts by state and the fresh watermark (below).
 //! - `endpoints`, `accounts`, `quota`, `account_secrets`, `breakers`: see [`accounts`].
-//! - `alert_marks`: each endpoint's failure alert mark, see [`alerts`].
+//! - `alert_marks`: each endpoint's failure alert mark and each account's count of alert
+//!   mails this hour, see [`alerts`].
 //! - `portal_sessions`: see [`sessions`].
 //! - `client_certs`: endpoints' client certificates and keys (mutual TLS), see [`endpoints`].
 //! - `minutes`: endpoints' attempts per minute over the last day (the charts), see [`minutes`].
