@@ -15,6 +15,8 @@ use crate::model::{
     Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
 };
 
+#[path = "endpoints_tests.rs"]
+mod endpoints_tests;
 #[path = "fold_tests.rs"]
 mod fold_tests;
 #[path = "keys_tests.rs"]
