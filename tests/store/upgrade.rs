@@ -89,7 +89,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[8];
+const LATER_STEPS: &[u8] = &[8, 9];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {

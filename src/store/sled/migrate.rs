@@ -1,5 +1,5 @@
 //! Upgrades a data directory in place from the storage format an older herald wrote, one
-//! format at a time (2 → 3 → 4 → 5 → 6 → 7 → 8 → 9).
+//! format at a time (2 → 3 → 4 → 5 → 6 → 7 → 8 → 9 → 10).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -360,6 +360,43 @@ pub(super) fn from_format_8(trees: &Trees) -> Result<(), StoreError> {
     tracing::info!(
         endpoints = moved,
         "storage migrated from format 8 to format 9 (endpoints' secrets in rows of their own)"
+    );
+    Ok(())
+}
+
+/// Format 9 to 10: the charts' minute rows were keyed by endpoint id, a NUL and the minute, so
+/// trimming the past day scanned every row; now by hour first ([`super::minutes`]), so it is a
+/// key range. Rows are re-keyed [`BATCH`] at a time, each batch adding the new rows and removing
+/// the old ones, which sled applies all or nothing, so a migration cut short goes on where it
+/// stopped (old keys sort below every new one). A key of neither kind is dropped (the rows only
+/// feed the charts).
+pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
+    let tree = &trees.minutes;
+    let (mut moved, mut dropped) = (0usize, 0usize);
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut rows = 0;
+        for item in tree.range(..super::minutes::OLD_KEYS_END).take(BATCH) {
+            let (k, v) = item?;
+            match super::minutes::rekey(&k) {
+                Some(new) => {
+                    batch.insert(new, v);
+                    moved += 1;
+                }
+                None => dropped += 1,
+            }
+            batch.remove(k);
+            rows += 1;
+        }
+        if rows == 0 {
+            break;
+        }
+        tree.apply_batch(batch)?;
+    }
+    tracing::info!(
+        minutes = moved,
+        dropped,
+        "storage migrated from format 9 to format 10 (chart minutes keyed by time first)"
     );
     Ok(())
 }

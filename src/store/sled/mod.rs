@@ -116,8 +116,9 @@ impl From<sled::Error> for StoreError {
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
 /// idempotency key), 6 (idempotency keys in a sled database of their own), 7 and 8 (endpoints'
-/// secrets in their records) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 9;
+/// secrets in their records) and 9 (chart minutes keyed by endpoint first) are migrated at open
+/// ([`migrate`]).
+const FORMAT: u8 = 10;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -142,8 +143,8 @@ pub(crate) struct Trees {
     /// Endpoints' client certificate chains and keys (PEM), write-only, in rows of at most
     /// [`codec::CHUNK`] bytes keyed by endpoint id, a NUL and the row's number.
     client_certs: sled::Tree,
-    /// Endpoints' attempts per minute for the charts ([`minutes`]): endpoint id, a NUL, the
-    /// minute's start (big-endian), to JSON counts.
+    /// Endpoints' attempts per minute for the charts ([`minutes`]): the hour, the endpoint
+    /// id, a NUL and the minute's start, to JSON counts.
     minutes: sled::Tree,
 }
 
@@ -725,6 +726,9 @@ fn migrate_to_current(
     // Format 7 → 8 is the purge's account indexes (another step, called here).
     if matches!(format, Some(2..=8)) {
         migrate::from_format_8(trees)?;
+    }
+    if matches!(format, Some(2..=9)) {
+        migrate::from_format_9(trees)?;
     }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;

@@ -21,6 +21,8 @@ mod endpoints_tests;
 mod fold_tests;
 #[path = "keys_tests.rs"]
 mod keys_tests;
+#[path = "minutes_tests.rs"]
+mod minutes_tests;
 
 /// Failures a test can inject; each fires once per arming.
 #[derive(Default)]
