@@ -172,7 +172,9 @@ pub struct Endpoint {
     pub verified: bool,
     pub created_at: Millis,
     pub updated_at: Millis,
-    /// Newest first. Never shown by any view.
+    /// Newest first. Never shown by any view. The stores keep them apart from the endpoint's
+    /// other fields, so they never count toward its stored size (docs/api.md, `too_large`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<StoredSecret>,
     /// Ordered delivery per key (docs/delivery-contract.md); `None`: best effort.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -40,6 +40,7 @@ pub mod prelude {
     };
 }
 pub use error::StoreError;
+pub use types::endpoint_fields;
 pub use types::{
     check_endpoint_json, check_endpoint_size, lane_of, token_hash, Changed, DebounceRule,
     DeliveryFilter, DirectoryRecord, DueDelivery, EventHistory, Fence, IngestOutcome, Lane, Minute,

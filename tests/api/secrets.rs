@@ -377,3 +377,93 @@ async fn a_portal_session_cannot_send_an_account_secret_to_its_own_url() {
         .await;
     assert_eq!(status, 200, "{answer}");
 }
+
+/// docs/api.md: secrets never count toward an endpoint's 7 KiB. An endpoint whose other fields
+/// (a 3.9 KiB filter, headers, a description) fill the bound to the byte rotates its secret as
+/// often as asked, by the admin token and by a portal session alike, never `422 too_large`; the
+/// newest secret signs, also after a restart (the stored secrets are read back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_at_the_size_bound_rotates_its_secret_as_often_as_asked() {
+    let mut world = World::start("", "").await;
+    let recv = Receiver::ok_https(&world.ca);
+    let h = &world.herald;
+    let filter = json!({"payload": {"note": {"$neq": "n".repeat(3_870)}}});
+    assert!(filter.to_string().len() > 3_800, "a 3.9 KiB filter");
+    let (status, created) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(json!({
+                "url": recv.url("/hook"),
+                "filter": filter,
+                "headers": {"x-a": "a".repeat(1_000), "x-b": "b".repeat(1_000)},
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["endpoint"]["id"].as_str().unwrap().to_string();
+    // The longest description the endpoint takes: one more byte is `too_large`.
+    let (mut fits, mut refused) = (0usize, 1_025usize);
+    while refused - fits > 1 {
+        let len = (fits + refused) / 2;
+        let (status, answer) = h
+            .admin(
+                "PATCH",
+                &format!("/v1/endpoints/{id}"),
+                Some(json!({"description": "d".repeat(len)})),
+            )
+            .await;
+        match status {
+            200 => fits = len,
+            422 => {
+                assert_eq!(answer["error"]["code"], "too_large", "{answer}");
+                refused = len;
+            }
+            other => panic!("PATCH answered {other}: {answer}"),
+        }
+    }
+    assert!(
+        (1..1_024).contains(&fits),
+        "the description fills the endpoint to its bound ({fits} bytes)"
+    );
+    let (status, answer) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{id}"),
+            Some(json!({"description": "d".repeat(fits)})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let (status, s) = h
+        .admin("POST", "/v1/accounts/acme/portal-sessions", Some(json!({})))
+        .await;
+    assert_eq!(status, 201, "{s}");
+    let portal = s["token"].as_str().unwrap().to_string();
+    let rotate = format!("/v1/endpoints/{id}/secret/rotate");
+    let mut newest = String::new();
+    for (who, token) in [("admin", ADMIN_TOKEN), ("portal", portal.as_str())] {
+        for n in 1..=6 {
+            let (status, answer) = h.call("POST", &rotate, Some(token), None).await;
+            assert_eq!(status, 200, "rotation {n} by the {who}: {answer}");
+            newest = answer["secret"].as_str().expect("secret").to_string();
+        }
+    }
+    let (status, ep) = h.admin("GET", &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(ep["description"].as_str().unwrap().len(), fits);
+    assert_no_secret(&ep.to_string(), &needles(&newest), "the endpoint");
+
+    let (status, answer) = h
+        .admin("POST", &format!("/v1/endpoints/{id}/test"), Some(json!({})))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_signed_with(&recv.wait_for(1, SETTLE).await[0], &newest);
+    world.herald.restart().await;
+    let h = &world.herald;
+    let (status, answer) = h
+        .admin("POST", &format!("/v1/endpoints/{id}/test"), Some(json!({})))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_signed_with(&recv.wait_for(2, SETTLE).await[1], &newest);
+}

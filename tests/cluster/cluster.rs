@@ -287,7 +287,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     world
         .endpoint("acct_fail", &bad.url("/"), json!({"retry_policy": "none"}))
         .await;
-    world
+    let (_, wait_secret) = world
         .endpoint("acct_wait", &bad.url("/"), json!({"retry_policy": "slow"}))
         .await;
     let mut ids = Vec::new();
@@ -403,6 +403,13 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
             vec!["acct_fail", "acct_ok", "acct_wait"]
         );
         assert_eq!(node.account_endpoints("acct_wait")[0].retry_policy, "slow");
+        // Its signing secret came along (in the endpoint's own column of secrets).
+        let secrets: Vec<String> = node.account_endpoints("acct_wait")[0]
+            .secrets
+            .iter()
+            .map(|s| s.value.clone())
+            .collect();
+        assert_eq!(secrets, vec![wait_secret.clone()]);
         node.release_all().await.unwrap();
     }
 

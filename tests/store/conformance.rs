@@ -1634,6 +1634,50 @@ async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed() {
     .await;
 }
 
+/// A flush of many endpoints' minutes over more than a day of hours adds up in one go, the same
+/// (endpoint, minute) twice in one flush included; each endpoint reads its own across the hours,
+/// and a trim keeps exactly what starts at or after the cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_flush_of_minutes_adds_up_and_trims_by_time() {
+    on_both(|s| async move {
+        let t0 = START.div_euclid(Minute::MS) * Minute::MS;
+        let ids: Vec<String> = (0..40)
+            .map(|i| format!("ep_01HZZZZZZZZZZZZZZZZZZZZZ{i:02}"))
+            .collect();
+        let mut flush = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            // Every 37th minute over 26 hours, and the first minute twice.
+            for k in 0..43i64 {
+                flush.push((id.clone(), minute(t0 + k * 37 * Minute::MS, 1, 0, i as u64)));
+            }
+            flush.push((id.clone(), minute(t0, 2, 1, 1_000)));
+        }
+        s.store.add_minutes(flush).await.expect("add minutes");
+        for (i, id) in ids.iter().enumerate() {
+            let got = s.store.endpoint_minutes(id, 0).await.unwrap();
+            assert_eq!(got.len(), 43, "{}: {id}", s.name);
+            assert_eq!(got[0].at, t0);
+            assert_eq!(
+                got[0].delivered(),
+                3,
+                "{}: both of the flush's rows",
+                s.name
+            );
+            assert_eq!(got[0].latency_max_ms, 1_000);
+            assert_eq!(got[42].at, t0 + 42 * 37 * Minute::MS);
+            assert_eq!(got[42].latency_max_ms, i as u64);
+            assert!(got.windows(2).all(|w| w[0].at < w[1].at), "{}", s.name);
+        }
+        let cut = t0 + 20 * 37 * Minute::MS + 1;
+        let gone = s.store.trim_minutes(cut).await.unwrap();
+        assert_eq!(gone, 40 * 21, "{}", s.name);
+        let left = s.store.endpoint_minutes(&ids[7], 0).await.unwrap();
+        assert_eq!(left.len(), 22, "{}", s.name);
+        assert!(left.iter().all(|m| m.at >= cut), "{}", s.name);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() {
     on_both(|s| async move {

@@ -201,12 +201,12 @@ async fn copy_accounts(
             .await?;
         }
         for ep in from.account_endpoints(&account) {
-            let record =
-                serde_json::to_value(&*ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+            // Its secrets in their own column, as every write of an endpoint puts them.
+            let (record, secrets) = super::endpoints::columns(&ep)?;
             tx.execute(
-                "INSERT INTO endpoints (id, account_id, record, updated_at) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT DO NOTHING",
-                &[&ep.id, &ep.account_id, &record, &ep.updated_at],
+                "INSERT INTO endpoints (id, account_id, record, secrets, updated_at)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[&ep.id, &ep.account_id, &record, &secrets, &ep.updated_at],
             )
             .await?;
             if let Some((certificate, key)) = from.client_certificate_pem(&ep.id)? {

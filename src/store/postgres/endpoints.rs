@@ -175,12 +175,12 @@ impl PgStore {
                 .db
                 .client()
                 .await?
-                .query("SELECT id, record FROM endpoints", &[])
+                .query("SELECT id, record, secrets FROM endpoints", &[])
                 .await?;
             let mut all = HashMap::with_capacity(rows.len());
             for r in rows {
                 let id: String = r.get(0);
-                let ep = decode(&id, r.get(1))?;
+                let ep = decode(&id, r.get(1), r.get(2))?;
                 all.insert(id, Arc::new(ep));
             }
             if self.directory.replace_endpoints(all, seen) {
@@ -224,8 +224,25 @@ impl PgStore {
     }
 }
 
-fn decode(id: &str, record: serde_json::Value) -> Result<Endpoint, StoreError> {
-    serde_json::from_value(record).map_err(|e| StoreError::Corrupt(format!("endpoint {id}: {e}")))
+/// An endpoint from its row: its record and its secrets, which the row keeps in a column of
+/// their own (schema version 10), so they never count toward the record's size.
+fn decode(
+    id: &str,
+    record: serde_json::Value,
+    secrets: serde_json::Value,
+) -> Result<Endpoint, StoreError> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("endpoint {id}: {e}"));
+    let mut ep: Endpoint = serde_json::from_value(record).map_err(corrupt)?;
+    ep.secrets = serde_json::from_value(secrets).map_err(corrupt)?;
+    Ok(ep)
+}
+
+/// An endpoint's `record` and `secrets` columns.
+pub(super) fn columns(ep: &Endpoint) -> Result<(serde_json::Value, serde_json::Value), StoreError> {
+    let encode = |e: serde_json::Error| StoreError::Encode(e.to_string());
+    let record = serde_json::to_value(crate::store::endpoint_fields(ep)).map_err(encode)?;
+    let secrets = serde_json::to_value(&ep.secrets).map_err(encode)?;
+    Ok((record, secrets))
 }
 
 /// The endpoint as committed (locking its row when `lock`).
@@ -235,12 +252,12 @@ async fn read_endpoint(
     lock: bool,
 ) -> Result<Option<Endpoint>, StoreError> {
     let sql = if lock {
-        "SELECT record FROM endpoints WHERE id = $1 FOR UPDATE"
+        "SELECT record, secrets FROM endpoints WHERE id = $1 FOR UPDATE"
     } else {
-        "SELECT record FROM endpoints WHERE id = $1"
+        "SELECT record, secrets FROM endpoints WHERE id = $1"
     };
     match c.query_opt(sql, &[&id]).await? {
-        Some(r) => Ok(Some(decode(id, r.get(0))?)),
+        Some(r) => Ok(Some(decode(id, r.get(0), r.get(1))?)),
         None => Ok(None),
     }
 }
@@ -252,11 +269,13 @@ async fn write_endpoint(
     ep: &Endpoint,
 ) -> Result<i64, StoreError> {
     crate::store::check_endpoint_size(ep)?;
-    let record = serde_json::to_value(ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+    let (record, secrets) = columns(ep)?;
     tx.execute(
-        "INSERT INTO endpoints (id, account_id, record, updated_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (id) DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
-        &[&ep.id, &ep.account_id, &record, &ep.updated_at],
+        "INSERT INTO endpoints (id, account_id, record, secrets, updated_at)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (id) DO UPDATE SET record = excluded.record, secrets = excluded.secrets,
+             updated_at = excluded.updated_at",
+        &[&ep.id, &ep.account_id, &record, &secrets, &ep.updated_at],
     )
     .await?;
     tx.execute(

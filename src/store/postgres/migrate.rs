@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "alert mails per account per hour",
         include_str!("schema_0008.sql"),
     ),
+    (10, "endpoint secrets", include_str!("schema_0010.sql")),
 ];
 
 /// The schema version this herald writes.

@@ -1,6 +1,6 @@
 //! Endpoints' attempts per minute on PostgreSQL, for the charts (docs/cluster.md): one row per
-//! endpoint and minute, added to by every node's flusher (an upsert that sums the counts by
-//! status name), trimmed to the last day.
+//! endpoint and minute, added to by every node's flusher (one upsert per flush that sums the
+//! counts by status name), trimmed to the last day by a range of the `minute` index.
 
 use std::collections::BTreeMap;
 
@@ -10,9 +10,11 @@ use super::PgStore;
 use crate::clock::Millis;
 use crate::store::{Minute, StoreError};
 
+/// Adds a flush's rows in one statement, whatever their number: the rows come as arrays, one
+/// per column, each (endpoint, minute) at most once (an upsert cannot change a row twice).
 const ADD: &str = "
 INSERT INTO endpoint_minutes AS m (endpoint_id, minute, counts, latency_sum_ms, latency_max_ms)
-VALUES ($1, $2, $3, $4, $5)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::bigint[], $5::bigint[])
 ON CONFLICT (endpoint_id, minute) DO UPDATE SET
     counts = (SELECT coalesce(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
         SELECT k, sum(v::bigint) AS n FROM (
@@ -27,32 +29,44 @@ fn as_i64(n: u64) -> i64 {
 }
 
 impl PgStore {
-    pub async fn add_minutes(&self, mut minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+    /// One statement per flush ([`ADD`]), its rows in one order on every node (endpoint, then
+    /// minute), so two nodes' flushes never wait for each other's rows in a cycle.
+    pub async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
         if minutes.is_empty() {
             return Ok(());
         }
-        // One order on every node: two flushes never wait for each other's rows in a cycle.
-        minutes.sort_by(|a, b| (&a.0, a.1.at).cmp(&(&b.0, b.1.at)));
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        let add = tx.prepare(ADD).await?;
-        for (endpoint_id, m) in &minutes {
-            let counts: BTreeMap<&str, u32> = m.named_counts();
-            let counts =
-                serde_json::to_value(counts).map_err(|e| StoreError::Encode(e.to_string()))?;
-            tx.execute(
-                &add,
-                &[
-                    endpoint_id,
-                    &m.at,
-                    &counts,
-                    &as_i64(m.latency_sum_ms),
-                    &as_i64(m.latency_max_ms),
-                ],
-            )
-            .await?;
+        let mut merged: BTreeMap<(String, Millis), Minute> = BTreeMap::new();
+        for (endpoint_id, m) in minutes {
+            merged
+                .entry((endpoint_id, m.at))
+                .or_insert_with(|| Minute {
+                    at: m.at,
+                    ..Minute::default()
+                })
+                .add(&m);
         }
-        tx.commit().await?;
+        let n = merged.len();
+        let (mut ids, mut ats, mut counts, mut sums, mut maxes) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for ((endpoint_id, at), m) in merged {
+            let named: BTreeMap<&str, u32> = m.named_counts();
+            counts
+                .push(serde_json::to_value(named).map_err(|e| StoreError::Encode(e.to_string()))?);
+            ids.push(endpoint_id);
+            ats.push(at);
+            sums.push(as_i64(m.latency_sum_ms));
+            maxes.push(as_i64(m.latency_max_ms));
+        }
+        self.db
+            .client()
+            .await?
+            .execute(ADD, &[&ids, &ats, &counts, &sums, &maxes])
+            .await?;
         Ok(())
     }
 

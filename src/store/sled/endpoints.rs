@@ -1,14 +1,16 @@
-//! Endpoints: kept in memory (every ingest fans out over them) and in the `endpoints` tree.
+//! Endpoints: kept in memory (every ingest fans out over them) and in the `endpoints` tree: a
+//! record row per endpoint (every field but its secrets) and its secrets in rows of their own.
 //!
 //! Every change, the API's and the engine's, goes through one path under one lock: read the
 //! current endpoint, change it, write sled and the map. The fsync that makes the change
 //! durable happens after the lock is released, so changes never queue behind one another's
 //! fsync, and none is lost to another made at the same time.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{codec, SledStore, StoreError};
-use crate::model::{ClientCertificate, Endpoint, Ordering};
+use crate::model::{ClientCertificate, Endpoint, Ordering, StoredSecret};
 
 impl SledStore {
     /// Every account with a synced plan or an endpoint, sorted.
@@ -82,7 +84,14 @@ impl SledStore {
     pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
         let existed = {
             let _w = self.lock_endpoint_writes();
-            let existed = self.inner.trees.endpoints.remove(id.as_bytes())?.is_some();
+            let tree = &self.inner.trees.endpoints;
+            let existed = tree.contains_key(id.as_bytes())?;
+            let mut batch = sled::Batch::default();
+            batch.remove(id.as_bytes());
+            for item in tree.scan_prefix(secrets_prefix(id)) {
+                batch.remove(item?.0);
+            }
+            tree.apply_batch(batch)?;
             self.write_client_certificate(id, None)?;
             self.forget_breaker(id)?;
             self.forget_alert_mark(id)?;
@@ -163,11 +172,19 @@ impl SledStore {
         Ok(())
     }
 
-    /// Writes sled and the map; the caller holds `endpoint_writes`.
-    fn write_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()))?;
+    /// Writes sled and the map; the caller holds `endpoint_writes`. The endpoint's record and
+    /// its secrets' rows go in one batch, which sled recovers all or nothing.
+    fn write_endpoint(&self, mut ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let secrets = std::mem::take(&mut ep.secrets);
+        let value = serde_json::to_vec(&ep).map_err(|e| StoreError::Encode(e.to_string()));
+        ep.secrets = secrets;
+        let value = value?;
         crate::store::check_endpoint_json(&ep.id, &value)?;
-        self.inner.trees.endpoints.insert(ep.id.as_bytes(), value)?;
+        let tree = &self.inner.trees.endpoints;
+        let mut batch = sled::Batch::default();
+        put_secrets(tree, &mut batch, &ep.id, &ep.secrets)?;
+        batch.insert(ep.id.as_bytes(), value);
+        tree.apply_batch(batch)?;
         self.set_ordering(&ep.id, ep.ordering.clone());
         if ep.rate_limit.is_none() {
             self.forget_bucket(&ep.id);
@@ -194,6 +211,66 @@ impl SledStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The rows of an endpoint's secrets in the `endpoints` tree: its id and a NUL (never in an id),
+/// then the row's number. The endpoint's record is the row keyed by its id alone.
+fn secrets_prefix(id: &str) -> Vec<u8> {
+    [id.as_bytes(), b"\0"].concat()
+}
+
+/// Adds to `batch` the rows that replace the endpoint's stored secrets with `secrets`: their JSON
+/// in rows of at most [`codec::CHUNK`] bytes, apart from the record, so they never count toward
+/// its size (docs/api.md, `too_large`). Also used by the format 8 → 9 migration.
+pub(super) fn put_secrets(
+    tree: &sled::Tree,
+    batch: &mut sled::Batch,
+    id: &str,
+    secrets: &[StoredSecret],
+) -> Result<(), StoreError> {
+    for item in tree.scan_prefix(secrets_prefix(id)) {
+        batch.remove(item?.0);
+    }
+    if secrets.is_empty() {
+        return Ok(());
+    }
+    let value = serde_json::to_vec(secrets).map_err(|e| StoreError::Encode(e.to_string()))?;
+    for (i, chunk) in value.chunks(codec::CHUNK).enumerate() {
+        let mut k = secrets_prefix(id);
+        k.extend_from_slice(&(i as u16).to_be_bytes());
+        batch.insert(k, chunk);
+    }
+    Ok(())
+}
+
+/// Every endpoint, by id, as the `endpoints` tree holds them: each record with the secrets of its
+/// rows (in key order, right after the record).
+pub(super) fn load(tree: &sled::Tree) -> Result<HashMap<String, Arc<Endpoint>>, StoreError> {
+    let mut records = Vec::new();
+    let mut secrets: HashMap<String, Vec<u8>> = HashMap::new();
+    for item in tree.iter() {
+        let (k, v) = item?;
+        match k.iter().position(|b| *b == 0) {
+            None => {
+                let ep: Endpoint = serde_json::from_slice(&v)
+                    .map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
+                records.push(ep);
+            }
+            Some(nul) => {
+                let id = String::from_utf8_lossy(&k[..nul]).into_owned();
+                secrets.entry(id).or_default().extend_from_slice(&v);
+            }
+        }
+    }
+    let mut endpoints = HashMap::with_capacity(records.len());
+    for mut ep in records {
+        if let Some(json) = secrets.remove(&ep.id) {
+            ep.secrets = serde_json::from_slice(&json)
+                .map_err(|e| StoreError::Corrupt(format!("secrets of endpoint {}: {e}", ep.id)))?;
+        }
+        endpoints.insert(ep.id.clone(), Arc::new(ep));
+    }
+    Ok(endpoints)
 }
 
 /// A client certificate chain and key as stored.

@@ -1,5 +1,5 @@
 //! Upgrades a data directory in place from the storage format an older herald wrote, one
-//! format at a time (2 → 3 → 4 → 5 → 6 → 7).
+//! format at a time (2 → 3 → 4 → 5 → 6 → 7 → 8 → 9 → 10).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -26,6 +26,7 @@ use super::keys::{self, KeyRow, Keys};
 use super::{StoreError, Trees, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::StoredSecret;
 use crate::policy::debounce::{Candidate, Window};
 
 /// Format 3 → 4: idempotency keys move from the `log` tree to their own database
@@ -322,5 +323,80 @@ fn old_keys(k: &[u8], v: &[u8], rows: &mut Vec<(KeyRow, u128)>) -> Result<(), St
         }
         _ => return Err(corrupt()),
     }
+    Ok(())
+}
+
+/// Format 8 to 9: an endpoint's secrets leave its record (the `endpoints` row keyed by its id)
+/// for rows of their own ([`super::endpoints::put_secrets`]), so they never count toward the
+/// endpoint's size (docs/api.md, `too_large`). Each endpoint is rewritten in one batch (its
+/// record without `secrets` and its secrets' rows), which sled recovers all or nothing, so a
+/// migration cut short goes on where it stopped: a record without `secrets` has been moved.
+/// The record is rewritten as the JSON object it is, every other field kept as stored.
+pub(super) fn from_format_8(trees: &Trees) -> Result<(), StoreError> {
+    let tree = &trees.endpoints;
+    let mut moved = 0usize;
+    for item in tree.iter() {
+        let (k, v) = item?;
+        if k.contains(&0) {
+            // A secrets row (moved already).
+            continue;
+        }
+        let id = std::str::from_utf8(&k)
+            .map_err(|_| StoreError::Corrupt("format 8 endpoint id".into()))?;
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("endpoint {id}: {e}"));
+        let mut record: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&v).map_err(corrupt)?;
+        let Some(secrets) = record.remove("secrets") else {
+            continue;
+        };
+        let secrets: Vec<StoredSecret> = serde_json::from_value(secrets).map_err(corrupt)?;
+        let record = serde_json::to_vec(&record).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let mut batch = sled::Batch::default();
+        super::endpoints::put_secrets(tree, &mut batch, id, &secrets)?;
+        batch.insert(k, record);
+        tree.apply_batch(batch)?;
+        moved += 1;
+    }
+    tracing::info!(
+        endpoints = moved,
+        "storage migrated from format 8 to format 9 (endpoints' secrets in rows of their own)"
+    );
+    Ok(())
+}
+
+/// Format 9 to 10: the charts' minute rows were keyed by endpoint id, a NUL and the minute, so
+/// trimming the past day scanned every row; now by hour first ([`super::minutes`]), so it is a
+/// key range. Rows are re-keyed [`BATCH`] at a time, each batch adding the new rows and removing
+/// the old ones, which sled applies all or nothing, so a migration cut short goes on where it
+/// stopped (old keys sort below every new one). A key of neither kind is dropped (the rows only
+/// feed the charts).
+pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
+    let tree = &trees.minutes;
+    let (mut moved, mut dropped) = (0usize, 0usize);
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut rows = 0;
+        for item in tree.range(..super::minutes::OLD_KEYS_END).take(BATCH) {
+            let (k, v) = item?;
+            match super::minutes::rekey(&k) {
+                Some(new) => {
+                    batch.insert(new, v);
+                    moved += 1;
+                }
+                None => dropped += 1,
+            }
+            batch.remove(k);
+            rows += 1;
+        }
+        if rows == 0 {
+            break;
+        }
+        tree.apply_batch(batch)?;
+    }
+    tracing::info!(
+        minutes = moved,
+        dropped,
+        "storage migrated from format 9 to format 10 (chart minutes keyed by time first)"
+    );
     Ok(())
 }

@@ -116,9 +116,10 @@ impl From<sled::Error> for StoreError {
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
-/// idempotency key), 6 (idempotency keys in a sled database of their own) are migrated at open
+/// idempotency key), 6 (idempotency keys in a sled database of their own), 7 and 8 (endpoints'
+/// secrets in their records) and 9 (chart minutes keyed by endpoint first) are migrated at open
 /// ([`migrate`]).
-const FORMAT: u8 = 7;
+const FORMAT: u8 = 10;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -130,6 +131,8 @@ pub(crate) struct Trees {
     /// one tree, so a commit cycle is one atomic batch.
     log: sled::Tree,
     meta: sled::Tree,
+    /// Endpoints' records by id, and their secrets in rows keyed by the id, a NUL and the
+    /// row's number ([`endpoints`]).
     endpoints: sled::Tree,
     accounts: sled::Tree,
     quota: sled::Tree,
@@ -141,8 +144,8 @@ pub(crate) struct Trees {
     /// Endpoints' client certificate chains and keys (PEM), write-only, in rows of at most
     /// [`codec::CHUNK`] bytes keyed by endpoint id, a NUL and the row's number.
     client_certs: sled::Tree,
-    /// Endpoints' attempts per minute for the charts ([`minutes`]): endpoint id, a NUL, the
-    /// minute's start (big-endian), to JSON counts.
+    /// Endpoints' attempts per minute for the charts ([`minutes`]): the hour, the endpoint
+    /// id, a NUL and the minute's start, to JSON counts.
     minutes: sled::Tree,
 }
 
@@ -695,7 +698,7 @@ pub(crate) fn open_sled(config: sled::Config, path: &Path) -> Result<sled::Db, S
     }
 }
 
-/// Brings a store of an older format (`Some(2..=6)`) to [`FORMAT`] step by step, and records the
+/// Brings a store of an older format (`Some(2..FORMAT)`) to [`FORMAT`] step by step, and records the
 /// format a new or migrated store is in, durably.
 fn migrate_to_current(
     format: Option<u8>,
@@ -720,6 +723,13 @@ fn migrate_to_current(
     }
     if matches!(format, Some(2..=6)) {
         migrate::from_format_6(old_keys, keys)?;
+    }
+    // Format 7 → 8 is the purge's account indexes (another step, called here).
+    if matches!(format, Some(2..=8)) {
+        migrate::from_format_8(trees)?;
+    }
+    if matches!(format, Some(2..=9)) {
+        migrate::from_format_9(trees)?;
     }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
@@ -758,16 +768,9 @@ fn apply_undo_files(
     Ok(())
 }
 
-/// Every endpoint, by id, as the `endpoints` tree holds them.
+/// Every endpoint, by id, as the `endpoints` tree holds them ([`endpoints`]).
 fn load_endpoints(tree: &sled::Tree) -> Result<HashMap<String, Arc<Endpoint>>, StoreError> {
-    let mut endpoints = HashMap::new();
-    for item in tree.iter() {
-        let (_, v) = item?;
-        let ep: Endpoint = serde_json::from_slice(&v)
-            .map_err(|e| StoreError::Corrupt(format!("endpoint: {e}")))?;
-        endpoints.insert(ep.id.clone(), Arc::new(ep));
-    }
-    Ok(endpoints)
+    endpoints::load(tree)
 }
 
 impl Trees {
@@ -789,14 +792,14 @@ impl Trees {
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2..=6)` for one the
+/// The data directory's storage format: `None` for a new one, `Some(2..FORMAT)` for one the
 /// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
 /// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if matches!(v.as_ref(), [2..=6]) => Ok(Some(v[0])),
+        Some(v) if matches!(v.as_ref(), [f] if (2..FORMAT).contains(f)) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
             "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",

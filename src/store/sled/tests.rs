@@ -15,10 +15,14 @@ use crate::model::{
     Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
 };
 
+#[path = "endpoints_tests.rs"]
+mod endpoints_tests;
 #[path = "fold_tests.rs"]
 mod fold_tests;
 #[path = "keys_tests.rs"]
 mod keys_tests;
+#[path = "minutes_tests.rs"]
+mod minutes_tests;
 
 /// Failures a test can inject; each fires once per arming.
 #[derive(Default)]
