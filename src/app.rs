@@ -565,6 +565,9 @@ fn notify_systemd(state: &str) {
     }
 }
 
+/// The most sled cache a restore uses (docs/operations.md, "Backup, restore, upgrade").
+const RESTORE_CACHE: u64 = 8 << 20;
+
 /// `herald restore` (docs/operations.md): writes an archive, checked before, into the store the
 /// config names, which must be empty: a missing or empty data directory, or a cluster database
 /// without events, endpoints, plans or account secrets (its schema is brought up to date first)
@@ -583,9 +586,10 @@ pub async fn restore(
     match config.storage.backend {
         StorageBackend::Sled => {
             let place = crate::backup::place::Place::prepare(&config.storage.path)?;
+            // A restore writes and reads nothing back: a small cache is enough.
             let restored = match SledStore::open(
                 place.dir(),
-                config.storage.cache_capacity,
+                config.storage.cache_capacity.min(RESTORE_CACHE),
                 clock,
                 Arc::default(),
             ) {

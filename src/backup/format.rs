@@ -156,19 +156,34 @@ impl PartWriter {
     }
 
     /// An `events` part: each event encoded as it goes, so that a page is never held twice.
+    #[cfg(test)]
     pub fn events(&mut self, events: Vec<EventHistory>) -> Result<Vec<u8>, ArchiveError> {
+        let [mut header, body] = self.events_split(events)?;
+        header.extend_from_slice(&body);
+        Ok(header)
+    }
+
+    /// An `events` part as its header line and its body, to be sent one after the other: the
+    /// body (a page, compressed) is never copied. Each event is encoded as it goes and dropped
+    /// once encoded, its payload written straight from the page (never copied either), so
+    /// that encoding a page adds little more than its compressed size to the page.
+    pub fn events_split(
+        &mut self,
+        events: Vec<EventHistory>,
+    ) -> Result<[Vec<u8>; 2], ArchiveError> {
         let deliveries = events.iter().map(|e| e.deliveries.len() as u64).sum();
         let records = events.len();
+        let payloads: usize = events.iter().map(|e| e.payload.len()).sum();
         let mut totals = Totals::default();
         let archived = events.into_iter().map(|h| {
             let mut lane_seqs = h.lane_seqs.into_iter();
             totals.events += 1;
             totals.deliveries += h.deliveries.len() as u64;
             let (payload, payload_base64) = match std::str::from_utf8(&h.payload) {
-                Ok(text) => (Some(text.to_string()), None),
+                Ok(_) => (Some(Utf8Payload(h.payload)), None),
                 Err(_) => (None, Some(b64().encode(&h.payload))),
             };
-            ArchivedEvent {
+            OutgoingEvent {
                 event: h.meta,
                 payload,
                 payload_base64,
@@ -186,7 +201,7 @@ impl PartWriter {
                     .collect(),
             }
         });
-        let part = self.part("events", records, archived, deliveries)?;
+        let part = self.part_split("events", records, archived, deliveries, payloads)?;
         self.totals.events += totals.events;
         self.totals.deliveries += totals.deliveries;
         self.totals.attempts += totals.attempts;
@@ -211,16 +226,38 @@ impl PartWriter {
         each: impl IntoIterator<Item = T>,
         deliveries: u64,
     ) -> Result<Vec<u8>, ArchiveError> {
-        let mut z = zstd::stream::write::Encoder::new(Vec::new(), LEVEL)?;
+        let [mut header, body] = self.part_split(kind, records, each, deliveries, 0)?;
+        header.extend_from_slice(&body);
+        Ok(header)
+    }
+
+    /// A part's header line and body. `expect` is about what the records hold (their
+    /// payloads): the compressed body is given room for that much at once, so that it never
+    /// grows by copies (room it does not fill is never touched).
+    fn part_split<T: Serialize>(
+        &mut self,
+        kind: &str,
+        records: usize,
+        each: impl IntoIterator<Item = T>,
+        deliveries: u64,
+        expect: usize,
+    ) -> Result<[Vec<u8>; 2], ArchiveError> {
+        let room = zstd::zstd_safe::compress_bound(expect + (records << 10)).max(1024);
+        let mut z = zstd::stream::write::Encoder::new(Vec::with_capacity(room), LEVEL)?;
         let mut line = Vec::with_capacity(1024);
         let mut raw_bytes = 0u64;
         for r in each {
             line.clear();
             serde_json::to_writer(&mut line, &r)
                 .map_err(|e| ArchiveError::Encode(e.to_string()))?;
+            drop(r);
             line.push(b'\n');
             raw_bytes += line.len() as u64;
             z.write_all(&line)?;
+            // A large record's line is let go at once rather than kept for the next.
+            if line.capacity() > 1 << 20 {
+                line = Vec::with_capacity(1024);
+            }
         }
         let body = z.finish()?;
         let header = Header {
@@ -236,8 +273,31 @@ impl PartWriter {
         let mut out =
             serde_json::to_vec(&header).map_err(|e| ArchiveError::Encode(e.to_string()))?;
         out.push(b'\n');
-        out.extend_from_slice(&body);
-        Ok(out)
+        Ok([out, body])
+    }
+}
+
+/// An event as a backup writes it: [`ArchivedEvent`]'s fields, the payload taken from the page
+/// without a copy.
+#[derive(Serialize)]
+struct OutgoingEvent {
+    event: EventMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Utf8Payload>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_base64: Option<String>,
+    deliveries: Vec<ArchivedDelivery>,
+}
+
+/// A payload known to be UTF-8, written as a JSON string.
+struct Utf8Payload(bytes::Bytes);
+
+impl Serialize for Utf8Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(e) => Err(serde::ser::Error::custom(e)),
+        }
     }
 }
 

@@ -83,7 +83,7 @@ where
         if !events.is_empty() {
             // Encoding and compressing a page is CPU work: off the async workers.
             let (encoded, back) = tokio::task::spawn_blocking(move || {
-                let encoded = parts.events(events);
+                let encoded = parts.events_split(events);
                 (encoded, parts)
             })
             .await
@@ -91,8 +91,11 @@ where
             parts = back;
             // Ingest and delivery come first: the backup rests as long as each page took.
             tokio::time::sleep(working.elapsed().mul_f64(PACE)).await;
-            if !send(encoded?).await {
-                return Err(BackupError::Gone);
+            // The header, then the body as it was compressed (never copied behind it).
+            for chunk in encoded? {
+                if !send(chunk).await {
+                    return Err(BackupError::Gone);
+                }
             }
         }
         match next {

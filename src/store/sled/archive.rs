@@ -202,6 +202,9 @@ impl SledStore {
             f.last_event = f.last_event.max(newest);
         }
         inner.trees.log.apply_batch(batch)?;
+        // Written out now: rows not yet flushed stay in sled's cache whatever its capacity,
+        // so a restore that only wrote would hold the whole archive in memory.
+        inner.db.flush()?;
         inner.keys.add(&key_rows, newest)?;
         ids::observe(newest);
         for s in states {
