@@ -565,10 +565,16 @@ fn notify_systemd(state: &str) {
     }
 }
 
+/// The most sled cache a restore uses (docs/operations.md, "Backup, restore, upgrade").
+const RESTORE_CACHE: u64 = 8 << 20;
+
 /// `herald restore` (docs/operations.md): writes an archive, checked before, into the store the
 /// config names, which must be empty: a missing or empty data directory, or a cluster database
-/// without events, endpoints, plans or account secrets (its schema is brought up to date first).
-/// On one box the store is closed (synced) before this returns.
+/// without events, endpoints, plans or account secrets (its schema is brought up to date first)
+/// that no node serves. All or nothing: a restore that fails leaves the store as it found it
+/// (on one box written beside the directory and renamed into place, [`crate::backup::place`];
+/// in a cluster, the database held and the tables it filled emptied again). On one box the
+/// store is closed (synced) before this returns.
 pub async fn restore(
     config: &Config,
     input: impl std::io::Read + Send + 'static,
@@ -577,48 +583,71 @@ pub async fn restore(
     let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
     let now = clock.now_ms();
     let failed = |e: StoreError| format!("cannot open storage at {}: {e}", storage_label(config));
-    // On one box the store is closed (synced) once written.
-    let (store, to_close) = match config.storage.backend {
+    match config.storage.backend {
         StorageBackend::Sled => {
-            let path = &config.storage.path;
-            let used = std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some());
-            if used {
-                return Err(format!(
-                    "{} is not empty; restore into an empty or missing directory",
-                    path.display()
-                ));
+            let place = crate::backup::place::Place::prepare(&config.storage.path)?;
+            // A restore writes and reads nothing back: a small cache is enough.
+            let restored = match SledStore::open(
+                place.dir(),
+                config.storage.cache_capacity.min(RESTORE_CACHE),
+                clock,
+                Arc::default(),
+            ) {
+                Ok(store) => {
+                    let restored =
+                        crate::backup::restore(&Backend::Sled(store.clone()), input, now, progress)
+                            .await
+                            .map_err(|e| e.to_string());
+                    let closed = store
+                        .close()
+                        .map_err(|e| format!("cannot sync the restored store: {e}"));
+                    restored.and_then(|t| closed.map(|()| t))
+                }
+                Err(e) => Err(failed(e)),
+            };
+            match restored {
+                Ok(t) => place.commit().map(|()| t),
+                Err(e) => match place.abandon() {
+                    Ok(()) => Err(e),
+                    Err(left) => Err(format!("{e}; and {left}")),
+                },
             }
-            let store = SledStore::open(path, config.storage.cache_capacity, clock, Arc::default())
-                .map_err(failed)?;
-            (Backend::Sled(store.clone()), Some(store))
         }
         #[cfg(feature = "postgres")]
         StorageBackend::Postgres => {
-            use crate::store::postgres::{migrate, Database, PgStore};
+            use crate::store::postgres::{Database, PgStore, RestoreHold};
             let db = Database::new(config).map_err(|e| failed(e.into()))?;
-            let mut client = db.dedicated().await.map_err(|e| failed(e.into()))?;
+            let client = db.dedicated().await.map_err(|e| failed(e.into()))?;
             let lease = config.storage.postgres.lease.0;
-            migrate(&mut client, lease)
+            let hold = RestoreHold::take(client, now, lease.as_millis() as i64)
                 .await
-                .map_err(|e| failed(e.into()))?;
-            drop(client);
-            let store = PgStore::with_database(db, clock, lease)
+                .map_err(|e| format!("cannot restore into {}: {e}", storage_label(config)))?;
+            let restored = match PgStore::with_database(db, clock, lease).await {
+                Ok(store) => crate::backup::restore(
+                    &Backend::Postgres(Arc::new(store)),
+                    input,
+                    now,
+                    progress,
+                )
                 .await
-                .map_err(failed)?;
-            (Backend::Postgres(Arc::new(store)), None)
+                .map_err(|e| e.to_string()),
+                Err(e) => Err(failed(e)),
+            };
+            if let Err(e) = &restored {
+                if let Err(left) = hold.undo().await {
+                    hold.release().await;
+                    return Err(format!(
+                        "{e}; and emptying what it wrote failed ({left}): drop and create the \
+                         database before restoring again"
+                    ));
+                }
+            }
+            hold.release().await;
+            restored
         }
         #[cfg(not(feature = "postgres"))]
         StorageBackend::Postgres => {
-            return Err("this herald was built without the `postgres` feature".into())
+            Err("this herald was built without the `postgres` feature".into())
         }
-    };
-    let restored = crate::backup::restore(&store, input, now, progress)
-        .await
-        .map_err(|e| e.to_string());
-    drop(store);
-    if let Some(s) = to_close {
-        s.close()
-            .map_err(|e| format!("cannot sync the restored store: {e}"))?;
     }
-    restored
 }

@@ -12,8 +12,10 @@ use hyper::Response;
 use super::{AppState, Body, Resp, Streamed};
 use crate::backup::{self, BackupError};
 
-/// Parts of the archive made ahead of the client.
-const AHEAD: usize = 4;
+/// Chunks of the archive made ahead of the client: one (a part is two chunks, its header line
+/// and its compressed body), so that a backup holds about two pages (one being read, one being
+/// sent) whatever the payloads' sizes.
+const AHEAD: usize = 1;
 
 pub fn stream(state: &Arc<AppState>) -> Resp {
     let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);

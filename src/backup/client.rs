@@ -1,6 +1,8 @@
 //! `herald backup`: asks the running herald for a backup (`GET /v1/backup`) and writes it to a
 //! file under a temporary name, renamed once the archive is whole (every part's checksum and
-//! the end's counts checked) (mode 0600: it holds secrets). Nothing is ever left under the final name by a failed or killed backup.
+//! the end's counts checked) (mode 0600: it holds secrets). The temporary file is always created
+//! anew, never written through what was at its name. Nothing is ever left under the final name
+//! by a failed or killed backup.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -53,15 +55,24 @@ pub async fn download(
             String::from_utf8_lossy(&body).trim()
         ));
     }
-    let (mut out, temp): (Box<dyn Write>, Option<PathBuf>) = match target {
-        Target::File(path) => {
-            let temp = temp_name(path);
-            let file = private_file(&temp)
-                .map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
-            (Box::new(std::io::BufWriter::new(file)), Some(temp))
-        }
-        Target::Stdout => (Box::new(std::io::stdout().lock()), None),
-    };
+    // The file written is read back and synced through this same handle, never by its name.
+    let (mut out, temp, written): (Box<dyn Write>, Option<PathBuf>, Option<std::fs::File>) =
+        match target {
+            Target::File(path) => {
+                let temp = temp_name(path);
+                let file = private_file(&temp)?;
+                let again = file.try_clone().map_err(|e| {
+                    let _ = std::fs::remove_file(&temp);
+                    format!("cannot write {}: {e}", temp.display())
+                })?;
+                (
+                    Box::new(std::io::BufWriter::new(file)),
+                    Some(temp),
+                    Some(again),
+                )
+            }
+            Target::Stdout => (Box::new(std::io::stdout().lock()), None, None),
+        };
     let removing = |e: String| {
         if let Some(t) = &temp {
             let _ = std::fs::remove_file(t);
@@ -95,20 +106,18 @@ pub async fn download(
             "the backup was cut short (herald stopped or failed; see its log)".into(),
         ));
     }
-    let (Target::File(path), Some(temp)) = (target, &temp) else {
+    let (Target::File(path), Some(temp), Some(mut file)) = (target, &temp, written) else {
         return Ok(super::format::Totals {
             events: tally.events,
             deliveries: tally.deliveries,
             ..Default::default()
         });
     };
-    let file = std::fs::File::open(temp).map_err(|e| removing(e.to_string()))?;
-    let totals = super::format::Reader::new(std::io::BufReader::new(file))
+    std::io::Seek::rewind(&mut file).map_err(|e| removing(e.to_string()))?;
+    let totals = super::format::Reader::new(std::io::BufReader::new(&file))
         .and_then(super::format::Reader::skim)
         .map_err(|e| removing(format!("the archive received does not check: {e}")))?;
-    std::fs::File::open(temp)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| removing(e.to_string()))?;
+    file.sync_all().map_err(|e| removing(e.to_string()))?;
     std::fs::rename(temp, path).map_err(|e| removing(format!("cannot rename the archive: {e}")))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
@@ -125,14 +134,30 @@ fn temp_name(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.partial"))
 }
 
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+/// Creates the temporary file anew, mode 0600: whatever is at its name (a stale partial
+/// archive of another mode, or a link planted there) is unlinked first, never followed, and
+/// the file is created exclusively without following a link, so the archive never lands in
+/// someone else's file (docs/operations.md, "Backup, restore, upgrade").
+fn private_file(path: &Path) -> Result<std::fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(format!(
+                "cannot remove the stale {} (remove it, then back up again): {e}",
+                path.display()
+            ))
+        }
+    }
     std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .mode(0o600)
         .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))
 }
 
 fn resp_status_text(body: &[u8]) -> String {

@@ -1,11 +1,12 @@
 //! The backup archive's format (docs/operations.md, "The archive"): one line naming the format
 //! and its version, then parts. A part is a header line of JSON (`part`, `index`, `records`,
-//! `bytes`, `sha256`) and `bytes` bytes: a zstd frame of JSON lines, one record each, whose
-//! SHA-256 the header names. The first part is `info`, the last `end` (the counts of the whole
-//! archive); `directory` and `events` parts come between. A reader checks every part's
-//! checksum, count and place, and names the first part that fails.
+//! `deliveries`, `bytes`, `raw_bytes`, `sha256`) and `bytes` bytes: a zstd frame of JSON lines,
+//! one record each, `raw_bytes` long once decompressed, whose SHA-256 the header names. The
+//! first part is `info`, the last `end` (the counts of the whole archive); `directory` and
+//! `events` parts come between. Written here a record at a time; read in bounded memory by
+//! [`Reader`] ([`super::read`]), which checks every part and names the first that fails.
 
-use std::io::{BufRead, Read};
+use std::io::Write;
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -18,14 +19,15 @@ use crate::store::{DirectoryRecord, EventHistory};
 pub const MAGIC: &str = "herald-backup";
 /// The format version this herald writes. Version 2 added endpoints' payload filters and
 /// accounts' alert addresses to the directory: a herald that reads only version 1 would drop
-/// them, so it refuses a version-2 archive instead.
-pub const VERSION: u32 = 2;
+/// them, so it refuses a version-2 archive instead. Version 3 added `raw_bytes` to part headers,
+/// so that a reader can refuse a part that decompresses to more.
+pub const VERSION: u32 = 3;
 /// The oldest format this herald still reads (its records are a subset of this version's).
 pub const OLDEST: u32 = 1;
 /// zstd's level for parts: its fastest; JSON packs several times smaller even so.
 const LEVEL: i32 = 1;
-/// The largest part a reader accepts (a part is a page of events: far below this).
-const MAX_PART: u64 = 1 << 30;
+
+pub use super::read::{Reader, MAX_RECORD};
 
 /// What an archive's `info` part says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,7 +53,7 @@ pub struct Totals {
 
 /// An event as the archive carries it.
 #[derive(Serialize, Deserialize)]
-struct ArchivedEvent {
+pub(super) struct ArchivedEvent {
     event: EventMeta,
     /// The payload as ingested, when it is UTF-8 (every JSON payload is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +68,10 @@ struct ArchivedEvent {
 struct ArchivedDelivery {
     delivery: Delivery,
     attempts: Vec<Attempt>,
+    /// Its place in its ordering lane in a cluster's store (format 3 on; a cluster's event ids
+    /// do not grow in commit order, so a lane's order is not its ids').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lane_seq: Option<i64>,
 }
 
 /// A part's header line.
@@ -76,7 +82,11 @@ pub struct Header {
     pub records: u64,
     /// The deliveries of an `events` part's events (0 for other parts): for progress.
     pub deliveries: u64,
+    /// The body's size (compressed).
     pub bytes: u64,
+    /// The body's size decompressed (from format 3 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_bytes: Option<u64>,
     pub sha256: String,
 }
 
@@ -136,49 +146,72 @@ pub struct PartWriter {
 impl PartWriter {
     /// The `info` part.
     pub fn info(&mut self, info: &Info) -> Result<Vec<u8>, ArchiveError> {
-        self.part("info", std::slice::from_ref(info), 0)
+        self.part("info", 1, [info], 0)
     }
 
     /// A `directory` part.
     pub fn directory(&mut self, rows: &[DirectoryRecord]) -> Result<Vec<u8>, ArchiveError> {
         self.totals.directory += rows.len() as u64;
-        self.part("directory", rows, 0)
+        self.part("directory", rows.len(), rows, 0)
     }
 
-    /// An `events` part.
+    /// An `events` part: each event encoded as it goes, so that a page is never held twice.
+    #[cfg(test)]
     pub fn events(&mut self, events: Vec<EventHistory>) -> Result<Vec<u8>, ArchiveError> {
-        let archived: Vec<ArchivedEvent> = events
-            .into_iter()
-            .map(|h| {
-                self.totals.events += 1;
-                self.totals.deliveries += h.deliveries.len() as u64;
-                let (payload, payload_base64) = match std::str::from_utf8(&h.payload) {
-                    Ok(text) => (Some(text.to_string()), None),
-                    Err(_) => (None, Some(b64().encode(&h.payload))),
-                };
-                ArchivedEvent {
-                    event: h.meta,
-                    payload,
-                    payload_base64,
-                    deliveries: h
-                        .deliveries
-                        .into_iter()
-                        .map(|(delivery, attempts)| {
-                            self.totals.attempts += attempts.len() as u64;
-                            ArchivedDelivery { delivery, attempts }
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        let deliveries = archived.iter().map(|e| e.deliveries.len() as u64).sum();
-        self.part("events", &archived, deliveries)
+        let [mut header, body] = self.events_split(events)?;
+        header.extend_from_slice(&body);
+        Ok(header)
+    }
+
+    /// An `events` part as its header line and its body, to be sent one after the other: the
+    /// body (a page, compressed) is never copied. Each event is encoded as it goes and dropped
+    /// once encoded, its payload written straight from the page (never copied either), so
+    /// that encoding a page adds little more than its compressed size to the page.
+    pub fn events_split(
+        &mut self,
+        events: Vec<EventHistory>,
+    ) -> Result<[Vec<u8>; 2], ArchiveError> {
+        let deliveries = events.iter().map(|e| e.deliveries.len() as u64).sum();
+        let records = events.len();
+        let payloads: usize = events.iter().map(|e| e.payload.len()).sum();
+        let mut totals = Totals::default();
+        let archived = events.into_iter().map(|h| {
+            let mut lane_seqs = h.lane_seqs.into_iter();
+            totals.events += 1;
+            totals.deliveries += h.deliveries.len() as u64;
+            let (payload, payload_base64) = match std::str::from_utf8(&h.payload) {
+                Ok(_) => (Some(Utf8Payload(h.payload)), None),
+                Err(_) => (None, Some(b64().encode(&h.payload))),
+            };
+            OutgoingEvent {
+                event: h.meta,
+                payload,
+                payload_base64,
+                deliveries: h
+                    .deliveries
+                    .into_iter()
+                    .map(|(delivery, attempts)| {
+                        totals.attempts += attempts.len() as u64;
+                        ArchivedDelivery {
+                            delivery,
+                            attempts,
+                            lane_seq: lane_seqs.next().flatten(),
+                        }
+                    })
+                    .collect(),
+            }
+        });
+        let part = self.part_split("events", records, archived, deliveries, payloads)?;
+        self.totals.events += totals.events;
+        self.totals.deliveries += totals.deliveries;
+        self.totals.attempts += totals.attempts;
+        Ok(part)
     }
 
     /// The `end` part, with the counts of every part before it.
     pub fn end(mut self) -> Result<Vec<u8>, ArchiveError> {
         let totals = self.totals.clone();
-        self.part("end", std::slice::from_ref(&totals), 0)
+        self.part("end", 1, [&totals], 0)
     }
 
     /// What was written so far.
@@ -189,301 +222,87 @@ impl PartWriter {
     fn part<T: Serialize>(
         &mut self,
         kind: &str,
-        records: &[T],
+        records: usize,
+        each: impl IntoIterator<Item = T>,
         deliveries: u64,
     ) -> Result<Vec<u8>, ArchiveError> {
-        let mut lines = Vec::with_capacity(records.len() * 256);
-        for r in records {
-            serde_json::to_writer(&mut lines, r)
+        let [mut header, body] = self.part_split(kind, records, each, deliveries, 0)?;
+        header.extend_from_slice(&body);
+        Ok(header)
+    }
+
+    /// A part's header line and body. `expect` is about what the records hold (their
+    /// payloads): the compressed body is given room for that much at once, so that it never
+    /// grows by copies (room it does not fill is never touched).
+    fn part_split<T: Serialize>(
+        &mut self,
+        kind: &str,
+        records: usize,
+        each: impl IntoIterator<Item = T>,
+        deliveries: u64,
+        expect: usize,
+    ) -> Result<[Vec<u8>; 2], ArchiveError> {
+        let room = zstd::zstd_safe::compress_bound(expect + (records << 10)).max(1024);
+        let mut z = zstd::stream::write::Encoder::new(Vec::with_capacity(room), LEVEL)?;
+        let mut line = Vec::with_capacity(1024);
+        let mut raw_bytes = 0u64;
+        for r in each {
+            line.clear();
+            serde_json::to_writer(&mut line, &r)
                 .map_err(|e| ArchiveError::Encode(e.to_string()))?;
-            lines.push(b'\n');
+            drop(r);
+            line.push(b'\n');
+            raw_bytes += line.len() as u64;
+            z.write_all(&line)?;
+            // A large record's line is let go at once rather than kept for the next.
+            if line.capacity() > 1 << 20 {
+                line = Vec::with_capacity(1024);
+            }
         }
-        let body = zstd::bulk::compress(&lines, LEVEL)?;
+        let body = z.finish()?;
         let header = Header {
             part: kind.to_string(),
             index: self.totals.parts,
-            records: records.len() as u64,
+            records: records as u64,
             deliveries,
             bytes: body.len() as u64,
+            raw_bytes: Some(raw_bytes),
             sha256: hex(&Sha256::digest(&body)),
         };
         self.totals.parts += 1;
         let mut out =
             serde_json::to_vec(&header).map_err(|e| ArchiveError::Encode(e.to_string()))?;
         out.push(b'\n');
-        out.extend_from_slice(&body);
-        Ok(out)
+        Ok([out, body])
     }
 }
 
-/// Reads an archive part by part, checking each.
-pub struct Reader<R> {
-    input: std::io::BufReader<R>,
-    next: u64,
-    totals: Totals,
-    ended: bool,
+/// An event as a backup writes it: [`ArchivedEvent`]'s fields, the payload taken from the page
+/// without a copy.
+#[derive(Serialize)]
+struct OutgoingEvent {
+    event: EventMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Utf8Payload>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_base64: Option<String>,
+    deliveries: Vec<ArchivedDelivery>,
 }
 
-impl<R: Read> Reader<R> {
-    /// Reads the first line: the format and its version.
-    pub fn new(input: R) -> Result<Reader<R>, ArchiveError> {
-        let mut input = std::io::BufReader::with_capacity(1 << 20, input);
-        let mut line = Vec::new();
-        input.by_ref().take(64).read_until(b'\n', &mut line)?;
-        let text = std::str::from_utf8(&line).map_err(|_| ArchiveError::NotAnArchive)?;
-        let version = text
-            .strip_suffix('\n')
-            .and_then(|t| t.strip_prefix(MAGIC))
-            .and_then(|t| t.strip_prefix(' '))
-            .and_then(|v| v.parse::<u32>().ok())
-            .ok_or(ArchiveError::NotAnArchive)?;
-        if !(OLDEST..=VERSION).contains(&version) {
-            return Err(ArchiveError::Version(version));
-        }
-        Ok(Reader {
-            input,
-            next: 0,
-            totals: Totals::default(),
-            ended: false,
-        })
-    }
+/// A payload known to be UTF-8, written as a JSON string.
+struct Utf8Payload(bytes::Bytes);
 
-    /// The next part's header and body, checked: the header reads, names this place, and its
-    /// body is whole and matches its checksum.
-    fn read_body(&mut self) -> Result<(Header, Vec<u8>), ArchiveError> {
-        let index = self.next;
-        let damaged = |kind: &str, why: String| ArchiveError::Damaged {
-            index,
-            kind: kind.to_string(),
-            why,
-        };
-        let mut line = Vec::new();
-        self.input
-            .by_ref()
-            .take(4096)
-            .read_until(b'\n', &mut line)?;
-        if line.is_empty() {
-            return Err(damaged(
-                "end",
-                "the archive ends here without its end part (it is truncated)".into(),
-            ));
+impl Serialize for Utf8Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(e) => Err(serde::ser::Error::custom(e)),
         }
-        let header: Header = serde_json::from_slice(&line)
-            .map_err(|e| damaged("unknown", format!("its header cannot be read ({e})")))?;
-        let kind = header.part.clone();
-        if header.index != index {
-            return Err(damaged(
-                &kind,
-                format!("its header says part {}", header.index),
-            ));
-        }
-        if header.bytes > MAX_PART {
-            return Err(damaged(
-                &kind,
-                format!("its size {} is too large", header.bytes),
-            ));
-        }
-        let mut body = Vec::with_capacity(header.bytes as usize);
-        let got = self
-            .input
-            .by_ref()
-            .take(header.bytes)
-            .read_to_end(&mut body)?;
-        if (got as u64) < header.bytes {
-            return Err(damaged(
-                &kind,
-                format!("truncated: {got} of its {} bytes", header.bytes),
-            ));
-        }
-        if hex(&Sha256::digest(&body)) != header.sha256 {
-            return Err(damaged(&kind, "its checksum does not match".into()));
-        }
-        Ok((header, body))
-    }
-
-    /// Checks the archive's frame without decoding its records: every part's header, place and
-    /// checksum, the end's counts against the headers', and that nothing follows. What a
-    /// download checks before the archive takes its name; [`Reader::next_part`] (`restore
-    /// --check`) decodes every record too.
-    pub fn skim(mut self) -> Result<Totals, ArchiveError> {
-        let mut seen = Totals::default();
-        loop {
-            let index = self.next;
-            let (header, body) = self.read_body()?;
-            self.next += 1;
-            let damaged = |why: String| ArchiveError::Damaged {
-                index,
-                kind: header.part.clone(),
-                why,
-            };
-            let one = header.records == 1 && header.deliveries == 0;
-            match (header.part.as_str(), index) {
-                ("info", 0) if one => {
-                    let lines = zstd::stream::decode_all(&body[..])
-                        .map_err(|e| damaged(format!("cannot be decompressed ({e})")))?;
-                    serde_json::from_slice::<Info>(lines.trim_ascii_end())
-                        .map_err(|e| damaged(format!("it cannot be read ({e})")))?;
-                }
-                ("events", i) if i > 0 => {
-                    seen.events += header.records;
-                    seen.deliveries += header.deliveries;
-                }
-                ("directory", i) if i > 0 && header.deliveries == 0 => {
-                    seen.directory += header.records
-                }
-                ("end", i) if i > 0 && one => {
-                    let lines = zstd::stream::decode_all(&body[..])
-                        .map_err(|e| damaged(format!("cannot be decompressed ({e})")))?;
-                    let totals: Totals = serde_json::from_slice(lines.trim_ascii_end())
-                        .map_err(|e| damaged(format!("its counts cannot be read ({e})")))?;
-                    seen.parts = index;
-                    seen.attempts = totals.attempts;
-                    if totals != seen {
-                        return Err(damaged(format!(
-                            "its counts {totals:?} differ from the archive's {seen:?}"
-                        )));
-                    }
-                    let mut rest = [0u8; 1];
-                    if self.input.read(&mut rest)? != 0 {
-                        return Err(damaged("bytes follow the end part".into()));
-                    }
-                    return Ok(totals);
-                }
-                (other, _) => return Err(damaged(format!("{other:?} is out of place here"))),
-            }
-        }
-    }
-
-    /// The next part, checked: its header, its place (`info` first, `end` last), its checksum,
-    /// its records and their count; after `end`, that the counts match and nothing follows.
-    /// `None` after the `end` part.
-    pub fn next_part(&mut self) -> Result<Option<Part>, ArchiveError> {
-        if self.ended {
-            return Ok(None);
-        }
-        let index = self.next;
-        let damaged = |kind: &str, why: String| ArchiveError::Damaged {
-            index,
-            kind: kind.to_string(),
-            why,
-        };
-        let (header, body) = self.read_body()?;
-        let kind = header.part.clone();
-        let lines = zstd::stream::decode_all(&body[..])
-            .map_err(|e| damaged(&kind, format!("cannot be decompressed ({e})")))?;
-        let part = self
-            .decode(&kind, &lines)
-            .map_err(|why| damaged(&kind, why))?;
-        let records = match &part {
-            Part::Directory(rows) => rows.len(),
-            Part::Events(events) => events.len(),
-            Part::Info(_) | Part::End(_) => 1,
-        };
-        if records as u64 != header.records {
-            return Err(damaged(
-                &kind,
-                format!(
-                    "it holds {records} records, its header says {}",
-                    header.records
-                ),
-            ));
-        }
-        let deliveries = match &part {
-            Part::Events(events) => events.iter().map(|e| e.deliveries.len() as u64).sum(),
-            _ => 0,
-        };
-        if deliveries != header.deliveries {
-            return Err(damaged(
-                &kind,
-                format!(
-                    "it holds {deliveries} deliveries, its header says {}",
-                    header.deliveries
-                ),
-            ));
-        }
-        match (&part, index) {
-            (Part::Info(_), 0) => {}
-            (Part::Info(_), _) => return Err(damaged(&kind, "a second info part".into())),
-            (_, 0) => {
-                return Err(damaged(
-                    &kind,
-                    "the archive must begin with its info part".into(),
-                ))
-            }
-            _ => {}
-        }
-        self.next += 1;
-        match &part {
-            Part::End(totals) => {
-                let mut seen = self.totals.clone();
-                seen.parts = index;
-                if *totals != seen {
-                    return Err(damaged(
-                        &kind,
-                        format!("its counts {totals:?} differ from the archive's {seen:?}"),
-                    ));
-                }
-                let mut rest = [0u8; 1];
-                if self.input.read(&mut rest)? != 0 {
-                    return Err(damaged(&kind, "bytes follow the end part".into()));
-                }
-                self.ended = true;
-            }
-            Part::Directory(rows) => self.totals.directory += rows.len() as u64,
-            Part::Events(events) => {
-                self.totals.events += events.len() as u64;
-                for e in events {
-                    self.totals.deliveries += e.deliveries.len() as u64;
-                    self.totals.attempts += e
-                        .deliveries
-                        .iter()
-                        .map(|(_, a)| a.len() as u64)
-                        .sum::<u64>();
-                }
-            }
-            Part::Info(_) => {}
-        }
-        Ok(Some(part))
-    }
-
-    fn decode(&self, kind: &str, lines: &[u8]) -> Result<Part, String> {
-        let records = lines.split(|b| *b == b'\n').filter(|l| !l.is_empty());
-        let one = |what: &str| -> Result<&[u8], String> {
-            let mut it = lines.split(|b| *b == b'\n').filter(|l| !l.is_empty());
-            match (it.next(), it.next()) {
-                (Some(l), None) => Ok(l),
-                _ => Err(format!("an {what} part holds one record")),
-            }
-        };
-        let bad = |e: serde_json::Error| format!("a record cannot be read ({e})");
-        Ok(match kind {
-            "info" => Part::Info(serde_json::from_slice(one("info")?).map_err(bad)?),
-            "end" => Part::End(serde_json::from_slice(one("end")?).map_err(bad)?),
-            "directory" => Part::Directory(
-                records
-                    .map(|l| serde_json::from_slice(l).map_err(bad))
-                    .collect::<Result<_, _>>()?,
-            ),
-            "events" => Part::Events(
-                records
-                    .map(|l| {
-                        let a: ArchivedEvent = serde_json::from_slice(l).map_err(bad)?;
-                        a.into_history()
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            other => return Err(format!("{other:?} is not a kind of part")),
-        })
-    }
-
-    /// The counts read so far.
-    pub fn totals(&self) -> &Totals {
-        &self.totals
     }
 }
 
 impl ArchivedEvent {
-    fn into_history(self) -> Result<EventHistory, String> {
+    pub(super) fn into_history(self) -> Result<EventHistory, String> {
         let payload = match (self.payload, self.payload_base64) {
             (Some(text), None) => bytes::Bytes::from(text),
             (None, Some(b)) => bytes::Bytes::from(
@@ -496,6 +315,10 @@ impl ArchivedEvent {
         Ok(EventHistory {
             meta: self.event,
             payload,
+            lane_seqs: match self.deliveries.iter().any(|d| d.lane_seq.is_some()) {
+                true => self.deliveries.iter().map(|d| d.lane_seq).collect(),
+                false => Vec::new(),
+            },
             deliveries: self
                 .deliveries
                 .into_iter()
@@ -505,11 +328,89 @@ impl ArchivedEvent {
     }
 }
 
+/// Checks an event read from an archive as the API would check what it names (docs/operations.md,
+/// "Check an archive"): its id, its account's id, its deliveries' and attempts' ids, each
+/// delivery its event's in its place; answers its id's ULID.
+pub(super) fn check_event(h: &EventHistory) -> Result<u128, String> {
+    use crate::ids::{self, ATTEMPT, DELIVERY, EVENT};
+    let id = &h.meta.id;
+    let event = ids::parse(EVENT, id).ok_or_else(|| format!("{id:?} is not an event id"))?;
+    check_account(&h.meta.account_id).map_err(|why| format!("event {id}: {why}"))?;
+    if h.meta.deliveries.len() != h.deliveries.len() {
+        return Err(format!(
+            "event {id} names {} deliveries and holds {}",
+            h.meta.deliveries.len(),
+            h.deliveries.len()
+        ));
+    }
+    for (index, (d, attempts)) in h.deliveries.iter().enumerate() {
+        let place = ids::delivery_of(event, index);
+        if ids::parse(DELIVERY, &d.id) != Some(place) || h.meta.deliveries[index] != d.id {
+            return Err(format!(
+                "delivery {:?} is not delivery {index} of event {id}",
+                d.id
+            ));
+        }
+        if d.event_id != *id || d.account_id != h.meta.account_id {
+            return Err(format!(
+                "delivery {} names another event or account than event {id}",
+                d.id
+            ));
+        }
+        if let Some(ep) = &d.endpoint_id {
+            check_endpoint_id(ep).map_err(|why| format!("delivery {}: {why}", d.id))?;
+        }
+        if let Some(a) = attempts
+            .iter()
+            .find(|a| ids::parse(ATTEMPT, &a.id).is_none())
+        {
+            return Err(format!(
+                "delivery {}: {:?} is not an attempt id",
+                d.id, a.id
+            ));
+        }
+    }
+    Ok(event)
+}
+
+/// Checks a directory row read from an archive: every id in it as the API would check it.
+pub(super) fn check_row(row: &DirectoryRecord) -> Result<(), String> {
+    match row {
+        DirectoryRecord::Endpoint { endpoint, .. } => {
+            check_endpoint_id(&endpoint.id)?;
+            check_account(&endpoint.account_id)
+                .map_err(|why| format!("endpoint {}: {why}", endpoint.id))
+        }
+        DirectoryRecord::Plan { account_id, .. }
+        | DirectoryRecord::AlertEmails { account_id, .. }
+        | DirectoryRecord::AccountSecret { account_id, .. }
+        | DirectoryRecord::Usage { account_id, .. } => check_account(account_id),
+        DirectoryRecord::Breaker { endpoint_id, .. } => check_endpoint_id(endpoint_id),
+    }
+}
+
+/// An account id as the API reads it: `.` and `..`, which an older version accepted, are
+/// restored (the API still reads them); herald's own operator account too.
+fn check_account(account_id: &str) -> Result<(), String> {
+    if account_id == crate::engine::health::OPERATOR_ACCOUNT {
+        return Ok(());
+    }
+    crate::api::validate::account_id_lookup("account_id", account_id)
+        .map_err(|e| format!("account id {account_id:?}: {}", e.message))
+}
+
+fn check_endpoint_id(id: &str) -> Result<(), String> {
+    match crate::ids::parse(crate::ids::ENDPOINT, id) {
+        Some(_) => Ok(()),
+        None => Err(format!("{id:?} is not an endpoint id")),
+    }
+}
+
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -599,6 +500,7 @@ mod tests {
             },
             payload: bytes::Bytes::copy_from_slice(payload),
             deliveries: vec![(delivery, Vec::new())],
+            lane_seqs: Vec::new(),
         }
     }
 
@@ -616,7 +518,7 @@ mod tests {
         starts.push(out.len());
         out.extend(w.info(&info).unwrap());
         let ep: Endpoint = serde_json::from_value(serde_json::json!({
-            "id": "ep_1", "account_id": "acct", "url": "https://example.com/", "description": "",
+            "id": "ep_00000000000000000000000001", "account_id": "acct", "url": "https://example.com/", "description": "",
             "event_types": [], "headers": {}, "retry_policy": "default", "signature": "hmac",
             "state": "active", "verified": true, "created_at": 1, "updated_at": 1,
             "secrets": [{"value": "whsec_x", "expires_at": null}]
@@ -632,7 +534,7 @@ mod tests {
         );
         starts.push(out.len());
         out.extend(
-            w.events(vec![history(1, b"{\"a\":1}"), history(2, &[0xff, 0])])
+            w.events(vec![history(2, b"{\"a\":1}"), history(1, &[0xff, 0])])
                 .unwrap(),
         );
         starts.push(out.len());
@@ -673,9 +575,20 @@ mod tests {
     #[test]
     fn versions_up_to_this_one_are_read_and_a_later_one_is_refused() {
         let (bytes, starts) = archive();
+        // Part headers name `raw_bytes` from version 3 on.
         let with_version = |v: u32| {
             let mut b = format!("{MAGIC} {v}\n").into_bytes();
-            b.extend_from_slice(&bytes[starts[0]..]);
+            let mut ends = starts[1..].to_vec();
+            ends.push(bytes.len());
+            for (at, end) in starts.iter().zip(ends) {
+                let nl = at + bytes[*at..].iter().position(|b| *b == b'\n').unwrap();
+                let mut header: Header = serde_json::from_slice(&bytes[*at..nl]).unwrap();
+                if v < 3 {
+                    header.raw_bytes = None;
+                }
+                b.extend(serde_json::to_vec(&header).unwrap());
+                b.extend_from_slice(&bytes[nl..end]);
+            }
             b
         };
         for v in OLDEST..=VERSION {
@@ -717,6 +630,9 @@ mod tests {
                         );
                     }
                     (Err(ArchiveError::NotAnArchive | ArchiveError::Version(_)), None) => {}
+                    // The version flipped to an older one this herald reads: the first part's
+                    // header names `raw_bytes`, which that version has not.
+                    (Err(ArchiveError::Damaged { index: 0, .. }), None) => {}
                     (other, part) => panic!(
                         "byte {at} (bit {bit:#x}) in part {part:?} flipped: {:?}",
                         other.map(|p| p.len())
@@ -743,6 +659,84 @@ mod tests {
                 Err(ArchiveError::NotAnArchive) if len < starts[0] => {}
                 other => panic!("cut at {len}: {:?}", other.map(|p| p.len())),
             }
+        }
+    }
+
+    #[test]
+    fn events_out_of_order_or_repeated_are_damaged() {
+        let info = Info {
+            format: VERSION,
+            herald: "test".into(),
+            started_at: 1,
+            source: "sled".into(),
+        };
+        for (name, events) in [
+            ("ascending", vec![history(1, b"{}"), history(2, b"{}")]),
+            ("repeated", vec![history(2, b"{}"), history(2, b"{}")]),
+        ] {
+            let mut w = PartWriter::default();
+            let mut out = preamble();
+            out.extend(w.info(&info).unwrap());
+            out.extend(w.events(events).unwrap());
+            out.extend(w.end().unwrap());
+            match read_all(&out) {
+                Err(ArchiveError::Damaged { index: 1, why, .. })
+                    if why.contains("out of order") => {}
+                other => panic!("{name}: {:?}", other.map(|p| p.len())),
+            }
+        }
+    }
+
+    #[test]
+    fn a_part_past_its_raw_bytes_or_a_record_over_the_limit_is_damaged() {
+        use std::io::Write;
+        let (bytes, starts) = archive();
+        // The events part's header with a smaller raw_bytes (its checksum still matches).
+        let at = starts[2];
+        let nl = at + bytes[at..].iter().position(|b| *b == b'\n').unwrap();
+        let mut header: Header = serde_json::from_slice(&bytes[at..nl]).unwrap();
+        header.raw_bytes = header.raw_bytes.map(|r| r - 1);
+        let mut small = bytes[..at].to_vec();
+        small.extend(serde_json::to_vec(&header).unwrap());
+        small.extend_from_slice(&bytes[nl..]);
+        match read_all(&small) {
+            Err(ArchiveError::Damaged { index: 2, why, .. }) if why.contains("past") => {}
+            other => panic!("{:?}", other.map(|p| p.len())),
+        }
+        assert!(Reader::new(&small[..]).and_then(Reader::skim).is_err());
+        // A record longer than the limit, in a format without raw_bytes.
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..=(MAX_RECORD >> 20) {
+            z.write_all(&chunk).unwrap();
+        }
+        let body = z.finish().unwrap();
+        let header = Header {
+            part: "events".into(),
+            index: 2,
+            records: 1,
+            deliveries: 0,
+            bytes: body.len() as u64,
+            raw_bytes: None,
+            sha256: hex(&Sha256::digest(&body)),
+        };
+        let info_nl = starts[0] + bytes[starts[0]..].iter().position(|b| *b == b'\n').unwrap();
+        let mut first: Header = serde_json::from_slice(&bytes[starts[0]..info_nl]).unwrap();
+        first.raw_bytes = None;
+        let dir_nl = starts[1] + bytes[starts[1]..].iter().position(|b| *b == b'\n').unwrap();
+        let mut second: Header = serde_json::from_slice(&bytes[starts[1]..dir_nl]).unwrap();
+        second.raw_bytes = None;
+        let mut huge = b"herald-backup 2\n".to_vec();
+        huge.extend(serde_json::to_vec(&first).unwrap());
+        huge.extend_from_slice(&bytes[info_nl..starts[1]]);
+        huge.extend(serde_json::to_vec(&second).unwrap());
+        huge.extend_from_slice(&bytes[dir_nl..at]);
+        huge.extend(serde_json::to_vec(&header).unwrap());
+        huge.push(b'\n');
+        huge.extend(body);
+        match read_all(&huge) {
+            Err(ArchiveError::Damaged { index: 2, why, .. }) if why.contains("over 64 MiB") => {}
+            other => panic!("{:?}", other.map(|p| p.len())),
         }
     }
 }

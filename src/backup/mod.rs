@@ -13,6 +13,8 @@
 
 pub mod client;
 pub mod format;
+pub mod place;
+mod read;
 
 use std::io::Read;
 
@@ -22,8 +24,9 @@ use crate::store::prelude::*;
 use crate::store::{Backend, DirectoryRecord, StoreError};
 use format::{ArchiveError, Info, Part, PartWriter, Reader, Totals};
 
-/// Events per `events` part (and per read of the log).
-pub const PAGE: usize = 1000;
+/// Events per `events` part (and per read of the log) at most; a page also ends once its
+/// payloads reach [`crate::store::ARCHIVE_PAGE_BYTES`].
+pub const PAGE: usize = crate::store::ARCHIVE_PAGE_EVENTS;
 /// After each page, the backup rests this many times as long as reading and encoding the page
 /// took, so that it takes at most about half a core from ingest and delivery (docs/operations.md:
 /// measured with `cargo bench --bench load -- --phases backup`).
@@ -80,7 +83,7 @@ where
         if !events.is_empty() {
             // Encoding and compressing a page is CPU work: off the async workers.
             let (encoded, back) = tokio::task::spawn_blocking(move || {
-                let encoded = parts.events(events);
+                let encoded = parts.events_split(events);
                 (encoded, parts)
             })
             .await
@@ -88,8 +91,11 @@ where
             parts = back;
             // Ingest and delivery come first: the backup rests as long as each page took.
             tokio::time::sleep(working.elapsed().mul_f64(PACE)).await;
-            if !send(encoded?).await {
-                return Err(BackupError::Gone);
+            // The header, then the body as it was compressed (never copied behind it).
+            for chunk in encoded? {
+                if !send(chunk).await {
+                    return Err(BackupError::Gone);
+                }
             }
         }
         match next {
@@ -194,8 +200,9 @@ pub async fn restore(
                 .into(),
         ));
     }
-    // Parts are read and decoded on a thread of their own, one part ahead of the writes.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<(Part, Totals), ArchiveError>>(2);
+    // Parts are read and decoded on a thread of their own, one batch (at most a page) ahead of
+    // the writes.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<(Part, Totals), ArchiveError>>(1);
     let reading = tokio::task::spawn_blocking(move || {
         let mut reader = match Reader::new(input) {
             Ok(r) => r,

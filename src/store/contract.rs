@@ -512,7 +512,9 @@ pub trait Archive {
     ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send;
 
     /// Up to `limit` events with ids below `before` (from the newest when `None`), newest
-    /// first, and the id to pass as `before` next (`None` once the oldest was read).
+    /// first, and the id to pass as `before` next (`None` once the oldest was read). The page
+    /// ends early once its payloads reach [`super::ARCHIVE_PAGE_BYTES`] (one event larger is
+    /// a page alone).
     ///
     /// - Each event is read whole, in one consistent read: with every delivery and attempt as
     ///   stored at that moment. An event is never read without all of its deliveries.
@@ -547,7 +549,8 @@ pub trait Archive {
 
     /// Ends an import, once every event was written: the pending deliveries of ordered
     /// endpoints are put in their lanes in the order of their events' ids (pages arrive newest
-    /// first), after every delivery already in a lane.
+    /// first), after every delivery already in a lane; a cluster keeps the places a cluster's
+    /// archive carries ([`super::EventHistory::lane_seqs`]).
     fn finish_import(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 

@@ -47,3 +47,4 @@ pub use types::{
     NewEvent, Node, Purged, Retained, Stats, Swept, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
     MAX_ENDPOINT_SIZE, NO_LANE,
 };
+pub use types::{ARCHIVE_PAGE_BYTES, ARCHIVE_PAGE_EVENTS};

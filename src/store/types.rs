@@ -13,6 +13,13 @@ use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta, Status};
 /// How long an idempotency key keeps answering with the first event (docs/api.md).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 
+/// A page of the archive ([`super::contract::Archive::export_events`]) ends after this many
+/// events, or once its payloads reach [`ARCHIVE_PAGE_BYTES`] (an event larger is a page alone),
+/// so that a backup or a restore holds a bounded number of bytes whatever the payloads' sizes.
+pub const ARCHIVE_PAGE_EVENTS: usize = 1000;
+/// See [`ARCHIVE_PAGE_EVENTS`].
+pub const ARCHIVE_PAGE_BYTES: usize = 8 << 20;
+
 /// An event ready to store: checked, fanned out, payload bytes as received. The committer gives
 /// it its id and its deliveries theirs (on one box in commit order; a cluster's nodes mint ids
 /// before their commits, which need not follow that order: [`super::contract::Ingest::ingest`]).
@@ -269,6 +276,10 @@ pub struct EventHistory {
     pub meta: EventMeta,
     pub payload: Bytes,
     pub deliveries: Vec<(Delivery, Vec<crate::model::Attempt>)>,
+    /// Each delivery's place in its ordering lane in the store it was read from (a cluster's
+    /// `lane_seq`: there event ids do not grow in commit order); empty, or `None` for a
+    /// delivery, where the lane's order is its ids' (one box) or it is in no lane.
+    pub lane_seqs: Vec<Option<i64>>,
 }
 
 /// What a backup carries besides the log, one row at a time ([`crate::backup`]). Secrets are in

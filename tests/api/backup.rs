@@ -411,3 +411,546 @@ async fn a_backup_killed_on_either_side_leaves_no_archive_and_the_store_whole() 
         "every event is there: {checked}"
     );
 }
+
+/// `herald backup` creates its temporary file anew, mode 0600: a stale partial archive of
+/// mode 0644 is replaced (the archive is 0600), and a link planted at the temporary name is
+/// removed, not followed (its target is untouched; the archive is a regular file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_never_writes_through_what_is_at_its_temporary_name() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let h = Herald::start("").await;
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acc", "type": "order.created", "payload": {"a": 1}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = backup_config(&h, dir.path());
+    let backup = |out: std::path::PathBuf| {
+        let config = config.clone();
+        async move {
+            run(vec![
+                "backup".into(),
+                "--config".into(),
+                arg(&config),
+                "--out".into(),
+                arg(&out),
+            ])
+            .await
+        }
+    };
+
+    // A stale partial archive, mode 0644.
+    let c = dir.path().join("c.bak");
+    let c_partial = dir.path().join(".c.bak.partial");
+    std::fs::write(&c_partial, b"stale").unwrap();
+    std::fs::set_permissions(&c_partial, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, out) = backup(c.clone()).await;
+    assert!(ok, "herald backup: {out}");
+    let meta = std::fs::symlink_metadata(&c).unwrap();
+    assert!(meta.file_type().is_file(), "{meta:?}");
+    assert_eq!(meta.mode() & 0o777, 0o600, "the archive is private");
+    assert!(
+        !c_partial.exists(),
+        "the partial archive took the final name"
+    );
+
+    // A link planted at the temporary name, to a file of someone else's.
+    let d = dir.path().join("d.bak");
+    let d_partial = dir.path().join(".d.bak.partial");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"untouched").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&victim, &d_partial).unwrap();
+    let (ok, out) = backup(d.clone()).await;
+    assert!(ok, "herald backup: {out}");
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"untouched",
+        "not followed"
+    );
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().mode() & 0o777,
+        0o644,
+        "the link's target keeps its mode"
+    );
+    let meta = std::fs::symlink_metadata(&d).unwrap();
+    assert!(meta.file_type().is_file(), "a regular file: {meta:?}");
+    assert_eq!(meta.mode() & 0o777, 0o600, "the archive is private");
+    let (ok, checked) = run(vec!["restore".into(), "--check".into(), arg(&d)]).await;
+    assert!(ok, "{checked}");
+    assert!(checked.contains(" 1 events,"), "{checked}");
+}
+
+/// Runs `herald ARGS` to its end, reading its peak resident memory (`VmHWM`) every few
+/// milliseconds while it runs: its exit status, its output and the peak in KiB.
+async fn run_measured(args: Vec<String>) -> (bool, String, u64) {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(herald_bin())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run herald");
+        let status_file = format!("/proc/{}/status", child.id());
+        let mut peak = 0u64;
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Ok(text) = std::fs::read_to_string(&status_file) {
+                peak = peak.max(proc_status_kib(&text, "VmHWM:").unwrap_or(0));
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "herald {args:?} ran 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (status.success(), text, peak)
+    })
+    .await
+    .unwrap()
+}
+
+/// A part of an archive: its header line (naming `raw_bytes` when given) and `body`.
+fn crafted_part(
+    kind: &str,
+    index: u64,
+    records: u64,
+    raw_bytes: Option<u64>,
+    body: &[u8],
+) -> Vec<u8> {
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut header = json!({"part": kind, "index": index, "records": records,
+        "deliveries": 0, "bytes": body.len(), "sha256": sha});
+    if let Some(raw) = raw_bytes {
+        header["raw_bytes"] = json!(raw);
+    }
+    let mut out = serde_json::to_vec(&header).unwrap();
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out
+}
+
+/// `n` MiB of `byte`, compressed a MiB at a time.
+fn zstd_of(byte: u8, mib: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    let chunk = vec![byte; 1 << 20];
+    for _ in 0..mib {
+        z.write_all(&chunk).unwrap();
+    }
+    z.finish().unwrap()
+}
+
+/// A small archive whose events part decompresses to far more than it may: in format 3 past
+/// the `raw_bytes` its header names, and in format 2 (no `raw_bytes`) a record of 512 MiB or
+/// 512 MiB of empty lines. `restore --check` and `restore` name the part damaged, write
+/// nothing, and their peak memory stays within 64 MiB of what checking a small archive takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compression_bomb_is_named_damaged_in_bounded_memory() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let (ok, out, base) =
+        run_measured(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "{out}");
+    let info = serde_json::to_vec(&json!({"format": 3, "herald": "test", "started_at": 1,
+        "source": "sled"}))
+    .unwrap();
+    let info_line = [&info[..], b"\n"].concat();
+    let info_body = zstd::encode_all(&info_line[..], 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A record may be as long as the limit (64 MiB), and is held whole until its line ends:
+    // a record of 512 MiB takes at most that room before it is refused; the bombs, nothing.
+    const MIB: u64 = 1024;
+    let cases = [
+        (
+            "past-raw-bytes",
+            3,
+            zstd_of(b'x', 512),
+            Some(1000),
+            64 * MIB,
+        ),
+        (
+            "huge-record",
+            2,
+            zstd_of(b'x', 512),
+            None,
+            64 * MIB + 16 * MIB,
+        ),
+        ("empty-lines", 2, zstd_of(b'\n', 512), None, 64 * MIB),
+    ];
+    for (name, version, events, raw, bound) in cases {
+        let mut bytes = format!("herald-backup {version}\n").into_bytes();
+        let info_raw = raw.map(|_| info_line.len() as u64);
+        bytes.extend(crafted_part("info", 0, 1, info_raw, &info_body));
+        bytes.extend(crafted_part("events", 1, 1, raw, &events));
+        let archive = dir.path().join(name);
+        std::fs::write(&archive, &bytes).unwrap();
+        assert!(bytes.len() < 1 << 20, "{name}: a small archive");
+
+        let (ok, out, peak) =
+            run_measured(vec!["restore".into(), "--check".into(), arg(&archive)]).await;
+        assert!(!ok, "{name}: --check refuses it: {out}");
+        assert!(out.contains("part 1 (events) is damaged"), "{name}: {out}");
+        println!("{name}: restore --check peaked at {peak} KiB ({base} KiB for a small archive)");
+        assert!(
+            peak < base + bound,
+            "{name}: restore --check peaked at {peak} KiB, {base} KiB for a small archive"
+        );
+        let target = dir.path().join(format!("{name}-restored"));
+        let (ok, out, peak) = run_measured(vec![
+            "restore".into(),
+            "--to".into(),
+            format!("sled:{}", target.display()),
+            arg(&archive),
+        ])
+        .await;
+        assert!(!ok, "{name}: restore refuses it: {out}");
+        assert!(out.contains("part 1 (events) is damaged"), "{name}: {out}");
+        assert!(!target.exists(), "{name}: nothing was written");
+        assert!(
+            peak < base + bound,
+            "{name}: restore peaked at {peak} KiB, {base} KiB for a small archive"
+        );
+    }
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmHWM:`, `VmRSS:`).
+fn proc_status_kib(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// An archive's parts as (kind, records), each record a JSON value.
+type Parts = Vec<(String, Vec<serde_json::Value>)>;
+
+/// The format-1 fixture's parts.
+fn fixture_parts() -> Parts {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let bytes = std::fs::read(fixture).unwrap();
+    let mut at = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut parts = Vec::new();
+    while at < bytes.len() {
+        let end = at + bytes[at..].iter().position(|b| *b == b'\n').unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&bytes[at..end]).unwrap();
+        let len = header["bytes"].as_u64().unwrap() as usize;
+        let body = zstd::decode_all(&bytes[end + 1..end + 1 + len]).unwrap();
+        let records = body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        parts.push((header["part"].as_str().unwrap().to_string(), records));
+        at = end + 1 + len;
+    }
+    parts
+}
+
+/// An archive of format 1 of `parts`, with its headers and its end's counts made to match.
+fn archive_of(parts: &Parts) -> Vec<u8> {
+    let mut out = b"herald-backup 1\n".to_vec();
+    let (mut directory, mut events, mut deliveries, mut attempts) = (0, 0, 0, 0);
+    for (index, (kind, records)) in parts.iter().enumerate() {
+        let records = match kind.as_str() {
+            "end" => vec![
+                json!({"parts": index, "directory": directory, "events": events,
+                "deliveries": deliveries, "attempts": attempts}),
+            ],
+            _ => records.clone(),
+        };
+        let mut part_deliveries = 0;
+        for r in &records {
+            match kind.as_str() {
+                "directory" => directory += 1,
+                "events" => {
+                    events += 1;
+                    for d in r["deliveries"].as_array().unwrap() {
+                        part_deliveries += 1;
+                        attempts += d["attempts"].as_array().unwrap().len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        deliveries += part_deliveries;
+        let mut lines = Vec::new();
+        for r in &records {
+            lines.extend(serde_json::to_vec(r).unwrap());
+            lines.push(b'\n');
+        }
+        let body = zstd::encode_all(&lines[..], 1).unwrap();
+        let mut part = crafted_part(kind, index as u64, records.len() as u64, None, &body);
+        if part_deliveries > 0 {
+            // `crafted_part` says 0 deliveries: name them.
+            let nl = part.iter().position(|b| *b == b'\n').unwrap();
+            let mut header: serde_json::Value = serde_json::from_slice(&part[..nl]).unwrap();
+            header["deliveries"] = json!(part_deliveries);
+            let mut fixed = serde_json::to_vec(&header).unwrap();
+            fixed.extend_from_slice(&part[nl..]);
+            part = fixed;
+        }
+        out.extend(part);
+    }
+    out
+}
+
+/// Archives whose frame is whole but whose records the API would refuse, or whose events are
+/// not in strictly descending id order, are named damaged by `restore --check` and `restore`,
+/// which writes nothing; an account id `..` that an older version accepted still restores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_with_ids_the_api_refuses_or_events_out_of_order_is_damaged() {
+    let parts = fixture_parts();
+    let events_at = parts.iter().position(|(k, _)| k == "events").unwrap();
+    let dir_at = parts.iter().position(|(k, _)| k == "directory").unwrap();
+    let whole = archive_of(&parts);
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    std::fs::write(&good, &whole).unwrap();
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&good)]).await;
+    assert!(ok, "the fixture rewritten checks: {out}");
+
+    let with = |f: &dyn Fn(&mut Parts)| {
+        let mut p = parts.clone();
+        f(&mut p);
+        archive_of(&p)
+    };
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        (
+            "a bad event id",
+            with(&|p| p[events_at].1[0]["event"]["id"] = json!("evt_../../../../etc/passwd")),
+            format!("part {events_at} (events) is damaged"),
+        ),
+        (
+            "an account id the API refuses",
+            with(&|p| {
+                for r in p[dir_at].1.iter_mut() {
+                    if let Some(ep) = r.get_mut("endpoint") {
+                        ep["account_id"] = json!("../../x");
+                    }
+                }
+            }),
+            format!("part {dir_at} (directory) is damaged"),
+        ),
+        (
+            "a repeated event",
+            with(&|p| {
+                let first = p[events_at].1[0].clone();
+                p[events_at].1[1] = first;
+            }),
+            format!("part {events_at} (events) is damaged"),
+        ),
+        (
+            "events out of order",
+            with(&|p| p[events_at].1.swap(0, 1)),
+            format!("part {events_at} (events) is damaged"),
+        ),
+    ];
+    for (name, bytes, damaged) in cases {
+        let archive = dir.path().join(name.replace(' ', "-"));
+        std::fs::write(&archive, bytes).unwrap();
+        let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&archive)]).await;
+        assert!(!ok, "{name}: --check refuses it: {out}");
+        assert!(out.contains(&damaged), "{name}: {out}");
+        let target = dir
+            .path()
+            .join(format!("{}-restored", name.replace(' ', "-")));
+        let (ok, out) = restore_to(&format!("sled:{}", target.display()), &archive).await;
+        assert!(!ok, "{name}: restore refuses it: {out}");
+        assert!(!target.exists(), "{name}: nothing was written");
+    }
+
+    // `..`, written before the API refused it, is read by the API still: it restores.
+    let dotted = dir.path().join("dotted");
+    std::fs::write(
+        &dotted,
+        with(&|p| {
+            for r in p[dir_at].1.iter_mut() {
+                if let Some(ep) = r.get_mut("endpoint") {
+                    ep["account_id"] = json!("..");
+                }
+            }
+        }),
+    )
+    .unwrap();
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&dotted)]).await;
+    assert!(ok, "an account `..` restores: {out}");
+}
+
+/// A restore that fails after it wrote part of the archive (here the file changed after the
+/// check: a FIFO gives the check the good archive and the restore a damaged one) leaves the
+/// store as it found it, a missing or empty directory or an empty database, and the good
+/// archive then restores into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_fails_halfway_leaves_the_target_as_it_found_it() {
+    let parts = fixture_parts();
+    let whole = archive_of(&parts);
+    let events_at = {
+        let needle = b"\"part\":\"events\"";
+        let at = whole
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap();
+        whole[..at].iter().rposition(|b| *b == b'\n').unwrap() + 1
+    };
+    let body_at = events_at + whole[events_at..].iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut damaged = whole.clone();
+    damaged[body_at + 10] ^= 0x40;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let mut targets: Vec<(String, Launch, String, Option<std::path::PathBuf>)> = vec![
+        (
+            format!("sled:{}", dir.path().join("missing").display()),
+            Launch {
+                storage: Some(dir.path().join("missing")),
+                ..Launch::default()
+            },
+            "[storage]\nbackend = \"sled\"\n".to_string(),
+            Some(dir.path().join("missing")),
+        ),
+        (
+            format!("sled:{}", empty.display()),
+            Launch {
+                storage: Some(empty.clone()),
+                ..Launch::default()
+            },
+            "[storage]\nbackend = \"sled\"\n".to_string(),
+            Some(empty.clone()),
+        ),
+    ];
+    let [_, (to, launch, storage)] = restore_targets(dir.path());
+    targets.push((to, launch, storage, None));
+    for (i, (to, launch, storage, path)) in targets.into_iter().enumerate() {
+        let fifo = dir.path().join(format!("archive-{i}"));
+        let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let feeder = {
+            let (fifo, whole, damaged) = (fifo.clone(), whole.clone(), damaged.clone());
+            std::thread::spawn(move || {
+                // The check reads the good archive, the restore the damaged one.
+                std::fs::write(&fifo, &whole).unwrap();
+                std::fs::write(&fifo, &damaged).unwrap();
+            })
+        };
+        let (ok, out) = restore_to(&to, &fifo).await;
+        feeder.join().unwrap();
+        assert!(!ok, "{to}: the restore fails: {out}");
+        assert!(out.contains("is damaged"), "{to}: {out}");
+        match &path {
+            Some(p) if p == &empty => assert_eq!(
+                std::fs::read_dir(p).unwrap().count(),
+                0,
+                "{to}: the directory is empty again"
+            ),
+            Some(p) => assert!(!p.exists(), "{to}: the directory is still missing"),
+            None => {}
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".restoring-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{to}: {leftovers:?}");
+        // The good archive now restores into the same place.
+        let good = dir.path().join(format!("good-{i}"));
+        std::fs::write(&good, &whole).unwrap();
+        let (ok, out) = restore_to(&to, &good).await;
+        assert!(
+            ok,
+            "{to}: the good archive restores after the failed one: {out}"
+        );
+        let h = Herald::start_with(&storage, launch).await;
+        let (status, ev) = h
+            .admin("GET", "/v1/events/evt_01M92X6ZGR05A47SE3HVC4JW00", None)
+            .await;
+        assert_eq!(status, 200, "{to}: {ev}");
+    }
+}
+
+/// Memory is bounded by bytes, not events: with 300 events of 250 KB (a page of them would be
+/// 75 MB), herald's RSS rises by at most 64 MiB during `GET /v1/backup`, and `restore --check`
+/// and `restore` of the archive stay within 64 MiB of what checking a small archive takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_and_a_restore_of_large_events_stay_within_64_mib() {
+    const EVENTS: usize = 300;
+    let h = Herald::start("[server]\nmax_body_bytes = 1048576\n").await;
+    for _ in 0..EVENTS {
+        let pad: String = (0..250_000 / 32)
+            .map(|_| format!("{:032x}", rand::random::<u128>()))
+            .collect();
+        let (status, answer) = h
+            .ingest(json!({"account_id": "acc", "type": "order.created", "payload": {"pad": pad}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let pid = h.pid().expect("herald runs");
+    let status_file = format!("/proc/{pid}/status");
+    // The peak is reset, so that it measures the backup alone.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    let text = std::fs::read_to_string(&status_file).unwrap();
+    let before = proc_status_kib(&text, "VmRSS:").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("large.backup");
+    let config = backup_config(&h, dir.path());
+    let (ok, out) = run(vec![
+        "backup".into(),
+        "--config".into(),
+        arg(&config),
+        "--out".into(),
+        arg(&archive),
+    ])
+    .await;
+    assert!(ok, "herald backup: {out}");
+    let text = std::fs::read_to_string(&status_file).unwrap();
+    let peak = proc_status_kib(&text, "VmHWM:").unwrap();
+    println!("herald: {before} KiB before the backup, {peak} KiB at its peak");
+    assert!(
+        peak < before + 64 * 1024,
+        "herald's RSS rose from {before} KiB to {peak} KiB during the backup"
+    );
+
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let (ok, out, base) =
+        run_measured(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "{out}");
+    let (ok, out, peak) =
+        run_measured(vec!["restore".into(), "--check".into(), arg(&archive)]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!(" {EVENTS} events,")), "{out}");
+    println!("restore --check: {peak} KiB at its peak, {base} KiB for a small archive");
+    assert!(
+        peak < base + 64 * 1024,
+        "restore --check: {peak} KiB, base {base} KiB"
+    );
+    let target = dir.path().join("restored");
+    let (ok, out, peak) = run_measured(vec![
+        "restore".into(),
+        "--to".into(),
+        format!("sled:{}", target.display()),
+        arg(&archive),
+    ])
+    .await;
+    assert!(ok, "{out}");
+    println!("restore: {peak} KiB at its peak, {base} KiB for checking a small archive");
+    assert!(
+        peak < base + 64 * 1024,
+        "restore: {peak} KiB, base {base} KiB"
+    );
+}

@@ -14,7 +14,7 @@ use super::PgStore;
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Attempt, EventMeta};
-use crate::store::{EventHistory, StoreError};
+use crate::store::{EventHistory, StoreError, ARCHIVE_PAGE_BYTES};
 
 impl PgStore {
     /// [`crate::store::contract::Archive::export_events`].
@@ -37,12 +37,30 @@ impl PgStore {
             .start()
             .await?;
         // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
+        // The page's sizes first: it ends once its payloads reach `ARCHIVE_PAGE_BYTES`.
+        let sizes = tx
+            .query(
+                "SELECT id, octet_length(payload)::bigint FROM events WHERE id < $1
+                 ORDER BY id DESC LIMIT $2",
+                &[&upper, &(limit as i64)],
+            )
+            .await?;
+        let mut bytes = 0usize;
+        let mut take = 0usize;
+        for r in &sizes {
+            take += 1;
+            bytes += r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as usize;
+            if bytes >= ARCHIVE_PAGE_BYTES {
+                break;
+            }
+        }
+        let cut_short = take < sizes.len();
         let events = tx
             .query(
                 "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
                         ordering_key, payload
                  FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
-                &[&upper, &(limit as i64)],
+                &[&upper, &(take as i64)],
             )
             .await?;
         let keys: Vec<Vec<u8>> = events.iter().map(|r| r.get(0)).collect();
@@ -50,17 +68,18 @@ impl PgStore {
         for r in tx
             .query(
                 &format!(
-                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.event_id = ANY($1)
-                     ORDER BY d.id"
+                    "SELECT {DELIVERY_COLUMNS}, d.lane_seq FROM deliveries d
+                     WHERE d.event_id = ANY($1) ORDER BY d.id"
                 ),
                 &[&keys],
             )
             .await?
         {
+            let lane_seq: Option<i64> = r.get(13);
             deliveries
                 .entry(r.get::<_, Vec<u8>>(1))
                 .or_default()
-                .push(delivery_from(&r)?);
+                .push((delivery_from(&r)?, lane_seq));
         }
         let mut attempts: HashMap<Vec<u8>, Vec<Attempt>> = HashMap::new();
         for r in tx
@@ -91,11 +110,12 @@ impl PgStore {
                 idempotency_key: e.get(4),
                 debounce_key: e.get(5),
                 ordering_key: e.get(6),
-                deliveries: ds.iter().map(|d| d.id.clone()).collect(),
+                deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
             };
+            let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();
             let deliveries = ds
                 .into_iter()
-                .map(|d| {
+                .map(|(d, _)| {
                     let ulid = ids::parse(crate::ids::DELIVERY, &d.id).unwrap_or_default();
                     let atts = attempts
                         .remove(ulid.to_be_bytes().as_slice())
@@ -107,9 +127,10 @@ impl PgStore {
                 meta,
                 payload: Bytes::from(e.get::<_, Vec<u8>>(7)),
                 deliveries,
+                lane_seqs,
             });
         }
-        let next = (out.len() == limit)
+        let next = (out.len() == limit || cut_short)
             .then(|| out.last().map(|h| h.meta.id.clone()))
             .flatten();
         Ok((out, next))
@@ -165,6 +186,7 @@ impl PgStore {
                 now,
                 &|ep| self.directory.ordering(Some(ep)),
             )?;
+            rows.keep_lane_places(&h.lane_seqs);
         }
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
@@ -182,5 +204,97 @@ impl PgStore {
         super::copy::order_lanes(&tx).await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// A cluster's database held for a restore (docs/operations.md, "Restore"): the advisory lock
+/// that every node takes to migrate at start, held on a connection of its own until the
+/// restore ends, so that no node starts meanwhile; and the tables that were empty when the
+/// restore began, which a failed restore empties again.
+pub struct RestoreHold {
+    client: tokio_postgres::Client,
+    empty_tables: Vec<String>,
+}
+
+impl RestoreHold {
+    /// Takes the lock, brings the schema up to date, refuses while a node was seen within
+    /// `lease_ms` of `now`, and notes the tables that are empty.
+    pub async fn take(
+        mut client: tokio_postgres::Client,
+        now: Millis,
+        lease_ms: i64,
+    ) -> Result<RestoreHold, String> {
+        let failed = |e: tokio_postgres::Error| super::describe(&e);
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&super::migrate::LOCK])
+            .await
+            .map_err(failed)?;
+        let lease = std::time::Duration::from_millis(u64::try_from(lease_ms).unwrap_or(0));
+        super::migrate(&mut client, lease)
+            .await
+            .map_err(|e| e.to_string())?;
+        let live: Vec<String> = client
+            .query(
+                "SELECT name FROM nodes WHERE seen_at >= $1 ORDER BY name",
+                &[&(now - lease_ms)],
+            )
+            .await
+            .map_err(failed)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if !live.is_empty() {
+            return Err(format!(
+                "herald is running on this database (nodes {}); stop every node, then restore",
+                live.join(", ")
+            ));
+        }
+        let tables: Vec<String> = client
+            .query(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()
+                   AND tablename NOT IN ('herald_schema', 'nodes') ORDER BY tablename",
+                &[],
+            )
+            .await
+            .map_err(failed)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut empty_tables = Vec::new();
+        for t in tables {
+            let quoted = format!("\"{}\"", t.replace('"', "\"\""));
+            let used: bool = client
+                .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {quoted})"), &[])
+                .await
+                .map_err(failed)?
+                .get(0);
+            if !used {
+                empty_tables.push(quoted);
+            }
+        }
+        Ok(RestoreHold {
+            client,
+            empty_tables,
+        })
+    }
+
+    /// The restore failed: every table that was empty when it began is emptied again, in one
+    /// statement.
+    pub async fn undo(&self) -> Result<(), String> {
+        if self.empty_tables.is_empty() {
+            return Ok(());
+        }
+        self.client
+            .batch_execute(&format!("TRUNCATE {}", self.empty_tables.join(", ")))
+            .await
+            .map_err(|e| super::describe(&e))
+    }
+
+    /// The restore ended: the lock goes with the connection.
+    pub async fn release(self) {
+        let _ = self
+            .client
+            .execute("SELECT pg_advisory_unlock($1)", &[&super::migrate::LOCK])
+            .await;
     }
 }

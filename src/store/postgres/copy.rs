@@ -256,6 +256,8 @@ pub(super) struct Rows {
     deliveries: Vec<DeliveryRow>,
     attempts: Vec<(Vec<u8>, Attempt)>,
     keys: Vec<(String, String, Vec<u8>, Millis)>,
+    /// Each delivery's place in its lane, where the archive kept it (a cluster's backup).
+    lane_seqs: Vec<Option<i64>>,
 }
 
 impl Rows {
@@ -296,7 +298,23 @@ impl Rows {
             self.deliveries.push((id, event.clone(), d, lane));
         }
         self.events.push((event, meta, payload));
+        self.lane_seqs.resize(self.deliveries.len(), None);
         Ok(())
+    }
+
+    /// Keeps the places in their lanes that the last event's deliveries had in the store they
+    /// were read from (a cluster's backup restored into a cluster), so that events of one key
+    /// keep their order even where their ids do not (they were ingested on two nodes).
+    pub(super) fn keep_lane_places(&mut self, lane_seqs: &[Option<i64>]) {
+        let first = self.deliveries.len() - lane_seqs.len().min(self.deliveries.len());
+        for (i, seq) in lane_seqs.iter().enumerate() {
+            if let (Some(slot), Some((_, _, _, Some(_)))) = (
+                self.lane_seqs.get_mut(first + i),
+                self.deliveries.get(first + i),
+            ) {
+                *slot = *seq;
+            }
+        }
     }
 
     /// The page's rows, one statement per table (arrays unnested).
@@ -353,11 +371,11 @@ impl Rows {
         tx.execute(
             "INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type, state,
                  last_status, last_http_status, attempt_count, due_at, next_attempt_at, manual,
-                 queued, created_at, lane)
+                 queued, created_at, lane, lane_seq)
              SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::integer[], $9::integer[],
                                   $10::bigint[], $11::bigint[], $12::boolean[], $13::boolean[],
-                                  $14::bigint[], $15::bytea[])
+                                  $14::bigint[], $15::bytea[], $16::bigint[])
              ON CONFLICT DO NOTHING",
             &[
                 &ds.iter().map(|d| &d.0).collect::<Vec<_>>(),
@@ -381,6 +399,7 @@ impl Rows {
                 &ds.iter().map(|d| d.2.queued).collect::<Vec<_>>(),
                 &ds.iter().map(|d| d.2.created_at).collect::<Vec<_>>(),
                 &ds.iter().map(|d| &d.3).collect::<Vec<_>>(),
+                &self.lane_seqs,
             ],
         )
         .await?;
@@ -440,8 +459,9 @@ impl Rows {
     }
 }
 
-/// Gives the pending deliveries written with a lane and no place in it their places, in id
-/// order (the order their events were committed in), after every place ingest gave; then moves
+/// Gives the pending deliveries written with a lane and no place in it (a place a cluster's
+/// archive carried is written with the row) their places, in id order (on one box, the order
+/// their events were committed in), after every place ingest gave; then moves
 /// the lane sequence past them. Run once the copy or the restore has written every page (pages
 /// go newest first).
 pub(super) async fn order_lanes(tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {

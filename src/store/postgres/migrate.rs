@@ -14,7 +14,7 @@ use super::DbError;
 
 /// The advisory lock migrations hold ("herald" in ASCII): one key, so any herald process on
 /// the database serializes on it and nothing else is likely to use it.
-const LOCK: i64 = 0x6865_7261_6c64;
+pub(crate) const LOCK: i64 = 0x6865_7261_6c64;
 
 /// The oldest PostgreSQL herald runs on (docs/cluster.md).
 const MIN_SERVER_VERSION: i32 = 130000;

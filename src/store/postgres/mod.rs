@@ -44,6 +44,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::Config;
+pub use archive::RestoreHold;
 pub use handle::PgStore;
 pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, PgLease};

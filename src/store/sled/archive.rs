@@ -11,7 +11,7 @@ use super::{lane_of, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::DeliveryState;
-use crate::store::EventHistory;
+use crate::store::{EventHistory, ARCHIVE_PAGE_BYTES};
 
 impl SledStore {
     /// [`crate::store::contract::Archive::export_events`].
@@ -27,33 +27,49 @@ impl SledStore {
             },
             None => u128::MAX,
         };
-        // The ids first (a walk that may span folds), then each event whole in a read of its
-        // own: a fold written between two reads moves rows, never ids.
-        let mut ulids = Vec::with_capacity(limit);
-        for item in self.inner.newest_first(0, upper) {
-            let (event, _, _) = item?;
-            ulids.push(event);
-            if ulids.len() == limit {
-                break;
+        // The ids and the events in one consistent read: a fold or an unfold landing during
+        // the walk moves rows the walk has not reached yet (the folder deletes hot rows it
+        // folded), so a page read across one could miss events or hold one twice.
+        let inner = &self.inner;
+        inner.consistent(|| {
+            let mut out = Vec::new();
+            let mut bytes = 0;
+            let mut seen = 0;
+            for item in inner.newest_first(0, upper) {
+                let (event, _, _) = item?;
+                seen += 1;
+                // An event removed since (retention) is not in the backup.
+                if let Some(h) = self.history_now(event)? {
+                    bytes += h.payload.len();
+                    out.push(h);
+                }
+                if seen == limit || bytes >= ARCHIVE_PAGE_BYTES {
+                    return Ok((out, Some(ids::format(EVENT, event))));
+                }
             }
-        }
-        let next = (ulids.len() == limit)
-            .then(|| ulids.last().map(|u| ids::format(EVENT, *u)))
-            .flatten();
-        let mut out = Vec::with_capacity(ulids.len());
-        for event in ulids {
-            // An event removed since (retention) is not in the backup.
-            if let Some(h) = self.history(event)? {
+            Ok((out, None))
+        })
+    }
+
+    /// The events of a page read before a sync that are still stored after it: the rows of a
+    /// commit cycle are visible before its fsync, and a cycle that fails is undone, so only
+    /// what is still there once every cycle in flight at the read has ended is durable.
+    pub fn still_stored(&self, page: Vec<EventHistory>) -> Result<Vec<EventHistory>, StoreError> {
+        let mut out = Vec::with_capacity(page.len());
+        for h in page {
+            let event = ids::parse(EVENT, &h.meta.id)
+                .ok_or_else(|| StoreError::Format(format!("{} is not an event id", h.meta.id)))?;
+            if self.inner.event_exists(event)? {
                 out.push(h);
             }
         }
-        Ok((out, next))
+        Ok(out)
     }
 
-    /// The event with its payload, its deliveries and their attempts, in one consistent read.
-    fn history(&self, event: u128) -> Result<Option<EventHistory>, StoreError> {
+    /// The event with its payload, its deliveries and their attempts (within a consistent read).
+    fn history_now(&self, event: u128) -> Result<Option<EventHistory>, StoreError> {
         let inner = &self.inner;
-        inner.consistent(|| {
+        {
             let Some((rec, payload, place)) = inner.event_with_payload(event)? else {
                 return Ok(None);
             };
@@ -72,8 +88,9 @@ impl SledStore {
                 meta: rec.meta,
                 payload,
                 deliveries,
+                lane_seqs: Vec::new(),
             }))
-        })
+        }
     }
 
     /// Whether the store holds no event, endpoint, plan or account secret.
@@ -185,6 +202,9 @@ impl SledStore {
             f.last_event = f.last_event.max(newest);
         }
         inner.trees.log.apply_batch(batch)?;
+        // Written out now: rows not yet flushed stay in sled's cache whatever its capacity,
+        // so a restore that only wrote would hold the whole archive in memory.
+        inner.db.flush()?;
         inner.keys.add(&key_rows, newest)?;
         ids::observe(newest);
         for s in states {

@@ -456,7 +456,13 @@ impl Archive for SledStore {
         before: Option<String>,
         limit: usize,
     ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
-        blocking(self, move |s| s.export_events(before.as_deref(), limit)).await
+        let (page, next) =
+            blocking(self, move |s| s.export_events(before.as_deref(), limit)).await?;
+        // Only what is durable: the sync ends after every commit cycle in flight at the read
+        // (fsynced, or failed and undone).
+        SledStore::sync(self).await?;
+        let page = blocking(self, move |s| s.still_stored(page)).await?;
+        Ok((page, next))
     }
 
     async fn is_empty(&self) -> Result<bool, StoreError> {

@@ -405,6 +405,21 @@ async fn reads_see_every_event_while_it_folds_and_unfolds() {
         .iter()
         .map(|e| events_text(&store, std::slice::from_ref(e)))
         .collect();
+    // The backup's pages (a few events each), every event once, newest first.
+    let exported = |store: &SledStore| {
+        let mut out = Vec::new();
+        let mut before = None;
+        loop {
+            let (page, next) = store.export_events(before.as_deref(), 7).unwrap();
+            out.extend(page.into_iter().map(|h| h.meta.id));
+            match next {
+                Some(n) => before = Some(n),
+                None => return out,
+            }
+        }
+    };
+    let all_exported = exported(&store);
+    assert_eq!(all_exported.len(), events.len());
     let done = Arc::new(AtomicBool::new(false));
     let reader = {
         let (store, done) = (store.clone(), done.clone());
@@ -418,6 +433,13 @@ async fn reads_see_every_event_while_it_folds_and_unfolds() {
                     "a list read overlapping a fold: {} deliveries of {}",
                     got.len(),
                     all.len()
+                );
+                let got = exported(&store);
+                assert!(
+                    got == all_exported,
+                    "a backup's pages overlapping a fold: {} events of {}",
+                    got.len(),
+                    all_exported.len()
                 );
                 let i = reads % events.len();
                 let text = events_text(&store, &[events[i].clone()]);
