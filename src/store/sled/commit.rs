@@ -121,6 +121,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
         // The superseded candidates are released before the answer, not when the cycle is
         // dropped after it: whoever hears the 503 finds them free.
         cycle.claims.clear();
+        inner.mark_queued();
         for job in jobs {
             match job {
                 Job::Ingest { reply, .. } => drop(reply.send(Err(e.clone()))),
@@ -139,6 +140,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
     // Durable: the keys written up to the last event may be recorded as synced once they are.
     inner.keys.mark(inner.lock_fresh().last_event);
     inner.due.insert_many(cycle.due.drain(..));
+    inner.mark_queued();
     for state in &cycle.states {
         inner.stats.count(None, *state);
     }

@@ -177,11 +177,12 @@ pub(crate) struct Inner {
     refilling: AtomicBool,
     /// Endpoints' circuit breakers, as stored, once read ([`accounts`]).
     breakers: Mutex<HashMap<String, crate::policy::breaker::Breaker>>,
-    /// Events of purged accounts whose deliveries were being attempted when the purge came
-    /// ([`purge`]): what those attempts would record is discarded. A delivery's write reads
-    /// it under the read lock, and a purge adds to it under the write lock before it removes
-    /// anything, so no write of a purged event's delivery lands after the purge.
-    purged: RwLock<HashSet<u128>>,
+    /// Accounts purged while the scheduler may still hold entries of their events
+    /// ([`purge::Tombstones`]): what an attempt of one would record is discarded. A delivery's
+    /// write reads it under the read lock, and a purge adds its tombstone under the write lock
+    /// before it removes anything, so no write of a purged event's delivery lands after the
+    /// purge.
+    tombstones: RwLock<purge::Tombstones>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -433,7 +434,7 @@ impl SledStore {
             index_pass: Mutex::default(),
             refilling: AtomicBool::new(false),
             breakers: Mutex::default(),
-            purged: RwLock::default(),
+            tombstones: RwLock::default(),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -578,6 +579,7 @@ impl SledStore {
             .flat_map(|n| n.to_be_bytes())
             .collect();
         meta.insert(meta_keys::COUNTS, counts)?;
+        self.inner.sweep_tombstones();
         Ok(())
     }
 

@@ -6,11 +6,11 @@
 //! bytes stay in sled's files until sled rewrites them (docs/operations.md, "Purging an
 //! account").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::codec;
 use super::keys::{self, KeyRow};
-use super::{key, Claim, Place, SledStore, StoreError, NO_LANE};
+use super::{key, Claim, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
 use crate::ids;
 use crate::model::DeliveryState;
 use crate::store::Purged;
@@ -55,6 +55,7 @@ impl SledStore {
             }
         }
         self.sync().await?;
+        self.inner.sweep_tombstones();
         Ok(purged)
     }
 
@@ -93,26 +94,30 @@ impl SledStore {
             .into_iter()
             .map(|(event, v)| Ok((event, inner.decode_event(event, &v, &Place::Hot)?.0)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        {
-            let mut purged = inner.purged.write().unwrap_or_else(|e| e.into_inner());
+        // The tombstone first ([`Tombstones`]): from here on the scheduler drops what it holds
+        // of these events, and what their running attempts record is discarded. Its
+        // endpoints' lanes wait for nothing any more.
+        if let Some(&upto) = events.last() {
+            for (_, rec) in &hot {
+                lanes.extend(rec.targets.iter().copied().filter(|l| *l != NO_LANE));
+            }
+            let mut tombstones = inner.lock_tombstones_mut();
+            for lane in &lanes {
+                inner.due.drop_lane(*lane, upto);
+            }
+            let mut busy = Vec::new();
             for (event, rec) in &hot {
                 for i in 0..rec.targets.len() {
-                    match inner.claim(ids::delivery_of(*event, i)) {
+                    let delivery = ids::delivery_of(*event, i);
+                    match inner.claim(delivery) {
                         Some(c) => claims.push(c),
-                        None => {
-                            purged.insert(*event);
-                        }
+                        None => busy.push(delivery),
                     }
                 }
             }
+            tombstones.add(account, upto, &lanes, busy);
         }
         for (event, rec) in hot {
-            // Its endpoints' lanes wait for nothing any more.
-            for lane in rec.targets.iter().filter(|l| **l != NO_LANE) {
-                if lanes.insert(*lane) {
-                    inner.due.drop_lane(*lane);
-                }
-            }
             let mut batch = sled::Batch::default();
             for (i, lane) in rec.targets.iter().enumerate() {
                 let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
@@ -165,9 +170,10 @@ impl SledStore {
         Ok((n_events, n_deliveries))
     }
 
-    /// A removed delivery leaves the counts and the fresh watermark's buckets. One of the
-    /// shared no-endpoint lane that waits is left to the queue, which drops it (and counts it)
-    /// as an entry without its event when it comes up.
+    /// A removed delivery leaves the counts and the fresh watermark's buckets, here and only
+    /// here: the scheduler drops its entries of purged events without touching them
+    /// ([`Tombstones`]). One of the shared no-endpoint lane that waits is left to the queue,
+    /// which drops it (and counts it) as an entry without its event when it comes up.
     fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128) {
         if lane == NO_LANE && d.state == DeliveryState::Pending {
             return;
@@ -202,4 +208,96 @@ fn idempotency_row(meta: &crate::model::EventMeta, event: u128) -> Option<(KeyRo
     let idem = meta.idempotency_key.as_ref()?;
     let day = key::idempotency_day(ids::ulid_ms(event));
     Some((keys::key_row(day, &meta.account_id, idem), event))
+}
+
+/// Accounts purged while the scheduler may still hold entries of their events: an entry taken
+/// when the purge came (its attempt running, or its claim refused while the purge held it), or
+/// queued by the committer after the purge read its cycle. Each account's tombstone is the
+/// highest event id the purge removed: the due index drops that account's lanes' entries at
+/// or below it ([`super::DueIndex::drop_lane`]), a delivery write of such an event is
+/// discarded, and an entry that comes up without its event leaves the counts alone (the purge
+/// took it out of them, once). A tombstone goes once neither the due index nor the committer
+/// holds such an entry ([`Inner::sweep_tombstones`]), so they never pile up.
+#[derive(Default)]
+pub(super) struct Tombstones {
+    by_account: HashMap<String, Tombstone>,
+}
+
+struct Tombstone {
+    /// The highest event id the purge removed.
+    upto: u128,
+    /// The purged endpoints' lanes.
+    lanes: HashSet<Lane>,
+    /// Deliveries whose claim the purge could not take (their attempts were running).
+    busy: Vec<u128>,
+}
+
+impl Tombstones {
+    fn add(&mut self, account: &str, upto: u128, lanes: &HashSet<Lane>, busy: Vec<u128>) {
+        let t = self
+            .by_account
+            .entry(account.to_string())
+            .or_insert_with(|| Tombstone {
+                upto,
+                lanes: HashSet::new(),
+                busy: Vec::new(),
+            });
+        t.upto = t.upto.max(upto);
+        t.lanes.extend(lanes);
+        t.busy.extend(busy);
+    }
+
+    /// Whether `event` of `account` went with a purge.
+    pub(super) fn covers(&self, account: &str, event: u128) -> bool {
+        !self.by_account.is_empty()
+            && self
+                .by_account
+                .get(account)
+                .is_some_and(|t| event <= t.upto)
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_account.len()
+    }
+}
+
+impl Inner {
+    pub(super) fn lock_tombstones(&self) -> std::sync::RwLockReadGuard<'_, Tombstones> {
+        self.tombstones.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_tombstones_mut(&self) -> std::sync::RwLockWriteGuard<'_, Tombstones> {
+        self.tombstones.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The committer's cycle is over: its entries are in the due index.
+    pub(super) fn mark_queued(&self) {
+        let mut fresh = self.lock_fresh();
+        fresh.queued = fresh.last_event;
+    }
+
+    /// Removes the tombstones whose events nothing holds any more: the committer is past them,
+    /// their lanes have no entry waiting or running, and no attempt the purge found running
+    /// still holds its delivery. (Checked at every checkpoint and after each purge.)
+    pub(super) fn sweep_tombstones(&self) {
+        if self.lock_tombstones().by_account.is_empty() {
+            return;
+        }
+        let queued = self.lock_fresh().queued;
+        let mut tombstones = self.lock_tombstones_mut();
+        tombstones.by_account.retain(|_, t| {
+            let claims = self.lock_claims();
+            let held = queued < t.upto
+                || t.busy.iter().any(|d| claims.contains(d))
+                || t.lanes.iter().any(|l| !self.due.lane_idle(*l));
+            drop(claims);
+            if !held {
+                for lane in &t.lanes {
+                    self.due.forget_dropped(*lane);
+                }
+            }
+            held
+        });
+    }
 }

@@ -65,7 +65,7 @@ impl SledStore {
             Ok(Some(found)) => found,
             Ok(None) => {
                 // Its event is gone (a commit that never finished): nothing to attempt.
-                if let Err(e) = self.drop_orphan(due.delivery) {
+                if let Err(e) = self.drop_orphan(due.lane, due.delivery) {
                     tracing::error!(error = %e, "cannot drop a pending entry without its event");
                 }
                 self.due().ended(due.lane, due.delivery);

@@ -1450,3 +1450,79 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
     assert!(store.due().is_empty());
     close(store);
 }
+
+/// A purge that comes while the scheduler holds one of the purged account's deliveries (its
+/// attempt runs; then its breaker puts it back) takes that delivery out of its second's fresh
+/// bucket once, and only once: taken again, its event gone, it is dropped without touching the
+/// buckets. Before, it left them a second time, the bucket emptied one delivery early, and the
+/// watermark written at close went past another account's fresh delivery of that second, which
+/// after the next start was pending for ever (LOST).
+#[tokio::test]
+async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    // The purged account's lane sorts first, so it is taken first.
+    let (purged_lane, other_lane) = (LANE, LANE + 1);
+    let out = store
+        .ingest(vec![
+            event("purged", &[purged_lane], T0),
+            event("other", &[other_lane], T0),
+        ])
+        .await
+        .unwrap();
+    let other = created(&out[1]).1[0].clone();
+
+    // The engine takes the purged account's delivery and attempts it.
+    let mut taken = store.take_due_now(T0, 1);
+    assert_eq!(taken.len(), 1);
+    let hold = taken.remove(0);
+    assert_eq!(hold.due.delivery.account_id, "purged");
+
+    let purged = store.purge_account("purged").await.unwrap();
+    assert_eq!((purged.events, purged.deliveries), (1, 1));
+    // Its breaker opened meanwhile: the entry goes back, its lane held a second.
+    store.release_taken(hold.hold, Some(T0 + 1_000));
+    clock.set(T0 + 1_000);
+    let again = store.take_due_now(T0 + 1_000, 10);
+    assert!(
+        again.iter().all(|t| t.due.delivery.account_id != "purged"),
+        "nothing of the purged account is attempted"
+    );
+    // The other's is not attempted yet either (its lane stops, say): it stays fresh.
+    for t in again {
+        store.release_taken(t.hold, None);
+    }
+    // A later event of the other account, in a later second, fresh as well.
+    clock.set(T0 + 5_000);
+    let out = store
+        .ingest(vec![event("other", &[other_lane], T0 + 5_000)])
+        .await
+        .unwrap();
+    let later = created(&out[0]).1[0].clone();
+    let pending = store.stats().get(DeliveryState::Pending);
+    // Nothing holds an entry of the purged event any more: its tombstone goes.
+    store.inner.sweep_tombstones();
+    assert_eq!(store.inner.lock_tombstones().len(), 0, "the tombstone went");
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let due: Vec<String> = all_due(&store, T0 + 5_000)
+        .into_iter()
+        .map(|d| ids::format(ids::DELIVERY, d))
+        .collect();
+    if !due.contains(&other.id) {
+        println!("LOST: {} is pending and never attempted", other.id);
+    }
+    assert_eq!(
+        due,
+        vec![other.id.clone(), later.id.clone()],
+        "the other account's deliveries are due"
+    );
+    assert_eq!(
+        pending, 2,
+        "the other's, each counted once before the restart"
+    );
+    close(store);
+}
