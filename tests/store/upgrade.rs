@@ -87,9 +87,9 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
     assert_eq!(got[0].header("webhook-id"), Some(event));
 }
 
-/// Waits for each migration step from `format` to format 7 in the log.
-async fn migrated_through_7(h: &Herald, format: u8) {
-    for from in format..7 {
+/// Waits for each migration step from `format` to format 8 in the log.
+async fn migrated_through_8(h: &Herald, format: u8) {
+    for from in format..8 {
         h.wait_for_log(
             &format!("storage migrated from format {from} to format {}", from + 1),
             Duration::from_secs(5),
@@ -114,7 +114,7 @@ async fn restarted_migrations(h: &mut Herald) -> usize {
 async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     let recv = Receiver::ok_http();
     let (mut h, data) = on_fixture(FIXTURE_TABLES, "format2").await;
-    migrated_through_7(&h, 2).await;
+    migrated_through_8(&h, 2).await;
 
     // The whole log reads.
     let (status, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
@@ -163,14 +163,14 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 7 (no migration again).
+    // The files are private now, and the next start finds format 8 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
     let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 5,
-        "five steps at the first start, none at the second"
+        migrations, 6,
+        "six steps at the first start, none at the second"
     );
     let (_, list) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 11);
@@ -187,7 +187,7 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
         )
         .await;
     assert!(line.contains("idempotency_keys=2"), "{line}");
-    migrated_through_7(&h, 4).await;
+    migrated_through_8(&h, 4).await;
     assert!(data.join("idempotency").is_dir());
     assert!(!data.join("keys").exists());
 
@@ -204,8 +204,8 @@ async fn a_format_3_data_directory_is_migrated_and_keeps_working() {
 
     let migrations = restarted_migrations(&mut h).await;
     assert_eq!(
-        migrations, 4,
-        "four steps at the first start, none at the second"
+        migrations, 5,
+        "five steps at the first start, none at the second"
     );
 }
 
@@ -216,7 +216,7 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     let recv = Receiver::ok_http();
     let tables = format!("{FIXTURE_TABLES}[storage]\nfold_after = \"1s\"\n");
     let (h, _) = on_fixture(&tables, "format4").await;
-    migrated_through_7(&h, 4).await;
+    migrated_through_8(&h, 4).await;
     let line = h
         .wait_for_log("history folded", Duration::from_secs(10))
         .await;
@@ -253,7 +253,7 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     .await;
 }
 
-/// Format 5 (tests/fixtures/format5, see its README) opens in format 7: its 210 idempotency
+/// Format 5 (tests/fixtures/format5, see its README) opens in format 8: its 210 idempotency
 /// keys, a sled row each, move to tables of their own; its folded and hot log reads as it did,
 /// and a second start migrates nothing. Format 6 (tests/fixtures/format6), the same keys packed
 /// many to a sled row, too. (That every key still answers `duplicate` is
@@ -266,7 +266,7 @@ async fn format_5_and_6_data_directories_move_their_keys_and_keep_working() {
         ("format6", 6, "evt_01M904VQQG0R52WGC4GCM1JM00"),
     ] {
         let (mut h, data) = on_fixture(FIXTURE_TABLES, fixture).await;
-        migrated_through_7(&h, format).await;
+        migrated_through_8(&h, format).await;
         let line = h
             .wait_for_log(
                 "storage migrated from format 6 to format 7",
@@ -290,7 +290,7 @@ async fn format_5_and_6_data_directories_move_their_keys_and_keep_working() {
         let migrations = restarted_migrations(&mut h).await;
         assert_eq!(
             migrations,
-            usize::from(7 - format),
+            usize::from(8 - format),
             "{fixture}: its steps at the first start, none at the second"
         );
     }

@@ -24,6 +24,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "directory version", include_str!("schema_0004.sql")),
     (5, "endpoint minutes", include_str!("schema_0005.sql")),
     (6, "failure alerts", include_str!("schema_0006.sql")),
+    (
+        9,
+        "operator events by account",
+        include_str!("schema_0009.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

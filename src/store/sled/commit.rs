@@ -284,6 +284,9 @@ fn store_event(
         .entry(ev.account_id.clone())
         .or_default()
         .push(ulid);
+    if let Some(about) = super::purge::operator_subject(&ev.account_id, &ev.payload) {
+        cycle.put_new(&key::about(&about, ulid), Vec::new());
+    }
     cycle.put_new(&key::event(ulid), encoded.row);
 
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {

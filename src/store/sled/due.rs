@@ -239,14 +239,18 @@ struct Inner {
     /// their events, and one that comes back (put back by its attempt, queued by the committer
     /// after the purge read its cycle) is dropped instead ([`DueIndex::drop_lane`]).
     dropped: HashMap<Lane, u128>,
+    /// Single purged deliveries of a lane that others share (operator events about a purged
+    /// account): dropped like [`Self::dropped`]'s ([`DueIndex::drop_deliveries`]).
+    dropped_deliveries: std::collections::HashSet<u128>,
 }
 
 impl Inner {
     /// Whether `delivery`'s event went with a purge of its lane's account.
     fn is_dropped(&self, lane: Lane, delivery: u128) -> bool {
-        self.dropped
-            .get(&lane)
-            .is_some_and(|&upto| ids::event_of(delivery).is_some_and(|(event, _)| event <= upto))
+        self.dropped_deliveries.contains(&delivery)
+            || self.dropped.get(&lane).is_some_and(|&upto| {
+                ids::event_of(delivery).is_some_and(|(event, _)| event <= upto)
+            })
     }
 
     /// Puts the lane's `ready` key in line with its queue, its running count and its hold.
@@ -285,7 +289,9 @@ impl Inner {
             fresh,
             sequence,
         } = e;
-        if !self.dropped.is_empty() && self.is_dropped(lane, delivery) {
+        if !(self.dropped.is_empty() && self.dropped_deliveries.is_empty())
+            && self.is_dropped(lane, delivery)
+        {
             return false;
         }
         let total = self.fresh_total;
@@ -463,7 +469,37 @@ impl DueIndex {
     /// that comes up is dropped without touching the counts, which the purge kept.
     pub fn is_dropped(&self, lane: Lane, delivery: u128) -> bool {
         let inner = self.lock();
-        !inner.dropped.is_empty() && inner.is_dropped(lane, delivery)
+        !(inner.dropped.is_empty() && inner.dropped_deliveries.is_empty())
+            && inner.is_dropped(lane, delivery)
+    }
+
+    /// Like [`Self::drop_lane`] for single deliveries of a lane that goes on (an operator
+    /// endpoint's): each waiting entry of them goes (a spilled one is read back from sled
+    /// only if its event is there), and one that comes back is dropped, until
+    /// [`Self::forget_dropped_deliveries`].
+    pub fn drop_deliveries(&self, lane: Lane, deliveries: &[u128]) {
+        let mut inner = self.lock();
+        inner.dropped_deliveries.extend(deliveries.iter().copied());
+        let Some(q) = inner.lanes.get_mut(&lane) else {
+            return;
+        };
+        let gone: std::collections::HashSet<u128> = deliveries.iter().copied().collect();
+        let (fresh, later) = (q.fresh.len(), q.later.len());
+        q.fresh.retain(|s| !gone.contains(&s.get().1));
+        q.later.retain(|(_, d)| !gone.contains(d));
+        let fresh_gone = fresh - q.fresh.len();
+        let removed = fresh_gone + later - q.later.len();
+        inner.len = inner.len.saturating_sub(removed);
+        inner.fresh_total = inner.fresh_total.saturating_sub(fresh_gone);
+        inner.refresh(lane);
+    }
+
+    /// Ends [`Self::drop_deliveries`]'s drop of these deliveries.
+    pub fn forget_dropped_deliveries(&self, deliveries: &[u128]) {
+        let mut inner = self.lock();
+        for d in deliveries {
+            inner.dropped_deliveries.remove(d);
+        }
     }
 
     /// Whether `lane` has no entry waiting or running.

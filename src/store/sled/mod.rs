@@ -115,9 +115,9 @@ impl From<sled::Error> for StoreError {
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
-/// idempotency key), 6 (idempotency keys in a sled database of their own) are migrated at open
-/// ([`migrate`]).
-const FORMAT: u8 = 7;
+/// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
+/// without an account index) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 8;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -696,7 +696,7 @@ pub(crate) fn open_sled(config: sled::Config, path: &Path) -> Result<sled::Db, S
     }
 }
 
-/// Brings a store of an older format (`Some(2..=6)`) to [`FORMAT`] step by step, and records the
+/// Brings a store of an older format (`Some(2..=7)`) to [`FORMAT`] step by step, and records the
 /// format a new or migrated store is in, durably.
 fn migrate_to_current(
     format: Option<u8>,
@@ -721,6 +721,9 @@ fn migrate_to_current(
     }
     if matches!(format, Some(2..=6)) {
         migrate::from_format_6(old_keys, keys)?;
+    }
+    if matches!(format, Some(2..=7)) {
+        migrate::from_format_7(trees)?;
     }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
@@ -790,14 +793,14 @@ impl Trees {
     }
 }
 
-/// The data directory's storage format: `None` for a new one, `Some(2..=6)` for one the
+/// The data directory's storage format: `None` for a new one, `Some(2..=7)` for one the
 /// migration upgrades, `Some(FORMAT)` for a current one. Any other is refused (it would read as
 /// garbage).
 fn check_format(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db.open_tree("meta")?;
     match meta.get(meta_keys::FORMAT)? {
         Some(v) if v.as_ref() == [FORMAT] => Ok(Some(FORMAT)),
-        Some(v) if matches!(v.as_ref(), [2..=6]) => Ok(Some(v[0])),
+        Some(v) if matches!(v.as_ref(), [2..=7]) => Ok(Some(v[0])),
         Some(v) => Err(StoreError::Format(format!(
             "the data directory is in storage format {:?}; this herald reads formats 2 to \
              {FORMAT} (a newer herald wrote it: run that one)",

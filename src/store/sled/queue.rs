@@ -96,10 +96,12 @@ impl SledStore {
     /// waits in it until `until`, with the whole lane.
     pub(super) fn release_taken(&self, hold: SledClaim, until: Option<Millis>) {
         let SledClaim { due, _claim } = hold;
-        drop(_claim);
+        // Back in the index before the claim ends: while the claim holds, a purge's tombstone
+        // of its event stays ([`super::purge::Tombstones`]), so the entry is dropped there.
         match until {
             None => self.due().done(due.lane),
             Some(at) => self.due().put_back(due, Some(at)),
         }
+        drop(_claim);
     }
 }

@@ -138,10 +138,27 @@ impl SledStore {
             wk[0] = key::WINDOW;
             wk[1..].copy_from_slice(&k[9..]);
             // Only the window this entry indexes: the committer may have opened a new one
-            // under the same key (compare-and-swap against the value read).
+            // under the same key (compare-and-swap against the value read). Its row in its
+            // account's index goes in the same transaction: sled runs it apart from the
+            // committer's batches, so a window written again meanwhile keeps its row.
             if let Some(v) = log.get(wk)? {
                 if codec::decode_window(&v)?.end == end {
-                    let _ = log.compare_and_swap(wk, Some(v), None::<&[u8]>)?;
+                    let index = codec::window_account(&v).map(|a| key::account_window(&a, &wk));
+                    log.transaction(|tx| {
+                        if tx.get(wk)?.as_deref() == Some(&v[..]) {
+                            tx.remove(&wk[..])?;
+                            if let Some(row) = index {
+                                tx.remove(&row[..])?;
+                            }
+                        }
+                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                    })
+                    .map_err(|e| match e {
+                        sled::transaction::TransactionError::Storage(e) => StoreError::from(e),
+                        sled::transaction::TransactionError::Abort(()) => {
+                            StoreError::Corrupt("debounce window".into())
+                        }
+                    })?;
                 }
             }
             log.remove(k)?;

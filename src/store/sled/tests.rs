@@ -1526,3 +1526,82 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     );
     close(store);
 }
+
+/// An event of account `account` whose type debounces on its payload's `loc` (no
+/// `debounce_key` in the request), leading or trailing.
+fn located_event(account: &str, loc: &str, trailing: bool, at: Millis) -> NewEvent {
+    let mut ev = event(account, &[LANE], at);
+    ev.event_type = "loc.changed".into();
+    ev.payload = Bytes::from(format!(r#"{{"n":1,"loc":"{loc}"}}"#));
+    ev.debounce = Some(DebounceRule {
+        key: format!("{account}\0loc.changed\0{loc}"),
+        window_ms: 3_600_000,
+        trailing,
+    });
+    ev
+}
+
+/// A format-7 store's debounce windows name no account: the migration to format 8 finds it
+/// (a trailing window's candidate, a leading window's opening event by its payload's fields)
+/// and indexes them; a purge then forgets them, and the same event is no longer debounced.
+#[tokio::test]
+async fn a_format_7_stores_windows_are_indexed_by_account_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store
+        .ingest(vec![
+            located_event("acct", "L1", false, T0),
+            located_event("acct", "L2", true, T0),
+            located_event("other", "L1", false, T0),
+        ])
+        .await
+        .unwrap();
+    clock.set(T0 + 100);
+    store
+        .ingest(vec![located_event("acct", "L2", true, T0 + 100)])
+        .await
+        .unwrap();
+    // As format 7 left it: windows without their account, no index, the format recorded.
+    let log = &store.inner.trees.log;
+    for item in log.scan_prefix([key::WINDOW]) {
+        let (k, v) = item.unwrap();
+        log.insert(k, &v[..27]).unwrap();
+    }
+    for k in log.scan_prefix([key::ACCOUNT_WINDOW]).keys() {
+        log.remove(k.unwrap()).unwrap();
+    }
+    store.inner.trees.meta.insert(b"format", &[7]).unwrap();
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let log = &store.inner.trees.log;
+    let indexed = |account: &str| log.scan_prefix(key::account_windows(account)).count();
+    assert_eq!((indexed("acct"), indexed("other")), (2, 1));
+    store.purge_account("acct").await.unwrap();
+    assert_eq!((indexed("acct"), indexed("other")), (0, 1));
+    assert_eq!(
+        log.scan_prefix([key::WINDOW]).count(),
+        1,
+        "the other's only"
+    );
+    clock.set(T0 + 200);
+    let out = store
+        .ingest(vec![
+            located_event("acct", "L1", false, T0 + 200),
+            located_event("other", "L1", false, T0 + 200),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        created(&out[0]).1[0].state,
+        DeliveryState::Pending,
+        "the purged account's window is gone"
+    );
+    assert_eq!(
+        created(&out[1]).1[0].state,
+        DeliveryState::Skipped,
+        "the other's window stays"
+    );
+    close(store);
+}
