@@ -47,6 +47,9 @@ impl SledStore {
         from: Option<&[u8]>,
         max: usize,
     ) -> Result<Pruned, StoreError> {
+        // An account's purge removes events too, and both take ended deliveries out of the
+        // counts: under the same lock (the purge holds it throughout), an event goes once.
+        let _folds = self.inner.lock_fold_writes();
         // The pruned events' keys go together at the end: one write per chunk of keys.
         let mut released = Vec::new();
         let out = self.prune_slice(cutoff, from, max, &mut released);
