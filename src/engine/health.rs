@@ -254,7 +254,11 @@ impl Engine {
             .iter()
             .map(|e| e.id.clone())
             .collect();
+        // Counts not yet added to the store would bring its endpoints' minutes back: they go
+        // before and after (an attempt may end meanwhile; the flush skips deleted endpoints).
+        lock(&self.unflushed).forget(&endpoints);
         let purged = self.store.purge_account(account_id).await?;
+        lock(&self.unflushed).forget(&endpoints);
         {
             let mut rates = lock(&self.rates);
             endpoints.iter().for_each(|id| rates.forget(id));

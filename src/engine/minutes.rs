@@ -45,6 +45,11 @@ impl Unflushed {
         m.latency_max_ms = m.latency_max_ms.max(duration_ms);
     }
 
+    /// Drops the counts of these endpoints (their account was purged).
+    pub fn forget(&mut self, endpoints: &[String]) {
+        self.0.retain(|(id, _), _| !endpoints.contains(id));
+    }
+
     fn take(&mut self) -> Vec<(String, Minute)> {
         self.0.drain().map(|((id, _), m)| (id, m)).collect()
     }
@@ -74,7 +79,10 @@ impl Unflushed {
 impl Engine {
     /// Adds this node's counts to the store; on failure they wait for the next flush.
     pub async fn flush_minutes(&self) {
-        let minutes = lock(&self.unflushed).take();
+        let mut minutes = lock(&self.unflushed).take();
+        // A deleted endpoint's counts (its account purged since they were counted) would
+        // bring its rows back: they go.
+        minutes.retain(|(id, _)| self.store.endpoint(id).is_some());
         if minutes.is_empty() {
             return;
         }

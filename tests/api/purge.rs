@@ -222,6 +222,131 @@ async fn a_purged_account_is_gone_from_every_answer_and_every_later_backup() {
     );
 }
 
+/// A purge forgets the account's debounce windows whatever their key: a window keyed by a
+/// payload field (`key = "loc"`) goes too, so the same event after the purge is delivered,
+/// not `debounced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_forgets_debounce_windows_keyed_by_a_payload_field() {
+    let catalog = "[catalog.events.\"loc.changed\"]\ndescription = \"x\"\n\
+                   debounce = { window = \"1h\", key = \"loc\", mode = \"leading\" }\n";
+    let w = World::start("", catalog).await;
+    let recv = Receiver::ok_https(&w.ca);
+    w.endpoint("acct", &recv.url("/before"), json!({})).await;
+    let first = w.ingest("acct", "loc.changed", json!({"loc": "L1"})).await;
+    w.wait_state(
+        &common::first_delivery(&first),
+        "delivered",
+        Duration::from_secs(20),
+    )
+    .await;
+    let again = w.ingest("acct", "loc.changed", json!({"loc": "L1"})).await;
+    let d = w.delivery(&common::first_delivery(&again)).await;
+    assert_eq!(d["state"], "skipped", "the window is open: {d}");
+
+    let (status, purged) = w.herald.admin("DELETE", "/v1/accounts/acct", None).await;
+    assert_eq!(status, 200, "{purged}");
+    w.endpoint("acct", &recv.url("/after"), json!({})).await;
+    let after = w.ingest("acct", "loc.changed", json!({"loc": "L1"})).await;
+    let d = w
+        .wait_state(
+            &common::first_delivery(&after),
+            "delivered",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(d["last_status"], "delivered", "not debounced: {d}");
+}
+
+/// A purge takes every operator event about the account (`data.account_id`), with its
+/// operator deliveries still pending: the admin reads none of them afterwards, and the
+/// operator events about other accounts stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_takes_the_operator_events_about_the_account() {
+    // The operator's receiver fails: its deliveries stay pending, waiting for a retry.
+    let operator = Receiver::http(behaviour(|_, _| Reply::status(503)));
+    let tables = format!(
+        "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
+        operator.url("/ops")
+    );
+    let w = World::start("allow_http = true", &tables).await;
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    let h = &w.herald;
+    for account in ["acct", "other"] {
+        w.endpoint(
+            account,
+            &recv.url(&format!("/{account}")),
+            json!({"retry_policy": "none"}),
+        )
+        .await;
+        w.ingest(account, "order.created", json!({"marker": MARKER}))
+            .await;
+    }
+    // Each account's failed delivery is a `delivery.failed` operator event.
+    let operator_log = || async {
+        let (status, v) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
+        assert_eq!(status, 200, "{v}");
+        let mut about = Vec::new();
+        let items = v["items"].as_array().unwrap();
+        for d in items.iter().filter(|d| d["account_id"] == "_operator") {
+            let (status, ev) = h
+                .admin(
+                    "GET",
+                    &format!("/v1/events/{}", d["event_id"].as_str().unwrap()),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{ev}");
+            about.push((
+                d["state"].as_str().unwrap().to_string(),
+                ev["payload"]["data"]["account_id"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                d["event_id"].as_str().unwrap().to_string(),
+            ));
+        }
+        about
+    };
+    common::wait_until(
+        Duration::from_secs(20),
+        "an operator event about each account",
+        || async {
+            let about = operator_log().await;
+            ["acct", "other"]
+                .iter()
+                .all(|a| about.iter().any(|(_, of, _)| of == a))
+        },
+    )
+    .await;
+    let before = operator_log().await;
+    assert!(
+        before
+            .iter()
+            .any(|(state, of, _)| of == "acct" && state == "pending"),
+        "one about the account waits for its retry: {before:?}"
+    );
+
+    let (status, purged) = h.admin("DELETE", "/v1/accounts/acct", None).await;
+    assert_eq!(status, 200, "{purged}");
+    let after = operator_log().await;
+    assert!(
+        after.iter().all(|(_, of, _)| of != "acct"),
+        "none about the account: {after:?}"
+    );
+    assert!(
+        after.iter().any(|(_, of, _)| of == "other"),
+        "the other account's stay: {after:?}"
+    );
+    for (_, of, event) in &before {
+        if of == "acct" {
+            let (status, v) = h.admin("GET", &format!("/v1/events/{event}"), None).await;
+            assert_eq!(status, 404, "{event}: {v}");
+        }
+    }
+    let (_, all) = h.admin("GET", "/v1/deliveries", None).await;
+    assert!(!all.to_string().contains("\"acct\""), "{all}");
+}
+
 /// The files under `dir` whose bytes hold `needle`.
 fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut found = Vec::new();

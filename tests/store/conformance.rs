@@ -2485,6 +2485,59 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
     .await;
 }
 
+/// A purged account leaves no debounce window either, whatever its key: one keyed by a
+/// payload field (no `debounce_key` in the request) goes too, so the same event after the
+/// purge is not `debounced`; the other account's window of the same key stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_account_leaves_no_debounce_window() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let located = |account: &str| {
+            let mut e = event_to(account, if account == "acct" { EP_A } else { EP_B }, None);
+            e.event_type = "loc.changed".into();
+            e.payload = Bytes::from_static(b"{\"loc\":\"L1\"}");
+            e.debounce = Some(DebounceRule {
+                key: format!("{account}\0loc.changed\0L1"),
+                window_ms: 3_600_000,
+                trailing: false,
+            });
+            e
+        };
+        for (id, account) in [(EP_A, "acct"), (EP_B, "other")] {
+            store
+                .create_endpoint(endpoint(id, account), 10)
+                .await
+                .unwrap();
+        }
+        store
+            .ingest(vec![located("acct"), located("other")])
+            .await
+            .unwrap();
+        store.purge_account("acct").await.unwrap();
+        store
+            .create_endpoint(endpoint(EP_A, "acct"), 10)
+            .await
+            .unwrap();
+        let out = store
+            .ingest(vec![located("acct"), located("other")])
+            .await
+            .unwrap();
+        assert_eq!(
+            created(&out[0]).1[0].state,
+            DeliveryState::Pending,
+            "{}: the purged account's window is gone",
+            s.name
+        );
+        assert_eq!(
+            created(&out[1]).1[0].state,
+            DeliveryState::Skipped,
+            "{}: the other's stays",
+            s.name
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_ordered_endpoint_hands_out_its_backlog_in_commit_order() {
     for from_sled in [true, false] {

@@ -89,7 +89,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[8, 9];
+const LATER_STEPS: &[u8] = &[7, 8, 9];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -167,7 +167,7 @@ async fn a_format_2_data_directory_is_migrated_and_keeps_working() {
     )
     .await;
 
-    // The files are private now, and the next start finds format 7 (no migration again).
+    // The files are private now, and the next start finds format 8 (no migration again).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("db")), 0o600);
@@ -259,7 +259,7 @@ async fn a_format_4_data_directory_opens_folds_and_keeps_working() {
     .await;
 }
 
-/// Format 5 (tests/fixtures/format5, see its README) opens in format 7: its 210 idempotency
+/// Format 5 (tests/fixtures/format5, see its README) opens in format 8: its 210 idempotency
 /// keys, a sled row each, move to tables of their own; its folded and hot log reads as it did,
 /// and a second start migrates nothing. Format 6 (tests/fixtures/format6), the same keys packed
 /// many to a sled row, too. (That every key still answers `duplicate` is

@@ -33,6 +33,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "alert mails per account per hour",
         include_str!("schema_0008.sql"),
     ),
+    (
+        9,
+        "operator events by account",
+        include_str!("schema_0009.sql"),
+    ),
     (10, "endpoint secrets", include_str!("schema_0010.sql")),
 ];
 

@@ -134,6 +134,9 @@ impl SledStore {
                 batch.insert(&key::targets(event, i as u32)[..], row);
             }
             batch.insert(&key::event(event)[..], encoded.row);
+            if let Some(about) = super::purge::operator_subject(&h.meta.account_id, &h.payload) {
+                batch.insert(&key::about(&about, event)[..], &[][..]);
+            }
             by_account
                 .entry(&h.meta.account_id)
                 .or_default()

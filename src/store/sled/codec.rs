@@ -717,6 +717,22 @@ pub fn encode_window(w: &Window) -> [u8; 27] {
     v
 }
 
+/// A window's value from storage format 8 on: [`encode_window`]'s, then the digest of its
+/// account ([`super::key::account_digest`]), so whoever removes the window removes its row in
+/// the account's index ([`super::key::account_window`]) too.
+pub fn encode_window_of(w: &Window, account: &[u8; 16]) -> [u8; 43] {
+    let mut v = [0u8; 43];
+    v[..27].copy_from_slice(&encode_window(w));
+    v[27..].copy_from_slice(account);
+    v
+}
+
+/// The digest of the window's account, if its value names it (every window since format 8;
+/// one the migration could not attribute does not).
+pub fn window_account(v: &[u8]) -> Option<[u8; 16]> {
+    v.get(27..43)?.try_into().ok()
+}
+
 pub fn decode_window(v: &[u8]) -> Result<Window, StoreError> {
     let mut r = Reader::new(v, "debounce window")?;
     let end = r.i64()?;

@@ -121,6 +121,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
         // The superseded candidates are released before the answer, not when the cycle is
         // dropped after it: whoever hears the 503 finds them free.
         cycle.claims.clear();
+        inner.mark_queued();
         for job in jobs {
             match job {
                 Job::Ingest { reply, .. } => drop(reply.send(Err(e.clone()))),
@@ -139,6 +140,7 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
     // Durable: the keys written up to the last event may be recorded as synced once they are.
     inner.keys.mark(inner.lock_fresh().last_event);
     inner.due.insert_many(cycle.due.drain(..));
+    inner.mark_queued();
     for state in &cycle.states {
         inner.stats.count(None, *state);
     }
@@ -282,6 +284,9 @@ fn store_event(
         .entry(ev.account_id.clone())
         .or_default()
         .push(ulid);
+    if let Some(about) = super::purge::operator_subject(&ev.account_id, &ev.payload) {
+        cycle.put_new(&key::about(&about, ulid), Vec::new());
+    }
     cycle.put_new(&key::event(ulid), encoded.row);
 
     for (i, (d, lane)) in deliveries.iter().zip(&ev.targets).enumerate() {

@@ -58,6 +58,9 @@ pub(crate) struct Fresh {
     buckets: BTreeMap<Millis, u32>,
     /// The newest event ULID made: every later event's is greater.
     pub(super) last_event: u128,
+    /// The newest event ULID whose commit cycle is over: its entries are in the due index (or,
+    /// the cycle failed, never will be).
+    pub(super) queued: u128,
 }
 
 impl Fresh {

@@ -27,13 +27,15 @@ pub(super) fn apply_debounce(
 ) -> Result<bool, StoreError> {
     let now = cycle.now;
     let key = key::window(&rule.key);
+    // The rule's key begins with the event's account and a NUL ([`DebounceRule::key`]).
+    let account = key::account_digest(rule.key.split('\0').next().unwrap_or_default());
     let window = match cycle.get(inner, &key)? {
         Some(v) => Some(codec::decode_window(&v)?),
         None => None,
     };
     match debounce::decide(window.as_ref(), now, rule.window_ms, rule.trailing) {
         Decision::Open(w) => {
-            put_window(inner, cycle, &key, window.as_ref(), &w)?;
+            put_window(inner, cycle, &key, &account, window.as_ref(), &w)?;
             Ok(true)
         }
         Decision::Debounce => {
@@ -60,18 +62,20 @@ pub(super) fn apply_debounce(
                     deliveries: dels.len(),
                 }),
             };
-            put_window(inner, cycle, &key, window.as_ref(), &w)?;
+            put_window(inner, cycle, &key, &account, window.as_ref(), &w)?;
             Ok(false)
         }
     }
 }
 
 /// Writes a window and keeps its entry in the end index (the previous window's entry goes
-/// when the end changes).
+/// when the end changes) and its row in its account's index (written with every window, so
+/// a window the retention sweep removed meanwhile, its row with it, gets it back).
 fn put_window(
     inner: &Inner,
     cycle: &mut Cycle,
     key: &[u8; 17],
+    account: &[u8; 16],
     was: Option<&Window>,
     w: &Window,
 ) -> Result<(), StoreError> {
@@ -83,7 +87,12 @@ fn put_window(
         }
         None => cycle.put(inner, &key::window_end(w.end, key), Some(Vec::new()))?,
     }
-    cycle.put(inner, key, Some(codec::encode_window(w).to_vec()))
+    cycle.put(inner, &key::account_window(account, key), Some(Vec::new()))?;
+    cycle.put(
+        inner,
+        key,
+        Some(codec::encode_window_of(w, account).to_vec()),
+    )
 }
 
 /// The deliveries of a trailing candidate debounced by a newer event of its window: each ends

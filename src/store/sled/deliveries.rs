@@ -247,15 +247,13 @@ impl SledStore {
         // delivered candidate made due again).
         self.inner.health.not_failed()?;
         // The delivery of a purged account, attempted while the purge came: discarded.
-        let purged = self.inner.purged.read().unwrap_or_else(|e| e.into_inner());
-        if !purged.is_empty() {
-            let event = ids::parse(DELIVERY, &now.id).and_then(ids::event_of);
-            if event.is_some_and(|(e, _)| purged.contains(&e)) {
-                return Ok(());
-            }
+        let tombstones = self.inner.lock_tombstones();
+        let event = ids::parse(DELIVERY, &now.id).and_then(ids::event_of);
+        if event.is_some_and(|(e, _)| tombstones.covers(&now.account_id, e)) {
+            return Ok(());
         }
         let written = self.write_delivery(was, now, attempt);
-        drop(purged);
+        drop(tombstones);
         if written.is_err() {
             // Like a failed commit: storage refuses writes (see `app::STORAGE_DOWN_STOP`).
             self.inner.set_healthy(false);
@@ -330,8 +328,13 @@ impl SledStore {
         Ok(())
     }
 
-    /// Drops a pending entry whose event does not exist (a commit that never finished).
-    pub fn drop_orphan(&self, ulid: u128) -> Result<(), StoreError> {
+    /// Drops a pending entry (to `lane`) whose event does not exist (a commit that never
+    /// finished, or a purge). One of a purged event is dropped as it is: the purge took the
+    /// delivery out of the counts and the fresh buckets, which must lose it once only.
+    pub fn drop_orphan(&self, lane: Lane, ulid: u128) -> Result<(), StoreError> {
+        if self.inner.due.is_dropped(lane, ulid) {
+            return Ok(());
+        }
         let fresh = self.inner.trees.log.remove(key::pending(ulid))?.is_none();
         if fresh {
             self.inner.lock_fresh().remove(ulid);

@@ -235,9 +235,24 @@ struct Inner {
     fresh_total: usize,
     /// Refills to hand out ([`DueIndex::refills`]).
     refills: Vec<Refill>,
+    /// Lanes of purged accounts: each one's entries of events up to this ULID are gone with
+    /// their events, and one that comes back (put back by its attempt, queued by the committer
+    /// after the purge read its cycle) is dropped instead ([`DueIndex::drop_lane`]).
+    dropped: HashMap<Lane, u128>,
+    /// Single purged deliveries of a lane that others share (operator events about a purged
+    /// account): dropped like [`Self::dropped`]'s ([`DueIndex::drop_deliveries`]).
+    dropped_deliveries: std::collections::HashSet<u128>,
 }
 
 impl Inner {
+    /// Whether `delivery`'s event went with a purge of its lane's account.
+    fn is_dropped(&self, lane: Lane, delivery: u128) -> bool {
+        self.dropped_deliveries.contains(&delivery)
+            || self.dropped.get(&lane).is_some_and(|&upto| {
+                ids::event_of(delivery).is_some_and(|(event, _)| event <= upto)
+            })
+    }
+
     /// Puts the lane's `ready` key in line with its queue, its running count and its hold.
     fn refresh(&mut self, lane: Lane) {
         let limit = self.lane_limit.max(1);
@@ -274,6 +289,11 @@ impl Inner {
             fresh,
             sequence,
         } = e;
+        if !(self.dropped.is_empty() && self.dropped_deliveries.is_empty())
+            && self.is_dropped(lane, delivery)
+        {
+            return false;
+        }
         let total = self.fresh_total;
         let q = self.lanes.entry(lane).or_default();
         let known = q.sequence_of.get(&delivery).copied();
@@ -422,10 +442,13 @@ impl DueIndex {
     }
 
     /// Forgets every entry of `lane` that waits (in memory, spilled, behind a sequence's
-    /// head): its endpoint and all of its deliveries are gone (an account's purge). Entries it
-    /// handed out stay running until they are given back.
-    pub fn drop_lane(&self, lane: Lane) {
+    /// head): its endpoint and its deliveries of events up to `upto` are gone (an account's
+    /// purge). Entries it handed out stay running until they are given back, and are dropped
+    /// then, as is any of those events' entry added later, until [`Self::forget_dropped`].
+    pub fn drop_lane(&self, lane: Lane, upto: u128) {
         let mut inner = self.lock();
+        let bound = inner.dropped.entry(lane).or_default();
+        *bound = (*bound).max(upto);
         let Some(q) = inner.lanes.get_mut(&lane) else {
             return;
         };
@@ -440,6 +463,56 @@ impl DueIndex {
         inner.fresh_total = inner.fresh_total.saturating_sub(fresh);
         inner.refills.retain(|r| r.lane != lane);
         inner.refresh(lane);
+    }
+
+    /// Whether `delivery` went with its account's purge ([`Self::drop_lane`]): an entry of it
+    /// that comes up is dropped without touching the counts, which the purge kept.
+    pub fn is_dropped(&self, lane: Lane, delivery: u128) -> bool {
+        let inner = self.lock();
+        !(inner.dropped.is_empty() && inner.dropped_deliveries.is_empty())
+            && inner.is_dropped(lane, delivery)
+    }
+
+    /// Like [`Self::drop_lane`] for single deliveries of a lane that goes on (an operator
+    /// endpoint's): each waiting entry of them goes (a spilled one is read back from sled
+    /// only if its event is there), and one that comes back is dropped, until
+    /// [`Self::forget_dropped_deliveries`].
+    pub fn drop_deliveries(&self, lane: Lane, deliveries: &[u128]) {
+        let mut inner = self.lock();
+        inner.dropped_deliveries.extend(deliveries.iter().copied());
+        let Some(q) = inner.lanes.get_mut(&lane) else {
+            return;
+        };
+        let gone: std::collections::HashSet<u128> = deliveries.iter().copied().collect();
+        let (fresh, later) = (q.fresh.len(), q.later.len());
+        q.fresh.retain(|s| !gone.contains(&s.get().1));
+        q.later.retain(|(_, d)| !gone.contains(d));
+        let fresh_gone = fresh - q.fresh.len();
+        let removed = fresh_gone + later - q.later.len();
+        inner.len = inner.len.saturating_sub(removed);
+        inner.fresh_total = inner.fresh_total.saturating_sub(fresh_gone);
+        inner.refresh(lane);
+    }
+
+    /// Ends [`Self::drop_deliveries`]'s drop of these deliveries.
+    pub fn forget_dropped_deliveries(&self, deliveries: &[u128]) {
+        let mut inner = self.lock();
+        for d in deliveries {
+            inner.dropped_deliveries.remove(d);
+        }
+    }
+
+    /// Whether `lane` has no entry waiting or running.
+    pub fn lane_idle(&self, lane: Lane) -> bool {
+        self.lock()
+            .lanes
+            .get(&lane)
+            .is_none_or(|q| q.is_empty() && q.running == 0)
+    }
+
+    /// Ends [`Self::drop_lane`]'s bound of `lane` (no entry of the purged events is left).
+    pub fn forget_dropped(&self, lane: Lane) {
+        self.lock().dropped.remove(&lane);
     }
 
     /// The delivery ahead of `delivery` in its sequence, if it waits behind another.
@@ -514,6 +587,8 @@ impl DueIndex {
     /// `hold_until`, its whole lane waits until then (an open circuit breaker).
     pub fn put_back(&self, due: Due, hold_until: Option<Millis>) {
         let mut inner = self.lock();
+        // A purged event's entry goes, and holds its (gone) endpoint's lane no more.
+        let hold_until = hold_until.filter(|_| !inner.is_dropped(due.lane, due.delivery));
         inner.push(
             Entry {
                 lane: due.lane,

@@ -28,6 +28,14 @@ pub const WINDOW_END: u8 = b'D';
 /// account and cycle rather than per event; rows of an account never overlap (event ids grow
 /// in commit order), so an account's log is a key range.
 pub const ACCOUNT_EVENT: u8 = b'x';
+/// Debounce windows by account: (digest of the account, digest of the window's key) → nothing
+/// ([`account_window`]): a purge finds an account's windows whatever their key (storage
+/// format 8; the window's value names the account's digest, so the row goes with it).
+pub const ACCOUNT_WINDOW: u8 = b'y';
+/// Operator events by the account they are about (their payload's `data.account_id`):
+/// (digest of that account, event ULID) → nothing ([`about`]), so a purge finds them
+/// (storage format 8).
+pub const ABOUT: u8 = b'o';
 /// Storage format 2's idempotency keys (account, NUL, key → JSON) and debounce windows
 /// (the (account, type, key) string → JSON), read only by the migration.
 pub const OLD_IDEMPOTENCY: u8 = b'i';
@@ -155,6 +163,53 @@ pub fn account_events(account_id: &str) -> [u8; 17] {
     k[0] = ACCOUNT_EVENT;
     k[1..].copy_from_slice(&digest(&[account_id.as_bytes()]));
     k
+}
+
+/// The digest an account's rows are keyed by.
+pub fn account_digest(account_id: &str) -> [u8; 16] {
+    digest(&[account_id.as_bytes()])
+}
+
+/// A debounce window's row in its account's index.
+pub fn account_window(account: &[u8; 16], window_key: &[u8; 17]) -> [u8; 33] {
+    let mut k = [0u8; 33];
+    k[0] = ACCOUNT_WINDOW;
+    k[1..17].copy_from_slice(account);
+    k[17..].copy_from_slice(&window_key[1..]);
+    k
+}
+
+/// The prefix of an account's debounce windows' index rows.
+pub fn account_windows(account_id: &str) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = ACCOUNT_WINDOW;
+    k[1..].copy_from_slice(&account_digest(account_id));
+    k
+}
+
+/// An operator event's row in the index of the account it is about.
+pub fn about(account_id: &str, event: u128) -> [u8; 33] {
+    let mut k = [0u8; 33];
+    k[0] = ABOUT;
+    k[1..17].copy_from_slice(&account_digest(account_id));
+    k[17..].copy_from_slice(&event.to_be_bytes());
+    k
+}
+
+/// The prefix of the operator events about an account.
+pub fn abouts(account_id: &str) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = ABOUT;
+    k[1..].copy_from_slice(&account_digest(account_id));
+    k
+}
+
+/// The window key an account index row names.
+pub fn window_of_index_row(row: &[u8]) -> Option<[u8; 17]> {
+    let mut k = [0u8; 17];
+    k[0] = WINDOW;
+    k[1..].copy_from_slice(row.get(17..33)?);
+    Some(k)
 }
 
 /// An event's `index`-th target row.

@@ -152,7 +152,11 @@ pub(super) fn from_format_2(
                 end: old.end,
                 candidate,
             };
-            batch.insert(&wk[..], &codec::encode_window(&w)[..]);
+            // Its key's text begins with its account: it is indexed at once (format 8's
+            // step skips a window that names its account).
+            let account = key::account_digest(rule_key.split('\0').next().unwrap_or_default());
+            batch.insert(&wk[..], &codec::encode_window_of(&w, &account)[..]);
+            batch.insert(&key::account_window(&account, &wk)[..], &[][..]);
             batch.insert(&key::window_end(w.end, &wk)[..], &[][..]);
             windows += 1;
         }
@@ -399,4 +403,152 @@ pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
         "storage migrated from format 9 to format 10 (chart minutes keyed by time first)"
     );
     Ok(())
+}
+/// Format 7 to 8: debounce windows get an index by account ([`key::ACCOUNT_WINDOW`]), so an
+/// account's purge finds its windows whatever their key, and each window's value names its
+/// account's digest ([`codec::encode_window_of`]). A format-7 window names no account: a
+/// trailing one's candidate event gives it; for a leading one (or a candidate gone), the events
+/// that could have opened it are tried, newest first: its key is the digest of (account, type,
+/// the request's `debounce_key` or a top-level field of the payload), which only its own key
+/// matches. A window none of them opened (its events folded or pruned) is left as it was: it
+/// closes at its end as before. Safe to run again after a crash: a window already naming its
+/// account is skipped, and each batch writes windows and rows together.
+pub(super) fn from_format_7(trees: &Trees) -> Result<(), StoreError> {
+    let log = &trees.log;
+    let mut unknown: HashMap<[u8; 17], sled::IVec> = HashMap::new();
+    let mut found: Vec<([u8; 17], sled::IVec, [u8; 16])> = Vec::new();
+    for item in log.scan_prefix([key::WINDOW]) {
+        let (k, v) = item?;
+        if codec::window_account(&v).is_some() {
+            continue;
+        }
+        let wk: [u8; 17] = k
+            .as_ref()
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("debounce window key".into()))?;
+        let candidate = codec::decode_window(&v)?.candidate;
+        let account = match candidate {
+            Some(c) => match log.get(key::event(c.event))? {
+                Some(ev) => Some(codec::decode_event(c.event, &ev)?.0.meta.account_id),
+                None => None,
+            },
+            None => None,
+        };
+        match account {
+            Some(a) => found.push((wk, v, key::account_digest(&a))),
+            None => {
+                unknown.insert(wk, v);
+            }
+        }
+    }
+    let (operator, operator_folded) = index_operator_events(trees)?;
+    let (mut scanned, leading) = (0usize, unknown.len());
+    let events = log.range(key::event(0)..key::end(key::EVENT)).rev();
+    for item in events {
+        if unknown.is_empty() {
+            break;
+        }
+        let (k, v) = item?;
+        let Some(event) = key::ulid(&k) else {
+            continue;
+        };
+        scanned += 1;
+        let (rec, inline) = codec::decode_event(event, &v)?;
+        let payload = hot_payload(log, event, inline, rec.payload_len)?;
+        let m = &rec.meta;
+        for k in opener_keys(m.debounce_key.as_deref(), &payload) {
+            let wk = key::window(&format!("{}\0{}\0{k}", m.account_id, m.event_type));
+            if let Some(v) = unknown.remove(&wk) {
+                found.push((wk, v, key::account_digest(&m.account_id)));
+            }
+        }
+    }
+    for chunk in found.chunks(BATCH) {
+        let mut batch = sled::Batch::default();
+        for (wk, v, account) in chunk {
+            let w = codec::decode_window(v)?;
+            batch.insert(&wk[..], &codec::encode_window_of(&w, account)[..]);
+            batch.insert(&key::account_window(account, wk)[..], &[][..]);
+        }
+        log.apply_batch(batch)?;
+    }
+    tracing::info!(
+        debounce_windows = found.len(),
+        events_read = scanned,
+        windows_of_unknown_account = unknown.len(),
+        operator_events = operator,
+        operator_events_folded = operator_folded,
+        "storage migrated from format 7 to format 8 (debounce windows and operator events by account)"
+    );
+    if leading > 0 && !unknown.is_empty() {
+        tracing::warn!(
+            windows = unknown.len(),
+            "debounce windows whose opening event is no longer in the log close at their end \
+             without an account index row; a purge meanwhile leaves them until then"
+        );
+    }
+    Ok(())
+}
+
+/// A hot event's payload: inline, or from its chunk rows.
+fn hot_payload(
+    log: &sled::Tree,
+    event: u128,
+    inline: Option<&[u8]>,
+    len: usize,
+) -> Result<Vec<u8>, StoreError> {
+    if let Some(p) = inline {
+        return Ok(p.to_vec());
+    }
+    let mut p = Vec::with_capacity(len);
+    for chunk in log.scan_prefix(key::of(key::CHUNK, event)).values() {
+        p.extend_from_slice(&chunk?);
+    }
+    Ok(p)
+}
+
+/// Format 8's index of operator events by the account they are about ([`key::ABOUT`]), for
+/// the operator events in the log: (indexed, folded ones left out). A folded operator event
+/// (ended, older than `storage.fold_after`) is not read here: it leaves with retention.
+fn index_operator_events(trees: &Trees) -> Result<(usize, usize), StoreError> {
+    let log = &trees.log;
+    let operator = crate::engine::health::OPERATOR_ACCOUNT;
+    let (mut indexed, mut folded) = (0, 0);
+    let mut batch = sled::Batch::default();
+    for row in log.scan_prefix(key::account_events(operator)).values() {
+        let mut events = Vec::new();
+        codec::decode_targets(&row?, &mut events)?;
+        for event in events {
+            let Some(v) = log.get(key::event(event))? else {
+                folded += 1;
+                continue;
+            };
+            let (rec, inline) = codec::decode_event(event, &v)?;
+            let payload = hot_payload(log, event, inline, rec.payload_len)?;
+            if let Some(about) = super::purge::operator_subject(operator, &payload) {
+                batch.insert(&key::about(&about, event)[..], &[][..]);
+                indexed += 1;
+            }
+        }
+    }
+    log.apply_batch(batch)?;
+    Ok((indexed, folded))
+}
+
+/// The keys a stored event could have opened a window under: its request's `debounce_key`,
+/// else each top-level field of its payload that makes a key
+/// ([`crate::policy::debounce::key_of`]).
+fn opener_keys(debounce_key: Option<&str>, payload: &[u8]) -> Vec<String> {
+    if let Some(k) = debounce_key {
+        return vec![k.to_string()];
+    }
+    let Ok(fields) =
+        serde_json::from_slice::<HashMap<String, &serde_json::value::RawValue>>(payload)
+    else {
+        return Vec::new();
+    };
+    fields
+        .keys()
+        .filter_map(|f| crate::policy::debounce::key_of(None, payload, f))
+        .collect()
 }

@@ -116,9 +116,9 @@ impl From<sled::Error> for StoreError {
 
 /// The layout version this herald writes (`meta` key `format`). Formats 2 (herald 0.1's first
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
-/// idempotency key), 6 (idempotency keys in a sled database of their own), 7 and 8 (endpoints'
-/// secrets in their records) and 9 (chart minutes keyed by endpoint first) are migrated at open
-/// ([`migrate`]).
+/// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
+/// and operator events without an index by account), 8 (endpoints' secrets in their records)
+/// and 9 (chart minutes keyed by endpoint first) are migrated at open ([`migrate`]).
 const FORMAT: u8 = 10;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
@@ -181,11 +181,12 @@ pub(crate) struct Inner {
     refilling: AtomicBool,
     /// Endpoints' circuit breakers, as stored, once read ([`accounts`]).
     breakers: Mutex<HashMap<String, crate::policy::breaker::Breaker>>,
-    /// Events of purged accounts whose deliveries were being attempted when the purge came
-    /// ([`purge`]): what those attempts would record is discarded. A delivery's write reads
-    /// it under the read lock, and a purge adds to it under the write lock before it removes
-    /// anything, so no write of a purged event's delivery lands after the purge.
-    purged: RwLock<HashSet<u128>>,
+    /// Accounts purged while the scheduler may still hold entries of their events
+    /// ([`purge::Tombstones`]): what an attempt of one would record is discarded. A delivery's
+    /// write reads it under the read lock, and a purge adds its tombstone under the write lock
+    /// before it removes anything, so no write of a purged event's delivery lands after the
+    /// purge.
+    tombstones: RwLock<purge::Tombstones>,
     /// Failures injected by the store's own tests.
     #[cfg(test)]
     faults: tests::Faults,
@@ -437,7 +438,7 @@ impl SledStore {
             index_pass: Mutex::default(),
             refilling: AtomicBool::new(false),
             breakers: Mutex::default(),
-            purged: RwLock::default(),
+            tombstones: RwLock::default(),
             #[cfg(test)]
             faults: Default::default(),
         });
@@ -582,6 +583,7 @@ impl SledStore {
             .flat_map(|n| n.to_be_bytes())
             .collect();
         meta.insert(meta_keys::COUNTS, counts)?;
+        self.inner.sweep_tombstones();
         Ok(())
     }
 
@@ -724,7 +726,9 @@ fn migrate_to_current(
     if matches!(format, Some(2..=6)) {
         migrate::from_format_6(old_keys, keys)?;
     }
-    // Format 7 → 8 is the purge's account indexes (another step, called here).
+    if matches!(format, Some(2..=7)) {
+        migrate::from_format_7(trees)?;
+    }
     if matches!(format, Some(2..=8)) {
         migrate::from_format_8(trees)?;
     }

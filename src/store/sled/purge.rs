@@ -1,16 +1,16 @@
 //! An account's purge on the embedded store ([`crate::store::contract::Accounts::purge_account`]):
 //! first its endpoints (their client certificates, breakers and rate buckets); then its events
-//! (hot and folded) with their payloads, deliveries, attempts, pending entries, idempotency keys
-//! and debounce windows, and its account index; then its plan and alert addresses, quota
+//! (hot and folded) with their payloads, deliveries, attempts, pending entries and idempotency
+//! keys, and its account index; its debounce windows, whatever their key (their own index); then its plan and alert addresses, quota
 //! counters, account secrets and portal sessions. The rows go from sled's trees at once; the
 //! bytes stay in sled's files until sled rewrites them (docs/operations.md, "Purging an
 //! account").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::codec;
 use super::keys::{self, KeyRow};
-use super::{key, Claim, Place, SledStore, StoreError, NO_LANE};
+use super::{key, Claim, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
 use crate::ids;
 use crate::model::DeliveryState;
 use crate::store::Purged;
@@ -55,6 +55,7 @@ impl SledStore {
             }
         }
         self.sync().await?;
+        self.inner.sweep_tombstones();
         Ok(purged)
     }
 
@@ -73,6 +74,15 @@ impl SledStore {
             events.extend(listed);
             index_rows.push(k);
         }
+        let upto = events.last().copied();
+        // The operator events about the account ([`key::ABOUT`]) go too, not counted.
+        let mut operator = BTreeSet::new();
+        for k in log.scan_prefix(key::abouts(account)).keys() {
+            let k = k?;
+            operator.extend(key::ulid(&k[16..]));
+            index_rows.push(k);
+        }
+        events.extend(operator.iter().copied());
         let mut claims: Vec<Claim> = Vec::new();
         let mut released: Vec<(KeyRow, u128)> = Vec::new();
         let mut folded = BTreeSet::new();
@@ -88,31 +98,53 @@ impl SledStore {
             }
         }
         // Deliveries being attempted now are claimed by their attempts: what those record is
-        // discarded from here on ([`super::Inner::purged`]).
+        // discarded from here on ([`Tombstones`]).
         let hot = hot
             .into_iter()
             .map(|(event, v)| Ok((event, inner.decode_event(event, &v, &Place::Hot)?.0)))
             .collect::<Result<Vec<_>, StoreError>>()?;
+        // The tombstone first ([`Tombstones`]): from here on the scheduler drops what it holds
+        // of these events, and what their running attempts record is discarded. Its
+        // endpoints' lanes wait for nothing any more; the operator endpoints' lanes go on
+        // without the deliveries of the operator events about it.
         {
-            let mut purged = inner.purged.write().unwrap_or_else(|e| e.into_inner());
+            let mut tombstones = inner.lock_tombstones_mut();
             for (event, rec) in &hot {
-                for i in 0..rec.targets.len() {
-                    match inner.claim(ids::delivery_of(*event, i)) {
-                        Some(c) => claims.push(c),
-                        None => {
-                            purged.insert(*event);
+                if !operator.contains(event) {
+                    lanes.extend(rec.targets.iter().copied().filter(|l| *l != NO_LANE));
+                }
+            }
+            if let Some(upto) = upto {
+                for lane in &lanes {
+                    inner.due.drop_lane(*lane, upto);
+                }
+            }
+            let mut busy = Vec::new();
+            for (event, rec) in &hot {
+                let deliveries: Vec<u128> = (0..rec.targets.len())
+                    .map(|i| ids::delivery_of(*event, i))
+                    .collect();
+                if operator.contains(event) {
+                    // (One of the no-endpoint lane is left to the queue, as below.)
+                    for (lane, d) in rec.targets.iter().zip(&deliveries) {
+                        if *lane != NO_LANE {
+                            inner.due.drop_deliveries(*lane, &[*d]);
                         }
+                    }
+                    tombstones.events.insert(*event, deliveries.clone());
+                }
+                for delivery in deliveries {
+                    match inner.claim(delivery) {
+                        Some(c) => claims.push(c),
+                        None => busy.push(delivery),
                     }
                 }
             }
+            if let Some(upto) = upto {
+                tombstones.add(account, upto, &lanes, busy);
+            }
         }
         for (event, rec) in hot {
-            // Its endpoints' lanes wait for nothing any more.
-            for lane in rec.targets.iter().filter(|l| **l != NO_LANE) {
-                if lanes.insert(*lane) {
-                    inner.due.drop_lane(*lane);
-                }
-            }
             let mut batch = sled::Batch::default();
             for (i, lane) in rec.targets.iter().enumerate() {
                 let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
@@ -128,12 +160,13 @@ impl SledStore {
                     batch.remove(k?);
                 }
             }
-            self.forget_windows(&rec.meta, &mut batch)?;
             batch.remove(&key::event(event)[..]);
             log.apply_batch(batch)?;
             released.extend(idempotency_row(&rec.meta, event));
-            n_events += 1;
-            n_deliveries += rec.targets.len() as u64;
+            if !operator.contains(&event) {
+                n_events += 1;
+                n_deliveries += rec.targets.len() as u64;
+            }
         }
         for (event, rows) in inner.drop_folded(&folded)? {
             let Some((_, v)) = rows.iter().find(|(k, _)| k[..] == key::event(event)[..]) else {
@@ -148,26 +181,27 @@ impl SledStore {
                     inner.stats.forget(codec::decode_attempt(k, v)?.state);
                 }
             }
-            let mut batch = sled::Batch::default();
-            self.forget_windows(&rec.meta, &mut batch)?;
-            log.apply_batch(batch)?;
             released.extend(idempotency_row(&rec.meta, event));
-            n_events += 1;
-            n_deliveries += rec.target_count as u64;
+            if !operator.contains(&event) {
+                n_events += 1;
+                n_deliveries += rec.target_count as u64;
+            }
         }
         let mut batch = sled::Batch::default();
         for k in index_rows {
             batch.remove(k);
         }
+        self.forget_windows(account, &mut batch)?;
         log.apply_batch(batch)?;
         inner.keys.release(&released)?;
         drop(claims);
         Ok((n_events, n_deliveries))
     }
 
-    /// A removed delivery leaves the counts and the fresh watermark's buckets. One of the
-    /// shared no-endpoint lane that waits is left to the queue, which drops it (and counts it)
-    /// as an entry without its event when it comes up.
+    /// A removed delivery leaves the counts and the fresh watermark's buckets, here and only
+    /// here: the scheduler drops its entries of purged events without touching them
+    /// ([`Tombstones`]). One of the shared no-endpoint lane that waits is left to the queue,
+    /// which drops it (and counts it) as an entry without its event when it comes up.
     fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128) {
         if lane == NO_LANE && d.state == DeliveryState::Pending {
             return;
@@ -178,20 +212,21 @@ impl SledStore {
         self.inner.stats.forget(d.state);
     }
 
-    /// The debounce window the event's key opened, if it is still there.
-    fn forget_windows(
-        &self,
-        meta: &crate::model::EventMeta,
-        batch: &mut sled::Batch,
-    ) -> Result<(), StoreError> {
-        let Some(k) = &meta.debounce_key else {
-            return Ok(());
-        };
-        let window = key::window(&format!("{}\0{}\0{k}", meta.account_id, meta.event_type));
-        if let Some(v) = self.inner.trees.log.get(window)? {
-            let w = codec::decode_window(&v)?;
-            batch.remove(&key::window_end(w.end, &window)[..]);
-            batch.remove(&window[..]);
+    /// The account's debounce windows, whatever their key (the request's `debounce_key` or
+    /// a payload field): found through their account index ([`key::ACCOUNT_WINDOW`]), never
+    /// by recomputing keys, and removed with their end entries and index rows.
+    fn forget_windows(&self, account: &str, batch: &mut sled::Batch) -> Result<(), StoreError> {
+        let log = &self.inner.trees.log;
+        for row in log.scan_prefix(key::account_windows(account)).keys() {
+            let row = row?;
+            if let Some(window) = key::window_of_index_row(&row) {
+                if let Some(v) = log.get(window)? {
+                    let w = codec::decode_window(&v)?;
+                    batch.remove(&key::window_end(w.end, &window)[..]);
+                    batch.remove(&window[..]);
+                }
+            }
+            batch.remove(row);
         }
         Ok(())
     }
@@ -202,4 +237,132 @@ fn idempotency_row(meta: &crate::model::EventMeta, event: u128) -> Option<(KeyRo
     let idem = meta.idempotency_key.as_ref()?;
     let day = key::idempotency_day(ids::ulid_ms(event));
     Some((keys::key_row(day, &meta.account_id, idem), event))
+}
+
+/// Accounts purged while the scheduler may still hold entries of their events: an entry taken
+/// when the purge came (its attempt running, or its claim refused while the purge held it), or
+/// queued by the committer after the purge read its cycle. Each account's tombstone is the
+/// highest event id the purge removed: the due index drops that account's lanes' entries at
+/// or below it ([`super::DueIndex::drop_lane`]), a delivery write of such an event is
+/// discarded, and an entry that comes up without its event leaves the counts alone (the purge
+/// took it out of them, once). A tombstone goes once neither the due index nor the committer
+/// holds such an entry ([`Inner::sweep_tombstones`]), so they never pile up.
+#[derive(Default)]
+pub(super) struct Tombstones {
+    by_account: HashMap<String, Tombstone>,
+    /// Operator events about purged accounts, each with its deliveries: their endpoints' lanes
+    /// go on, so these are dropped one by one ([`super::DueIndex::drop_deliveries`]).
+    events: HashMap<u128, Vec<u128>>,
+}
+
+struct Tombstone {
+    /// The highest event id the purge removed.
+    upto: u128,
+    /// The purged endpoints' lanes.
+    lanes: HashSet<Lane>,
+    /// Deliveries whose claim the purge could not take (their attempts were running).
+    busy: Vec<u128>,
+}
+
+impl Tombstones {
+    fn add(&mut self, account: &str, upto: u128, lanes: &HashSet<Lane>, busy: Vec<u128>) {
+        let t = self
+            .by_account
+            .entry(account.to_string())
+            .or_insert_with(|| Tombstone {
+                upto,
+                lanes: HashSet::new(),
+                busy: Vec::new(),
+            });
+        t.upto = t.upto.max(upto);
+        t.lanes.extend(lanes);
+        t.busy.extend(busy);
+    }
+
+    /// Whether `event` of `account` went with a purge.
+    pub(super) fn covers(&self, account: &str, event: u128) -> bool {
+        (!self.by_account.is_empty()
+            && self
+                .by_account
+                .get(account)
+                .is_some_and(|t| event <= t.upto))
+            || (!self.events.is_empty() && self.events.contains_key(&event))
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_account.len() + self.events.len()
+    }
+}
+
+impl Inner {
+    pub(super) fn lock_tombstones(&self) -> std::sync::RwLockReadGuard<'_, Tombstones> {
+        self.tombstones.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_tombstones_mut(&self) -> std::sync::RwLockWriteGuard<'_, Tombstones> {
+        self.tombstones.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The committer's cycle is over: its entries are in the due index.
+    pub(super) fn mark_queued(&self) {
+        let mut fresh = self.lock_fresh();
+        fresh.queued = fresh.last_event;
+    }
+
+    /// Removes the tombstones whose events nothing holds any more: the committer is past them,
+    /// their lanes have no entry waiting or running, and no attempt the purge found running
+    /// still holds its delivery. (Checked at every checkpoint and after each purge.)
+    pub(super) fn sweep_tombstones(&self) {
+        {
+            let t = self.lock_tombstones();
+            if t.by_account.is_empty() && t.events.is_empty() {
+                return;
+            }
+        }
+        let queued = self.lock_fresh().queued;
+        let mut tombstones = self.lock_tombstones_mut();
+        tombstones.by_account.retain(|_, t| {
+            let claims = self.lock_claims();
+            let held = queued < t.upto
+                || t.busy.iter().any(|d| claims.contains(d))
+                || t.lanes.iter().any(|l| !self.due.lane_idle(*l));
+            drop(claims);
+            if !held {
+                for lane in &t.lanes {
+                    self.due.forget_dropped(*lane);
+                }
+            }
+            held
+        });
+        tombstones.events.retain(|event, deliveries| {
+            let claims = self.lock_claims();
+            let held = queued < *event || deliveries.iter().any(|d| claims.contains(d));
+            drop(claims);
+            if !held {
+                self.due.forget_dropped_deliveries(deliveries);
+            }
+            held
+        });
+    }
+}
+
+/// The account an operator event is about: its payload's `data.account_id`, for an event of
+/// the reserved operator account ([`crate::engine::health::OPERATOR_ACCOUNT`]).
+pub(super) fn operator_subject(account_id: &str, payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Payload {
+        data: Data,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data {
+        account_id: Option<String>,
+    }
+    if account_id != crate::engine::health::OPERATOR_ACCOUNT {
+        return None;
+    }
+    serde_json::from_slice::<Payload>(payload)
+        .ok()?
+        .data
+        .account_id
 }

@@ -65,7 +65,7 @@ impl SledStore {
             Ok(Some(found)) => found,
             Ok(None) => {
                 // Its event is gone (a commit that never finished): nothing to attempt.
-                if let Err(e) = self.drop_orphan(due.delivery) {
+                if let Err(e) = self.drop_orphan(due.lane, due.delivery) {
                     tracing::error!(error = %e, "cannot drop a pending entry without its event");
                 }
                 self.due().ended(due.lane, due.delivery);
@@ -96,10 +96,12 @@ impl SledStore {
     /// waits in it until `until`, with the whole lane.
     pub(super) fn release_taken(&self, hold: SledClaim, until: Option<Millis>) {
         let SledClaim { due, _claim } = hold;
-        drop(_claim);
+        // Back in the index before the claim ends: while the claim holds, a purge's tombstone
+        // of its event stays ([`super::purge::Tombstones`]), so the entry is dropped there.
         match until {
             None => self.due().done(due.lane),
             Some(at) => self.due().put_back(due, Some(at)),
         }
+        drop(_claim);
     }
 }

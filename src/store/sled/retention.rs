@@ -47,6 +47,9 @@ impl SledStore {
         from: Option<&[u8]>,
         max: usize,
     ) -> Result<Pruned, StoreError> {
+        // An account's purge removes events too, and both take ended deliveries out of the
+        // counts: under the same lock (the purge holds it throughout), an event goes once.
+        let _folds = self.inner.lock_fold_writes();
         // The pruned events' keys go together at the end: one write per chunk of keys.
         let mut released = Vec::new();
         let out = self.prune_slice(cutoff, from, max, &mut released);
@@ -138,10 +141,27 @@ impl SledStore {
             wk[0] = key::WINDOW;
             wk[1..].copy_from_slice(&k[9..]);
             // Only the window this entry indexes: the committer may have opened a new one
-            // under the same key (compare-and-swap against the value read).
+            // under the same key (compare-and-swap against the value read). Its row in its
+            // account's index goes in the same transaction: sled runs it apart from the
+            // committer's batches, so a window written again meanwhile keeps its row.
             if let Some(v) = log.get(wk)? {
                 if codec::decode_window(&v)?.end == end {
-                    let _ = log.compare_and_swap(wk, Some(v), None::<&[u8]>)?;
+                    let index = codec::window_account(&v).map(|a| key::account_window(&a, &wk));
+                    log.transaction(|tx| {
+                        if tx.get(wk)?.as_deref() == Some(&v[..]) {
+                            tx.remove(&wk[..])?;
+                            if let Some(row) = index {
+                                tx.remove(&row[..])?;
+                            }
+                        }
+                        Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+                    })
+                    .map_err(|e| match e {
+                        sled::transaction::TransactionError::Storage(e) => StoreError::from(e),
+                        sled::transaction::TransactionError::Abort(()) => {
+                            StoreError::Corrupt("debounce window".into())
+                        }
+                    })?;
                 }
             }
             log.remove(k)?;

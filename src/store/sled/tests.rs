@@ -1454,3 +1454,158 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
     assert!(store.due().is_empty());
     close(store);
 }
+
+/// A purge that comes while the scheduler holds one of the purged account's deliveries (its
+/// attempt runs; then its breaker puts it back) takes that delivery out of its second's fresh
+/// bucket once, and only once: taken again, its event gone, it is dropped without touching the
+/// buckets. Before, it left them a second time, the bucket emptied one delivery early, and the
+/// watermark written at close went past another account's fresh delivery of that second, which
+/// after the next start was pending for ever (LOST).
+#[tokio::test]
+async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    // The purged account's lane sorts first, so it is taken first.
+    let (purged_lane, other_lane) = (LANE, LANE + 1);
+    let out = store
+        .ingest(vec![
+            event("purged", &[purged_lane], T0),
+            event("other", &[other_lane], T0),
+        ])
+        .await
+        .unwrap();
+    let other = created(&out[1]).1[0].clone();
+
+    // The engine takes the purged account's delivery and attempts it.
+    let mut taken = store.take_due_now(T0, 1);
+    assert_eq!(taken.len(), 1);
+    let hold = taken.remove(0);
+    assert_eq!(hold.due.delivery.account_id, "purged");
+
+    let purged = store.purge_account("purged").await.unwrap();
+    assert_eq!((purged.events, purged.deliveries), (1, 1));
+    // Its breaker opened meanwhile: the entry goes back, its lane held a second.
+    store.release_taken(hold.hold, Some(T0 + 1_000));
+    clock.set(T0 + 1_000);
+    let again = store.take_due_now(T0 + 1_000, 10);
+    assert!(
+        again.iter().all(|t| t.due.delivery.account_id != "purged"),
+        "nothing of the purged account is attempted"
+    );
+    // The other's is not attempted yet either (its lane stops, say): it stays fresh.
+    for t in again {
+        store.release_taken(t.hold, None);
+    }
+    // A later event of the other account, in a later second, fresh as well.
+    clock.set(T0 + 5_000);
+    let out = store
+        .ingest(vec![event("other", &[other_lane], T0 + 5_000)])
+        .await
+        .unwrap();
+    let later = created(&out[0]).1[0].clone();
+    let pending = store.stats().get(DeliveryState::Pending);
+    // Nothing holds an entry of the purged event any more: its tombstone goes.
+    store.inner.sweep_tombstones();
+    assert_eq!(store.inner.lock_tombstones().len(), 0, "the tombstone went");
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let due: Vec<String> = all_due(&store, T0 + 5_000)
+        .into_iter()
+        .map(|d| ids::format(ids::DELIVERY, d))
+        .collect();
+    if !due.contains(&other.id) {
+        println!("LOST: {} is pending and never attempted", other.id);
+    }
+    assert_eq!(
+        due,
+        vec![other.id.clone(), later.id.clone()],
+        "the other account's deliveries are due"
+    );
+    assert_eq!(
+        pending, 2,
+        "the other's, each counted once before the restart"
+    );
+    close(store);
+}
+
+/// An event of account `account` whose type debounces on its payload's `loc` (no
+/// `debounce_key` in the request), leading or trailing.
+fn located_event(account: &str, loc: &str, trailing: bool, at: Millis) -> NewEvent {
+    let mut ev = event(account, &[LANE], at);
+    ev.event_type = "loc.changed".into();
+    ev.payload = Bytes::from(format!(r#"{{"n":1,"loc":"{loc}"}}"#));
+    ev.debounce = Some(DebounceRule {
+        key: format!("{account}\0loc.changed\0{loc}"),
+        window_ms: 3_600_000,
+        trailing,
+    });
+    ev
+}
+
+/// A format-7 store's debounce windows name no account: the migration to format 8 finds it
+/// (a trailing window's candidate, a leading window's opening event by its payload's fields)
+/// and indexes them; a purge then forgets them, and the same event is no longer debounced.
+#[tokio::test]
+async fn a_format_7_stores_windows_are_indexed_by_account_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store
+        .ingest(vec![
+            located_event("acct", "L1", false, T0),
+            located_event("acct", "L2", true, T0),
+            located_event("other", "L1", false, T0),
+        ])
+        .await
+        .unwrap();
+    clock.set(T0 + 100);
+    store
+        .ingest(vec![located_event("acct", "L2", true, T0 + 100)])
+        .await
+        .unwrap();
+    // As format 7 left it: windows without their account, no index, the format recorded.
+    let log = &store.inner.trees.log;
+    for item in log.scan_prefix([key::WINDOW]) {
+        let (k, v) = item.unwrap();
+        log.insert(k, &v[..27]).unwrap();
+    }
+    for k in log.scan_prefix([key::ACCOUNT_WINDOW]).keys() {
+        log.remove(k.unwrap()).unwrap();
+    }
+    store.inner.trees.meta.insert(b"format", &[7]).unwrap();
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let log = &store.inner.trees.log;
+    let indexed = |account: &str| log.scan_prefix(key::account_windows(account)).count();
+    assert_eq!((indexed("acct"), indexed("other")), (2, 1));
+    store.purge_account("acct").await.unwrap();
+    assert_eq!((indexed("acct"), indexed("other")), (0, 1));
+    assert_eq!(
+        log.scan_prefix([key::WINDOW]).count(),
+        1,
+        "the other's only"
+    );
+    clock.set(T0 + 200);
+    let out = store
+        .ingest(vec![
+            located_event("acct", "L1", false, T0 + 200),
+            located_event("other", "L1", false, T0 + 200),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        created(&out[0]).1[0].state,
+        DeliveryState::Pending,
+        "the purged account's window is gone"
+    );
+    assert_eq!(
+        created(&out[1]).1[0].state,
+        DeliveryState::Skipped,
+        "the other's window stays"
+    );
+    close(store);
+}
