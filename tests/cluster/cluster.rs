@@ -691,10 +691,15 @@ async fn a_version_3_database_with_a_rate_limit_and_a_plan_is_migrated_and_serve
 /// A server holding the database `tests/fixtures/cluster{version}` keeps (schema `version`),
 /// and its URL.
 fn fixture_database(version: i32) -> (Postgres, String) {
+    fixture_database_in(&format!("cluster{version}"), version)
+}
+
+/// [`fixture_database`] from the fixture directory `dir`, whose schema version is `version`.
+fn fixture_database_in(dir: &str, version: i32) -> (Postgres, String) {
     let pg = Postgres::start();
     let url = pg.database("herald");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/fixtures/cluster{version}/dump.sql"));
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{dir}/dump.sql"));
     pg.sql_file(&fixture, "herald");
     assert_eq!(
         pg.sql("SELECT max(version) FROM herald_schema", "herald"),
@@ -820,4 +825,98 @@ async fn deliver_elsewhere(node: &common::Herald, account: &str, url: &str, deli
         )
         .await;
     }
+}
+
+/// A database herald's schema version 6 wrote (tests/fixtures/cluster4, see its README: the
+/// last before nodes recorded their schema version, alert mails were counted per hour, operator
+/// events named their account and secrets left the endpoint's record) is migrated by a node
+/// that starts on it: the endpoint keeps its filter and description, its secrets move to their
+/// column and still sign and rotate, the account keeps its alert addresses, and a purge takes
+/// the operator events about the account that version 6 wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_database_keeps_filters_alerts_and_secrets_and_purges_whole() {
+    let (pg, url) = fixture_database_in("cluster4", 6);
+    let recv = Receiver::ok_http();
+    move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
+    let node = common::Herald::start(&format!(
+        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+         [plans.basic]\nper_minute = 1000\n\
+         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
+         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
+         debounce = {{ window = \"1d\", key = \"loc\" }}\n\
+         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(&url)
+    ))
+    .await;
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        SCHEMA_VERSION.to_string()
+    );
+    let ok = "ep_01M94BEPJ9BZ57613YB1BPTNK7";
+    assert_eq!(
+        pg.sql(
+            &format!(
+                "SELECT jsonb_array_length(secrets), record ? 'secrets' FROM endpoints
+                 WHERE id = '{ok}'"
+            ),
+            "herald"
+        ),
+        "2|f",
+        "the rotated pair moved to its column"
+    );
+    let (status, ep) = node
+        .admin("GET", &format!("/v1/endpoints/{ok}"), None)
+        .await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(ep["filter"], json!({"payload": {"n": {"$gte": 0}}}), "{ep}");
+    assert_eq!(ep["description"], json!("the good one"), "{ep}");
+    let (_, account) = node.admin("GET", "/v1/accounts/acct_ok", None).await;
+    assert_eq!(
+        account["alert_emails"],
+        json!(["ops@example.com", "dev@example.com"]),
+        "{account}"
+    );
+
+    let (status, rotated) = node
+        .admin("POST", &format!("/v1/endpoints/{ok}/secret/rotate"), None)
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let secret = rotated["secret"].as_str().unwrap().to_string();
+    let (status, tested) = node
+        .admin("POST", &format!("/v1/endpoints/{ok}/test"), Some(json!({})))
+        .await;
+    assert!(status == 200 || status == 202, "{status} {tested}");
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    let r = &got[0];
+    let signature = r.header("webhook-signature").unwrap();
+    assert!(
+        signature.split_whitespace().count() >= 2,
+        "the new secret signs beside the fixture's: {signature}"
+    );
+    assert!(
+        common::sig::verify(
+            &secret,
+            r.header("webhook-id").unwrap(),
+            r.header("webhook-timestamp").unwrap(),
+            &r.body,
+            signature
+        ),
+        "{signature}"
+    );
+
+    let about_fail = "SELECT count(*) FROM events WHERE account_id = '_operator'
+         AND convert_from(payload, 'UTF8')::jsonb -> 'data' ->> 'account_id' = 'acct_fail'";
+    assert_eq!(pg.sql(about_fail, "herald"), "11");
+    let (status, purged) = node.admin("DELETE", "/v1/accounts/acct_fail", None).await;
+    assert_eq!(status, 200, "{purged}");
+    assert_eq!(pg.sql(about_fail, "herald"), "0");
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+             WHERE e.account_id = '_operator'",
+            "herald"
+        ),
+        "0"
+    );
 }

@@ -301,3 +301,139 @@ async fn format_5_and_6_data_directories_move_their_keys_and_keep_working() {
         );
     }
 }
+
+/// Format 7 (tests/fixtures/format7, see its README: the last format before debounce windows
+/// and operator events were indexed by account, secrets had rows of their own and chart minutes
+/// were keyed by hour) opens in this herald: each later step runs once; the endpoint keeps its
+/// filter, headers and description, the account its plan and alert addresses; the secrets
+/// still sign and rotate; a purge then forgets the windows keyed by a payload field and the
+/// operator events about the account that the format-7 store wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_7_data_directory_keeps_filters_alerts_and_secrets_and_purges_whole() {
+    let tables = format!(
+        "{FIXTURE_TABLES}[plans.basic]\nper_minute = 1000\n\
+         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
+         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
+         debounce = {{ window = \"1d\", key = \"loc\" }}\n"
+    );
+    let (mut h, _data) = on_fixture(&tables, "format7").await;
+    migrated_through_7(&h, 7).await;
+
+    let ok = "ep_01M94BE3WGABD7Z19S6V0N1KE6";
+    let (status, ep) = h.admin("GET", &format!("/v1/endpoints/{ok}"), None).await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(ep["filter"], json!({"payload": {"n": {"$gte": 0}}}), "{ep}");
+    assert_eq!(ep["description"], json!("the good one"), "{ep}");
+    assert_eq!(
+        ep["headers"],
+        json!({"x-token": "{{ secret.api_key }}"}),
+        "{ep}"
+    );
+    assert!(!ep.to_string().contains("whsec_"), "no secret shown: {ep}");
+    let (status, account) = h.admin("GET", "/v1/accounts/acct_ok", None).await;
+    assert_eq!(status, 200, "{account}");
+    assert_eq!(account["plan"], json!("basic"), "{account}");
+    assert_eq!(
+        account["alert_emails"],
+        json!(["ops@example.com", "dev@example.com"]),
+        "{account}"
+    );
+
+    // The migrated secrets still sign (the rotated pair), and the endpoint rotates again.
+    let recv = Receiver::ok_http();
+    let (status, _) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ok}"),
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, rotated) = h
+        .admin("POST", &format!("/v1/endpoints/{ok}/secret/rotate"), None)
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let secret = rotated["secret"].as_str().unwrap().to_string();
+    let (status, tested) = h
+        .admin("POST", &format!("/v1/endpoints/{ok}/test"), Some(json!({})))
+        .await;
+    assert!(status == 200 || status == 202, "{status} {tested}");
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    let r = &got[0];
+    let signature = r.header("webhook-signature").unwrap();
+    assert!(
+        signature.split_whitespace().count() >= 2,
+        "the new secret signs beside the fixture's: {signature}"
+    );
+    assert!(
+        common::sig::verify(
+            &secret,
+            r.header("webhook-id").unwrap(),
+            r.header("webhook-timestamp").unwrap(),
+            &r.body,
+            signature
+        ),
+        "{signature}"
+    );
+
+    // A purge of acct_wait forgets its window keyed by the payload's `loc`: the same event
+    // to a new endpoint is delivered, not debounced.
+    let (status, purged) = h.admin("DELETE", "/v1/accounts/acct_wait", None).await;
+    assert_eq!(status, 200, "{purged}");
+    let (status, created) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acct_wait/endpoints",
+            Some(json!({"url": recv.url("/wait")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    for (payload, key) in [
+        (json!({"loc": "L1", "n": 2}), None),
+        (json!({"loc": "L2", "n": 3}), Some("explicit-key")),
+    ] {
+        let mut event = json!({"account_id": "acct_wait", "type": "location.updated",
+            "payload": payload});
+        if let Some(k) = key {
+            event["debounce_key"] = json!(k);
+        }
+        let (status, answer) = h.ingest(event).await;
+        assert_eq!(status, 202, "{answer}");
+        assert_eq!(
+            answer["deliveries"][0]["state"],
+            json!("pending"),
+            "{answer}"
+        );
+    }
+
+    // A purge of acct_fail takes the operator events about it, folded or hot.
+    let (_, list) = h.admin("GET", "/v1/deliveries?limit=500", None).await;
+    let operator = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["account_id"] == "_operator")
+        .count();
+    assert_eq!(
+        operator, 11,
+        "the fixture's operator events about acct_fail: {list}"
+    );
+    let (status, purged) = h.admin("DELETE", "/v1/accounts/acct_fail", None).await;
+    assert_eq!(status, 200, "{purged}");
+    let (status, list) = h.admin("GET", "/v1/deliveries?limit=500", None).await;
+    assert_eq!(status, 200, "{list}");
+    let operator: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["account_id"] == "_operator")
+        .collect();
+    assert_eq!(operator, Vec::<&serde_json::Value>::new(), "{list}");
+
+    let migrations = restarted_migrations(&mut h).await;
+    assert_eq!(
+        migrations,
+        LATER_STEPS.len(),
+        "three steps, none at the second start"
+    );
+}

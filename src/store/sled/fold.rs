@@ -217,6 +217,28 @@ fn zstd_decompress(bytes: &[u8], raw: usize) -> Result<Vec<u8>, StoreError> {
     })
 }
 
+/// A folded event's payload, read from the log tree alone (for the format migrations, which
+/// run before the store opens): `None` if no fold holds the event.
+pub(super) fn folded_payload(log: &sled::Tree, event: u128) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(item) = log.range(key::fold(0)..=key::fold(event)).next_back() else {
+        return Ok(None);
+    };
+    let (k, v) = item?;
+    let fold = decode(fold_first(&k)?, &v, Some(event))?;
+    let Some(row) = fold.get(&key::event(event)) else {
+        return Ok(None);
+    };
+    let (rec, inline) = codec::decode_event(event, row)?;
+    if let Some(p) = inline {
+        return Ok(Some(p.to_vec()));
+    }
+    let mut p = Vec::with_capacity(rec.payload_len);
+    for (_, chunk) in fold.prefix(&key::of(key::CHUNK, event)) {
+        p.extend_from_slice(chunk);
+    }
+    Ok(Some(p))
+}
+
 /// Decodes a fold: all of it, or (`want`) only the frame that would hold that event.
 fn decode(first: u128, v: &[u8], want: Option<u128>) -> Result<Fold, StoreError> {
     let mut r = Reader::new(v, "fold")?;

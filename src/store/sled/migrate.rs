@@ -508,8 +508,8 @@ fn hot_payload(
 }
 
 /// Format 8's index of operator events by the account they are about ([`key::ABOUT`]), for
-/// the operator events in the log: (indexed, folded ones left out). A folded operator event
-/// (ended, older than `storage.fold_after`) is not read here: it leaves with retention.
+/// every operator event in the log, hot or folded (operator events are few: a fold is decoded
+/// for each folded one): (indexed, of which folded).
 fn index_operator_events(trees: &Trees) -> Result<(usize, usize), StoreError> {
     let log = &trees.log;
     let operator = crate::engine::health::OPERATOR_ACCOUNT;
@@ -519,12 +519,20 @@ fn index_operator_events(trees: &Trees) -> Result<(usize, usize), StoreError> {
         let mut events = Vec::new();
         codec::decode_targets(&row?, &mut events)?;
         for event in events {
-            let Some(v) = log.get(key::event(event))? else {
-                folded += 1;
-                continue;
+            let payload = match log.get(key::event(event))? {
+                Some(v) => {
+                    let (rec, inline) = codec::decode_event(event, &v)?;
+                    hot_payload(log, event, inline, rec.payload_len)?
+                }
+                None => match super::fold::folded_payload(log, event)? {
+                    Some(p) => {
+                        folded += 1;
+                        p
+                    }
+                    // Pruned since its index row was written.
+                    None => continue,
+                },
             };
-            let (rec, inline) = codec::decode_event(event, &v)?;
-            let payload = hot_payload(log, event, inline, rec.payload_len)?;
             if let Some(about) = super::purge::operator_subject(operator, &payload) {
                 batch.insert(&key::about(&about, event)[..], &[][..]);
                 indexed += 1;
