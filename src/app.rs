@@ -623,14 +623,21 @@ pub async fn restore(
                 .await
                 .map_err(|e| format!("cannot restore into {}: {e}", storage_label(config)))?;
             let restored = match PgStore::with_database(db, clock, lease).await {
-                Ok(store) => crate::backup::restore(
-                    &Backend::Postgres(Arc::new(store)),
-                    input,
-                    now,
-                    progress,
-                )
-                .await
-                .map_err(|e| e.to_string()),
+                Ok(store) => {
+                    let store = Arc::new(store);
+                    let restored = crate::backup::restore(
+                        &Backend::Postgres(store.clone()),
+                        input,
+                        now,
+                        progress,
+                    )
+                    .await
+                    .map_err(|e| e.to_string());
+                    // The store registered as a node to read the database: the restore is no
+                    // node that serves, so it leaves no row behind.
+                    let left = store.leave().await.map(|_| ()).map_err(failed);
+                    restored.and_then(|t| left.map(|()| t))
+                }
                 Err(e) => Err(failed(e)),
             };
             if let Err(e) = &restored {
