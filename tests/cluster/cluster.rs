@@ -878,32 +878,7 @@ async fn a_version_6_database_keeps_filters_alerts_and_secrets_and_purges_whole(
         "{account}"
     );
 
-    let (status, rotated) = node
-        .admin("POST", &format!("/v1/endpoints/{ok}/secret/rotate"), None)
-        .await;
-    assert_eq!(status, 200, "{rotated}");
-    let secret = rotated["secret"].as_str().unwrap().to_string();
-    let (status, tested) = node
-        .admin("POST", &format!("/v1/endpoints/{ok}/test"), Some(json!({})))
-        .await;
-    assert!(status == 200 || status == 202, "{status} {tested}");
-    let got = recv.wait_for(1, Duration::from_secs(20)).await;
-    let r = &got[0];
-    let signature = r.header("webhook-signature").unwrap();
-    assert!(
-        signature.split_whitespace().count() >= 2,
-        "the new secret signs beside the fixture's: {signature}"
-    );
-    assert!(
-        common::sig::verify(
-            &secret,
-            r.header("webhook-id").unwrap(),
-            r.header("webhook-timestamp").unwrap(),
-            &r.body,
-            signature
-        ),
-        "{signature}"
-    );
+    common::rotated_secret_signs(&node, ok, &recv).await;
 
     let about_fail = "SELECT count(*) FROM events WHERE account_id = '_operator'
          AND convert_from(payload, 'UTF8')::jsonb -> 'data' ->> 'account_id' = 'acct_fail'";

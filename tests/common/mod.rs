@@ -155,3 +155,43 @@ pub fn storage_table(path: &Path, keys: &str) -> String {
     }
     table
 }
+
+/// Rotates `endpoint`'s secret and sends it a test event to `recv` (where its URL points): the
+/// request is signed with the new secret beside at least one earlier one (a rotation keeps the
+/// previous secret for its grace).
+pub async fn rotated_secret_signs(h: &Herald, endpoint: &str, recv: &Receiver) {
+    let (status, rotated) = h
+        .admin(
+            "POST",
+            &format!("/v1/endpoints/{endpoint}/secret/rotate"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let secret = rotated["secret"].as_str().unwrap().to_string();
+    let (status, tested) = h
+        .admin(
+            "POST",
+            &format!("/v1/endpoints/{endpoint}/test"),
+            Some(serde_json::json!({})),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {tested}");
+    let got = recv.wait_for(1, std::time::Duration::from_secs(20)).await;
+    let r = &got[0];
+    let signature = r.header("webhook-signature").unwrap();
+    assert!(
+        signature.split_whitespace().count() >= 2,
+        "the new secret signs beside the earlier one: {signature}"
+    );
+    assert!(
+        sig::verify(
+            &secret,
+            r.header("webhook-id").unwrap(),
+            r.header("webhook-timestamp").unwrap(),
+            &r.body,
+            signature
+        ),
+        "{signature}"
+    );
+}

@@ -349,32 +349,7 @@ async fn a_format_7_data_directory_keeps_filters_alerts_and_secrets_and_purges_w
         )
         .await;
     assert_eq!(status, 200);
-    let (status, rotated) = h
-        .admin("POST", &format!("/v1/endpoints/{ok}/secret/rotate"), None)
-        .await;
-    assert_eq!(status, 200, "{rotated}");
-    let secret = rotated["secret"].as_str().unwrap().to_string();
-    let (status, tested) = h
-        .admin("POST", &format!("/v1/endpoints/{ok}/test"), Some(json!({})))
-        .await;
-    assert!(status == 200 || status == 202, "{status} {tested}");
-    let got = recv.wait_for(1, Duration::from_secs(20)).await;
-    let r = &got[0];
-    let signature = r.header("webhook-signature").unwrap();
-    assert!(
-        signature.split_whitespace().count() >= 2,
-        "the new secret signs beside the fixture's: {signature}"
-    );
-    assert!(
-        common::sig::verify(
-            &secret,
-            r.header("webhook-id").unwrap(),
-            r.header("webhook-timestamp").unwrap(),
-            &r.body,
-            signature
-        ),
-        "{signature}"
-    );
+    common::rotated_secret_signs(&h, ok, &recv).await;
 
     // A purge of acct_wait forgets its window keyed by the payload's `loc`: the same event
     // to a new endpoint is delivered, not debounced.
