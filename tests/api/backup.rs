@@ -979,3 +979,25 @@ async fn a_backup_and_a_restore_of_large_events_stay_within_64_mib() {
         "restore: {peak} KiB, base {base} KiB"
     );
 }
+
+/// A restore into a cluster's database that a node serves is refused, naming the node, and
+/// writes nothing: the node could accept a retried key as new meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_into_a_database_a_node_serves_is_refused_and_writes_nothing() {
+    let url = common::postgres::shared_database();
+    let node = Herald::start(&format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\n"
+    ))
+    .await;
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
+    let (ok, out) = restore_to(&format!("postgres:{url}"), &fixture).await;
+    assert!(!ok, "a restore under a serving node is refused: {out}");
+    assert!(
+        out.contains("herald is running on this database"),
+        "it says why: {out}"
+    );
+    let (status, list) = node.admin("GET", "/v1/deliveries?limit=10", None).await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["items"], json!([]), "nothing was written: {list}");
+}
