@@ -236,19 +236,24 @@ pub struct Skipped {
     pub why: String,
 }
 
+/// `addr` as an address herald mails: today's rule ([`address_problem`]), then lettre's
+/// parser; else why not. The one check for setting an address and for sending to one.
+pub fn address(addr: &str) -> Result<lettre::Address, String> {
+    match address_problem(addr) {
+        Some(why) => Err(why.to_string()),
+        None => addr
+            .parse::<lettre::Address>()
+            .map_err(|e| format!("it does not parse ({e})")),
+    }
+}
+
 /// The account's addresses this mail goes to, and those it skips: an address stored before
 /// today's rule that the rule refuses ([`address_problem`]), or that lettre cannot read.
 pub fn recipients(to: &[String]) -> (Vec<lettre::Address>, Vec<Skipped>) {
     let mut good = Vec::new();
     let mut skipped = Vec::new();
     for (index, addr) in to.iter().enumerate() {
-        let parsed = match address_problem(addr) {
-            Some(why) => Err(why.to_string()),
-            None => addr
-                .parse::<lettre::Address>()
-                .map_err(|e| format!("it does not parse ({e})")),
-        };
-        match parsed {
+        match address(addr) {
             Ok(a) => good.push(a),
             Err(why) => skipped.push(Skipped { index, why }),
         }

@@ -86,7 +86,7 @@ fn plan_of(state: &AppState, plan: Value) -> Result<Option<String>, ApiError> {
 }
 
 /// Alert addresses given in a body: a list of at most [`MAX_ALERT_EMAILS`] mail addresses
-/// (each by [`crate::alerts::mail::address_problem`], then lettre's parser), none repeated
+/// (each by [`crate::alerts::mail::address`]), none repeated
 /// (compared ignoring case); `[]` clears them.
 pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
     let Value::Array(items) = v else {
@@ -110,12 +110,7 @@ pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
         let Value::String(addr) = item else {
             return Err(ApiError::field(&field, format!("{field} must be a string")));
         };
-        let problem = crate::alerts::mail::address_problem(&addr).or_else(|| {
-            addr.parse::<lettre::Address>()
-                .err()
-                .map(|_| "it does not parse")
-        });
-        if let Some(why) = problem {
+        if let Err(why) = crate::alerts::mail::address(&addr) {
             return Err(ApiError::field(
                 &field,
                 format!(

@@ -482,6 +482,17 @@ async fn a_backup_never_writes_through_what_is_at_its_temporary_name() {
 }
 
 /// Runs `herald ARGS` to its end, reading its peak resident memory (`VmHWM`) every few
+/// `herald restore --to sled:TARGET ARCHIVE`, measured as [`run_measured`] measures.
+async fn restore_measured(target: &Path, archive: &Path) -> (bool, String, u64) {
+    run_measured(vec![
+        "restore".into(),
+        "--to".into(),
+        format!("sled:{}", target.display()),
+        arg(archive),
+    ])
+    .await
+}
+
 /// milliseconds while it runs: its exit status, its output and the peak in KiB.
 async fn run_measured(args: Vec<String>) -> (bool, String, u64) {
     tokio::task::spawn_blocking(move || {
@@ -560,11 +571,7 @@ fn zstd_of(byte: u8, mib: usize) -> Vec<u8> {
 /// nothing, and their peak memory stays within 64 MiB of what checking a small archive takes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compression_bomb_is_named_damaged_in_bounded_memory() {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-1.herald-backup");
-    let (ok, out, base) =
-        run_measured(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
-    assert!(ok, "{out}");
+    let base = small_check_peak().await;
     let info = serde_json::to_vec(&json!({"format": 3, "herald": "test", "started_at": 1,
         "source": "sled"}))
     .unwrap();
@@ -610,13 +617,7 @@ async fn a_compression_bomb_is_named_damaged_in_bounded_memory() {
             "{name}: restore --check peaked at {peak} KiB, {base} KiB for a small archive"
         );
         let target = dir.path().join(format!("{name}-restored"));
-        let (ok, out, peak) = run_measured(vec![
-            "restore".into(),
-            "--to".into(),
-            format!("sled:{}", target.display()),
-            arg(&archive),
-        ])
-        .await;
+        let (ok, out, peak) = restore_measured(&target, &archive).await;
         assert!(!ok, "{name}: restore refuses it: {out}");
         assert!(out.contains("part 1 (events) is damaged"), "{name}: {out}");
         assert!(!target.exists(), "{name}: nothing was written");
@@ -964,14 +965,7 @@ async fn a_backup_and_a_restore_of_large_events_stay_within_64_mib() {
         "herald's RSS rose from {before} KiB to {peak} KiB during the backup"
     );
     let base = small_check_peak().await;
-    let target = dir.path().join("restored");
-    let (ok, out, peak) = run_measured(vec![
-        "restore".into(),
-        "--to".into(),
-        format!("sled:{}", target.display()),
-        arg(&archive),
-    ])
-    .await;
+    let (ok, out, peak) = restore_measured(&dir.path().join("restored"), &archive).await;
     assert!(ok, "{out}");
     println!("restore: {peak} KiB at its peak, {base} KiB for checking a small archive");
     assert!(

@@ -74,10 +74,15 @@ impl Cluster {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn min_interval_holds_across_the_nodes_of_a_cluster() {
-    let ca = TestCa::new();
-    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+/// Two nodes on one new database, delivering to receivers of `ca`'s and mailing alerts to a
+/// STARTTLS sink of its own, with `alerts` added to the `[alerts]` table, at manual time `t0`;
+/// and the directory of the CA file their config names.
+async fn two_nodes_mailing(
+    ca: &TestCa,
+    alerts: &str,
+    t0: i64,
+) -> (Cluster, SmtpSink, tempfile::TempDir) {
+    let smtp = SmtpSink::start(ca, Mode::StartTls);
     let ca_dir = tempfile::tempdir().expect("temp dir");
     let ca_file = ca.write_ca_file(ca_dir.path());
     let url = common::postgres::shared_database();
@@ -86,15 +91,21 @@ async fn min_interval_holds_across_the_nodes_of_a_cluster() {
         common::toml_string(&url)
     );
     let toml = format!(
-        "{}[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmin_interval = \"1h\"\n",
+        "{}[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\n{alerts}",
         common::delivery_toml(&ca_file),
         common::toml_string(&smtp.url())
     );
     let mut nodes = Vec::new();
     for _ in 0..2 {
-        nodes.push(InProc::start_with_storage(&storage, &toml, T0).await);
+        nodes.push(InProc::start_with_storage(&storage, &toml, t0).await);
     }
-    let c = Cluster { nodes };
+    (Cluster { nodes }, smtp, ca_dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_interval_holds_across_the_nodes_of_a_cluster() {
+    let ca = TestCa::new();
+    let (c, smtp, _ca_dir) = two_nodes_mailing(&ca, "min_interval = \"1h\"\n", T0).await;
     let failing = Arc::new(AtomicBool::new(true));
     let recv = Receiver::https(&ca, {
         let failing = failing.clone();
@@ -172,24 +183,8 @@ async fn min_interval_holds_across_the_nodes_of_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_per_account_per_hour_holds_across_the_nodes_of_a_cluster() {
     let ca = TestCa::new();
-    let smtp = SmtpSink::start(&ca, Mode::StartTls);
-    let ca_dir = tempfile::tempdir().expect("temp dir");
-    let ca_file = ca.write_ca_file(ca_dir.path());
-    let url = common::postgres::shared_database();
-    let storage = format!(
-        "backend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
-        common::toml_string(&url)
-    );
-    let toml = format!(
-        "{}[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmax_per_account_per_hour = 3\n",
-        common::delivery_toml(&ca_file),
-        common::toml_string(&smtp.url())
-    );
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        nodes.push(InProc::start_with_storage(&storage, &toml, T0 + 60_000).await);
-    }
-    let c = Cluster { nodes };
+    let (c, smtp, _ca_dir) =
+        two_nodes_mailing(&ca, "max_per_account_per_hour = 3\n", T0 + 60_000).await;
     let gone = Receiver::https(&ca, behaviour(|_, _| Reply::status(410)));
     let five: Vec<String> = (0..5).map(|i| format!("victim{i}@third.test")).collect();
     let (status, v) = c.nodes[0]
