@@ -30,6 +30,8 @@ mod receiver;
 mod report;
 #[path = "load/scale.rs"]
 mod scale;
+#[path = "load/svix.rs"]
+mod svix;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,13 +77,15 @@ usage: cargo bench --bench load -- [options]
   --cache-capacity N   herald's storage.cache_capacity in bytes (default: herald's, 32 MiB)
   --phases LIST        comma-separated subset of:
                        ingest,batch,e2e,latency,isolation,ordered,backlog,history,
-                       retention,keys,backup,filters
+                       retention,keys,backup,filters,svix
                        (default all; --quick leaves out retention, keys, backup and filters).
                        backup: an online backup of a store of --history delivered events
                        and 100,000 pending while 16 clients post (alternating runs without
                        and with it), then a restore into a new directory.
                        filters: batch ingest with 10 endpoints, alternating runs without
                        and with a 5-operator payload filter on each (3 of each)
+                       svix: single ingest through /v1/events and through the Svix-compatible
+                       API's message route, alternating (3 of each)
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
@@ -97,7 +101,7 @@ usage: cargo bench --bench load -- [options]
                        by side
 ";
 
-const PHASES: [&str; 12] = [
+const PHASES: [&str; 13] = [
     "ingest",
     "batch",
     "e2e",
@@ -110,6 +114,7 @@ const PHASES: [&str; 12] = [
     "keys",
     "backup",
     "filters",
+    "svix",
 ];
 
 /// The one-key run offers this many times the e2e rate: more than one sequence carries, so it
@@ -408,6 +413,13 @@ async fn run(opts: &Opts) -> Result<Results> {
             opts.batch_clients, opts.batch_size
         );
         filters::print(&filters::filters(opts).await?);
+    }
+    if want("svix") {
+        eprintln!(
+            "[svix] {} clients posting single events, then single messages the Svix libraries' way",
+            opts.clients
+        );
+        svix::print(&svix::svix(opts).await?);
     }
     if want("retention") {
         eprintln!(

@@ -476,6 +476,10 @@ async fn sync_operator_endpoint(
             rate_limit: None,
             client_certificate: None,
             filter: None,
+            uid: None,
+            metadata: Default::default(),
+            channels: Vec::new(),
+            signature_headers: Default::default(),
         },
     };
     let unchanged = ep.url == url && ep.secrets.len() == 1 && ep.secrets[0].value == *secret;

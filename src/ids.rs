@@ -19,6 +19,8 @@ pub const EVENT: &str = "evt_";
 pub const ENDPOINT: &str = "ep_";
 pub const DELIVERY: &str = "dlv_";
 pub const ATTEMPT: &str = "att_";
+/// An account made through the Svix-compatible API without a `uid` (docs/svix.md).
+pub const APPLICATION: &str = "app_";
 
 /// Low bits of an event's ULID that number its deliveries.
 pub const SLOT_BITS: u32 = 12;

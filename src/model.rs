@@ -150,6 +150,24 @@ pub enum SignatureKind {
     Ed25519,
 }
 
+/// Which header names carry an endpoint's signature (docs/svix.md): the Standard Webhooks
+/// `webhook-*` names alone, or also the same values as `svix-*` (endpoints made through the
+/// Svix-compatible API, whose receivers may read only those).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SignatureHeaders {
+    #[default]
+    #[serde(rename = "webhook")]
+    Webhook,
+    #[serde(rename = "webhook+svix")]
+    WebhookAndSvix,
+}
+
+impl SignatureHeaders {
+    pub fn is_webhook(&self) -> bool {
+        *self == SignatureHeaders::Webhook
+    }
+}
+
 /// A signing secret and, once rotated out, when it stops signing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoredSecret {
@@ -190,6 +208,18 @@ pub struct Endpoint {
     /// `event_types` take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Filter>,
+    /// The name the Svix-compatible API knows the endpoint by, unique within its account
+    /// (docs/svix.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Free text by name, kept for the caller (docs/svix.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// The channels it takes; empty: every event its types take (docs/api.md, "Channels").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<String>,
+    #[serde(default, skip_serializing_if = "SignatureHeaders::is_webhook")]
+    pub signature_headers: SignatureHeaders,
 }
 
 /// An endpoint's ordering: deliveries with the same key go one at a time, in commit order.
@@ -225,6 +255,11 @@ pub struct ClientCertificate {
 }
 
 impl Endpoint {
+    /// True if the endpoint takes an event of these channels: it lists none, or one of them.
+    pub fn takes_channels(&self, channels: &[String]) -> bool {
+        self.channels.is_empty() || self.channels.iter().any(|c| channels.contains(c))
+    }
+
     /// True if this endpoint's filter takes events of `event_type`: an exact type, a `prefix.*`
     /// pattern, or `*`; an empty filter takes everything.
     pub fn accepts(&self, event_type: &str) -> bool {
@@ -256,6 +291,10 @@ impl Endpoint {
             "ordering": self.ordering,
             "rate_limit": self.rate_limit,
             "filter": self.filter,
+            "uid": self.uid,
+            "metadata": self.metadata,
+            "channels": self.channels,
+            "signature_headers": self.signature_headers,
             "client_certificate": self.client_certificate.as_ref().map(|c| json!({
                 "subject": c.subject,
                 "not_after": rfc3339(c.not_after),
@@ -297,6 +336,12 @@ pub struct EventMeta {
     /// endpoint's payload field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
+    /// The channels the event was sent on (docs/api.md, "Channels").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<String>,
+    /// The tags it was given (docs/svix.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// The deliveries made at ingest, in fan-out order.
     pub deliveries: Vec<String>,
 }
@@ -363,6 +408,13 @@ pub struct Attempt {
     pub error: Option<String>,
     pub request_headers: Vec<(String, String)>,
     pub response_body: String,
+    /// The URL the request went to; `None` for a decision without a request, and for attempts
+    /// recorded before herald kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Made by a manual retry (docs/svix.md, `triggerType`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
 }
 
 impl Attempt {
@@ -382,6 +434,8 @@ impl Attempt {
             "error": self.error,
             "request_headers": headers,
             "response_body": self.response_body,
+            "url": self.url,
+            "manual": self.manual,
         })
     }
 }
@@ -425,6 +479,24 @@ mod tests {
         assert!(!type_matches("interaction.*", "profile.updated"));
         assert!(type_matches("*", "anything"));
     }
+}
+
+/// An account as the Svix-compatible API shows it, an *application* (docs/svix.md): what it adds
+/// to herald's account. An account herald's own API made has none until that API changes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Application {
+    pub id: String,
+    pub name: String,
+    /// The `uid` it was created with (its id then), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// Attempts per second its endpoints made through that API take when they set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
 }
 
 /// A portal session (docs/api.md): one account's routes for a customer, until it expires or is

@@ -68,12 +68,25 @@ pub fn keyed_batch_json(account: &str, n: usize) -> String {
 
 /// Posts a JSON body with the ingest token; the status and the answer.
 pub async fn post(client: &ApiClient, url: &str, body: String) -> Result<(u16, Bytes)> {
-    let req = Request::builder()
+    post_with(client, url, body, &[]).await
+}
+
+/// [`post`] with more headers.
+pub async fn post_with(
+    client: &ApiClient,
+    url: &str,
+    body: String,
+    headers: &[(&str, &str)],
+) -> Result<(u16, Bytes)> {
+    let mut req = Request::builder()
         .method("POST")
         .uri(url)
         .header("authorization", format!("Bearer {INGEST_TOKEN}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))?;
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::from(body)))?;
     let resp = client.request(req).await?;
     let status = resp.status().as_u16();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
@@ -111,6 +124,58 @@ pub async fn closed_batch(
     counters: Arc<Counters>,
 ) -> Vec<u32> {
     closed_loop(bases, account, clients, Some(size), until, counters).await
+}
+
+/// `n` clients creating single messages through the Svix-compatible API, as the official
+/// libraries send them: `eventType` and `payload`, `?with_content=false`, and an
+/// `idempotency-key: auto_<uuid>` header of its own on each request.
+pub async fn closed_svix(
+    bases: &[String],
+    account: &str,
+    clients: usize,
+    until: Instant,
+    counters: Arc<Counters>,
+) -> Vec<u32> {
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let url = format!(
+            "{}/api/v1/app/{account}/msg?with_content=false",
+            bases[k % bases.len()]
+        );
+        let counters = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = new_client(1);
+            let mut latencies = Vec::new();
+            while Instant::now() < until {
+                let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+                let key = format!("auto_{:08x}-0000-4000-8000-{:012x}", k, seq);
+                let sent = Instant::now();
+                let ok = matches!(
+                    post_with(&client, &url, message_json(), &[("idempotency-key", &key)]).await,
+                    Ok((202, _))
+                );
+                if ok {
+                    counters.acked.fetch_add(1, Ordering::Relaxed);
+                    latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                } else {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap_or_default());
+    }
+    all
+}
+
+/// A Svix `MessageIn`: [`event_json`]'s type and payload.
+fn message_json() -> String {
+    let event: serde_json::Value =
+        serde_json::from_str(&event_json("x")).expect("the bench's event is JSON");
+    serde_json::json!({"eventType": event["type"], "payload": event["payload"]}).to_string()
 }
 
 async fn closed_loop(

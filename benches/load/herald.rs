@@ -116,6 +116,8 @@ impl Herald {
              allow_private_networks = [\"127.0.0.0/8\"]\n\
              [endpoints]\n\
              require_verification = false\n\
+             [svix]\n\
+             enabled = true\n\
              [log]\n\
              level = \"warn,herald::app=info\"\n",
             data = data.display().to_string(),

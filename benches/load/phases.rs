@@ -96,7 +96,7 @@ pub struct Latency {
 }
 
 /// The part of a phase before the steady state: the first fifth, at least half a second.
-fn warmup(seconds: f64) -> f64 {
+pub fn warmup(seconds: f64) -> f64 {
     (seconds / 5.0).max(0.5)
 }
 

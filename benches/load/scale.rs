@@ -325,6 +325,10 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
         rate_limit: None,
         client_certificate: None,
         filter: None,
+        uid: None,
+        metadata: Default::default(),
+        channels: Vec::new(),
+        signature_headers: Default::default(),
     };
     let ep = store.put_endpoint(endpoint(ACCOUNT)).await?;
     // The portal figure's account: one delivery every n / PORTAL_DELIVERIES of the others'.
@@ -434,6 +438,8 @@ fn recorded_attempt(event_id: &str, delivery_id: &str, endpoint_id: &str, at: i6
             h("herald-endpoint-id", endpoint_id.into()),
         ],
         response_body: "ok".into(),
+        url: None,
+        manual: false,
     }
 }
 

@@ -14,7 +14,9 @@ use super::body::{self, discard_body, read_json_body};
 use super::error::ApiError;
 use super::{json, no_content, validate, AppState, Resp, Scope};
 use crate::ids::{self, ENDPOINT};
-use crate::model::{Endpoint, EndpointState, Ordering, RateLimit, SignatureKind, StoredSecret};
+use crate::model::{
+    Endpoint, EndpointState, Ordering, RateLimit, SignatureHeaders, SignatureKind, StoredSecret,
+};
 use crate::outbound::request::mentions_secret;
 use crate::policy::filter::Filter;
 use crate::policy::url::check_endpoint_url;
@@ -48,6 +50,7 @@ struct Fields {
     rate_limit: Option<Value>,
     #[serde(default, deserialize_with = "body::present")]
     filter: Option<Value>,
+    signature_headers: Option<Value>,
 }
 
 /// The most attempts per second a rate limit may allow (past it, no limit is wanted).
@@ -79,28 +82,7 @@ pub async fn create(
     };
     let secret = new_or_imported_secret(signature, &f.secret)?;
     let now = state.clock.now_ms();
-    let mut ep = Endpoint {
-        id: ids::new_id(ENDPOINT, now),
-        account_id: account_id.to_string(),
-        url,
-        description: String::new(),
-        event_types: Vec::new(),
-        headers: BTreeMap::new(),
-        retry_policy: state.config.delivery.default_retry_policy.clone(),
-        signature,
-        state: EndpointState::Active,
-        verified: false,
-        created_at: now,
-        updated_at: now,
-        secrets: vec![StoredSecret {
-            value: secret.clone(),
-            expires_at: None,
-        }],
-        ordering: None,
-        rate_limit: None,
-        client_certificate: None,
-        filter: None,
-    };
+    let mut ep = new_endpoint(state, account_id, url, signature, &secret, now);
     apply_common(state, &mut ep, &f)?;
     secret_macros_stay(scope, None, &ep)?;
 
@@ -117,6 +99,44 @@ pub async fn create(
         StatusCode::CREATED,
         &with_key(json!({"endpoint": ep.view()}), signature, &secret),
     ))
+}
+
+/// A new active endpoint of the account with its first secret and the install's default retry
+/// policy; every other field at its default, for the caller's fields to fill.
+pub(super) fn new_endpoint(
+    state: &AppState,
+    account_id: &str,
+    url: String,
+    signature: SignatureKind,
+    secret: &str,
+    now: crate::clock::Millis,
+) -> Endpoint {
+    Endpoint {
+        id: ids::new_id(ENDPOINT, now),
+        account_id: account_id.to_string(),
+        url,
+        description: String::new(),
+        event_types: Vec::new(),
+        headers: BTreeMap::new(),
+        retry_policy: state.config.delivery.default_retry_policy.clone(),
+        signature,
+        state: EndpointState::Active,
+        verified: false,
+        created_at: now,
+        updated_at: now,
+        secrets: vec![StoredSecret {
+            value: secret.to_string(),
+            expires_at: None,
+        }],
+        ordering: None,
+        rate_limit: None,
+        client_certificate: None,
+        filter: None,
+        uid: None,
+        metadata: BTreeMap::new(),
+        channels: Vec::new(),
+        signature_headers: SignatureHeaders::Webhook,
+    }
 }
 
 pub async fn list(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
@@ -287,7 +307,7 @@ fn secret_macros_stay(
     Ok(())
 }
 
-fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
+pub(super) fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
     let Value::String(raw) = v else {
         return Err(ApiError::field("url", "url must be a string"));
     };
@@ -342,6 +362,18 @@ fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), A
     }
     if let Some(v) = &f.filter {
         ep.filter = Filter::parse(v).map_err(|e| ApiError::field(&e.field, e.message))?;
+    }
+    if let Some(v) = &f.signature_headers {
+        ep.signature_headers = match v.as_str() {
+            Some("webhook") => SignatureHeaders::Webhook,
+            Some("webhook+svix") => SignatureHeaders::WebhookAndSvix,
+            _ => {
+                return Err(ApiError::field(
+                    "signature_headers",
+                    "signature_headers must be \"webhook\" or \"webhook+svix\"",
+                ))
+            }
+        };
     }
     if let Some(v) = &f.retry_policy {
         let Value::String(name) = v else {
@@ -411,7 +443,7 @@ fn rate_limit(v: &Value) -> Result<Option<RateLimit>, ApiError> {
     }
 }
 
-fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
+pub(super) fn headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
     let Value::Object(map) = v else {
         return Err(ApiError::field(
             "headers",
@@ -528,6 +560,7 @@ pub async fn rotate_secret(
         || f.ordering.is_some()
         || f.rate_limit.is_some()
         || f.filter.is_some()
+        || f.signature_headers.is_some()
     {
         return Err(ApiError::field(
             "body",

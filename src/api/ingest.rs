@@ -96,7 +96,7 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
     Ok(json(StatusCode::ACCEPTED, &json!({ "results": results })))
 }
 
-fn refuse_when_stopping(state: &AppState) -> Result<(), ApiError> {
+pub(super) fn refuse_when_stopping(state: &AppState) -> Result<(), ApiError> {
     if state.shutting_down.is_fired() {
         Err(ApiError::unavailable())
     } else {
@@ -124,6 +124,9 @@ pub struct Checked {
     pub idempotency_key: Option<String>,
     pub debounce_key: Option<String>,
     pub ordering_key: Option<String>,
+    /// The channels and tags of a message posted through the Svix-compatible API.
+    pub channels: Vec<String>,
+    pub tags: Vec<String>,
 }
 
 /// Parses and checks one ingest item's bytes: what `POST /v1/events` does before anything is
@@ -203,6 +206,8 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
         idempotency_key,
         debounce_key: key_field("debounce_key", item.debounce_key.as_ref())?,
         ordering_key: key_field("ordering_key", item.ordering_key.as_ref())?,
+        channels: Vec::new(),
+        tags: Vec::new(),
     })
 }
 
@@ -226,7 +231,7 @@ const FAN_OUT_TRIES: usize = 3;
 /// Fans the checked items out over their accounts' endpoints and stores them. In a cluster a
 /// fan-out made with a copy of the endpoints that missed another node's change is refused
 /// with nothing stored: the copy is brought up to date and the items fanned out again.
-async fn store(
+pub(super) async fn store(
     state: &AppState,
     items: Vec<Checked>,
     now: Millis,
@@ -269,6 +274,8 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
         idempotency_key,
         debounce_key,
         ordering_key,
+        channels,
+        tags,
     } = checked;
 
     let debounce = state
@@ -288,7 +295,7 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
     let endpoints = state.store.account_endpoints(&account_id);
     // `check` scanned the payload: it is I-JSON, so it parses. Should it not, the event is
     // refused rather than fanned out on a guess.
-    let targets = takers(&endpoints, &event_type, &payload).map_err(|e| {
+    let targets = takers(&endpoints, &event_type, &channels, &payload).map_err(|e| {
         tracing::error!(error = %e, "an ingested payload that passed the scan does not parse");
         ApiError::field("payload", format!("payload: {e}"))
     })?;
@@ -297,22 +304,26 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
     event.debounce_key = debounce_key;
     event.ordering_key = ordering_key;
     event.debounce = debounce;
+    event.channels = channels;
+    event.tags = tags;
     Ok(event)
 }
 
-/// The endpoints that take an event: its type, then its payload filter (docs/api.md, "Payload
-/// filters"). The payload is parsed once per event, and only when a filter needs it. A payload
+/// The endpoints that take an event: its type, its channels (an endpoint that lists channels
+/// takes only events sent on one of them: docs/svix.md), then its payload filter (docs/api.md,
+/// "Payload filters"). The payload is parsed once per event, and only when a filter needs it. A payload
 /// that does not parse (one stored before ingest refused what is not I-JSON) decides nothing:
 /// the error comes back, never a stand-in value that some filters would take.
 pub fn takers<'a>(
     endpoints: &'a [Arc<Endpoint>],
     event_type: &str,
+    channels: &[String],
     payload: &[u8],
 ) -> Result<Vec<&'a Arc<Endpoint>>, serde_json::Error> {
     let mut subject: Option<Subject> = None;
     let mut out = Vec::new();
     for ep in endpoints {
-        if !ep.accepts(event_type) {
+        if !ep.accepts(event_type) || !ep.takes_channels(channels) {
             continue;
         }
         if let Some(filter) = &ep.filter {
@@ -329,7 +340,10 @@ pub fn takers<'a>(
 }
 
 /// The answer to one ingested event: what the commit stored, or the first event's answer.
-async fn answer(state: &AppState, outcome: Option<&IngestOutcome>) -> Result<Value, ApiError> {
+pub(super) async fn answer(
+    state: &AppState,
+    outcome: Option<&IngestOutcome>,
+) -> Result<Value, ApiError> {
     match outcome {
         Some(IngestOutcome::Created {
             event_id,

@@ -22,6 +22,7 @@ pub mod routes;
 pub mod server;
 mod sessions;
 mod status;
+pub mod svix;
 pub mod validate;
 
 pub use look::Look;
@@ -177,6 +178,9 @@ async fn dispatch(
 ) -> Result<Resp, ApiError> {
     // HEAD is a GET whose answer has no body: the same route, role and headers (hyper sends
     // no body to a HEAD).
+    if state.config.svix.enabled && svix::is_svix_path(path) {
+        return Ok(svix::handle(state, req).await);
+    }
     let routed = if method == Method::HEAD {
         &Method::GET
     } else {

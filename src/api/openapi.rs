@@ -34,6 +34,9 @@ pub fn document(config: &Config, public_url: &str) -> Value {
         let path = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
         path[r.method.as_str().to_ascii_lowercase()] = op;
     }
+    if config.svix.enabled {
+        svix_paths(&mut paths);
+    }
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -62,6 +65,31 @@ pub fn document(config: &Config, public_url: &str) -> Value {
             },
         },
     })
+}
+
+/// The Svix-compatible API's routes (docs/svix.md), with their shapes named, not repeated: they
+/// are the Svix API's own.
+fn svix_paths(paths: &mut Map<String, Value>) {
+    for (method, path, summary) in super::svix::ROUTES {
+        let params: Vec<Value> = path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        let entry = paths
+            .entry(format!("{}{path}", super::svix::PREFIX))
+            .or_insert_with(|| json!({}));
+        entry[method.as_str().to_ascii_lowercase()] = json!({
+            "summary": summary,
+            "tags": ["svix"],
+            "description": "The Svix-compatible API: requests and answers in the Svix API's \
+                shapes (docs/svix.md); errors are {\"code\", \"detail\"}, and 422 is \
+                {\"detail\": [{\"loc\", \"msg\", \"type\"}]}.",
+            "parameters": params,
+            "security": [{"admin": []}, {"ingest": []}, {"portal": []}],
+            "responses": {"default": {"description": "As the Svix API answers (docs/svix.md)."}},
+        });
+    }
 }
 
 /// A reference to a schema of `components.schemas`.
@@ -811,7 +839,8 @@ fn schemas() -> Value {
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "retry_policy": {"type": "string"}, "secret": {"type": "string"},
             "signature": {"enum": ["hmac", "ed25519"]},
-            "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter")}}),
+            "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter"),
+            "signature_headers": {"enum": ["webhook", "webhook+svix"]}}}),
     );
     m.insert(
         "RateLimit".into(),
@@ -837,6 +866,10 @@ fn schemas() -> Value {
             "state": {"enum": ["active", "paused", "disabled"]}, "verified": {"type": "boolean"},
             "public_key": {"type": ["string", "null"]},
             "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter"),
+            "uid": {"type": ["string", "null"]},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+            "channels": {"type": "array", "items": {"type": "string"}},
+            "signature_headers": {"enum": ["webhook", "webhook+svix"]},
             "client_certificate": {"type": ["object", "null"], "properties": {
                 "subject": {"type": "string"}, "not_after": time()}},
             "created_at": time(), "updated_at": time(),
@@ -886,7 +919,8 @@ fn schemas() -> Value {
             "duration_ms": {"type": "integer"}, "status": {"enum": statuses},
             "http_status": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
             "request_headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "response_body": {"type": "string"}}}),
+            "response_body": {"type": "string"}, "url": {"type": ["string", "null"]},
+            "manual": {"type": "boolean"}}}),
     );
     m.insert("Delivery".into(), json!({"type": "object", "required": ["id", "event_id", "endpoint_id", "account_id", "event_type", "state", "last_status", "attempt_count", "next_attempt_at", "created_at"], "properties": {
             "id": {"type": "string"}, "event_id": {"type": "string"}, "endpoint_id": {"type": ["string", "null"]},
@@ -1039,5 +1073,24 @@ mod tests {
             ROUTES.len(),
             "the document has routes the router does not"
         );
+    }
+
+    /// With `[svix] enabled`, the Svix-compatible API's routes are listed too, each once.
+    #[test]
+    fn the_svix_routes_are_documented_when_enabled() {
+        let mut config = Config::default();
+        config.svix.enabled = true;
+        let doc = document(&config, "http://127.0.0.1:8080");
+        for (method, path, _) in crate::api::svix::ROUTES {
+            let op = &doc["paths"][format!("/api/v1{path}")][method.as_str().to_ascii_lowercase()];
+            assert!(op.is_object(), "{method} /api/v1{path} is missing");
+        }
+        let documented: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_object().unwrap().len())
+            .sum();
+        assert_eq!(documented, ROUTES.len() + crate::api::svix::ROUTES.len());
     }
 }

@@ -67,12 +67,15 @@ pub async fn replay(
             }
             found
         }
-        None => super::ingest::takers(&endpoints, &meta.event_type, &payload).map_err(|e| {
-            ApiError::field(
-                "payload",
-                format!("the stored event's payload does not parse ({e}); it cannot be replayed"),
-            )
-        })?,
+        None => super::ingest::takers(&endpoints, &meta.event_type, &meta.channels, &payload)
+            .map_err(|e| {
+                ApiError::field(
+                    "payload",
+                    format!(
+                        "the stored event's payload does not parse ({e}); it cannot be replayed"
+                    ),
+                )
+            })?,
     };
     if b.dry_run {
         return Ok(json(
@@ -90,6 +93,8 @@ pub async fn replay(
         state.clock.now_ms(),
     );
     event.ordering_key = meta.ordering_key;
+    event.channels = meta.channels;
+    event.tags = meta.tags;
     let outcome = state.store.ingest(vec![event]).await?;
     let Some(IngestOutcome::Created {
         event_id,
@@ -232,6 +237,8 @@ mod tests {
                 debounce_key: None,
                 ordering_key: None,
                 debounce: None,
+                channels: Vec::new(),
+                tags: Vec::new(),
             };
             let out = store.ingest(vec![ev]).await.unwrap();
             let IngestOutcome::Created { deliveries, .. } = &out[0] else {
@@ -251,6 +258,8 @@ mod tests {
                 error: None,
                 request_headers: Vec::new(),
                 response_body: String::new(),
+                url: None,
+                manual: false,
             };
             store.update_delivery(&d, &failed, Some(&a)).unwrap();
         }

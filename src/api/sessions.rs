@@ -74,6 +74,21 @@ pub async fn create(
             ))
         }
     };
+    let (session, token) = mint(state, account_id, read_only, ttl).await?;
+    let mut v = session.view();
+    v["url"] = json!(portal_link(state, &token));
+    v["token"] = json!(token);
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+/// Mints a session of the account for `ttl` and stores it (its token only hashed): the
+/// session and its token, which only this answer ever holds.
+pub(super) async fn mint(
+    state: &AppState,
+    account_id: &str,
+    read_only: bool,
+    ttl: std::time::Duration,
+) -> Result<(PortalSession, String), ApiError> {
     let now = state.clock.now_ms();
     let mut raw = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut raw);
@@ -93,10 +108,12 @@ pub async fn create(
         .create_portal_session(&session, token_hash(&token))
         .await?;
     tracing::info!(session_id = %session.id, account_id, read_only, "portal session minted");
-    let mut v = session.view();
-    v["token"] = json!(token);
-    v["url"] = json!(format!("{}/portal#token={token}", state.public_url));
-    Ok(json(StatusCode::CREATED, &v))
+    Ok((session, token))
+}
+
+/// The portal's link for a session token.
+pub(super) fn portal_link(state: &AppState, token: &str) -> String {
+    format!("{}/portal#token={token}", state.public_url)
 }
 
 /// `DELETE /v1/portal-sessions/{id}`: revoked at once.

@@ -140,6 +140,7 @@ pub fn is_reserved_header(name: &str) -> bool {
             | "proxy-authenticate"
     ) || n.starts_with("webhook-")
         || n.starts_with("herald-")
+        || n.starts_with("svix-")
 }
 
 /// How deep a payload may nest: the payload object is level 1, and each object or array inside

@@ -20,8 +20,10 @@ pub const MAGIC: &str = "herald-backup";
 /// The format version this herald writes. Version 2 added endpoints' payload filters and
 /// accounts' alert addresses to the directory: a herald that reads only version 1 would drop
 /// them, so it refuses a version-2 archive instead. Version 3 added `raw_bytes` to part headers,
-/// so that a reader can refuse a part that decompresses to more.
-pub const VERSION: u32 = 3;
+/// so that a reader can refuse a part that decompresses to more. Version 4 added application
+/// records and kept answers to the directory, and events' channels and tags and attempts' URLs
+/// to the log (docs/svix.md).
+pub const VERSION: u32 = 4;
 /// The oldest format this herald still reads (its records are a subset of this version's).
 pub const OLDEST: u32 = 1;
 /// zstd's level for parts: its fastest; JSON packs several times smaller even so.
@@ -384,7 +386,9 @@ pub(super) fn check_row(row: &DirectoryRecord) -> Result<(), String> {
         DirectoryRecord::Plan { account_id, .. }
         | DirectoryRecord::AlertEmails { account_id, .. }
         | DirectoryRecord::AccountSecret { account_id, .. }
-        | DirectoryRecord::Usage { account_id, .. } => check_account(account_id),
+        | DirectoryRecord::Usage { account_id, .. }
+        | DirectoryRecord::ApiAnswer { account_id, .. } => check_account(account_id),
+        DirectoryRecord::Application { application } => check_account(&application.id),
         DirectoryRecord::Breaker { endpoint_id, .. } => check_endpoint_id(endpoint_id),
     }
 }
@@ -496,6 +500,8 @@ mod tests {
                 idempotency_key: None,
                 debounce_key: None,
                 ordering_key: None,
+                channels: Vec::new(),
+                tags: Vec::new(),
                 deliveries: vec![delivery.id.clone()],
             },
             payload: bytes::Bytes::copy_from_slice(payload),

@@ -112,7 +112,7 @@ where
 
 /// The directory as it is now: every account's usage, plan, endpoints (with their client
 /// certificates) and breakers that are not closed and clean, every account's alert addresses,
-/// and every account secret.
+/// every account secret, application record and kept answer.
 async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>, StoreError> {
     store.fresh_directory().await?;
     let mut rows = Vec::new();
@@ -160,6 +160,16 @@ async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>,
             account_id,
             name,
             value,
+        });
+    }
+    for application in store.applications().await? {
+        rows.push(DirectoryRecord::Application { application });
+    }
+    for (account_id, key, answer) in store.api_answers().await? {
+        rows.push(DirectoryRecord::ApiAnswer {
+            account_id,
+            key,
+            answer,
         });
     }
     Ok(rows)
@@ -296,6 +306,16 @@ async fn import_directory(
                 store
                     .set_quota_usage(&account_id, w, (minute_used, day_used))
                     .await?
+            }
+            DirectoryRecord::Application { application } => {
+                store.put_application(&application).await?
+            }
+            DirectoryRecord::ApiAnswer {
+                account_id,
+                key,
+                answer,
+            } => {
+                store.keep_api_answer(&account_id, &key, answer).await?;
             }
         }
     }

@@ -67,6 +67,14 @@ pub struct Config {
     pub alerts: Alerts,
     pub operator: Operator,
     pub log: Log,
+    pub svix: Svix,
+}
+
+/// `[svix]`: the Svix-compatible API under `/api/v1/` (docs/svix.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Svix {
+    pub enabled: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -468,11 +476,12 @@ impl Config {
         section(&mut table, "alerts", &mut config.alerts, &mut errors);
         section(&mut table, "operator", &mut config.operator, &mut errors);
         section(&mut table, "log", &mut config.log, &mut errors);
+        section(&mut table, "svix", &mut config.svix, &mut errors);
         for key in table.keys() {
             errors.push(ConfigError {
                 key: key.clone(),
                 message: "unknown key; the tables are server, storage, delivery, retry_policies, \
-                          signing, endpoints, plans, catalog, portal, alerts, operator, log"
+                          signing, endpoints, plans, catalog, portal, alerts, operator, log, svix"
                     .into(),
             });
         }

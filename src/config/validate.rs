@@ -51,6 +51,14 @@ impl Config {
                                   carrying any other could never match it"
                             .into(),
                     });
+                } else if self.svix.enabled && t.contains('.') {
+                    errors.push(ConfigError {
+                        key: k.clone(),
+                        message: "holds a '.', which svix.enabled does not allow: the Svix client \
+                                  libraries read what follows a dot in a token as a region and \
+                                  may send the token elsewhere; use a token without dots"
+                            .into(),
+                    });
                 } else if t.chars().count() < MIN_TOKEN_LEN {
                     errors.push(ConfigError {
                         key: k.clone(),
@@ -171,6 +179,16 @@ impl Config {
         self.check_catalog(&mut err);
         self.check_operator(&mut err);
         self.check_log(&mut err);
+        if self.svix.enabled && self.endpoints.require_verification {
+            err(
+                "svix.enabled",
+                "the Svix-compatible API needs endpoints.require_verification = false (its \
+                 default is true): receivers written for Svix do not answer herald's \
+                 verification challenge, so every endpoint made through it would stay \
+                 unverified and get nothing; set [endpoints] require_verification = false"
+                    .into(),
+            );
+        }
         errors.extend(self.postgres_problems());
         errors.extend(self.alerts_problems());
         if errors.is_empty() {

@@ -199,6 +199,8 @@ impl Engine {
             error: None,
             request_headers: Vec::new(),
             response_body: String::new(),
+            url: None,
+            manual: false,
         }
     }
 
@@ -228,6 +230,8 @@ impl Engine {
             error: outcome.error.clone(),
             request_headers: recorded,
             response_body: String::from_utf8_lossy(&outcome.body).into_owned(),
+            url: Some(endpoint.url.clone()),
+            manual: d.manual,
         };
         (attempt, outcome)
     }

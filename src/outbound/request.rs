@@ -10,7 +10,7 @@ use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
 
 use super::client::Request;
 use crate::clock::Millis;
-use crate::model::Endpoint;
+use crate::model::{Endpoint, SignatureHeaders};
 use crate::signing as sign;
 
 /// What is being sent: an event's delivery, or a verification challenge.
@@ -62,6 +62,16 @@ pub fn build(
             msg.attempt.to_string(),
         ),
     ];
+    if endpoint.signature_headers == SignatureHeaders::WebhookAndSvix {
+        // The same three values under the names receivers written for Svix read (docs/svix.md).
+        let same: Vec<String> = headers[2..5].iter().map(|(_, v)| v.clone()).collect();
+        for (name, v) in ["svix-id", "svix-timestamp", "svix-signature"]
+            .into_iter()
+            .zip(same)
+        {
+            headers.push((HeaderName::from_static(name), v));
+        }
+    }
     if let Some(id) = msg.delivery_id {
         headers.push((
             HeaderName::from_static("herald-delivery-id"),

@@ -59,6 +59,10 @@ mod tests {
             rate_limit: None,
             client_certificate: None,
             filter: None,
+            uid: None,
+            metadata: Default::default(),
+            channels: Vec::new(),
+            signature_headers: Default::default(),
         }
     }
 

@@ -15,18 +15,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
+    Accounts, Applications, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention,
+    Status,
 };
 #[cfg(feature = "postgres")]
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
-    Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    ApiAnswer, Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node,
+    Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
-    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+    Application, Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession,
+    RateLimit,
 };
 use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
@@ -527,5 +529,58 @@ impl Intake<PgLease> for PgIntake {
                 .map(|t| t.map_hold(Hold::Postgres))
                 .collect(),
         )
+    }
+}
+
+impl Applications for Backend {
+    async fn application(&self, account_id: &str) -> Result<Option<Application>, StoreError> {
+        both_async!(self, Applications::application, (account_id))
+    }
+
+    async fn put_application(&self, app: &Application) -> Result<(), StoreError> {
+        both_async!(self, Applications::put_application, (app))
+    }
+
+    async fn applications(&self) -> Result<Vec<Application>, StoreError> {
+        both_async!(self, Applications::applications, ())
+    }
+
+    async fn first_event_at(&self, account_id: &str) -> Result<Option<Millis>, StoreError> {
+        both_async!(self, Applications::first_event_at, (account_id))
+    }
+
+    async fn keyed_event(
+        &self,
+        account_id: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<String>, StoreError> {
+        both_async!(self, Applications::keyed_event, (account_id, key, now))
+    }
+
+    async fn api_answer(
+        &self,
+        account_id: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<ApiAnswer>, StoreError> {
+        both_async!(self, Applications::api_answer, (account_id, key, now))
+    }
+
+    async fn keep_api_answer(
+        &self,
+        account_id: &str,
+        key: &str,
+        answer: ApiAnswer,
+    ) -> Result<ApiAnswer, StoreError> {
+        both_async!(
+            self,
+            Applications::keep_api_answer,
+            (account_id, key, answer)
+        )
+    }
+
+    async fn api_answers(&self) -> Result<Vec<(String, String, ApiAnswer)>, StoreError> {
+        both_async!(self, Applications::api_answers, ())
     }
 }

@@ -27,12 +27,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{
-    Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
-    Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    ApiAnswer, Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node,
+    Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
-    Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession, RateLimit,
+    Application, Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession,
+    RateLimit,
 };
 use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
@@ -575,4 +576,62 @@ pub trait Minutes {
 
     /// Drops every endpoint's minutes that start before `before`; answers how many went.
     fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// What the Svix-compatible API keeps beside herald's own records (docs/svix.md): accounts'
+/// application records and the answers to requests made with an `idempotency-key` header.
+/// Both go with an account's purge, into backups and through `herald copy`.
+pub trait Applications {
+    /// The account's application record, if one was written.
+    fn application(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Option<Application>, StoreError>> + Send;
+
+    /// Writes the account's application record, durably.
+    fn put_application(
+        &self,
+        app: &Application,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every application record, sorted by account.
+    fn applications(&self) -> impl Future<Output = Result<Vec<Application>, StoreError>> + Send;
+
+    /// When the account's oldest event still kept was received; `None` when it has none.
+    fn first_event_at(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
+
+    /// The event an idempotency key of the account names within
+    /// [`super::IDEMPOTENCY_WINDOW_MS`] of `now`, if any.
+    fn keyed_event(
+        &self,
+        account_id: &str,
+        key: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
+    /// The answer kept for the account's request key, unless it is older than
+    /// [`super::IDEMPOTENCY_WINDOW_MS`] at `now`.
+    fn api_answer(
+        &self,
+        account_id: &str,
+        key: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<ApiAnswer>, StoreError>> + Send;
+
+    /// Keeps the answer to the account's request key, durably, unless one within the window
+    /// is kept already; answers the one that stays.
+    fn keep_api_answer(
+        &self,
+        account_id: &str,
+        key: &str,
+        answer: ApiAnswer,
+    ) -> impl Future<Output = Result<ApiAnswer, StoreError>> + Send;
+
+    /// Every answer kept, as (account, key, answer): for backups.
+    fn api_answers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, String, ApiAnswer)>, StoreError>> + Send;
 }

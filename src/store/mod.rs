@@ -35,16 +35,16 @@ pub use backend::{Backend, Hold};
 /// The contract's traits, for calling its operations: `use crate::store::prelude::*;`.
 pub mod prelude {
     pub use super::contract::{
-        Accounts as _, Archive as _, Directory as _, Ingest as _, Log as _, Minutes as _,
-        Queue as _, Retention as _, Status as _,
+        Accounts as _, Applications as _, Archive as _, Directory as _, Ingest as _, Log as _,
+        Minutes as _, Queue as _, Retention as _, Status as _,
     };
 }
 pub use error::StoreError;
 pub use types::endpoint_fields;
 pub use types::{
-    check_endpoint_json, check_endpoint_size, lane_of, token_hash, Changed, DebounceRule,
-    DeliveryFilter, DirectoryRecord, DueDelivery, EventHistory, Fence, IngestOutcome, Lane, Minute,
-    NewEvent, Node, Purged, Retained, Stats, Swept, TakeLimits, Taken, IDEMPOTENCY_WINDOW_MS,
-    MAX_ENDPOINT_SIZE, NO_LANE,
+    check_endpoint_json, check_endpoint_size, lane_of, token_hash, ApiAnswer, Changed,
+    DebounceRule, DeliveryFilter, DirectoryRecord, DueDelivery, EventHistory, Fence, IngestOutcome,
+    Lane, Minute, NewEvent, Node, Purged, Retained, Stats, Swept, TakeLimits, Taken,
+    IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE, NO_LANE,
 };
 pub use types::{ARCHIVE_PAGE_BYTES, ARCHIVE_PAGE_EVENTS};

@@ -39,6 +39,9 @@ pub struct NewEvent {
     pub ordering_key: Option<String>,
     /// Set when the event's type is debounced and the event has a debounce key.
     pub debounce: Option<DebounceRule>,
+    /// The channels it was sent on and its tags (docs/svix.md).
+    pub channels: Vec<String>,
+    pub tags: Vec<String>,
 }
 
 impl NewEvent {
@@ -65,6 +68,8 @@ impl NewEvent {
             debounce_key: None,
             ordering_key: None,
             debounce: None,
+            channels: Vec::new(),
+            tags: Vec::new(),
         }
     }
 }
@@ -320,6 +325,25 @@ pub enum DirectoryRecord {
         endpoint_id: String,
         breaker: crate::policy::breaker::Breaker,
     },
+    /// An account's application record (docs/svix.md; archive format 4 on).
+    Application {
+        application: crate::model::Application,
+    },
+    /// The answer kept for a request key of an account (docs/svix.md; archive format 4 on).
+    ApiAnswer {
+        account_id: String,
+        key: String,
+        answer: ApiAnswer,
+    },
+}
+
+/// The answer to a request made with an `idempotency-key` header (docs/svix.md), replayed to a
+/// repeat of the key: its status and JSON body, and when it was first given.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApiAnswer {
+    pub status: u16,
+    pub body: String,
+    pub at: Millis,
 }
 
 /// What an account's purge removed ([`super::contract::Accounts::purge_account`]).

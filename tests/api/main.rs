@@ -33,3 +33,4 @@ mod retention;
 mod roles;
 mod secrets;
 mod ssrf;
+mod svix;

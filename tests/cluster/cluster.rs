@@ -895,3 +895,131 @@ async fn a_version_6_database_keeps_filters_alerts_and_secrets_and_purges_whole(
         "0"
     );
 }
+
+/// A database at schema version 10 (tests/fixtures/cluster5: the last version before what the
+/// Svix-compatible API keeps) migrates to this herald's, and its accounts are applications of
+/// that API: named by their ids, created when their first endpoint was; old attempts read with
+/// no URL; a message sent through the door reaches the endpoint, its channels kept and its
+/// attempt naming the URL; a repeated request key answers the first answer; an application's
+/// delete is the account's purge, its application row and kept answers with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_10_database_serves_its_accounts_as_applications() {
+    let (pg, url) = fixture_database_in("cluster5", 10);
+    let recv = Receiver::ok_http();
+    move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
+    let node = common::Herald::start(&format!(
+        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+         [plans.basic]\nper_minute = 1000\n[svix]\nenabled = true\n\
+         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
+         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
+         debounce = {{ window = \"1d\", key = \"loc\" }}\n\
+         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(&url)
+    ))
+    .await;
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        SCHEMA_VERSION.to_string()
+    );
+    let ok = "ep_01M94M3JCKCDVZXX0ANET3NG57";
+    let (_, ep) = node
+        .admin("GET", &format!("/v1/endpoints/{ok}"), None)
+        .await;
+    let (status, app) = node.admin("GET", "/api/v1/app/acct_ok", None).await;
+    assert_eq!(status, 200, "{app}");
+    assert_eq!(
+        (app["id"].as_str(), app["name"].as_str()),
+        (Some("acct_ok"), Some("acct_ok"))
+    );
+    assert_eq!(
+        app["createdAt"], ep["created_at"],
+        "its first endpoint's time: {app}"
+    );
+    let (_, list) = node.admin("GET", "/api/v1/app", None).await;
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["acct_fail", "acct_ok", "acct_wait"], "{list}");
+    let (_, attempts) = node
+        .admin(
+            "GET",
+            &format!("/api/v1/app/acct_ok/attempt/endpoint/{ok}"),
+            None,
+        )
+        .await;
+    let attempts = attempts["data"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 5, "{attempts:?}");
+    assert!(
+        attempts.iter().all(|a| a["url"] == "" && a["status"] == 0),
+        "{attempts:?}"
+    );
+
+    let send = |key: &'static str| {
+        let node = &node;
+        async move {
+            node.call_raw(
+                "POST",
+                "/api/v1/app/acct_ok/msg",
+                Some(common::herald::ADMIN_TOKEN),
+                &[
+                    ("content-type", "application/json"),
+                    ("idempotency-key", key),
+                ],
+                br#"{"eventType": "order.created", "payload": {"n": 9}, "channels": ["eu"]}"#
+                    .to_vec(),
+            )
+            .await
+        }
+    };
+    let (status, _, first) = send("key-1").await;
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&first));
+    let (status, _, again) = send("key-1").await;
+    assert_eq!((status, &again), (202, &first), "the first answer, again");
+    let msg: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].header("webhook-id"), msg["id"].as_str());
+    assert_eq!(got.len(), 1, "one message for two requests with one key");
+    let id = msg["id"].as_str().unwrap();
+    assert_eq!(
+        pg.sql(
+            &format!(
+                "SELECT labels -> 'channels' ->> 0 FROM events WHERE id = decode('{}', 'hex')",
+                hex_of_event(id)
+            ),
+            "herald"
+        ),
+        "eu"
+    );
+    let path = format!("/api/v1/app/acct_ok/attempt/msg/{id}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the message's attempt is listed",
+        || async { node.admin("GET", &path, None).await.1["data"][0].is_object() },
+    )
+    .await;
+    let attempt = node.admin("GET", &path, None).await.1["data"][0].clone();
+    assert_eq!(attempt["url"], json!(recv.url("/ok")), "{attempt}");
+
+    let (status, _) = node.admin("DELETE", "/api/v1/app/acct_ok", None).await;
+    assert_eq!(status, 204);
+    for table in ["applications", "api_answers", "events"] {
+        assert_eq!(
+            pg.sql(
+                &format!("SELECT count(*) FROM {table} WHERE account_id = 'acct_ok'"),
+                "herald"
+            ),
+            "0",
+            "{table}"
+        );
+    }
+}
+
+/// An event id's 16 stored bytes, in hex.
+fn hex_of_event(id: &str) -> String {
+    let ulid = herald::ids::parse(herald::ids::EVENT, id).expect("an event id");
+    format!("{ulid:032x}")
+}

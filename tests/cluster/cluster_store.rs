@@ -88,6 +88,8 @@ fn event(account: &str, key: Option<&str>) -> NewEvent {
         debounce_key: None,
         ordering_key: None,
         debounce: None,
+        channels: Vec::new(),
+        tags: Vec::new(),
     }
 }
 
@@ -254,6 +256,8 @@ async fn a_lapsed_lease_passes_to_another_node_and_fences_the_first() {
         error: None,
         request_headers: vec![("webhook-id".into(), "msg".into())],
         response_body: "ok".into(),
+        url: None,
+        manual: false,
     };
     let late = a.finish(held[0].hold.claim(), &done, Some(&attempt)).await;
     assert!(matches!(late, Err(StoreError::LeaseLost)), "{late:?}");
@@ -726,6 +730,8 @@ async fn end_all(node: &PgStore, clock: &ManualClock, state: DeliveryState) -> u
             error: None,
             request_headers: vec![("webhook-id".into(), d.id.clone())],
             response_body: "{}".into(),
+            url: None,
+            manual: false,
         };
         node.finish(l.hold.claim(), &d, Some(&attempt))
             .await
@@ -1355,6 +1361,8 @@ fn delivered(d: &herald::model::Delivery, now: i64) -> (herald::model::Delivery,
         error: None,
         request_headers: vec![],
         response_body: String::new(),
+        url: None,
+        manual: false,
     };
     (done, attempt)
 }

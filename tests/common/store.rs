@@ -22,5 +22,9 @@ pub fn endpoint(id: &str, account: &str, at: i64) -> Endpoint {
         rate_limit: None,
         client_certificate: None,
         filter: None,
+        uid: None,
+        metadata: Default::default(),
+        channels: Vec::new(),
+        signature_headers: Default::default(),
     }
 }

@@ -19,8 +19,8 @@ use herald::clock::{Clock, ManualClock};
 use herald::config::Config;
 use herald::metrics::Metrics;
 use herald::model::{
-    Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState, PortalSession,
-    RateLimit, Status,
+    Application, Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState,
+    PortalSession, RateLimit, Status,
 };
 use herald::policy::alerts::{AlertClaim, AlertKind, Claimed};
 use herald::policy::breaker::{Breaker, Change, Phase};
@@ -30,7 +30,7 @@ use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
-    lane_of, token_hash, Backend, Changed, DebounceRule, DeliveryFilter, Fence, Hold,
+    lane_of, token_hash, ApiAnswer, Backend, Changed, DebounceRule, DeliveryFilter, Fence, Hold,
     IngestOutcome, Minute, NewEvent, Retained, StoreError, TakeLimits, Taken,
     IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
@@ -199,6 +199,8 @@ fn event(account: &str, key: Option<&str>, at: i64) -> NewEvent {
         debounce_key: None,
         ordering_key: None,
         debounce: None,
+        channels: Vec::new(),
+        tags: Vec::new(),
     }
 }
 
@@ -1709,6 +1711,8 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
                 error: None,
                 request_headers: Vec::new(),
                 response_body: String::new(),
+                url: None,
+                manual: false,
             };
             let mut done = d.clone();
             done.state = DeliveryState::Delivered;
@@ -1772,6 +1776,8 @@ fn failed_first(was: &Delivery, at: i64) -> (Attempt, Delivery) {
         error: None,
         request_headers: vec![("webhook-id".into(), was.event_id.clone())],
         response_body: "oops".into(),
+        url: Some("https://receiver.test/hook".into()),
+        manual: false,
     };
     let mut now = was.clone();
     now.attempt_count = 1;
@@ -1795,6 +1801,8 @@ async fn deliver(s: &Subject, taken: Taken<Hold>) {
         error: None,
         request_headers: Vec::new(),
         response_body: String::new(),
+        url: None,
+        manual: false,
     };
     let mut done = was.clone();
     done.state = DeliveryState::Delivered;
@@ -2151,8 +2159,13 @@ async fn fill(s: &Subject) {
     large.payload = Bytes::from(format!("{{\"big\":\"{}\"}}", "x".repeat(50_000)));
     let mut binary = event("acct", None, START);
     binary.payload = Bytes::from_static(&[0xff, 0xfe, 0x00, 0x01]);
-    let out = store
-        .ingest(vec![event("acct", Some("idem-1"), START), large, binary])
+    let mut labelled = event("acct", Some("idem-1"), START);
+    labelled.channels = vec!["ch-a".into(), "ch-b".into()];
+    labelled.tags = vec!["t1".into()];
+    let out = store.ingest(vec![labelled, large, binary]).await.unwrap();
+    store.put_application(&application("acct")).await.unwrap();
+    store
+        .keep_api_answer("acct", "key-1", answer(START, 202))
         .await
         .unwrap();
     let (_, first) = created(&out[0]);
@@ -2171,6 +2184,171 @@ async fn fill(s: &Subject) {
     for t in waiting {
         store.release(t.hold, Some(START)).await.unwrap();
     }
+}
+
+fn application(id: &str) -> Application {
+    Application {
+        id: id.into(),
+        name: format!("{id}'s name"),
+        uid: Some(id.into()),
+        metadata: [("plan".to_string(), "gold".to_string())].into(),
+        rate_limit: Some(5),
+        created_at: START,
+        updated_at: START + 1,
+    }
+}
+
+fn answer(at: i64, status: u16) -> ApiAnswer {
+    ApiAnswer {
+        status,
+        body: format!("{{\"at\":{at}}}"),
+        at,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let n = s.name;
+        store.put_application(&application("acct")).await.unwrap();
+        store.put_application(&application("other")).await.unwrap();
+        let mut changed = application("acct");
+        changed.name = "renamed".into();
+        store.put_application(&changed).await.unwrap();
+        assert_eq!(
+            store.application("acct").await.unwrap(),
+            Some(changed),
+            "{n}"
+        );
+        assert_eq!(store.application("nobody").await.unwrap(), None, "{n}");
+        let ids: Vec<String> = store
+            .applications()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(ids, ["acct", "other"], "{n}");
+
+        // The first answer of a key within the window stays; another account's key is its own.
+        let first = answer(START, 201);
+        assert_eq!(
+            store
+                .keep_api_answer("acct", "k", first.clone())
+                .await
+                .unwrap(),
+            first,
+            "{n}"
+        );
+        let again = store
+            .keep_api_answer("acct", "k", answer(START + 5, 409))
+            .await
+            .unwrap();
+        assert_eq!(again, first, "{n}: a second answer replaced the first");
+        let other = answer(START + 1, 202);
+        assert_eq!(
+            store
+                .keep_api_answer("other", "k", other.clone())
+                .await
+                .unwrap(),
+            other,
+            "{n}"
+        );
+        assert_eq!(
+            store.api_answer("acct", "k", START + 10).await.unwrap(),
+            Some(first.clone()),
+            "{n}"
+        );
+        assert_eq!(
+            store.api_answer("acct", "missing", START).await.unwrap(),
+            None,
+            "{n}"
+        );
+        let expired = START + IDEMPOTENCY_WINDOW_MS;
+        assert_eq!(
+            store.api_answer("acct", "k", expired).await.unwrap(),
+            None,
+            "{n}"
+        );
+        let later = answer(expired, 200);
+        assert_eq!(
+            store
+                .keep_api_answer("acct", "k", later.clone())
+                .await
+                .unwrap(),
+            later,
+            "{n}"
+        );
+        assert_eq!(store.api_answers().await.unwrap().len(), 2, "{n}");
+
+        // A message's eventId is its idempotency key; its account's first event is kept.
+        assert_eq!(store.first_event_at("acct").await.unwrap(), None, "{n}");
+        let out = store
+            .ingest(vec![event("acct", Some("evt-key"), START + 7)])
+            .await
+            .unwrap();
+        let (id, _) = created(&out[0]);
+        let now = START + 8;
+        assert_eq!(
+            store.keyed_event("acct", "evt-key", now).await.unwrap(),
+            Some(id),
+            "{n}"
+        );
+        assert_eq!(
+            store.keyed_event("other", "evt-key", now).await.unwrap(),
+            None,
+            "{n}"
+        );
+        assert_eq!(
+            store
+                .keyed_event("acct", "evt-key", START + 7 + IDEMPOTENCY_WINDOW_MS)
+                .await
+                .unwrap(),
+            None,
+            "{n}"
+        );
+        assert_eq!(
+            store.first_event_at("acct").await.unwrap(),
+            Some(START + 7),
+            "{n}"
+        );
+
+        // A purge takes the account's record and answers; the other account keeps its own.
+        store.purge_account("acct").await.unwrap();
+        assert_eq!(store.application("acct").await.unwrap(), None, "{n}");
+        assert_eq!(
+            store.api_answer("acct", "k", expired + 1).await.unwrap(),
+            None,
+            "{n}"
+        );
+        assert_eq!(store.first_event_at("acct").await.unwrap(), None, "{n}");
+        assert_eq!(
+            store.application("other").await.unwrap(),
+            Some(application("other")),
+            "{n}"
+        );
+        assert_eq!(
+            store.api_answer("other", "k", START + 2).await.unwrap(),
+            Some(other),
+            "{n}"
+        );
+
+        // The sweep lets answers go once past the window.
+        let stop = AtomicBool::new(false);
+        let retained = Retained {
+            retention_ms: 10 * IDEMPOTENCY_WINDOW_MS,
+            fold_after_ms: 10 * IDEMPOTENCY_WINDOW_MS,
+        };
+        let sweep_at = START + 2 * IDEMPOTENCY_WINDOW_MS;
+        s.clock.set(sweep_at);
+        store.sweep(sweep_at, retained, &stop).await;
+        assert!(
+            store.api_answers().await.unwrap().is_empty(),
+            "{n}: an old answer stayed"
+        );
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2356,6 +2534,8 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
             error: None,
             request_headers: Vec::new(),
             response_body: String::new(),
+            url: None,
+            manual: false,
         };
         let _ = store
             .record_attempt(&was, &done, &attempt, in_flight.fence)

@@ -1,5 +1,5 @@
 //! Installs upgrade, they do not start over: data directories written by earlier heralds
-//! (storage formats 2 to 6, kept in `tests/fixtures/format2` to `format6`) open
+//! (storage formats 2 to 7 and 10, kept in `tests/fixtures/format2` to `format7` and `format10`) open
 //! in this one, are migrated in place, and keep their log, their endpoints and their pending
 //! deliveries.
 
@@ -89,7 +89,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[7, 8, 9];
+const LATER_STEPS: &[u8] = &[7, 8, 9, 10];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -409,6 +409,135 @@ async fn a_format_7_data_directory_keeps_filters_alerts_and_secrets_and_purges_w
     assert_eq!(
         migrations,
         LATER_STEPS.len(),
-        "three steps, none at the second start"
+        "the later steps once each, none at the second start"
+    );
+}
+
+/// Format 10 (tests/fixtures/format10, see its README: the last format before what the
+/// Svix-compatible API keeps) opens in this herald and its accounts are applications of that
+/// API: named by their ids, created when their first endpoint was, listed without `_operator`;
+/// their old attempts read with no URL; a message sent through the door now reaches the
+/// endpoint and its attempt names the URL; an application's delete is the account's purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_10_data_directory_serves_its_accounts_as_applications() {
+    let tables = format!(
+        "{FIXTURE_TABLES}[plans.basic]\nper_minute = 1000\n[svix]\nenabled = true\n\
+         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
+         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
+         debounce = {{ window = \"1d\", key = \"loc\" }}\n"
+    );
+    let (mut h, _data) = on_fixture(&tables, "format10").await;
+    h.wait_for_log(
+        "storage migrated from format 10 to format 11",
+        Duration::from_secs(5),
+    )
+    .await;
+    let ok = "ep_01M94M1TVWE9WQJ73D0NAN0HMV";
+    let (_, ep) = h.admin("GET", &format!("/v1/endpoints/{ok}"), None).await;
+    assert_eq!(ep["signature_headers"], json!("webhook"), "{ep}");
+
+    let (status, app) = h.admin("GET", "/api/v1/app/acct_ok", None).await;
+    assert_eq!(status, 200, "{app}");
+    assert_eq!(app["id"], json!("acct_ok"), "{app}");
+    assert_eq!(app["name"], json!("acct_ok"), "{app}");
+    assert_eq!(app["metadata"], json!({}), "{app}");
+    assert_eq!(
+        app["createdAt"], ep["created_at"],
+        "its first endpoint's time: {app}"
+    );
+    let (status, list) = h.admin("GET", "/api/v1/app?limit=250", None).await;
+    assert_eq!(status, 200, "{list}");
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["acct_fail", "acct_ok", "acct_wait"], "{list}");
+    assert_eq!(list["done"], json!(true), "{list}");
+
+    // The fixture's five messages (folded), their eventIds the idempotency keys; the old
+    // attempts have no URL.
+    let (status, msgs) = h.admin("GET", "/api/v1/app/acct_ok/msg", None).await;
+    assert_eq!(status, 200, "{msgs}");
+    let keys: Vec<&str> = msgs["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["eventId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "acct_ok-4",
+            "acct_ok-3",
+            "acct_ok-2",
+            "acct_ok-1",
+            "acct_ok-0"
+        ]
+    );
+    let (status, attempts) = h
+        .admin(
+            "GET",
+            &format!("/api/v1/app/acct_ok/attempt/endpoint/{ok}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{attempts}");
+    let attempts = attempts["data"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 5, "{attempts:?}");
+    for a in &attempts {
+        assert_eq!(
+            (a["url"].as_str(), a["status"].as_u64()),
+            (Some(""), Some(0)),
+            "{a}"
+        );
+        assert_eq!(a["responseStatusCode"], json!(200), "{a}");
+    }
+
+    // A message through the door now: delivered, its attempt names the URL it went to.
+    let recv = Receiver::ok_http();
+    let url = recv.url("/hook");
+    let (status, _) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ok}"),
+            Some(json!({"url": url})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, msg) = h
+        .admin(
+            "POST",
+            "/api/v1/app/acct_ok/msg",
+            Some(json!({"eventType": "order.created", "payload": {"n": 9}, "channels": ["eu"]})),
+        )
+        .await;
+    assert_eq!(status, 202, "{msg}");
+    let got = recv.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(got[0].header("webhook-id"), msg["id"].as_str());
+    let path = format!(
+        "/api/v1/app/acct_ok/attempt/msg/{}",
+        msg["id"].as_str().unwrap()
+    );
+    common::wait_until(
+        Duration::from_secs(20),
+        "the new message's attempt is listed",
+        || async { h.admin("GET", &path, None).await.1["data"][0].is_object() },
+    )
+    .await;
+    let attempt = h.admin("GET", &path, None).await.1["data"][0].clone();
+    assert_eq!(attempt["url"], json!(url), "{attempt}");
+
+    // An application's delete is the account's purge.
+    let (status, _) = h.admin("DELETE", "/api/v1/app/acct_wait", None).await;
+    assert_eq!(status, 204);
+    let (status, gone) = h.admin("GET", "/api/v1/app/acct_wait", None).await;
+    assert_eq!(status, 404, "{gone}");
+
+    assert_eq!(
+        restarted_migrations(&mut h).await,
+        1,
+        "one step, none at the second start"
     );
 }

@@ -58,7 +58,7 @@ impl PgStore {
         let events = tx
             .query(
                 "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
-                        ordering_key, payload
+                        ordering_key, payload, labels
                  FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
                 &[&upper, &(take as i64)],
             )
@@ -85,7 +85,7 @@ impl PgStore {
         for r in tx
             .query(
                 "SELECT a.id, a.number, a.at, a.duration_ms, a.status, a.http_status, a.error,
-                        a.request_headers, a.response_body, a.delivery_id
+                        a.request_headers, a.response_body, a.url, a.manual, a.delivery_id
                  FROM attempts a JOIN deliveries d ON d.id = a.delivery_id
                  WHERE d.event_id = ANY($1) ORDER BY a.delivery_id, a.number",
                 &[&keys],
@@ -93,7 +93,7 @@ impl PgStore {
             .await?
         {
             attempts
-                .entry(r.get::<_, Vec<u8>>(9))
+                .entry(r.get::<_, Vec<u8>>(11))
                 .or_default()
                 .push(attempt_from(&r)?);
         }
@@ -102,6 +102,7 @@ impl PgStore {
         for e in &events {
             let key: Vec<u8> = e.get(0);
             let ds = deliveries.remove(&key).unwrap_or_default();
+            let (channels, tags) = super::rows::labels_of(e.get(8));
             let meta = EventMeta {
                 id: ids::format(EVENT, ulid_from(&key)?),
                 account_id: e.get(1),
@@ -110,6 +111,8 @@ impl PgStore {
                 idempotency_key: e.get(4),
                 debounce_key: e.get(5),
                 ordering_key: e.get(6),
+                channels,
+                tags,
                 deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
             };
             let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();

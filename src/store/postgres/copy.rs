@@ -6,7 +6,8 @@
 //! database another store was copied into.
 //!
 //! Copied: endpoints (secrets included) and their client certificates, plans, alert addresses,
-//! account secrets, every event with its payload, deliveries (pending ones due when they were due) and attempts,
+//! account secrets, application records and the answers kept for request keys (docs/svix.md),
+//! every event with its payload (its channels and tags too), deliveries (pending ones due when they were due) and attempts,
 //! and the idempotency keys still inside their window. Not copied: quota counters (the current
 //! minute and day start counting anew), breakers (an endpoint's failures are counted again),
 //! alert marks (at most one failing mail more) and portal sessions (issue new links).
@@ -19,6 +20,7 @@ use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Ordering};
 use crate::policy::ordering;
+use crate::store::contract::Applications;
 use crate::store::lane_of;
 use crate::store::sled::SledStore;
 use crate::store::{DeliveryFilter, StoreError, IDEMPOTENCY_WINDOW_MS};
@@ -185,8 +187,8 @@ fn read_page(from: &SledStore, page: &[Delivery], now: Millis) -> Result<Rows, S
     Ok(rows)
 }
 
-/// Endpoints, client certificates, plans, alert addresses and account secrets, in one
-/// transaction.
+/// Endpoints, client certificates, plans, alert addresses, account secrets, application
+/// records and kept answers, in one transaction.
 async fn copy_accounts(
     from: &SledStore,
     client: &mut deadpool_postgres::Object,
@@ -232,6 +234,29 @@ async fn copy_accounts(
             "INSERT INTO accounts (account_id, alert_emails) VALUES ($1, $2)
              ON CONFLICT (account_id) DO UPDATE SET alert_emails = excluded.alert_emails",
             &[&account, &emails],
+        )
+        .await?;
+    }
+    for app in Applications::applications(from).await? {
+        let record = serde_json::to_value(&app).map_err(|e| StoreError::Encode(e.to_string()))?;
+        tx.execute(
+            "INSERT INTO applications (account_id, record) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING",
+            &[&app.id, &record],
+        )
+        .await?;
+    }
+    for (account, key, answer) in Applications::api_answers(from).await? {
+        tx.execute(
+            "INSERT INTO api_answers (account_id, key, status, body, created_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            &[
+                &account,
+                &key,
+                &i32::from(answer.status),
+                &answer.body.as_bytes(),
+                &answer.at,
+            ],
         )
         .await?;
     }
@@ -337,9 +362,9 @@ impl Rows {
         let ev = &self.events;
         tx.execute(
             "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                 debounce_key, ordering_key, payload)
+                                 debounce_key, ordering_key, payload, labels)
              SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[], $5::text[],
-                                  $6::text[], $7::text[], $8::bytea[])
+                                  $6::text[], $7::text[], $8::bytea[], $9::jsonb[])
              ON CONFLICT DO NOTHING",
             &[
                 &ev.iter().map(|e| &e.0).collect::<Vec<_>>(),
@@ -350,6 +375,9 @@ impl Rows {
                 &ev.iter().map(|e| &e.1.debounce_key).collect::<Vec<_>>(),
                 &ev.iter().map(|e| &e.1.ordering_key).collect::<Vec<_>>(),
                 &ev.iter().map(|e| &e.2).collect::<Vec<_>>(),
+                &ev.iter()
+                    .map(|e| super::rows::labels(&e.1.channels, &e.1.tags))
+                    .collect::<Vec<_>>(),
             ],
         )
         .await?;
@@ -415,10 +443,11 @@ impl Rows {
             .map_err(|e| StoreError::Encode(e.to_string()))?;
         tx.execute(
             "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
-                                   http_status, error, request_headers, response_body)
+                                   http_status, error, request_headers, response_body, url,
+                                   manual)
              SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[],
                                   $5::bigint[], $6::text[], $7::integer[], $8::text[],
-                                  $9::jsonb[], $10::text[])
+                                  $9::jsonb[], $10::text[], $11::text[], $12::boolean[])
              ON CONFLICT DO NOTHING",
             &[
                 &at.iter().map(|a| &a.0).collect::<Vec<_>>(),
@@ -435,6 +464,8 @@ impl Rows {
                 &at.iter().map(|a| &a.1.error).collect::<Vec<_>>(),
                 &headers,
                 &at.iter().map(|a| &a.1.response_body).collect::<Vec<_>>(),
+                &at.iter().map(|a| &a.1.url).collect::<Vec<_>>(),
+                &at.iter().map(|a| a.1.manual).collect::<Vec<_>>(),
             ],
         )
         .await?;

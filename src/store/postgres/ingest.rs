@@ -379,6 +379,8 @@ impl Committer {
                                         idempotency_key: ev.idempotency_key.clone(),
                                         debounce_key: ev.debounce_key.clone(),
                                         ordering_key: ev.ordering_key.clone(),
+                                        channels: Vec::new(),
+                                        tags: Vec::new(),
                                         deliveries: Vec::new(),
                                     },
                                     delivery,
@@ -632,9 +634,10 @@ async fn write_rows(
                  SELECT 1 FROM directory_version WHERE $30::bigint IS NULL OR version = $30
              ), e AS (
                  INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                     debounce_key, ordering_key, payload)
+                                     debounce_key, ordering_key, payload, labels)
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
-                                      $5::text[], $6::text[], $7::text[], $8::bytea[])
+                                      $5::text[], $6::text[], $7::text[], $8::bytea[],
+                                      $31::jsonb[])
                  WHERE EXISTS (SELECT 1 FROM v)
              ), d AS (
                  INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type,
@@ -698,6 +701,7 @@ async fn write_rows(
                 &DUE_CHANNEL,
                 &d.any_for_others(),
                 &mark,
+                &e.labels,
             ],
         )
         .await?;
@@ -805,6 +809,7 @@ struct EventRows<'a> {
     debounce_key: Vec<Option<&'a str>>,
     ordering_key: Vec<Option<&'a str>>,
     payload: Vec<&'a [u8]>,
+    labels: Vec<Option<serde_json::Value>>,
 }
 
 impl<'a> EventRows<'a> {
@@ -817,5 +822,7 @@ impl<'a> EventRows<'a> {
         self.debounce_key.push(ev.debounce_key.as_deref());
         self.ordering_key.push(ev.ordering_key.as_deref());
         self.payload.push(&ev.payload);
+        self.labels
+            .push(super::rows::labels(&ev.channels, &ev.tags));
     }
 }

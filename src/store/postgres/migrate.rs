@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("schema_0009.sql"),
     ),
     (10, "endpoint secrets", include_str!("schema_0010.sql")),
+    (
+        11,
+        "applications, labels and attempt URLs",
+        include_str!("schema_0011.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

@@ -10,6 +10,7 @@
 
 mod accounts;
 mod alerts;
+mod applications;
 mod archive;
 mod breakers;
 mod changes;

@@ -132,6 +132,8 @@ async fn purge_log(
         "quota_counters",
         "portal_sessions",
         "alert_hours",
+        "applications",
+        "api_answers",
     ] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE account_id = $1"),

@@ -402,6 +402,8 @@ fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
         idempotency_key: r.get(14),
         debounce_key: r.get(15),
         ordering_key: r.get(16),
+        channels: Vec::new(),
+        tags: Vec::new(),
         deliveries: Vec::new(),
     };
     let payload: Vec<u8> = r.get(17);

@@ -41,7 +41,7 @@ impl PgStore {
         let Some(e) = client
             .query_opt(
                 "SELECT account_id, type, received_at, idempotency_key, debounce_key,
-                        ordering_key, payload
+                        ordering_key, payload, labels
                  FROM events WHERE id = $1",
                 &[&key],
             )
@@ -60,6 +60,7 @@ impl PgStore {
             .iter()
             .map(delivery_from)
             .collect::<Result<_, _>>()?;
+        let (channels, tags) = super::rows::labels_of(e.get(7));
         let meta = EventMeta {
             id: ids::format(EVENT, ulid),
             account_id: e.get(0),
@@ -68,6 +69,8 @@ impl PgStore {
             idempotency_key: e.get(3),
             debounce_key: e.get(4),
             ordering_key: e.get(5),
+            channels,
+            tags,
             deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
         };
         let payload: Vec<u8> = e.get(6);
@@ -100,7 +103,7 @@ impl PgStore {
             .await?
             .query(
                 "SELECT id, number, at, duration_ms, status, http_status, error, request_headers,
-                        response_body
+                        response_body, url, manual
                  FROM attempts WHERE delivery_id = $1 ORDER BY number",
                 &[&ulid.to_be_bytes().to_vec()],
             )
@@ -299,5 +302,7 @@ pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
         request_headers: serde_json::from_value(headers)
             .map_err(|e| StoreError::Corrupt(format!("attempt headers: {e}")))?,
         response_body: r.get(8),
+        url: r.get(9),
+        manual: r.get(10),
     })
 }

@@ -98,12 +98,13 @@ const WRITE: &str = "WITH r AS (
          RETURNING d.id
      ), recorded AS (
          INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
-                               http_status, error, request_headers, response_body)
+                               http_status, error, request_headers, response_body, url,
+                               manual)
          SELECT a.* FROM unnest($10::bytea[], $11::int[], $12::text[], $13::bigint[],
                                 $14::bigint[], $15::text[], $16::int[], $17::text[],
-                                $18::jsonb[], $19::text[])
+                                $18::jsonb[], $19::text[], $20::text[], $21::bool[])
              AS a(delivery_id, number, id, at, duration_ms, status, http_status, error,
-                  request_headers, response_body)
+                  request_headers, response_body, url, manual)
          JOIN done ON done.id = a.delivery_id
      )
      SELECT id FROM done";
@@ -130,6 +131,8 @@ struct Columns<'a> {
     a_error: Vec<Option<&'a str>>,
     a_headers: Vec<serde_json::Value>,
     a_body: Vec<&'a str>,
+    a_url: Vec<Option<&'a str>>,
+    a_manual: Vec<bool>,
 }
 
 impl<'a> Columns<'a> {
@@ -176,13 +179,15 @@ impl<'a> Columns<'a> {
                         .map_err(|e| StoreError::Encode(e.to_string()))?,
                 );
                 c.a_body.push(a.response_body.as_str());
+                c.a_url.push(a.url.as_deref());
+                c.a_manual.push(a.manual);
             }
         }
         Ok(c)
     }
 
     /// The statement's parameters, in [`WRITE`]'s order.
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 19] {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 21] {
         [
             &self.ids,
             &self.claims,
@@ -203,6 +208,8 @@ impl<'a> Columns<'a> {
             &self.a_error,
             &self.a_headers,
             &self.a_body,
+            &self.a_url,
+            &self.a_manual,
         ]
     }
 }

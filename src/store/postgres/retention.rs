@@ -99,6 +99,7 @@ impl PgStore {
             Ok(n) => swept.other += n,
             Err(e) => tracing::error!(error = %e, "retention sweep failed"),
         }
+        swept.other += in_slices(stop, || self.prune_api_answers(now, PRUNE_SLICE)).await;
         swept
     }
 }

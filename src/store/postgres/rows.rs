@@ -132,3 +132,20 @@ impl NewAttempts {
         self.at.push(now);
     }
 }
+
+/// An event's `labels` column: its channels and tags, `NULL` when it has neither.
+pub(super) fn labels(channels: &[String], tags: &[String]) -> Option<serde_json::Value> {
+    (!channels.is_empty() || !tags.is_empty())
+        .then(|| serde_json::json!({"channels": channels, "tags": tags}))
+}
+
+/// The channels and tags of a `labels` column.
+pub(super) fn labels_of(v: Option<serde_json::Value>) -> (Vec<String>, Vec<String>) {
+    let list = |v: &serde_json::Value, name: &str| -> Vec<String> {
+        v.get(name)
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default()
+    };
+    v.map(|v| (list(&v, "channels"), list(&v, "tags")))
+        .unwrap_or_default()
+}

@@ -295,6 +295,9 @@ const EVENT_PAYLOAD_INLINE: u8 = 1;
 const EVENT_TARGETS_IN_ROWS: u8 = 2;
 /// The event has an ingest `ordering_key`, written right after the flags.
 const EVENT_ORDERING_KEY: u8 = 4;
+/// The event has channels or tags (docs/svix.md): two counted lists of strings, written after
+/// the ordering key.
+const EVENT_LABELS: u8 = 8;
 
 pub fn encode_event(
     meta: &EventMeta,
@@ -310,6 +313,12 @@ pub fn encode_event(
         + meta.idempotency_key.as_ref().map_or(0, String::len)
         + meta.debounce_key.as_ref().map_or(0, String::len)
         + meta.ordering_key.as_ref().map_or(0, String::len)
+        + meta
+            .channels
+            .iter()
+            .chain(&meta.tags)
+            .map(|c| 4 + c.len())
+            .sum::<usize>()
         + if targets_inline {
             16 * targets.len()
         } else {
@@ -332,9 +341,21 @@ pub fn encode_event(
     if meta.ordering_key.is_some() {
         flags |= EVENT_ORDERING_KEY;
     }
+    let labelled = !meta.channels.is_empty() || !meta.tags.is_empty();
+    if labelled {
+        flags |= EVENT_LABELS;
+    }
     w.u8(flags);
     if let Some(k) = &meta.ordering_key {
         w.str(k);
+    }
+    if labelled {
+        for list in [&meta.channels, &meta.tags] {
+            w.u16(list.len().min(u16::MAX as usize) as u16);
+            for c in list.iter().take(u16::MAX as usize) {
+                w.str(c);
+            }
+        }
     }
     w.u16(n);
     let mut target_rows = Vec::new();
@@ -380,6 +401,15 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
     } else {
         None
     };
+    let (mut channels, mut tags) = (Vec::new(), Vec::new());
+    if flags & EVENT_LABELS != 0 {
+        for list in [&mut channels, &mut tags] {
+            let n = r.u16()? as usize;
+            for _ in 0..n {
+                list.push(r.string()?);
+            }
+        }
+    }
     let n = r.u16()? as usize;
     let targets_in_rows = flags & EVENT_TARGETS_IN_ROWS != 0;
     let mut targets = Vec::with_capacity(if targets_in_rows { 0 } else { n });
@@ -407,6 +437,8 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
         idempotency_key,
         debounce_key,
         ordering_key,
+        channels,
+        tags,
         deliveries: (0..n)
             .map(|i| ids::format(ids::DELIVERY, ids::delivery_of(ulid, i)))
             .collect(),
@@ -481,9 +513,16 @@ fn clip(s: &str, max: usize) -> &str {
 /// content type) is not stored at all. Layout 1 rows (every name and value spelled out) are
 /// still read.
 const ATTEMPT_V2: u8 = 2;
+/// Attempt layout 3: layout 2, then the URL the request went to (empty: none) and a flags byte
+/// ([`ATTEMPT_MANUAL`]).
+const ATTEMPT_V3: u8 = 3;
+/// Layout 3's flag: a manual retry made the attempt.
+const ATTEMPT_MANUAL: u8 = 1;
+/// An attempt's URL is kept up to this many bytes (an endpoint's URL is at most 2,048).
+const MAX_URL: usize = 2048;
 
 /// The header names an attempt row codes as their index + 1 (append only: rows hold the index).
-const HEADER_NAMES: [&str; 9] = [
+const HEADER_NAMES: [&str; 12] = [
     "content-type",
     "user-agent",
     "webhook-id",
@@ -493,6 +532,9 @@ const HEADER_NAMES: [&str; 9] = [
     "herald-attempt",
     "herald-delivery-id",
     "herald-endpoint-id",
+    "svix-id",
+    "svix-timestamp",
+    "svix-signature",
 ];
 /// Tag bit: the header's value is derived, not stored.
 const DERIVED: u8 = 0x80;
@@ -502,8 +544,10 @@ const DERIVED: u8 = 0x80;
 fn derived_header(name: usize, delivery: u128, number: u32, at: Millis) -> Option<String> {
     match *HEADER_NAMES.get(name)? {
         "content-type" => Some("application/json".into()),
-        "webhook-id" => ids::event_of(delivery).map(|(event, _)| ids::format(ids::EVENT, event)),
-        "webhook-timestamp" => Some(at.div_euclid(1000).to_string()),
+        "webhook-id" | "svix-id" => {
+            ids::event_of(delivery).map(|(event, _)| ids::format(ids::EVENT, event))
+        }
+        "webhook-timestamp" | "svix-timestamp" => Some(at.div_euclid(1000).to_string()),
         "herald-attempt" => Some(number.to_string()),
         "herald-delivery-id" => Some(ids::format(ids::DELIVERY, delivery)),
         _ => None,
@@ -518,7 +562,9 @@ pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<
     // Key (21), version, times, status, code, presence bytes, counts and length prefixes.
     const FIXED: usize = 21 + 1 + 8 + 8 + 1 + 2 + 1 + 4 + 2 + 4 + 1 + 4;
     let error = a.error.as_deref().map(|e| clip(e, MAX_ERROR));
-    let mut room = MAX_ROW - FIXED - 4 - a.id.len().min(64) - error.map_or(0, str::len);
+    let url = clip(a.url.as_deref().unwrap_or_default(), MAX_URL);
+    let mut room =
+        MAX_ROW - FIXED - 4 - 4 - url.len() - a.id.len().min(64) - error.map_or(0, str::len);
     let mut headers = 0;
     for (k, v) in a.request_headers.iter().take(u16::MAX as usize) {
         let len = 8 + k.len() + v.len();
@@ -529,7 +575,7 @@ pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<
         headers += 1;
     }
     let body = clip(&a.response_body, room);
-    let mut w = Writer::versioned(ATTEMPT_V2, 64 + MAX_ROW - room + body.len());
+    let mut w = Writer::versioned(ATTEMPT_V3, 64 + MAX_ROW - room + body.len());
     match ids::parse(ids::ATTEMPT, &a.id).filter(|u| ids::format(ids::ATTEMPT, *u) == a.id) {
         Some(ulid) => {
             w.u8(1);
@@ -570,6 +616,8 @@ pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<
     }
     w.vbytes(body.as_bytes());
     w.u8(state_code(state));
+    w.vbytes(url.as_bytes());
+    w.u8(if a.manual { ATTEMPT_MANUAL } else { 0 });
     w.finish()
 }
 
@@ -579,9 +627,10 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
     let (Some(delivery), Some(number)) = (super::key::ulid(k), super::key::number(k)) else {
         return Err(StoreError::Corrupt("attempt key".into()));
     };
-    let (v2, mut r) = match Reader::versioned(v, "attempt")? {
-        (V1, r) => (false, r),
-        (ATTEMPT_V2, r) => (true, r),
+    let (layout, mut r) = Reader::versioned(v, "attempt")?;
+    let v2 = match layout {
+        V1 => false,
+        ATTEMPT_V2 | ATTEMPT_V3 => true,
         _ => return Err(StoreError::Corrupt("attempt: unknown record layout".into())),
     };
     let id = match (v2, v2 && r.u8()? != 0) {
@@ -617,6 +666,13 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
     }
     let response_body = if v2 { r.vstring()? } else { r.string()? };
     let state = state_of(r.u8()?)?;
+    let (url, manual) = match layout {
+        ATTEMPT_V3 => (
+            Some(r.vstring()?).filter(|u| !u.is_empty()),
+            r.u8()? & ATTEMPT_MANUAL != 0,
+        ),
+        _ => (None, false),
+    };
     Ok(AttemptRecord {
         attempt: Attempt {
             id,
@@ -628,6 +684,8 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
             error,
             request_headers,
             response_body,
+            url,
+            manual,
         },
         state,
     })

@@ -11,6 +11,8 @@ fn meta() -> EventMeta {
         idempotency_key: Some("k".into()),
         debounce_key: None,
         ordering_key: None,
+        channels: Vec::new(),
+        tags: Vec::new(),
         deliveries: Vec::new(),
     }
 }
@@ -52,6 +54,27 @@ fn an_events_ordering_key_round_trips_and_older_rows_have_none() {
     );
 }
 
+#[test]
+fn an_events_channels_and_tags_round_trip_and_older_rows_have_none() {
+    let ulid = ids::event_after(0, 5);
+    let mut m = meta();
+    m.ordering_key = Some("k".into());
+    m.channels = vec!["ch-a".into(), "ch.b".into()];
+    m.tags = vec!["t1".into()];
+    let v = encode_event(&m, &[7], b"{}").unwrap();
+    let (rec, inline) = decode_event(ulid, &v.row).unwrap();
+    assert_eq!(rec.meta.channels, m.channels);
+    assert_eq!(rec.meta.tags, m.tags);
+    assert_eq!(rec.meta.ordering_key.as_deref(), Some("k"));
+    assert_eq!((rec.targets, inline), (vec![7], Some(&b"{}"[..])));
+    // Tags without channels, and neither (a row as format 10 wrote it).
+    m.channels.clear();
+    let (rec, _) = decode_event(ulid, &encode_event(&m, &[7], b"{}").unwrap().row).unwrap();
+    assert_eq!((rec.meta.channels.len(), rec.meta.tags.len()), (0, 1));
+    let (rec, _) = decode_event(ulid, &encode_event(&meta(), &[7], b"{}").unwrap().row).unwrap();
+    assert!(rec.meta.channels.is_empty() && rec.meta.tags.is_empty());
+}
+
 /// The largest event row: every text field at its API maximum (255 four-byte characters
 /// for the keys), the most inline targets and the largest payload that stays inline.
 #[test]
@@ -65,6 +88,9 @@ fn event_rows_stay_below_the_row_limit_at_the_maximum() {
         idempotency_key: Some(long(255)),
         debounce_key: Some(long(255)),
         ordering_key: Some(long(255)),
+        // The Svix-compatible API's most: 10 channels and 5 tags of 128 characters.
+        channels: (0..10).map(|i| format!("{i}{}", "c".repeat(127))).collect(),
+        tags: (0..5).map(|i| format!("{i}{}", "t".repeat(127))).collect(),
         deliveries: Vec::new(),
     };
     for fan_out in [1, INLINE_TARGETS, INLINE_TARGETS + 1, ids::MAX_FAN_OUT] {
@@ -127,6 +153,8 @@ fn attempt_rows_stay_below_the_row_limit() {
             .map(|i| (format!("x-h{i}"), "v".repeat(4096)))
             .collect(),
         response_body: "\u{e9}".repeat(4096),
+        url: Some(format!("https://example.com/{}", "p".repeat(2100))),
+        manual: true,
     };
     let v = encode_attempt(DLV, &a, DeliveryState::Failed);
     assert!(21 + v.len() <= MAX_ROW, "{}", v.len());
@@ -150,6 +178,33 @@ fn attempt_rows_stay_below_the_row_limit() {
 }
 
 #[test]
+fn an_attempts_url_and_trigger_round_trip_and_layout_2_rows_have_neither() {
+    let a = Attempt {
+        id: "att_x".into(),
+        number: 2,
+        at: 1_700_000_000_000,
+        duration_ms: 12,
+        status: Status::Delivered,
+        http_status: Some(200),
+        error: None,
+        request_headers: vec![("svix-id".into(), "evt_1".into())],
+        response_body: "ok".into(),
+        url: Some("https://example.com/hook".into()),
+        manual: true,
+    };
+    let v = encode_attempt(DLV, &a, DeliveryState::Delivered);
+    let rec = decode_attempt(&akey(2), &v).unwrap();
+    assert_eq!(format!("{:?}", rec.attempt), format!("{a:?}"));
+    // The same row as layout 2 wrote it: no URL and no flags after the state.
+    let mut v2 = v[..v.len() - 1 - 1 - a.url.as_ref().unwrap().len()].to_vec();
+    v2[0] = ATTEMPT_V2;
+    let rec = decode_attempt(&akey(2), &v2).unwrap();
+    assert_eq!((rec.attempt.url, rec.attempt.manual), (None, false));
+    assert_eq!(rec.attempt.response_body, "ok");
+    assert_eq!(rec.state, DeliveryState::Delivered);
+}
+
+#[test]
 fn attempts_round_trip() {
     let a = Attempt {
         id: "att_x".into(),
@@ -161,6 +216,8 @@ fn attempts_round_trip() {
         error: Some("boom".into()),
         request_headers: vec![("webhook-id".into(), "evt_1".into())],
         response_body: "busy".into(),
+        url: None,
+        manual: false,
     };
     let rec = decode_attempt(&akey(3), &encode_attempt(DLV, &a, DeliveryState::Pending)).unwrap();
     assert_eq!(rec.state, DeliveryState::Pending);
@@ -210,6 +267,8 @@ fn attempt_rows_leave_out_what_follows_from_their_key_and_read_back_exactly() {
         error: None,
         request_headers: recorded(2, at),
         response_body: String::new(),
+        url: None,
+        manual: false,
     };
     let v = encode_attempt(DLV, &a, DeliveryState::Delivered);
     let spelled_out: usize = a

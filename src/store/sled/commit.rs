@@ -239,6 +239,8 @@ fn store_event(
         idempotency_key: ev.idempotency_key.clone(),
         debounce_key: ev.debounce_key.clone(),
         ordering_key: ev.ordering_key.clone(),
+        channels: ev.channels.clone(),
+        tags: ev.tags.clone(),
         deliveries: Vec::new(),
     };
     let mut deliveries: Vec<Delivery> = ev

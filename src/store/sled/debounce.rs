@@ -147,6 +147,8 @@ fn debounced_attempt(delivery: u128, now: Millis, number: u32) -> Vec<u8> {
         error: None,
         request_headers: Vec::new(),
         response_body: String::new(),
+        url: None,
+        manual: false,
     };
     codec::encode_attempt(delivery, &attempt, DeliveryState::Skipped)
 }

@@ -374,6 +374,17 @@ pub(super) fn from_format_8(trees: &Trees) -> Result<(), StoreError> {
 /// the old ones, which sled applies all or nothing, so a migration cut short goes on where it
 /// stopped (old keys sort below every new one). A key of neither kind is dropped (the rows only
 /// feed the charts).
+/// Format 10 to 11: the `applications` and `api_answers` trees (new and empty), an event row's
+/// flag for channels and tags, and attempt rows of layout 3 (with the URL). Rows of format 10
+/// read as they are: an event without the flag has neither, an attempt of layout 2 no URL. The
+/// step only records the format, so that an older herald refuses the data directory instead of
+/// misreading what it does not know.
+pub(super) fn from_format_10() {
+    tracing::info!(
+        "storage migrated from format 10 to format 11 (applications, event labels, attempt URLs)"
+    );
+}
+
 pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
     let tree = &trees.minutes;
     let (mut moved, mut dropped) = (0usize, 0usize);

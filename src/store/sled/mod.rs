@@ -52,6 +52,7 @@
 
 mod accounts;
 mod alerts;
+mod applications;
 mod archive;
 pub mod codec;
 mod commit;
@@ -118,8 +119,9 @@ impl From<sled::Error> for StoreError {
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
 /// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
 /// and operator events without an index by account), 8 (endpoints' secrets in their records)
-/// and 9 (chart minutes keyed by endpoint first) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 10;
+/// 9 (chart minutes keyed by endpoint first) and 10 (no applications, event labels or attempt
+/// URLs) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 11;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -147,6 +149,9 @@ pub(crate) struct Trees {
     /// Endpoints' attempts per minute for the charts ([`minutes`]): the hour, the endpoint
     /// id, a NUL and the minute's start, to JSON counts.
     minutes: sled::Tree,
+    /// Accounts' application records, and answers kept for request keys ([`applications`]).
+    applications: sled::Tree,
+    api_answers: sled::Tree,
 }
 
 /// What the committer shares with the store.
@@ -735,6 +740,9 @@ fn migrate_to_current(
     if matches!(format, Some(2..=9)) {
         migrate::from_format_9(trees)?;
     }
+    if matches!(format, Some(2..=10)) {
+        migrate::from_format_10();
+    }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
         db.flush()?;
@@ -792,6 +800,8 @@ impl Trees {
             portal_sessions: tree("portal_sessions")?,
             client_certs: tree("client_certs")?,
             minutes: tree("minutes")?,
+            applications: tree("applications")?,
+            api_answers: tree("api_answers")?,
         })
     }
 }

@@ -35,6 +35,7 @@ impl SledStore {
             endpoints,
         };
         self.forget_account(account)?;
+        self.forget_application(account)?;
         let t = &self.inner.trees;
         t.quota.remove(account.as_bytes())?;
         for k in t

@@ -109,6 +109,10 @@ impl SledStore {
             .slice(move |s| s.prune_portal_sessions(now))
             .await
             .unwrap_or(0) as u64;
+        swept.other += self
+            .slice(move |s| s.prune_api_answers(now))
+            .await
+            .unwrap_or(0) as u64;
         swept
     }
 

@@ -115,6 +115,8 @@ fn event(account: &str, targets: &[Lane], at: Millis) -> NewEvent {
         debounce_key: None,
         ordering_key: None,
         debounce: None,
+        channels: Vec::new(),
+        tags: Vec::new(),
     }
 }
 
@@ -143,6 +145,8 @@ fn attempt(number: u32, status: Status, at: Millis) -> Attempt {
         error: None,
         request_headers: vec![("webhook-id".into(), "evt_x".into())],
         response_body: "ok".into(),
+        url: None,
+        manual: false,
     }
 }
 
@@ -178,6 +182,10 @@ pub(crate) fn endpoint(id: &str, account: &str) -> Endpoint {
         rate_limit: None,
         client_certificate: None,
         filter: None,
+        uid: None,
+        metadata: Default::default(),
+        channels: Vec::new(),
+        signature_headers: Default::default(),
     }
 }
 

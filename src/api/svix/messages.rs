@@ -1,0 +1,583 @@
+//! Messages (herald's events) and their attempts through the Svix-compatible API. A message is
+//! ingested as `POST /v1/events` ingests an event: the same checks, fan-out and durable commit;
+//! its `eventId` is herald's idempotency key (a repeat within 24 hours is a `409`).
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::endpoints::{channel, MAX_CHANNELS};
+use super::{apps, list_of, ok, shapes, Answer, Caller, Query, SvixError};
+use crate::api::ingest;
+use crate::api::{AppState, Role};
+use crate::clock::Millis;
+use crate::ids::{self, EVENT};
+use crate::model::{Attempt, Delivery, EventMeta};
+use crate::store::prelude::*;
+use crate::store::{DeliveryFilter, IngestOutcome};
+
+/// Tags of a message at most.
+const MAX_TAGS: usize = 5;
+/// Deliveries read per page while a list collects its items.
+const SCAN_PAGE: usize = 250;
+/// Pages a list reads at most before it answers what it found (with an iterator to go on).
+const SCAN_PAGES: usize = 40;
+
+#[derive(Deserialize)]
+struct MessageIn<'a> {
+    #[serde(rename = "eventType")]
+    event_type: Option<Value>,
+    #[serde(borrow)]
+    payload: Option<&'a RawValue>,
+    #[serde(rename = "eventId")]
+    event_id: Option<Value>,
+    channels: Option<Value>,
+    tags: Option<Value>,
+    application: Option<Value>,
+    #[serde(rename = "deliverAt")]
+    deliver_at: Option<Value>,
+}
+
+fn names(field: &str, v: Option<&Value>, max: usize) -> Result<Vec<String>, SvixError> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= max => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => channel(&format!("{field}.{i}"), s).map(|()| s.clone()),
+                _ => Err(SvixError::field(
+                    &format!("{field}.{i}"),
+                    "type_error",
+                    format!("{field} holds strings"),
+                )),
+            })
+            .collect(),
+        Some(_) => Err(SvixError::field(
+            field,
+            "type_error",
+            format!("{field} must be a list of at most {max} strings"),
+        )),
+    }
+}
+
+/// A herald error about an ingest field, named as this API names it.
+fn renamed(e: crate::api::error::ApiError) -> SvixError {
+    let mut e = e;
+    e.field = e.field.map(|f| match f.as_str() {
+        "type" => "eventType".to_string(),
+        "idempotency_key" => "eventId".to_string(),
+        f if f.starts_with("/payload") => {
+            format!("payload{}", f["/payload".len()..].replace('/', "."))
+        }
+        _ => f,
+    });
+    e.into()
+}
+
+pub async fn create(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    req: Request<Incoming>,
+    app: &str,
+    q: &Query,
+) -> Answer {
+    if let Role::Portal(_) = caller.role {
+        crate::api::body::discard_body(req).await;
+        return Err(SvixError::forbidden(
+            "a portal session cannot create messages",
+        ));
+    }
+    ingest::refuse_when_stopping(state)?;
+    let with_content = q.flag("with_content", true)?;
+    let bytes = crate::api::body::read_json_body(req, state.config.server.max_body_bytes).await?;
+    let m: MessageIn = serde_json::from_slice(&bytes).map_err(|e| {
+        SvixError::field(
+            "",
+            "value_error.jsondecode",
+            format!("the body is not a message: {e}"),
+        )
+    })?;
+    if m.deliver_at.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(SvixError::field(
+            "deliverAt",
+            "value_error",
+            "herald does not schedule messages for later: leave deliverAt out",
+        ));
+    }
+    let account = match apps::find(state, app).await {
+        Ok(a) => a.id,
+        Err(e) if e.status == StatusCode::NOT_FOUND => match &m.application {
+            Some(Value::Object(a)) => {
+                let mut a = a.clone();
+                a.entry("uid")
+                    .or_insert_with(|| Value::String(app.to_string()));
+                apps::create_from(state, &a, true).await?.0.id
+            }
+            _ => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
+    let channels = names("channels", m.channels.as_ref(), MAX_CHANNELS)?;
+    let tags = names("tags", m.tags.as_ref(), MAX_TAGS)?;
+    let event_type = match &m.event_type {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(SvixError::field(
+                "eventType",
+                "type_error",
+                "eventType must be a string",
+            ))
+        }
+        None => {
+            return Err(SvixError::field(
+                "eventType",
+                "value_error.missing",
+                "eventType is required",
+            ))
+        }
+    };
+    let Some(payload) = m.payload else {
+        return Err(SvixError::field(
+            "payload",
+            "value_error.missing",
+            "payload is required",
+        ));
+    };
+    // herald's own checks on herald's own item: the same as POST /v1/events.
+    // Serialized field by field: the payload's bytes go through untouched.
+    #[derive(serde::Serialize)]
+    struct Item<'a> {
+        account_id: &'a str,
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        payload: &'a RawValue,
+        idempotency_key: &'a Option<Value>,
+    }
+    let item = Item {
+        account_id: &account,
+        event_type: &event_type,
+        payload,
+        idempotency_key: &m.event_id,
+    };
+    let item = serde_json::to_vec(&item)
+        .map_err(|e| SvixError::field("payload", "value_error", e.to_string()))?;
+    let mut checked = ingest::parse_event(&state.config, &state.schemas, &item).map_err(renamed)?;
+    checked.channels = channels;
+    checked.tags = tags;
+    let now = state.clock.now_ms();
+    let meta = EventMeta {
+        id: String::new(),
+        account_id: checked.account_id.clone(),
+        event_type: checked.event_type.clone(),
+        received_at: now,
+        idempotency_key: checked.idempotency_key.clone(),
+        debounce_key: None,
+        ordering_key: None,
+        channels: checked.channels.clone(),
+        tags: checked.tags.clone(),
+        deliveries: Vec::new(),
+    };
+    let payload = checked.payload.clone();
+    let outcome = ingest::store(state, vec![checked], now).await?;
+    match outcome.first() {
+        Some(IngestOutcome::Created { event_id, .. }) => {
+            let meta = EventMeta {
+                id: event_id.clone(),
+                ..meta
+            };
+            ok(
+                StatusCode::ACCEPTED,
+                &shapes::message(&meta, &payload, with_content),
+            )
+        }
+        Some(IngestOutcome::Duplicate { event_id }) => Err(SvixError::conflict(format!(
+            "a message with this eventId exists already in this application ({event_id})"
+        ))),
+        None => Err(crate::api::error::ApiError::unavailable().into()),
+    }
+}
+
+/// The event a message id or `eventId` names within the account, with its payload.
+async fn find(
+    state: &AppState,
+    account: &str,
+    msg: &str,
+) -> Result<(EventMeta, bytes::Bytes, Vec<Delivery>), SvixError> {
+    let id = if ids::is_valid(EVENT, msg) {
+        Some(msg.to_string())
+    } else {
+        state
+            .store
+            .keyed_event(account, msg, state.clock.now_ms())
+            .await?
+    };
+    let Some(id) = id else {
+        return Err(SvixError::not_found("message"));
+    };
+    match state.store.event_with_deliveries(&id).await? {
+        Some((meta, payload, deliveries)) if meta.account_id == account => {
+            Ok((meta, payload, deliveries))
+        }
+        _ => Err(SvixError::not_found("message")),
+    }
+}
+
+async fn account(state: &AppState, caller: &Caller, app: &str) -> Result<String, SvixError> {
+    caller.reaches(app, true)?;
+    Ok(apps::find(state, app).await?.id)
+}
+
+pub async fn get(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    app: &str,
+    msg: &str,
+    q: &Query,
+) -> Answer {
+    let account = account(state, caller, app).await?;
+    let (meta, payload, _) = find(state, &account, msg).await?;
+    ok(
+        StatusCode::OK,
+        &shapes::message(&meta, &payload, q.flag("with_content", true)?),
+    )
+}
+
+/// The message-level filters of a list: `event_types`, `channel`, `tag`, `before`, `after`.
+struct Filters {
+    event_types: Vec<String>,
+    channel: Option<String>,
+    tag: Option<String>,
+    before: Option<Millis>,
+    after: Option<Millis>,
+}
+
+impl Filters {
+    fn of(q: &Query) -> Result<Filters, SvixError> {
+        Ok(Filters {
+            event_types: q.all("event_types"),
+            channel: q.get("channel").map(str::to_string),
+            tag: q.get("tag").map(str::to_string),
+            before: q.time("before")?,
+            after: q.time("after")?,
+        })
+    }
+
+    fn takes(&self, meta: &EventMeta) -> bool {
+        (self.event_types.is_empty() || self.event_types.contains(&meta.event_type))
+            && self
+                .channel
+                .as_ref()
+                .is_none_or(|c| meta.channels.contains(c))
+            && self.tag.as_ref().is_none_or(|t| meta.tags.contains(t))
+            && self.before.is_none_or(|b| meta.received_at < b)
+            && self.after.is_none_or(|a| meta.received_at > a)
+    }
+
+    /// The store's own filter for what it can narrow.
+    fn delivery_filter(&self, account: &str, endpoint: Option<&str>) -> DeliveryFilter {
+        DeliveryFilter {
+            account_id: Some(account.to_string()),
+            endpoint_id: endpoint.map(str::to_string),
+            event_type: (self.event_types.len() == 1).then(|| self.event_types[0].clone()),
+            since: self.after.map(|a| a + 1),
+            until: self.before.map(|b| b - 1),
+            ..DeliveryFilter::default()
+        }
+    }
+}
+
+/// An iterator of this API: the last delivery read and the item it ended on.
+fn iterator(delivery: &str, item: &str) -> String {
+    format!("{delivery}~{item}")
+}
+
+fn parse_iterator(q: &Query) -> (Option<String>, Option<String>) {
+    match q.get("iterator").and_then(|i| i.split_once('~')) {
+        Some((d, item)) => (Some(d.to_string()), Some(item.to_string())),
+        None => (None, None),
+    }
+}
+
+/// Messages newest first: the account's deliveries read page by page, one message per event.
+pub async fn list(state: &Arc<AppState>, caller: &Caller, app: &str, q: &Query) -> Answer {
+    let account = account(state, caller, app).await?;
+    let limit = q.limit()?;
+    let with_content = q.flag("with_content", true)?;
+    let filters = Filters::of(q)?;
+    let filter = filters.delivery_filter(&account, None);
+    let (mut consumed, mut last_event) = parse_iterator(q);
+    let mut data = Vec::new();
+    // Where the next page goes on from: the last delivery read and the message it belongs to.
+    let mut next = None;
+    let mut scanned_all = false;
+    'pages: for _ in 0..SCAN_PAGES {
+        let (page, more) = state
+            .store
+            .list_deliveries(filter.clone(), SCAN_PAGE, consumed.clone())
+            .await?;
+        for d in &page {
+            if last_event.as_deref() != Some(d.event_id.as_str()) {
+                if data.len() == limit {
+                    next = consumed
+                        .as_ref()
+                        .zip(last_event.as_ref())
+                        .map(|(c, e)| iterator(c, e));
+                    break 'pages;
+                }
+                last_event = Some(d.event_id.clone());
+                if let Some((meta, payload)) = state.store.event(&d.event_id).await? {
+                    if filters.takes(&meta) {
+                        data.push(shapes::message(&meta, &payload, with_content));
+                    }
+                }
+            }
+            consumed = Some(d.id.clone());
+        }
+        if more.is_none() {
+            scanned_all = true;
+            break;
+        }
+    }
+    if next.is_none() && !scanned_all {
+        next = consumed
+            .as_ref()
+            .zip(last_event.as_ref())
+            .map(|(c, e)| iterator(c, e));
+    }
+    ok(
+        StatusCode::OK,
+        &list_of(data, next, q.get("iterator").map(str::to_string)),
+    )
+}
+
+/// The attempt filters: `status`, `status_code_class`, `endpoint_id`.
+struct AttemptFilters {
+    status: Option<u8>,
+    code_class: Option<u16>,
+    endpoint: Option<String>,
+    expanded: bool,
+}
+
+impl AttemptFilters {
+    fn of(q: &Query) -> Result<AttemptFilters, SvixError> {
+        let status = q
+            .get("status")
+            .map(|s| match s.parse::<u8>() {
+                Ok(n) if n <= 4 => Ok(n),
+                _ => Err(SvixError::query("status", "status must be 0, 1, 2, 3 or 4")),
+            })
+            .transpose()?;
+        let code_class = q
+            .get("status_code_class")
+            .map(|s| match s.parse::<u16>() {
+                Ok(n) if [0, 100, 200, 300, 400, 500].contains(&n) => Ok(n),
+                _ => Err(SvixError::query(
+                    "status_code_class",
+                    "status_code_class must be 0, 100, 200, 300, 400 or 500",
+                )),
+            })
+            .transpose()?;
+        Ok(AttemptFilters {
+            status,
+            code_class,
+            endpoint: q.get("endpoint_id").map(str::to_string),
+            expanded: q.flag("expanded_statuses", false)?,
+        })
+    }
+
+    fn takes(&self, a: &Attempt) -> bool {
+        let (status, _) = shapes::attempt_status(a.status, self.expanded);
+        let code = a.http_status.unwrap_or(0);
+        self.status.is_none_or(|s| s == status)
+            && self.code_class.is_none_or(|c| {
+                if c == 0 {
+                    code == 0
+                } else {
+                    code / 100 * 100 == c
+                }
+            })
+    }
+}
+
+/// `GET …/attempt/msg/{msg}`: the message's attempts, newest first.
+pub async fn attempts_by_msg(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    app: &str,
+    msg: &str,
+    q: &Query,
+) -> Answer {
+    let account = account(state, caller, app).await?;
+    let (meta, _, deliveries) = find(state, &account, msg).await?;
+    let f = AttemptFilters::of(q)?;
+    let filters = Filters::of(q)?;
+    let limit = q.limit()?;
+    let with_msg = q.flag("with_msg", false)?;
+    let msg_out = with_msg.then(|| shapes::message_value(&meta));
+    let endpoint = match &f.endpoint {
+        Some(e) => Some(super::endpoints::find(state, &account, e)?.id.clone()),
+        None => None,
+    };
+    let mut all: Vec<(Attempt, &Delivery)> = Vec::new();
+    if filters.takes(&meta) {
+        for d in &deliveries {
+            if d.endpoint_id.is_none() || (endpoint.is_some() && d.endpoint_id != endpoint) {
+                continue;
+            }
+            for a in state.store.attempts(&d.id).await? {
+                if f.takes(&a) {
+                    all.push((a, d));
+                }
+            }
+        }
+    }
+    all.sort_by(|x, y| y.0.at.cmp(&x.0.at).then(y.0.id.cmp(&x.0.id)));
+    if !q.descending(true)? {
+        all.reverse();
+    }
+    let after = q.get("iterator");
+    let start = after
+        .and_then(|it| all.iter().position(|(a, _)| a.id == it).map(|i| i + 1))
+        .unwrap_or(0);
+    let page: Vec<&(Attempt, &Delivery)> = all[start..].iter().take(limit).collect();
+    let next = (start + page.len() < all.len())
+        .then(|| page.last().map(|(a, _)| a.id.clone()))
+        .flatten();
+    let data = page
+        .iter()
+        .map(|(a, d)| shapes::attempt(a, d, f.expanded, msg_out.clone()))
+        .collect();
+    ok(
+        StatusCode::OK,
+        &list_of(data, next, after.map(str::to_string)),
+    )
+}
+
+/// `GET …/attempt/endpoint/{ep}`: the endpoint's attempts, by delivery newest first and each
+/// delivery's newest first.
+pub async fn attempts_by_endpoint(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    app: &str,
+    ep: &str,
+    q: &Query,
+) -> Answer {
+    let account = account(state, caller, app).await?;
+    let endpoint = super::endpoints::find(state, &account, ep)?;
+    let f = AttemptFilters::of(q)?;
+    let filters = Filters::of(q)?;
+    let limit = q.limit()?;
+    let with_msg = q.flag("with_msg", false)?;
+    let needs_meta = with_msg
+        || !filters.event_types.is_empty()
+        || filters.channel.is_some()
+        || filters.tag.is_some();
+    let filter = DeliveryFilter {
+        account_id: Some(account.clone()),
+        endpoint_id: Some(endpoint.id.clone()),
+        event_type: (filters.event_types.len() == 1).then(|| filters.event_types[0].clone()),
+        ..DeliveryFilter::default()
+    };
+    // The iterator names where the last page stopped: `delivery~number`, the delivery whose
+    // attempts numbered below `number` are still to come (`0`: none).
+    let (resume, below) = parse_iterator(q);
+    let below: Option<u32> = below.and_then(|n| n.parse().ok());
+    let mut cursor = resume.clone();
+    let mut data = Vec::new();
+    let mut next = None;
+    let mut scanned_all = false;
+    'pages: for page_no in 0..SCAN_PAGES {
+        let (listed, more) = state
+            .store
+            .list_deliveries(filter.clone(), SCAN_PAGE, cursor.clone())
+            .await?;
+        // The delivery a page stopped in is read again first, for its older attempts.
+        let again = match (&resume, below) {
+            (Some(d), Some(n)) if page_no == 0 && n > 0 => state.store.delivery(d).await?,
+            _ => None,
+        };
+        for d in again.iter().chain(&listed) {
+            let meta = if needs_meta {
+                match state.store.event(&d.event_id).await? {
+                    Some((m, _)) => Some(m),
+                    None => continue,
+                }
+            } else {
+                None
+            };
+            let mut attempts = if meta.as_ref().is_some_and(|m| !filters.takes(m)) {
+                Vec::new()
+            } else {
+                state.store.attempts(&d.id).await?
+            };
+            attempts.reverse();
+            let resumed = Some(&d.id) == resume.as_ref();
+            for a in attempts {
+                if resumed && below.is_some_and(|n| a.number >= n) {
+                    continue;
+                }
+                if filters.before.is_some_and(|b| a.at >= b)
+                    || filters.after.is_some_and(|x| a.at <= x)
+                    || !f.takes(&a)
+                {
+                    continue;
+                }
+                if data.len() == limit {
+                    next = Some(iterator(&d.id, &(a.number + 1).to_string()));
+                    break 'pages;
+                }
+                let msg = if with_msg {
+                    meta.as_ref().map(shapes::message_value)
+                } else {
+                    None
+                };
+                data.push(shapes::attempt(&a, d, f.expanded, msg));
+            }
+            cursor = Some(d.id.clone());
+        }
+        if more.is_none() {
+            scanned_all = true;
+            break;
+        }
+    }
+    if next.is_none() && !scanned_all {
+        next = cursor.map(|c| iterator(&c, "0"));
+    }
+    ok(
+        StatusCode::OK,
+        &list_of(data, next, q.get("iterator").map(str::to_string)),
+    )
+}
+
+/// `POST …/msg/{msg}/endpoint/{ep}/resend`: herald's manual retry of that delivery.
+pub async fn resend(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    req: Request<Incoming>,
+    app: &str,
+    msg: &str,
+    ep: &str,
+) -> Answer {
+    crate::api::body::discard_body(req).await;
+    caller.reaches(app, false)?;
+    let account = apps::find(state, app).await?.id;
+    let (_, _, deliveries) = find(state, &account, msg).await?;
+    let endpoint = super::endpoints::find(state, &account, ep)?;
+    let d = deliveries
+        .iter()
+        .find(|d| d.endpoint_id.as_deref() == Some(endpoint.id.as_str()))
+        .ok_or_else(|| SvixError::not_found("the message was not sent to this endpoint"))?;
+    match state.engine.retry_now(&d.id).await {
+        Ok(_) => ok(StatusCode::ACCEPTED, &json!({})),
+        Err(crate::engine::RetryError::NotFound) => Err(SvixError::not_found("message")),
+        Err(crate::engine::RetryError::InFlight) => Err(SvixError::conflict(
+            "an attempt of this message to this endpoint is running now; resend once it has finished",
+        )),
+        Err(crate::engine::RetryError::Store(e)) => Err(e.into()),
+    }
+}
