@@ -342,6 +342,10 @@ pub struct EventMeta {
     /// The tags it was given (docs/svix.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The `idempotency-key` of the request that created it through the Svix-compatible API
+    /// (docs/svix.md): a repeat of that request within 24 hours is answered with this event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_key: Option<String>,
     /// The deliveries made at ingest, in fan-out order.
     pub deliveries: Vec<String>,
 }

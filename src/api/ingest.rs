@@ -124,9 +124,11 @@ pub struct Checked {
     pub idempotency_key: Option<String>,
     pub debounce_key: Option<String>,
     pub ordering_key: Option<String>,
-    /// The channels and tags of a message posted through the Svix-compatible API.
+    /// The channels and tags of a message posted through the Svix-compatible API, and its
+    /// request's `idempotency-key` (the store keeps that key's answer with the event).
     pub channels: Vec<String>,
     pub tags: Vec<String>,
+    pub request_key: Option<String>,
 }
 
 /// Parses and checks one ingest item's bytes: what `POST /v1/events` does before anything is
@@ -137,6 +139,27 @@ pub fn parse_event(
     bytes: &[u8],
 ) -> Result<Checked, ApiError> {
     check(config, schemas, body::parse(bytes)?)
+}
+
+/// Checks an event given field by field (the Svix-compatible API's message): the same checks as
+/// `POST /v1/events` makes, without a JSON item to parse.
+pub fn check_fields(
+    config: &Config,
+    schemas: &schema::Catalog,
+    account_id: &str,
+    event_type: Option<Value>,
+    payload: Option<&RawValue>,
+    idempotency_key: Option<Value>,
+) -> Result<Checked, ApiError> {
+    let item = Item {
+        account_id: Some(Value::String(account_id.to_string())),
+        event_type,
+        payload,
+        idempotency_key,
+        debounce_key: None,
+        ordering_key: None,
+    };
+    check(config, schemas, item)
 }
 
 fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<Checked, ApiError> {
@@ -208,6 +231,7 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
         ordering_key: key_field("ordering_key", item.ordering_key.as_ref())?,
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
     })
 }
 
@@ -276,6 +300,7 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
         ordering_key,
         channels,
         tags,
+        request_key,
     } = checked;
 
     let debounce = state
@@ -306,6 +331,7 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
     event.debounce = debounce;
     event.channels = channels;
     event.tags = tags;
+    event.request_key = request_key;
     Ok(event)
 }
 

@@ -239,6 +239,7 @@ mod tests {
                 debounce: None,
                 channels: Vec::new(),
                 tags: Vec::new(),
+                request_key: None,
             };
             let out = store.ingest(vec![ev]).await.unwrap();
             let IngestOutcome::Created { deliveries, .. } = &out[0] else {

@@ -502,6 +502,7 @@ mod tests {
                 ordering_key: None,
                 channels: Vec::new(),
                 tags: Vec::new(),
+                request_key: None,
                 deliveries: vec![delivery.id.clone()],
             },
             payload: bytes::Bytes::copy_from_slice(payload),

@@ -630,7 +630,8 @@ pub trait Applications {
         answer: ApiAnswer,
     ) -> impl Future<Output = Result<ApiAnswer, StoreError>> + Send;
 
-    /// Every answer kept, as (account, key, answer): for backups.
+    /// Every answer kept, as (account, key, answer): for backups. A message's creation is not
+    /// among them: its request key travels with its event ([`crate::model::EventMeta`]).
     fn api_answers(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, String, ApiAnswer)>, StoreError>> + Send;

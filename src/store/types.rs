@@ -42,6 +42,10 @@ pub struct NewEvent {
     /// The channels it was sent on and its tags (docs/svix.md).
     pub channels: Vec<String>,
     pub tags: Vec<String>,
+    /// The `idempotency-key` of the request that created it through the Svix-compatible API:
+    /// the store keeps that key's answer (the event) in the event's own commit, so a
+    /// repeat of the key is answered with the event whenever the event was acknowledged.
+    pub request_key: Option<String>,
 }
 
 impl NewEvent {
@@ -70,6 +74,7 @@ impl NewEvent {
             debounce: None,
             channels: Vec::new(),
             tags: Vec::new(),
+            request_key: None,
         }
     }
 }
@@ -338,12 +343,16 @@ pub enum DirectoryRecord {
 }
 
 /// The answer to a request made with an `idempotency-key` header (docs/svix.md), replayed to a
-/// repeat of the key: its status and JSON body, and when it was first given.
+/// repeat of the key: its status and JSON body, and when it was first given. A message's
+/// creation keeps only its event (`event_id`, an empty body): the store writes it in the
+/// event's own commit, and a replay shows the message as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApiAnswer {
     pub status: u16,
     pub body: String,
     pub at: Millis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
 }
 
 /// What an account's purge removed ([`super::contract::Accounts::purge_account`]).

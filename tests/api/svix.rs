@@ -265,6 +265,48 @@ async fn the_migration_script_copies_applications_and_endpoints_with_their_secre
     assert_eq!(key["key"], rotated["key"], "the rotated secret travelled");
 }
 
+/// A message's request key is kept with the message in its commit: after a `kill -9` right
+/// after the answer, the libraries' retry with the same key gets the same message back, and
+/// there is one message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_crash_gets_the_same_message() {
+    let mut h = Herald::start(CONFIG).await;
+    let (status, app) = call(
+        &h,
+        "POST",
+        "/app".into(),
+        Some(serde_json::json!({"name": "Crash", "uid": "crash"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{app}");
+    let (status, _, first) = keyed_message(&h).await;
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&first));
+    let first: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    h.kill9();
+    h.restart().await;
+    let (status, _, again) = keyed_message(&h).await;
+    let again: serde_json::Value = serde_json::from_slice(&again).unwrap();
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    assert_eq!(again["payload"], serde_json::json!({"n": 1}), "{again}");
+    let (_, list) = call(&h, "GET", "/app/crash/msg".into(), None).await;
+    assert_eq!(list["data"].as_array().map(Vec::len), Some(1), "{list}");
+}
+
+/// A message posted as the libraries post it, with one request key.
+async fn keyed_message(h: &Herald) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    h.call_raw(
+        "POST",
+        "/api/v1/app/crash/msg",
+        Some(ADMIN_TOKEN),
+        &[
+            ("content-type", "application/json"),
+            ("idempotency-key", "auto_0b4ad5b3-crash"),
+        ],
+        br#"{"eventType": "order.created", "payload": {"n": 1}}"#.to_vec(),
+    )
+    .await
+}
+
 /// An admin call of the Svix-compatible API.
 async fn call(
     h: &Herald,

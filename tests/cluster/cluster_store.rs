@@ -90,6 +90,7 @@ fn event(account: &str, key: Option<&str>) -> NewEvent {
         debounce: None,
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
     }
 }
 

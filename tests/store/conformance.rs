@@ -201,6 +201,7 @@ fn event(account: &str, key: Option<&str>, at: i64) -> NewEvent {
         debounce: None,
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
     }
 }
 
@@ -2162,6 +2163,7 @@ async fn fill(s: &Subject) {
     let mut labelled = event("acct", Some("idem-1"), START);
     labelled.channels = vec!["ch-a".into(), "ch-b".into()];
     labelled.tags = vec!["t1".into()];
+    labelled.request_key = Some("req-fill".into());
     let out = store.ingest(vec![labelled, large, binary]).await.unwrap();
     store.put_application(&application("acct")).await.unwrap();
     store
@@ -2203,6 +2205,7 @@ fn answer(at: i64, status: u16) -> ApiAnswer {
         status,
         body: format!("{{\"at\":{at}}}"),
         at,
+        event_id: None,
     }
 }
 
@@ -2314,6 +2317,15 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
             "{n}"
         );
 
+        // A message's request key keeps its answer (the event) in the event's own commit.
+        let mut keyed = event("acct", None, START + 9);
+        keyed.request_key = Some("req-1".into());
+        let out = store.ingest(vec![keyed]).await.unwrap();
+        let (kept_id, _) = created(&out[0]);
+        let kept = store.api_answer("acct", "req-1", START + 10).await.unwrap();
+        let kept = kept.unwrap_or_else(|| panic!("{n}: the message's answer was not kept"));
+        assert_eq!((kept.status, kept.event_id), (202, Some(kept_id)), "{n}");
+
         // A purge takes the account's record and answers; the other account keeps its own.
         store.purge_account("acct").await.unwrap();
         assert_eq!(store.application("acct").await.unwrap(), None, "{n}");
@@ -2322,6 +2334,8 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
             None,
             "{n}"
         );
+        let gone = store.api_answer("acct", "req-1", START + 10).await.unwrap();
+        assert_eq!(gone, None, "{n}: the message's kept answer stayed");
         assert_eq!(store.first_event_at("acct").await.unwrap(), None, "{n}");
         assert_eq!(
             store.application("other").await.unwrap(),

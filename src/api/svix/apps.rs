@@ -36,6 +36,23 @@ pub(super) async fn find(state: &AppState, app: &str) -> Result<Application, Svi
         .ok_or_else(|| SvixError::not_found("application"))
 }
 
+/// The account an id or `uid` names, if it exists: [`find`] without drawing the record (the
+/// cheap checks first: a message's creation asks this every time).
+pub(super) async fn existing(state: &AppState, app: &str) -> Result<String, SvixError> {
+    if app == OPERATOR_ACCOUNT || validate::account_id_lookup("app_id", app).is_err() {
+        return Err(SvixError::not_found("application"));
+    }
+    let exists = !state.store.account_endpoints(app).is_empty()
+        || state.store.account_plan(app).is_some()
+        || state.store.application(app).await?.is_some()
+        || state.store.first_event_at(app).await?.is_some();
+    if exists {
+        Ok(app.to_string())
+    } else {
+        Err(SvixError::not_found("application"))
+    }
+}
+
 /// The application of an account without a record, if the account has anything.
 async fn drawn(state: &AppState, account: &str) -> Result<Option<Application>, SvixError> {
     let first_endpoint = state
@@ -398,21 +415,25 @@ pub fn event_types(state: &Arc<AppState>, caller: &Caller, q: &Query) -> Answer 
         ));
     }
     let limit = q.limit()?;
+    let descending = q.descending(false)?;
+    // The libraries ask `with_content=false` by default: the list then leaves out the schemas.
+    let with_content = q.flag("with_content", true)?;
+    q.flag("include_archived", false)?; // none is archived: the catalog is the config's
+    let mut names: Vec<&String> = state.config.catalog.events.keys().collect();
+    if descending {
+        names.reverse();
+    }
     let after = q.get("iterator");
-    let names: Vec<&String> = state
-        .config
-        .catalog
-        .events
-        .keys()
-        .filter(|n| after.is_none_or(|a| n.as_str() > a))
-        .collect();
-    let page: Vec<&String> = names.iter().take(limit).copied().collect();
-    let next = (names.len() > page.len())
-        .then(|| page.last().map(|s| s.to_string()))
-        .flatten();
+    let (page, next) = super::page_after(&names, |n| n.as_str(), after, limit);
     let data = page
         .iter()
-        .map(|n| event_type_out(state, n, &state.config.catalog.events[*n]))
+        .map(|n| {
+            let mut v = event_type_out(state, n, &state.config.catalog.events[*n]);
+            if !with_content {
+                v["schemas"] = Value::Null;
+            }
+            v
+        })
         .collect();
     ok(
         StatusCode::OK,

@@ -109,8 +109,8 @@ pub async fn create(
             "herald does not schedule messages for later: leave deliverAt out",
         ));
     }
-    let account = match apps::find(state, app).await {
-        Ok(a) => a.id,
+    let account = match apps::existing(state, app).await {
+        Ok(a) => a,
         Err(e) if e.status == StatusCode::NOT_FOUND => match &m.application {
             Some(Value::Object(a)) => {
                 let mut a = a.clone();
@@ -124,8 +124,8 @@ pub async fn create(
     };
     let channels = names("channels", m.channels.as_ref(), MAX_CHANNELS)?;
     let tags = names("tags", m.tags.as_ref(), MAX_TAGS)?;
-    let event_type = match &m.event_type {
-        Some(Value::String(s)) => s.clone(),
+    let event_type = match m.event_type {
+        Some(v @ Value::String(_)) => v,
         Some(_) => {
             return Err(SvixError::field(
                 "eventType",
@@ -141,34 +141,27 @@ pub async fn create(
             ))
         }
     };
-    let Some(payload) = m.payload else {
+    if m.payload.is_none() {
         return Err(SvixError::field(
             "payload",
             "value_error.missing",
             "payload is required",
         ));
-    };
-    // herald's own checks on herald's own item: the same as POST /v1/events.
-    // Serialized field by field: the payload's bytes go through untouched.
-    #[derive(serde::Serialize)]
-    struct Item<'a> {
-        account_id: &'a str,
-        #[serde(rename = "type")]
-        event_type: &'a str,
-        payload: &'a RawValue,
-        idempotency_key: &'a Option<Value>,
     }
-    let item = Item {
-        account_id: &account,
-        event_type: &event_type,
-        payload,
-        idempotency_key: &m.event_id,
-    };
-    let item = serde_json::to_vec(&item)
-        .map_err(|e| SvixError::field("payload", "value_error", e.to_string()))?;
-    let mut checked = ingest::parse_event(&state.config, &state.schemas, &item).map_err(renamed)?;
+    // herald's own checks, as POST /v1/events makes them; the payload's bytes go through
+    // untouched.
+    let mut checked = ingest::check_fields(
+        &state.config,
+        &state.schemas,
+        &account,
+        Some(event_type),
+        m.payload,
+        m.event_id,
+    )
+    .map_err(renamed)?;
     checked.channels = channels;
     checked.tags = tags;
+    checked.request_key = q.request_key.clone();
     let now = state.clock.now_ms();
     let meta = EventMeta {
         id: String::new(),
@@ -180,6 +173,7 @@ pub async fn create(
         ordering_key: None,
         channels: checked.channels.clone(),
         tags: checked.tags.clone(),
+        request_key: None,
         deliveries: Vec::new(),
     };
     let payload = checked.payload.clone();
@@ -190,10 +184,14 @@ pub async fn create(
                 id: event_id.clone(),
                 ..meta
             };
-            ok(
+            let mut resp = crate::api::json(
                 StatusCode::ACCEPTED,
                 &shapes::message(&meta, &payload, with_content),
-            )
+            );
+            if q.request_key.is_some() {
+                resp.extensions_mut().insert(super::AnswerKept);
+            }
+            Ok(resp)
         }
         Some(IngestOutcome::Duplicate { event_id }) => Err(SvixError::conflict(format!(
             "a message with this eventId exists already in this application ({event_id})"
@@ -291,6 +289,19 @@ impl Filters {
     }
 }
 
+/// A list read from the log comes newest first: `order=ascending` is refused, not ignored.
+fn newest_first(q: &Query) -> Result<(), SvixError> {
+    if q.descending(true)? {
+        Ok(())
+    } else {
+        Err(SvixError::query(
+            "order",
+            "herald lists messages and an endpoint's attempts newest first only: leave order \
+             out or ask descending",
+        ))
+    }
+}
+
 /// An iterator of this API: the last delivery read and the item it ended on.
 fn iterator(delivery: &str, item: &str) -> String {
     format!("{delivery}~{item}")
@@ -307,6 +318,7 @@ fn parse_iterator(q: &Query) -> (Option<String>, Option<String>) {
 pub async fn list(state: &Arc<AppState>, caller: &Caller, app: &str, q: &Query) -> Answer {
     let account = account(state, caller, app).await?;
     let limit = q.limit()?;
+    newest_first(q)?;
     let with_content = q.flag("with_content", true)?;
     let filters = Filters::of(q)?;
     let filter = filters.delivery_filter(&account, None);
@@ -469,6 +481,7 @@ pub async fn attempts_by_endpoint(
 ) -> Answer {
     let account = account(state, caller, app).await?;
     let endpoint = super::endpoints::find(state, &account, ep)?;
+    newest_first(q)?;
     let f = AttemptFilters::of(q)?;
     let filters = Filters::of(q)?;
     let limit = q.limit()?;

@@ -416,6 +416,7 @@ async fn route(
         (&Method::POST, Some(k), Some(scope)) => Some((scope.to_string(), k)),
         _ => None,
     };
+    let mut q = Query::parse(req.uri().query())?;
     let _in_flight = match &keyed {
         Some((scope, k)) => {
             let Some(guard) = InFlight::take(scope, k) else {
@@ -427,18 +428,22 @@ async fn route(
             };
             let now = state.clock.now_ms();
             if let Some(a) = state.store.api_answer(scope, k, now).await? {
-                super::body::discard_body(req).await;
-                return Ok(replay(a));
+                if let Some(resp) = replay(state, a, &q).await? {
+                    super::body::discard_body(req).await;
+                    return Ok(resp);
+                }
             }
+            q.request_key = Some(k.clone());
             Some(guard)
         }
         None => None,
     };
-    let q = Query::parse(req.uri().query())?;
     let answer = dispatch(state, &caller, req, method, segs, &q).await;
     if let Some((scope, k)) = keyed {
         // Only answers that changed something, or refused to, are kept: a 5xx may be retried.
+        // A message's creation kept its answer in its own commit already.
         let resp = match answer {
+            Ok(r) if r.extensions().get::<AnswerKept>().is_some() => return Ok(r),
             Ok(r) => r,
             Err(e) => e.into_response(),
         };
@@ -446,6 +451,10 @@ async fn route(
     }
     answer
 }
+
+/// Marks an answer whose request key's answer the store kept already (with the message).
+#[derive(Clone, Copy)]
+pub(super) struct AnswerKept;
 
 /// A request key being answered on this node: a second request with it meanwhile is refused
 /// (`409`), so that a client's retry never acts twice while the first is still running. (Across
@@ -488,12 +497,30 @@ async fn keep_answer(state: &AppState, scope: &str, key: &str, resp: Resp) -> An
         status: status.as_u16(),
         body: String::from_utf8_lossy(&body).into_owned(),
         at: state.clock.now_ms(),
+        event_id: None,
     };
     let kept = state.store.keep_api_answer(scope, key, answer).await?;
-    Ok(replay(kept))
+    Ok(replayed(kept))
 }
 
-fn replay(a: ApiAnswer) -> Resp {
+/// A kept answer given again: as it was, or, for a message's creation, the message as stored
+/// (`None` if it is not: its commit failed after the answer was written, or a purge or the
+/// retention took it; the request then runs as new).
+async fn replay(state: &AppState, a: ApiAnswer, q: &Query) -> Result<Option<Resp>, SvixError> {
+    if let Some(event) = &a.event_id {
+        let Some((meta, payload)) = state.store.event(event).await? else {
+            return Ok(None);
+        };
+        let with_content = q.flag("with_content", true)?;
+        return Ok(Some(super::json(
+            StatusCode::from_u16(a.status).unwrap_or(StatusCode::ACCEPTED),
+            &shapes::message(&meta, &payload, with_content),
+        )));
+    }
+    Ok(Some(replayed(a)))
+}
+
+fn replayed(a: ApiAnswer) -> Resp {
     let mut resp = Response::new(full(bytes::Bytes::from(a.body)));
     *resp.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::OK);
     if a.status != 204 {
@@ -595,6 +622,8 @@ async fn dispatch(
 #[derive(Default)]
 pub(super) struct Query {
     pairs: Vec<(String, String)>,
+    /// The request's `idempotency-key`, when its answer is to be kept.
+    request_key: Option<String>,
 }
 
 impl Query {
@@ -602,7 +631,10 @@ impl Query {
         let pairs = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
-        Ok(Query { pairs })
+        Ok(Query {
+            pairs,
+            request_key: None,
+        })
     }
 
     fn get(&self, name: &str) -> Option<&str> {

@@ -18,14 +18,28 @@ fn from_json(v: serde_json::Value) -> Result<Application, StoreError> {
     serde_json::from_value(v).map_err(|e| StoreError::Corrupt(format!("application: {e}")))
 }
 
+/// A kept answer from its columns `status, body, created_at, event_id`.
 fn answer_of(r: &tokio_postgres::Row) -> Result<ApiAnswer, StoreError> {
     let body: Vec<u8> = r.get(1);
+    let event: Option<Vec<u8>> = r.get(3);
     Ok(ApiAnswer {
         status: r.get::<_, i32>(0) as u16,
         body: String::from_utf8(body)
             .map_err(|_| StoreError::Corrupt("a kept answer is not UTF-8".into()))?,
         at: r.get(2),
+        event_id: event
+            .map(|e| super::rows::ulid_from(&e).map(|u| ids::format(EVENT, u)))
+            .transpose()?,
     })
+}
+
+/// An event id as stored (16 bytes), for a kept answer's `event_id`.
+fn event_key(answer: &ApiAnswer) -> Option<Vec<u8>> {
+    answer
+        .event_id
+        .as_deref()
+        .and_then(|e| ids::parse(EVENT, e))
+        .map(|u| u.to_be_bytes().to_vec())
 }
 
 impl PgStore {
@@ -129,7 +143,7 @@ impl Applications for PgStore {
             .client()
             .await?
             .query_opt(
-                "SELECT status, body, created_at FROM api_answers
+                "SELECT status, body, created_at, event_id FROM api_answers
                  WHERE account_id = $1 AND key = $2 AND created_at > $3",
                 &[&account_id, &key, &(now - IDEMPOTENCY_WINDOW_MS)],
             )
@@ -151,17 +165,18 @@ impl Applications for PgStore {
             .await?
             .query_one(
                 "WITH put AS (
-                     INSERT INTO api_answers AS a (account_id, key, status, body, created_at)
-                     VALUES ($1, $2, $3, $4, $5)
+                     INSERT INTO api_answers AS a (account_id, key, status, body, created_at,
+                                                   event_id)
+                     VALUES ($1, $2, $3, $4, $5, $7)
                      ON CONFLICT (account_id, key) DO UPDATE
                          SET status = excluded.status, body = excluded.body,
-                             created_at = excluded.created_at
+                             created_at = excluded.created_at, event_id = excluded.event_id
                          WHERE a.created_at <= $6
-                     RETURNING status, body, created_at
+                     RETURNING status, body, created_at, event_id
                  )
-                 SELECT status, body, created_at FROM put
+                 SELECT status, body, created_at, event_id FROM put
                  UNION ALL
-                 SELECT status, body, created_at FROM api_answers
+                 SELECT status, body, created_at, event_id FROM api_answers
                  WHERE account_id = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM put)",
                 &[
                     &account_id,
@@ -170,24 +185,26 @@ impl Applications for PgStore {
                     &answer.body.as_bytes(),
                     &answer.at,
                     &(answer.at - IDEMPOTENCY_WINDOW_MS),
+                    &event_key(&answer),
                 ],
             )
             .await?;
         answer_of(&row)
     }
 
+    /// A message's answer is not among them: its request key travels with its event.
     async fn api_answers(&self) -> Result<Vec<(String, String, ApiAnswer)>, StoreError> {
         self.db
             .client()
             .await?
             .query(
-                "SELECT status, body, created_at, account_id, key FROM api_answers
-                 ORDER BY account_id, key",
+                "SELECT status, body, created_at, event_id, account_id, key FROM api_answers
+                 WHERE event_id IS NULL ORDER BY account_id, key",
                 &[],
             )
             .await?
             .iter()
-            .map(|r| Ok((r.get(3), r.get(4), answer_of(r)?)))
+            .map(|r| Ok((r.get(4), r.get(5), answer_of(r)?)))
             .collect()
     }
 }

@@ -58,7 +58,10 @@ impl PgStore {
         let events = tx
             .query(
                 "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
-                        ordering_key, payload, labels
+                        ordering_key, payload, labels,
+                        (SELECT a.key FROM api_answers a
+                          WHERE a.event_id = events.id AND a.account_id = events.account_id
+                          LIMIT 1)
                  FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
                 &[&upper, &(take as i64)],
             )
@@ -113,6 +116,8 @@ impl PgStore {
                 ordering_key: e.get(6),
                 channels,
                 tags,
+                // A message's request key travels with its event, as on one box.
+                request_key: e.get(9),
                 deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
             };
             let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();

@@ -248,14 +248,19 @@ async fn copy_accounts(
     }
     for (account, key, answer) in Applications::api_answers(from).await? {
         tx.execute(
-            "INSERT INTO api_answers (account_id, key, status, body, created_at)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            "INSERT INTO api_answers (account_id, key, status, body, created_at, event_id)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
             &[
                 &account,
                 &key,
                 &i32::from(answer.status),
                 &answer.body.as_bytes(),
                 &answer.at,
+                &answer
+                    .event_id
+                    .as_deref()
+                    .and_then(|e| ids::parse(EVENT, e))
+                    .map(|u| u.to_be_bytes().to_vec()),
             ],
         )
         .await?;
@@ -281,6 +286,9 @@ pub(super) struct Rows {
     deliveries: Vec<DeliveryRow>,
     attempts: Vec<(Vec<u8>, Attempt)>,
     keys: Vec<(String, String, Vec<u8>, Millis)>,
+    /// Request keys of events created through the Svix-compatible API, still in their window:
+    /// their answers (docs/svix.md).
+    requests: Vec<(String, String, Vec<u8>, Millis)>,
     /// Each delivery's place in its lane, where the archive kept it (a cluster's backup).
     lane_seqs: Vec<Option<i64>>,
 }
@@ -301,6 +309,16 @@ impl Rows {
         if let Some(k) = &meta.idempotency_key {
             if meta.received_at > now - IDEMPOTENCY_WINDOW_MS {
                 self.keys.push((
+                    meta.account_id.clone(),
+                    k.clone(),
+                    event.clone(),
+                    meta.received_at,
+                ));
+            }
+        }
+        if let Some(k) = &meta.request_key {
+            if meta.received_at > now - IDEMPOTENCY_WINDOW_MS {
+                self.requests.push((
                     meta.account_id.clone(),
                     k.clone(),
                     event.clone(),
@@ -354,6 +372,22 @@ impl Rows {
         }
         if !self.keys.is_empty() {
             self.write_keys(tx).await?;
+        }
+        if !self.requests.is_empty() {
+            let rs = &self.requests;
+            tx.execute(
+                "INSERT INTO api_answers (account_id, key, status, body, created_at, event_id)
+                 SELECT a, k, 202, ''::bytea, at, e
+                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) AS t(a, k, e, at)
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &rs.iter().map(|k| &k.0).collect::<Vec<_>>(),
+                    &rs.iter().map(|k| &k.1).collect::<Vec<_>>(),
+                    &rs.iter().map(|k| &k.2).collect::<Vec<_>>(),
+                    &rs.iter().map(|k| k.3).collect::<Vec<_>>(),
+                ],
+            )
+            .await?;
         }
         Ok(())
     }

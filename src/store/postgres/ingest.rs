@@ -381,6 +381,7 @@ impl Committer {
                                         ordering_key: ev.ordering_key.clone(),
                                         channels: Vec::new(),
                                         tags: Vec::new(),
+                                        request_key: None,
                                         deliveries: Vec::new(),
                                     },
                                     delivery,
@@ -661,6 +662,16 @@ async fn write_rows(
                  FROM unnest($24::bytea[], $25::integer[], $26::text[], $27::bigint[])
                       AS t(d, n, i, at)
                  WHERE EXISTS (SELECT 1 FROM v)
+             ), kept AS (
+                 INSERT INTO api_answers AS x (account_id, key, status, body, created_at,
+                                               event_id)
+                 SELECT a, k, 202, ''::bytea, at, e
+                 FROM unnest($32::text[], $33::text[], $34::bytea[], $35::bigint[])
+                      AS t(a, k, e, at)
+                 WHERE EXISTS (SELECT 1 FROM v)
+                 ON CONFLICT (account_id, key) DO UPDATE
+                     SET status = 202, body = ''::bytea, created_at = excluded.created_at,
+                         event_id = excluded.event_id
              ), notified AS (
                  SELECT pg_notify($28, '') FROM v WHERE $29::boolean
              )
@@ -702,6 +713,10 @@ async fn write_rows(
                 &d.any_for_others(),
                 &mark,
                 &e.labels,
+                &e.kept_account,
+                &e.kept_key,
+                &e.kept_event,
+                &e.kept_at,
             ],
         )
         .await?;
@@ -810,6 +825,11 @@ struct EventRows<'a> {
     ordering_key: Vec<Option<&'a str>>,
     payload: Vec<&'a [u8]>,
     labels: Vec<Option<serde_json::Value>>,
+    /// The answers kept for the events' request keys (docs/svix.md): account, key, event, time.
+    kept_account: Vec<&'a str>,
+    kept_key: Vec<&'a str>,
+    kept_event: Vec<Vec<u8>>,
+    kept_at: Vec<i64>,
 }
 
 impl<'a> EventRows<'a> {
@@ -824,5 +844,11 @@ impl<'a> EventRows<'a> {
         self.payload.push(&ev.payload);
         self.labels
             .push(super::rows::labels(&ev.channels, &ev.tags));
+        if let Some(key) = &ev.request_key {
+            self.kept_account.push(&ev.account_id);
+            self.kept_key.push(key);
+            self.kept_event.push(ulid.to_be_bytes().to_vec());
+            self.kept_at.push(at);
+        }
     }
 }

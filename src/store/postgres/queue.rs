@@ -404,6 +404,7 @@ fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
         ordering_key: r.get(16),
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
         deliveries: Vec::new(),
     };
     let payload: Vec<u8> = r.get(17);

@@ -71,6 +71,7 @@ impl PgStore {
             ordering_key: e.get(5),
             channels,
             tags,
+            request_key: None,
             deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
         };
         let payload: Vec<u8> = e.get(6);

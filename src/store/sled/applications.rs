@@ -54,24 +54,44 @@ impl SledStore {
         Ok(n)
     }
 
+    /// The answer kept for the key: a row of `api_answers`, or a message's creation, found by
+    /// its request key in the idempotency keys' tables ([`keys::request_row`]): `202` and the
+    /// event, if the event exists and its key is within the window.
     fn answer_now(
         &self,
         account_id: &str,
         key: &str,
         now: Millis,
     ) -> Result<Option<ApiAnswer>, StoreError> {
-        match self
+        if let Some(v) = self
             .inner
             .trees
             .api_answers
             .get(account_key(account_id, key))?
         {
-            Some(v) => {
-                let a: ApiAnswer = decode(&v, "kept answer")?;
-                Ok((now - a.at < IDEMPOTENCY_WINDOW_MS).then_some(a))
+            let a: ApiAnswer = decode(&v, "kept answer")?;
+            if now - a.at < IDEMPOTENCY_WINDOW_MS {
+                return Ok(Some(a));
             }
-            None => Ok(None),
         }
+        let inner = &self.inner;
+        let now = inner.key_time(now);
+        let today = super::key::idempotency_day(now);
+        for day in [today, today.saturating_sub(1)] {
+            let Some(event) = inner.keys.get(&keys::request_row(day, account_id, key))? else {
+                continue;
+            };
+            let at = ids::ulid_ms(event);
+            if now - at < IDEMPOTENCY_WINDOW_MS && inner.event_exists(event)? {
+                return Ok(Some(ApiAnswer {
+                    status: 202,
+                    body: String::new(),
+                    at,
+                    event_id: Some(ids::format(EVENT, event)),
+                }));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -182,11 +182,8 @@ impl SledStore {
                 }
                 states.push(d.state);
             }
-            if let Some(idem) = &h.meta.idempotency_key {
-                let day = key::idempotency_day(ids::ulid_ms(event));
-                if day >= oldest_day {
-                    key_rows.push((keys::key_row(day, &h.meta.account_id, idem), event));
-                }
+            if key::idempotency_day(ids::ulid_ms(event)) >= oldest_day {
+                key_rows.extend(keys::event_rows(&h.meta, event));
             }
         }
         for (account, mut events) in by_account {

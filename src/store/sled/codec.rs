@@ -298,6 +298,8 @@ const EVENT_ORDERING_KEY: u8 = 4;
 /// The event has channels or tags (docs/svix.md): two counted lists of strings, written after
 /// the ordering key.
 const EVENT_LABELS: u8 = 8;
+/// The event has a request key (docs/svix.md), a string written after the labels.
+const EVENT_REQUEST_KEY: u8 = 16;
 
 pub fn encode_event(
     meta: &EventMeta,
@@ -345,6 +347,9 @@ pub fn encode_event(
     if labelled {
         flags |= EVENT_LABELS;
     }
+    if meta.request_key.is_some() {
+        flags |= EVENT_REQUEST_KEY;
+    }
     w.u8(flags);
     if let Some(k) = &meta.ordering_key {
         w.str(k);
@@ -356,6 +361,9 @@ pub fn encode_event(
                 w.str(c);
             }
         }
+    }
+    if let Some(k) = &meta.request_key {
+        w.str(k);
     }
     w.u16(n);
     let mut target_rows = Vec::new();
@@ -410,6 +418,11 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
             }
         }
     }
+    let request_key = if flags & EVENT_REQUEST_KEY != 0 {
+        Some(r.string()?)
+    } else {
+        None
+    };
     let n = r.u16()? as usize;
     let targets_in_rows = flags & EVENT_TARGETS_IN_ROWS != 0;
     let mut targets = Vec::with_capacity(if targets_in_rows { 0 } else { n });
@@ -439,6 +452,7 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
         ordering_key,
         channels,
         tags,
+        request_key,
         deliveries: (0..n)
             .map(|i| ids::format(ids::DELIVERY, ids::delivery_of(ulid, i)))
             .collect(),

@@ -13,6 +13,7 @@ fn meta() -> EventMeta {
         ordering_key: None,
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
         deliveries: Vec::new(),
     }
 }
@@ -91,6 +92,7 @@ fn event_rows_stay_below_the_row_limit_at_the_maximum() {
         // The Svix-compatible API's most: 10 channels and 5 tags of 128 characters.
         channels: (0..10).map(|i| format!("{i}{}", "c".repeat(127))).collect(),
         tags: (0..5).map(|i| format!("{i}{}", "t".repeat(127))).collect(),
+        request_key: None,
         deliveries: Vec::new(),
     };
     for fan_out in [1, INLINE_TARGETS, INLINE_TARGETS + 1, ids::MAX_FAN_OUT] {

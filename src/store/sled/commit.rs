@@ -241,6 +241,7 @@ fn store_event(
         ordering_key: ev.ordering_key.clone(),
         channels: ev.channels.clone(),
         tags: ev.tags.clone(),
+        request_key: ev.request_key.clone(),
         deliveries: Vec::new(),
     };
     let mut deliveries: Vec<Delivery> = ev
@@ -263,15 +264,16 @@ fn store_event(
             cycle.fresh.push(d);
         }
     }
+    // Its idempotency key (claimed for the rest of the cycle too) and its request key.
     if let Some(idem) = &ev.idempotency_key {
         let k = keys::key_row(
             key::idempotency_day(ids::ulid_ms(ulid)),
             &ev.account_id,
             idem,
         );
-        cycle.keys.push((k, ulid));
         cycle.claimed.insert(k, event_id.clone());
     }
+    cycle.keys.extend(keys::event_rows(&meta, ulid));
     let encoded = codec::encode_event(&meta, &ev.targets, &ev.payload)?;
     if !encoded.payload_inline {
         for (i, chunk) in ev.payload.chunks(CHUNK).enumerate() {

@@ -988,10 +988,7 @@ impl SledStore {
                     inner.stats.forget(d.state);
                     out.deliveries += 1;
                 }
-                if let Some(idem) = &rec.meta.idempotency_key {
-                    let day = key::idempotency_day(ids::ulid_ms(event));
-                    released.push((keys::key_row(day, &rec.meta.account_id, idem), event));
-                }
+                released.extend(keys::event_rows(&rec.meta, event));
                 out.events += 1;
             }
             inner.keys.release(&released)?;

@@ -32,15 +32,19 @@
 //! a block a full disk no longer has.
 //!
 //! One writer at a time changes slots (`writes`): the committer adding keys, retention
-//! releasing them, expiry. Lookups take no lock; they run on the committer, the only thread
-//! that fills slots, so none runs while a slot fills. A release (retention's thread) only
+//! releasing them, expiry. Lookups take no lock. Ingest's run on the committer, the only thread
+//! that fills slots, so none runs while a slot fills. The Svix-compatible API's lookups (a
+//! message by its `eventId`, a request key's answer: docs/svix.md) run beside it: a slot being
+//! filled is another key's (the key looked up is either written already or not yet, and on one
+//! node a request key is answered one request at a time), and whatever a lookup finds names
+//! an event that must exist, so a torn slot answers nothing. A release (retention's thread) only
 //! zeroes the ULID of a key whose event retention is removing: a lookup that reads it half
 //! zeroed names an event that does not exist, which the committer takes as no claim.
 //!
 //! # Durability without a second fsync per commit
 //!
-//! The event row holds its idempotency key, so the log is the record and the tables an index
-//! of it. The committer writes a cycle's keys here before the cycle's fsync (a key that cannot
+//! The event row holds its idempotency key (and its request key: [`request_row`]), so the log
+//! is the record and the tables an index of it. The committer writes a cycle's keys here before the cycle's fsync (a key that cannot
 //! be written fails the cycle: `503`, nothing stored), without syncing them, and marks them
 //! durable once the cycle is; once a second the checkpoint syncs the tables
 //! it changed (headers with their counts, and the directory if a table was created) and then
@@ -85,6 +89,36 @@ pub fn key_row(day: u32, account_id: &str, key: &str) -> KeyRow {
     let mut k = [0u8; 4 + DIGEST];
     k.copy_from_slice(&key::idempotency_format_3(day, account_id, key)[..4 + DIGEST]);
     k
+}
+
+/// The row of a request key (docs/svix.md: the `idempotency-key` of the request that created
+/// an event through the Svix-compatible API) claimed on `day`: as [`key_row`], its digest in a
+/// domain of its own (a byte that is never in a key's UTF-8 between account and key), so no
+/// idempotency key names the same row.
+pub fn request_row(day: u32, account_id: &str, key: &str) -> KeyRow {
+    let digest = key::digest(&[account_id.as_bytes(), &[0xff], key.as_bytes()]);
+    let mut k = [0u8; 4 + DIGEST];
+    k[..4].copy_from_slice(&day.to_be_bytes());
+    k[4..].copy_from_slice(&digest[..DIGEST]);
+    k
+}
+
+/// The key rows an event claims: its idempotency key's and its request key's, each on the day
+/// of its id.
+pub fn event_rows(
+    meta: &crate::model::EventMeta,
+    event: u128,
+) -> impl Iterator<Item = (KeyRow, u128)> + '_ {
+    let day = key::idempotency_day(ids::ulid_ms(event));
+    let idem = meta
+        .idempotency_key
+        .as_deref()
+        .map(move |k| (key_row(day, &meta.account_id, k), event));
+    let request = meta
+        .request_key
+        .as_deref()
+        .map(move |k| (request_row(day, &meta.account_id, k), event));
+    idem.into_iter().chain(request)
 }
 
 /// A slot: the digest, then the event's ULID (big-endian).
@@ -598,12 +632,8 @@ impl Keys {
             let event = key::ulid(&k).ok_or_else(|| StoreError::Corrupt("event key".into()))?;
             last = event;
             let meta = codec::decode_event(event, &v)?.0.meta;
-            let Some(idem) = &meta.idempotency_key else {
-                continue;
-            };
-            let day = key::idempotency_day(ids::ulid_ms(event));
-            if day >= oldest {
-                rows.push((key_row(day, &meta.account_id, idem), event));
+            if key::idempotency_day(ids::ulid_ms(event)) >= oldest {
+                rows.extend(event_rows(&meta, event));
             }
         }
         let n = rows.len();

@@ -163,7 +163,7 @@ impl SledStore {
             }
             batch.remove(&key::event(event)[..]);
             log.apply_batch(batch)?;
-            released.extend(idempotency_row(&rec.meta, event));
+            released.extend(keys::event_rows(&rec.meta, event));
             if !operator.contains(&event) {
                 n_events += 1;
                 n_deliveries += rec.targets.len() as u64;
@@ -182,7 +182,7 @@ impl SledStore {
                     inner.stats.forget(codec::decode_attempt(k, v)?.state);
                 }
             }
-            released.extend(idempotency_row(&rec.meta, event));
+            released.extend(keys::event_rows(&rec.meta, event));
             if !operator.contains(&event) {
                 n_events += 1;
                 n_deliveries += rec.target_count as u64;
@@ -231,13 +231,6 @@ impl SledStore {
         }
         Ok(())
     }
-}
-
-/// The idempotency key row an event claimed, if it has a key.
-fn idempotency_row(meta: &crate::model::EventMeta, event: u128) -> Option<(KeyRow, u128)> {
-    let idem = meta.idempotency_key.as_ref()?;
-    let day = key::idempotency_day(ids::ulid_ms(event));
-    Some((keys::key_row(day, &meta.account_id, idem), event))
 }
 
 /// Accounts purged while the scheduler may still hold entries of their events: an entry taken

@@ -115,10 +115,7 @@ impl SledStore {
             // Its idempotency key claims nothing once the event is gone: it goes too, so
             // keys live no longer than their events (a key row kept for its day among rows
             // that retention frees keeps sled from reusing their space).
-            if let Some(idem) = &rec.meta.idempotency_key {
-                let day = key::idempotency_day(ids::ulid_ms(event));
-                released.push((keys::key_row(day, &rec.meta.account_id, idem), event));
-            }
+            released.extend(keys::event_rows(&rec.meta, event));
             t.log.remove(&k)?;
             out.events += 1;
         }

@@ -117,6 +117,7 @@ fn event(account: &str, targets: &[Lane], at: Millis) -> NewEvent {
         debounce: None,
         channels: Vec::new(),
         tags: Vec::new(),
+        request_key: None,
     }
 }
 
