@@ -27,6 +27,10 @@ fn here(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
+/// One driver at a time: each is a process of its own (an interpreter or a binary) with its own
+/// receiver, and the suite's other tests run beside them on the same two cores.
+static ONE_DRIVER: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Runs a driver against `h` and asserts its last line; its whole output is shown on failure.
 async fn drive(
     h: &Herald,
@@ -37,6 +41,10 @@ async fn drive(
     last: &str,
     install: &str,
 ) {
+    let _turn = ONE_DRIVER
+        .acquire()
+        .await
+        .expect("the drivers' gate stays open");
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .current_dir(here(dir))

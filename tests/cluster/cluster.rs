@@ -276,7 +276,8 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     let mut world = World::start(
         "",
         &format!(
-            "[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n{}",
+            "[endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+             [svix]\nenabled = true\n{}",
             common::ON_SLED
         ),
     )
@@ -302,6 +303,45 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
             ids.push((account, common::first_delivery(&answer)));
         }
     }
+    // What the Svix-compatible API keeps: an application record, a message with channels, tags
+    // and its request key (docs/svix.md).
+    let (status, app) = world
+        .herald
+        .admin(
+            "PUT",
+            "/api/v1/app/acct_ok",
+            Some(json!({"name": "OK", "metadata": {"k": "v"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{app}");
+    let (status, _, msg) = world
+        .herald
+        .call_raw(
+            "POST",
+            "/api/v1/app/acct_ok/msg",
+            Some(common::herald::ADMIN_TOKEN),
+            &[
+                ("content-type", "application/json"),
+                ("idempotency-key", "copy-key"),
+            ],
+            br#"{"eventType": "order.created", "payload": {"n": 9}, "channels": ["eu"], "tags": ["t"]}"#
+                .to_vec(),
+        )
+        .await;
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&msg));
+    let msg: serde_json::Value = serde_json::from_slice(&msg).unwrap();
+    let (_, event) = world
+        .herald
+        .admin(
+            "GET",
+            &format!("/v1/events/{}", msg["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    ids.push((
+        "acct_ok",
+        event["deliveries"][0]["id"].as_str().unwrap().to_string(),
+    ));
     for (account, id) in &ids {
         match *account {
             "acct_ok" => drop(
@@ -333,7 +373,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     let url = pg.database("herald");
     let out = herald_copy(&store, &url);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("copied 7 deliveries"), "{}", text(&out));
+    assert!(text(&out).contains("copied 8 deliveries"), "{}", text(&out));
     let counts = |pg: &Postgres| {
         pg.sql(
             "SELECT (SELECT count(*) FROM events) || ',' || (SELECT count(*) FROM deliveries) || ','
@@ -342,8 +382,20 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
             "herald",
         )
     };
-    assert_eq!(counts(&pg), "7,7,7,3,7");
-    assert_eq!(states(&pg), "delivered:3,failed:2,pending:2");
+    assert_eq!(counts(&pg), "8,8,8,3,7");
+    assert_eq!(states(&pg), "delivered:4,failed:2,pending:2");
+    assert_eq!(
+        pg.sql(
+            "SELECT (SELECT record ->> 'name' FROM applications WHERE account_id = 'acct_ok')
+                 || ',' || (SELECT count(*) FROM api_answers
+                            WHERE key = 'copy-key' AND event_id IS NOT NULL)
+                 || ',' || (SELECT labels -> 'channels' ->> 0 FROM events WHERE labels IS NOT NULL)
+                 || ',' || (SELECT count(*) FROM attempts WHERE url IS NOT NULL)",
+            "herald",
+        ),
+        "OK,1,eu,8",
+        "the application, the message's request key, its channels and every attempt's URL"
+    );
     // The pending ones are due when they were due on sled (their retry, an hour on).
     let due = waiting["next_attempt_at"].as_str().expect("a retry time");
     let due_ms = herald::clock::parse_rfc3339(due).expect("an RFC 3339 time");
@@ -425,11 +477,11 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
     let resumed = herald_copy(&store, &url);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(
-        text(&resumed).contains("finished the copy: 7 deliveries"),
+        text(&resumed).contains("finished the copy: 8 deliveries"),
         "{}",
         text(&resumed)
     );
-    assert_eq!(counts(&pg), "7,7,7,3,7");
+    assert_eq!(counts(&pg), "8,8,8,3,7");
 
     // A real node serving the copied database delivers the pending ones (their endpoint moved
     // to a receiver that answers, and each retried now), and sends nothing that had ended.
@@ -444,7 +496,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
         ))
         .await;
         let (ok_before, bad_before) = (ok.count(), bad.count());
-        let waiting: Vec<String> = ids[5..].iter().map(|(_, id)| id.clone()).collect();
+        let waiting: Vec<String> = ids[5..7].iter().map(|(_, id)| id.clone()).collect();
         deliver_elsewhere(&node, "acct_wait", &ok.url("/moved"), &waiting).await;
         assert_eq!(ok.count(), ok_before + 2, "the two pending ones, once each");
         assert_eq!(
@@ -452,7 +504,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
             bad_before,
             "nothing that had ended is sent again"
         );
-        assert_eq!(states(&pg), "delivered:5,failed:2");
+        assert_eq!(states(&pg), "delivered:6,failed:2");
         node.sigterm().await;
     }
 

@@ -179,9 +179,15 @@ pub async fn create(
     let payload = checked.payload.clone();
     let outcome = ingest::store(state, vec![checked], now).await?;
     match outcome.first() {
-        Some(IngestOutcome::Created { event_id, .. }) => {
+        Some(IngestOutcome::Created {
+            event_id,
+            deliveries,
+        }) => {
+            // The receipt time as stored (a cluster's node may store a later one than `now`).
+            let received_at = deliveries.first().map_or(now, |d| d.created_at);
             let meta = EventMeta {
                 id: event_id.clone(),
+                received_at,
                 ..meta
             };
             let mut resp = crate::api::json(
