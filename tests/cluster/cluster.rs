@@ -768,6 +768,28 @@ fn fixture_database_in(dir: &str, version: i32) -> (Postgres, String) {
     (pg, url)
 }
 
+/// A node on a fixture's database with the config its data needs (plain http and loopback
+/// endpoints, its plan, retry policy and catalog; `extra` added), once it migrated the schema
+/// to this herald's.
+async fn node_on_fixture(pg: &Postgres, url: &str, extra: &str) -> common::Herald {
+    let node = common::Herald::start(&format!(
+        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
+         [plans.basic]\nper_minute = 1000\n{extra}\
+         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
+         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
+         debounce = {{ window = \"1d\", key = \"loc\" }}\n\
+         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(url)
+    ))
+    .await;
+    assert_eq!(
+        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
+        SCHEMA_VERSION.to_string()
+    );
+    node
+}
+
 /// Points `account`'s endpoint at `url` in the database, before a node reads it.
 fn move_endpoint(pg: &Postgres, account: &str, url: &str) {
     pg.sql(
@@ -890,21 +912,7 @@ async fn a_version_6_database_keeps_filters_alerts_and_secrets_and_purges_whole(
     let (pg, url) = fixture_database_in("cluster4", 6);
     let recv = Receiver::ok_http();
     move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
-    let node = common::Herald::start(&format!(
-        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
-         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
-         [plans.basic]\nper_minute = 1000\n\
-         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
-         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
-         debounce = {{ window = \"1d\", key = \"loc\" }}\n\
-         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
-        toml_string(&url)
-    ))
-    .await;
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        SCHEMA_VERSION.to_string()
-    );
+    let node = node_on_fixture(&pg, &url, "").await;
     let ok = "ep_01M94BEPJ9BZ57613YB1BPTNK7";
     assert_eq!(
         pg.sql(
@@ -959,21 +967,7 @@ async fn a_version_10_database_serves_its_accounts_as_applications() {
     let (pg, url) = fixture_database_in("cluster5", 10);
     let recv = Receiver::ok_http();
     move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
-    let node = common::Herald::start(&format!(
-        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
-         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
-         [plans.basic]\nper_minute = 1000\n[svix]\nenabled = true\n\
-         [catalog.events.\"order.created\"]\ndescription = \"An order was created\"\n\
-         [catalog.events.\"location.updated\"]\ndescription = \"A location changed\"\n\
-         debounce = {{ window = \"1d\", key = \"loc\" }}\n\
-         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
-        toml_string(&url)
-    ))
-    .await;
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        SCHEMA_VERSION.to_string()
-    );
+    let node = node_on_fixture(&pg, &url, "[svix]\nenabled = true\n").await;
     let ok = "ep_01M94M3JCKCDVZXX0ANET3NG57";
     let (_, ep) = node
         .admin("GET", &format!("/v1/endpoints/{ok}"), None)
