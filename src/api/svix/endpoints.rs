@@ -52,7 +52,7 @@ async fn account(
 }
 
 /// A list of strings (`eventTypes`, `channels`), each checked by `check`.
-fn strings(
+pub(super) fn strings(
     field: &str,
     v: &Value,
     max: usize,
@@ -464,7 +464,7 @@ pub async fn delete(state: &Arc<AppState>, caller: &Caller, app: &str, ep: &str)
 }
 
 /// `GET …/secret`: the current secret (admin tokens only: a portal session never sees one).
-pub async fn secret_of(state: &AppState, caller: &Caller, app: &str, ep: &str) -> Answer {
+pub async fn secret(state: &Arc<AppState>, caller: &Caller, app: &str, ep: &str) -> Answer {
     caller.admin()?;
     let account = account(state, caller, app, true).await?;
     let found = find(state, &account, ep)?;
@@ -474,10 +474,6 @@ pub async fn secret_of(state: &AppState, caller: &Caller, app: &str, ep: &str) -
         .map(|s| s.value.clone())
         .unwrap_or_default();
     ok(StatusCode::OK, &json!({ "key": key }))
-}
-
-pub async fn secret(state: &Arc<AppState>, caller: &Caller, app: &str, ep: &str) -> Answer {
-    secret_of(state, caller, app, ep).await
 }
 
 /// `POST …/secret/rotate`: `key` (else a new one) signs from now; the old one beside it for

@@ -42,27 +42,11 @@ struct MessageIn<'a> {
     deliver_at: Option<Value>,
 }
 
+/// A message's `channels` or `tags`: at most `max` channel-like names; absent is none.
 fn names(field: &str, v: Option<&Value>, max: usize) -> Result<Vec<String>, SvixError> {
-    match v {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) if items.len() <= max => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Value::String(s) => channel(&format!("{field}.{i}"), s).map(|()| s.clone()),
-                _ => Err(SvixError::field(
-                    &format!("{field}.{i}"),
-                    "type_error",
-                    format!("{field} holds strings"),
-                )),
-            })
-            .collect(),
-        Some(_) => Err(SvixError::field(
-            field,
-            "type_error",
-            format!("{field} must be a list of at most {max} strings"),
-        )),
-    }
+    v.map_or(Ok(Vec::new()), |v| {
+        super::endpoints::strings(field, v, max, channel)
+    })
 }
 
 /// A herald error about an ingest field, named as this API names it.

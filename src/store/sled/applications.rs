@@ -74,21 +74,32 @@ impl SledStore {
                 return Ok(Some(a));
             }
         }
+        Ok(self
+            .claimed(now, |day| keys::request_row(day, account_id, key))?
+            .map(|event| ApiAnswer {
+                status: 202,
+                body: String::new(),
+                at: ids::ulid_ms(event),
+                event_id: Some(ids::format(EVENT, event)),
+            }))
+    }
+
+    /// The event a key row names (`row` of its day) within the window at `now`, if it exists:
+    /// a key claimed on one day is looked for that day and the next, on the keys' timeline.
+    fn claimed(
+        &self,
+        now: Millis,
+        row: impl Fn(u32) -> keys::KeyRow,
+    ) -> Result<Option<u128>, StoreError> {
         let inner = &self.inner;
         let now = inner.key_time(now);
         let today = super::key::idempotency_day(now);
         for day in [today, today.saturating_sub(1)] {
-            let Some(event) = inner.keys.get(&keys::request_row(day, account_id, key))? else {
+            let Some(event) = inner.keys.get(&row(day))? else {
                 continue;
             };
-            let at = ids::ulid_ms(event);
-            if now - at < IDEMPOTENCY_WINDOW_MS && inner.event_exists(event)? {
-                return Ok(Some(ApiAnswer {
-                    status: 202,
-                    body: String::new(),
-                    at,
-                    event_id: Some(ids::format(EVENT, event)),
-                }));
+            if now - ids::ulid_ms(event) < IDEMPOTENCY_WINDOW_MS && inner.event_exists(event)? {
+                return Ok(Some(event));
             }
         }
         Ok(None)
@@ -160,20 +171,9 @@ impl Applications for SledStore {
         key: &str,
         now: Millis,
     ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
-        let inner = &self.inner;
-        let found = (|| {
-            let now = inner.key_time(now);
-            let today = super::key::idempotency_day(now);
-            for day in [today, today.saturating_sub(1)] {
-                let Some(first) = inner.keys.get(&keys::key_row(day, account_id, key))? else {
-                    continue;
-                };
-                if now - ids::ulid_ms(first) < IDEMPOTENCY_WINDOW_MS && inner.event_exists(first)? {
-                    return Ok(Some(ids::format(EVENT, first)));
-                }
-            }
-            Ok(None)
-        })();
+        let found = self
+            .claimed(now, |day| keys::key_row(day, account_id, key))
+            .map(|event| event.map(|e| ids::format(EVENT, e)));
         std::future::ready(found)
     }
 
