@@ -4,7 +4,8 @@
 //! - The commit is `HERALD_GIT_COMMIT` when set (a build outside a git checkout), else the
 //!   checkout's `HEAD`, else `unknown`.
 //! - The date is `SOURCE_DATE_EPOCH`'s when set (reproducible builds), else today's, in UTC.
-//!   The script runs again when `HEAD` moves, so a build of a new commit has a new date.
+//!   The script runs again when `HEAD` moves, so a build of a new commit has a new date (and
+//!   only then: a build of an unchanged tree builds nothing).
 
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,9 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 fn main() {
     println!("cargo:rerun-if-env-changed=HERALD_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs/heads");
-    println!("cargo:rerun-if-changed=.git/packed-refs");
+    // Only paths that exist: cargo takes a missing one as changed, and would run the script
+    // (and build herald again) on every build.
+    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
 
     let commit = std::env::var("HERALD_GIT_COMMIT")
         .ok()

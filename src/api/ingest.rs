@@ -388,7 +388,8 @@ pub(super) async fn answer(
             let deliveries: Vec<Value> = deliveries.iter().map(delivery_ref).collect();
             Ok(json!({"event_id": meta.id, "duplicate": true, "deliveries": deliveries}))
         }
-        None => Err(ApiError::unavailable()),
+        // Never here: only a message's creation (docs/svix.md) carries a request key.
+        Some(IngestOutcome::Repeated { .. }) | None => Err(ApiError::unavailable()),
     }
 }
 

@@ -50,6 +50,11 @@ pub trait Ingest {
     /// - An idempotency key seen within [`super::IDEMPOTENCY_WINDOW_MS`] (on any node) answers
     ///   [`IngestOutcome::Duplicate`] with the first event's id and stores nothing; two
     ///   requests racing on one key make one event.
+    /// - A request key (a message's creation through the Svix-compatible API) answered within
+    ///   the window — by a message or by a kept answer — answers [`IngestOutcome::Repeated`]
+    ///   and stores nothing; it is decided before the idempotency key, and an event stored
+    ///   keeps its request key's answer in the same commit (two requests racing on one request
+    ///   key make one message).
     /// - Deliveries of one ordering key are attempted in the order their events committed. On
     ///   one box event ids grow in commit order, and that order is theirs; in a cluster each
     ///   node mints its events' ids before their commit, so ids need not follow the order of

@@ -100,6 +100,11 @@ pub enum IngestOutcome {
     /// The idempotency key was seen within the window: nothing was queued; this is the first
     /// event's id.
     Duplicate { event_id: String },
+    /// The event's request key (docs/svix.md) was answered within the window: the same request
+    /// again, and nothing was stored. `event_id` is the message that request created, or
+    /// `None` when its kept answer was not a message ([`super::contract::Applications::api_answer`]
+    /// gives it).
+    Repeated { event_id: Option<String> },
 }
 
 /// A due delivery as the engine attempts it: the delivery, its event and the payload.

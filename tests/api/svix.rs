@@ -296,21 +296,41 @@ async fn a_retry_after_a_crash_gets_the_same_message() {
     let again: serde_json::Value = serde_json::from_slice(&again).unwrap();
     assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
     assert_eq!(again["payload"], serde_json::json!({"n": 1}), "{again}");
+    // The key's first answer wins over a body the API refuses...
+    let (status, _, refused) = post_message(&h, "auto_0b4ad5b3-crash", b"{}").await;
+    let refused: serde_json::Value = serde_json::from_slice(&refused).unwrap();
+    assert_eq!((status, &refused["id"]), (202, &first["id"]), "{refused}");
+    // ...and a refusal is the first answer of its key: the same key with a good body gets it.
+    let (status, _, bad) = post_message(&h, "auto_0b4ad5b3-bad", b"{}").await;
+    assert_eq!(status, 422, "{}", String::from_utf8_lossy(&bad));
+    let good = br#"{"eventType": "order.created", "payload": {"n": 2}}"#;
+    let (status, _, again) = post_message(&h, "auto_0b4ad5b3-bad", good).await;
+    assert_eq!(
+        (status, &again),
+        (422, &bad),
+        "{}",
+        String::from_utf8_lossy(&again)
+    );
     let (_, list) = call(&h, "GET", "/app/crash/msg".into(), None).await;
     assert_eq!(list["data"].as_array().map(Vec::len), Some(1), "{list}");
 }
 
 /// A message posted as the libraries post it, with one request key.
 async fn keyed_message(h: &Herald) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let body = br#"{"eventType": "order.created", "payload": {"n": 1}}"#;
+    post_message(h, "auto_0b4ad5b3-crash", body).await
+}
+
+async fn post_message(h: &Herald, key: &str, body: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     h.call_raw(
         "POST",
         "/api/v1/app/crash/msg",
         Some(ADMIN_TOKEN),
         &[
             ("content-type", "application/json"),
-            ("idempotency-key", "auto_0b4ad5b3-crash"),
+            ("idempotency-key", key),
         ],
-        br#"{"eventType": "order.created", "payload": {"n": 1}}"#.to_vec(),
+        body.to_vec(),
     )
     .await
 }

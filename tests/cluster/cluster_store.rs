@@ -99,7 +99,7 @@ fn created(outcomes: &[IngestOutcome]) -> Vec<String> {
         .iter()
         .filter_map(|o| match o {
             IngestOutcome::Created { event_id, .. } => Some(event_id.clone()),
-            IngestOutcome::Duplicate { .. } => None,
+            IngestOutcome::Duplicate { .. } | IngestOutcome::Repeated { .. } => None,
         })
         .collect()
 }
@@ -157,6 +157,7 @@ async fn one_idempotency_key_on_several_nodes_makes_one_event() {
                     event_id
                 }
                 IngestOutcome::Duplicate { event_id } => event_id,
+                other => panic!("no request key was sent: {other:?}"),
             };
             by_key.entry(i / 3).or_default().insert(id);
         }

@@ -211,7 +211,7 @@ fn created(out: &IngestOutcome) -> (String, Vec<Delivery>) {
             event_id,
             deliveries,
         } => (event_id.clone(), deliveries.clone()),
-        IngestOutcome::Duplicate { event_id } => panic!("{event_id} answered as a duplicate"),
+        other => panic!("not created: {other:?}"),
     }
 }
 
@@ -2324,7 +2324,60 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
         let (kept_id, _) = created(&out[0]);
         let kept = store.api_answer("acct", "req-1", START + 10).await.unwrap();
         let kept = kept.unwrap_or_else(|| panic!("{n}: the message's answer was not kept"));
-        assert_eq!((kept.status, kept.event_id), (202, Some(kept_id)), "{n}");
+        assert_eq!(
+            (kept.status, kept.event_id),
+            (202, Some(kept_id.clone())),
+            "{n}"
+        );
+        // The commit claims the request key: the same request again (in a later batch, or twice
+        // in one) is answered by the first message and stores nothing; a key whose kept answer
+        // is not a message is answered by that answer. The key is decided before the eventId.
+        let keyed = |key: &str, idem: Option<&str>, at| {
+            let mut e = event("acct", idem, at);
+            e.request_key = Some(key.into());
+            e
+        };
+        let out = store
+            .ingest(vec![
+                keyed("req-1", Some("evt-new"), START + 11),
+                keyed("req-2", None, START + 11),
+                keyed("req-2", None, START + 11),
+                keyed("k", None, START + 11),
+            ])
+            .await
+            .unwrap();
+        let (req_2, _) = created(&out[1]);
+        assert!(
+            matches!(&out[0], IngestOutcome::Repeated { event_id: Some(e) } if *e == kept_id),
+            "{n}: {out:?}"
+        );
+        assert!(
+            matches!(&out[2], IngestOutcome::Repeated { event_id: Some(e) } if *e == req_2),
+            "{n}: {out:?}"
+        );
+        assert!(
+            matches!(&out[3], IngestOutcome::Repeated { event_id: None }),
+            "{n}: {out:?}"
+        );
+        // A message refused as a duplicate by its eventId leaves its request key unclaimed.
+        let out = store
+            .ingest(vec![keyed("req-3", Some("evt-key"), START + 12)])
+            .await
+            .unwrap();
+        assert!(
+            matches!(&out[0], IngestOutcome::Duplicate { .. }),
+            "{n}: {out:?}"
+        );
+        assert_eq!(
+            store.api_answer("acct", "req-3", START + 12).await.unwrap(),
+            None,
+            "{n}"
+        );
+        let out = store
+            .ingest(vec![keyed("req-3", None, START + 12)])
+            .await
+            .unwrap();
+        created(&out[0]);
 
         // A purge takes the account's record and answers; the other account keeps its own.
         store.purge_account("acct").await.unwrap();

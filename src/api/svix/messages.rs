@@ -18,7 +18,7 @@ use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Attempt, Delivery, EventMeta};
 use crate::store::prelude::*;
-use crate::store::{DeliveryFilter, IngestOutcome};
+use crate::store::{ApiAnswer, DeliveryFilter, IngestOutcome};
 
 /// Tags of a message at most.
 const MAX_TAGS: usize = 5;
@@ -181,6 +181,27 @@ pub async fn create(
             if q.request_key.is_some() {
                 resp.extensions_mut().insert(super::AnswerKept);
             }
+            Ok(resp)
+        }
+        // The same request again (its first was answered meanwhile, on another node or before
+        // a restart): the first request's answer.
+        Some(IngestOutcome::Repeated { event_id }) => {
+            let key = q.request_key.as_deref().unwrap_or_default();
+            let kept = match event_id {
+                Some(event_id) => Some(ApiAnswer {
+                    status: 202,
+                    body: String::new(),
+                    at: now,
+                    event_id: Some(event_id.clone()),
+                }),
+                None => state.store.api_answer(&account, key, now).await?,
+            };
+            let kept = match kept {
+                Some(a) => super::replay(state, a, q).await?,
+                None => None,
+            };
+            let mut resp = kept.ok_or_else(crate::api::error::ApiError::unavailable)?;
+            resp.extensions_mut().insert(super::AnswerKept);
             Ok(resp)
         }
         Some(IngestOutcome::Duplicate { event_id }) => Err(SvixError::conflict(format!(

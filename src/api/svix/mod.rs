@@ -432,11 +432,15 @@ async fn route(
                      has been answered",
                 ));
             };
-            let now = state.clock.now_ms();
-            if let Some(a) = state.store.api_answer(scope, k, now).await? {
-                if let Some(resp) = replay(state, a, &q).await? {
-                    super::body::discard_body(req).await;
-                    return Ok(resp);
+            // A message's creation finds its key's first answer in its commit, which claims
+            // the key (one lookup less, and exact across a cluster's nodes).
+            if !creates_message {
+                let now = state.clock.now_ms();
+                if let Some(a) = state.store.api_answer(scope, k, now).await? {
+                    if let Some(resp) = replay(state, a, &q).await? {
+                        super::body::discard_body(req).await;
+                        return Ok(resp);
+                    }
                 }
             }
             q.request_key = Some(k.clone());
@@ -447,12 +451,22 @@ async fn route(
     let answer = dispatch(state, &caller, req, method, segs, &q).await;
     if let Some((scope, k)) = keyed {
         // Only answers that changed something, or refused to, are kept: a 5xx may be retried.
-        // A message's creation kept its answer in its own commit already.
+        // A message's creation kept its answer in its own commit already (or found the first).
         let resp = match answer {
             Ok(r) if r.extensions().get::<AnswerKept>().is_some() => return Ok(r),
             Ok(r) => r,
             Err(e) => e.into_response(),
         };
+        // A message's creation refused before its commit: the key's first answer, if it has
+        // one, still wins.
+        if creates_message && !resp.status().is_server_error() {
+            let now = state.clock.now_ms();
+            if let Some(a) = state.store.api_answer(&scope, &k, now).await? {
+                if let Some(first) = replay(state, a, &q).await? {
+                    return Ok(first);
+                }
+            }
+        }
         return keep_answer(state, &scope, &k, resp).await;
     }
     answer
@@ -512,7 +526,11 @@ async fn keep_answer(state: &AppState, scope: &str, key: &str, resp: Resp) -> An
 /// A kept answer given again: as it was, or, for a message's creation, the message as stored
 /// (`None` if it is not: its commit failed after the answer was written, or a purge or the
 /// retention took it; the request then runs as new).
-async fn replay(state: &AppState, a: ApiAnswer, q: &Query) -> Result<Option<Resp>, SvixError> {
+pub(super) async fn replay(
+    state: &AppState,
+    a: ApiAnswer,
+    q: &Query,
+) -> Result<Option<Resp>, SvixError> {
     if let Some(event) = &a.event_id {
         let Some((meta, payload)) = state.store.event(event).await? else {
             return Ok(None);

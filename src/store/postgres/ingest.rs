@@ -181,8 +181,9 @@ impl Committer {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        // Locks are taken class by class, each class in sorted order (lanes, then idempotency
-        // keys, then debounce windows), so ingest transactions never deadlock one another.
+        // Locks are taken class by class, each class in sorted order (lanes, then request keys,
+        // then idempotency keys, then debounce windows), so ingest transactions never deadlock
+        // one another.
         // A lane's lock is held to the commit: its deliveries' places (`lane_seq`) follow the
         // order of commits.
         let mut lane_locks: Vec<i64> = lanes
@@ -194,9 +195,9 @@ impl Committer {
         lane_locks.sort_unstable();
         lane_locks.dedup();
         let plain = lane_locks.is_empty()
-            && events
-                .iter()
-                .all(|e| e.idempotency_key.is_none() && e.debounce.is_none());
+            && events.iter().all(|e| {
+                e.idempotency_key.is_none() && e.request_key.is_none() && e.debounce.is_none()
+            });
         let mut client = self.db.client().await?;
         let backend = self.backends.of(&client).await;
         if plain {
@@ -296,7 +297,9 @@ impl Committer {
             .iter()
             .map(|e| self.next_event_id(e.received_at.max(now)))
             .collect();
-        let mut duplicate_of = claim_keys(c, events, &ulids, now).await?;
+        let mut repeated = claim_requests(c, events, &ulids, now).await?;
+        let mut duplicate_of = claim_keys(c, events, &ulids, &repeated, now).await?;
+        unclaim_requests(c, events, &ulids, &duplicate_of).await?;
 
         let mut staged = Staged {
             now,
@@ -318,6 +321,10 @@ impl Committer {
             )
             .await?;
         for (i, ev) in events.iter().enumerate() {
+            if let Some(event_id) = repeated[i].take() {
+                staged.outcomes.push(IngestOutcome::Repeated { event_id });
+                continue;
+            }
             if let Some(first) = duplicate_of[i].take() {
                 staged
                     .outcomes
@@ -529,38 +536,198 @@ impl<'a> Staged<'a> {
     }
 }
 
-/// Claims the events' idempotency keys (`ulids` are the events' ids): the first event of a key
-/// in the batch claims it for the batch. Returns, for each event, the id of the event it
-/// duplicates (one stored before, or the key's first in this batch), if any.
-async fn claim_keys(
+/// A batch's keys of one kind, each once, as the columns of a claim: the first event of a key in
+/// the batch claims it for the batch, and the key's later events are answered by it.
+struct BatchKeys<'a> {
+    /// Each key's first event in the batch.
+    first: HashMap<(&'a str, &'a str), usize>,
+    accounts: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    /// The first events' ids.
+    events: Vec<Vec<u8>>,
+    /// For each event, its key's first event in the batch, when that is another.
+    later_of: Vec<Option<usize>>,
+}
+
+impl<'a> BatchKeys<'a> {
+    fn of(
+        events: &'a [NewEvent],
+        ulids: &[u128],
+        key: impl Fn(usize, &'a NewEvent) -> Option<&'a str>,
+    ) -> BatchKeys<'a> {
+        let mut b = BatchKeys {
+            first: HashMap::new(),
+            accounts: Vec::new(),
+            keys: Vec::new(),
+            events: Vec::new(),
+            later_of: vec![None; events.len()],
+        };
+        for (i, ev) in events.iter().enumerate() {
+            let Some(k) = key(i, ev) else {
+                continue;
+            };
+            match b.first.get(&(ev.account_id.as_str(), k)) {
+                Some(&f) => b.later_of[i] = Some(f),
+                None => {
+                    b.first.insert((ev.account_id.as_str(), k), i);
+                    b.accounts.push(ev.account_id.as_str());
+                    b.keys.push(k);
+                    b.events.push(ulids[i].to_be_bytes().to_vec());
+                }
+            }
+        }
+        b
+    }
+
+    /// Claims the keys with `claim` (an `INSERT … RETURNING account_id, key` of the keys it
+    /// won, over `$1` accounts, `$2` keys, `$3` events, `$4` now and `$5` the window's start)
+    /// and answers, for each key another event holds, the first event of it in this batch and
+    /// the holder's `event_id`, read by `holders` (a `SELECT account_id, key, event_id` joined
+    /// with `unnest($1, $2)`) in a statement of its own: it sees the holders that won against
+    /// the claim, committed since the claim began.
+    async fn claim(
+        &self,
+        c: &impl GenericClient,
+        claim: &str,
+        holders: &str,
+        now: Millis,
+    ) -> Result<Vec<(usize, Option<u128>)>, StoreError> {
+        if self.keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claim = c.prepare_cached(claim).await?;
+        let window_start = now - IDEMPOTENCY_WINDOW_MS;
+        let won: std::collections::HashSet<(String, String)> = c
+            .query(
+                &claim,
+                &[
+                    &self.accounts,
+                    &self.keys,
+                    &self.events,
+                    &now,
+                    &window_start,
+                ],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let (accounts, keys): (Vec<&str>, Vec<&str>) = self
+            .accounts
+            .iter()
+            .zip(&self.keys)
+            .filter(|(a, k)| !won.contains(&(a.to_string(), k.to_string())))
+            .map(|(a, k)| (*a, *k))
+            .unzip();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut held = Vec::new();
+        for r in c.query(holders, &[&accounts, &keys]).await? {
+            let (account, key, event): (String, String, Option<Vec<u8>>) =
+                (r.get(0), r.get(1), r.get(2));
+            if let Some(&i) = self.first.get(&(account.as_str(), key.as_str())) {
+                held.push((i, event.map(|e| ulid_from(&e)).transpose()?));
+            }
+        }
+        Ok(held)
+    }
+}
+
+/// Claims the events' request keys (docs/svix.md) in `api_answers`, each for its event (the
+/// row a message's creation keeps: `202` and the event): a key answered within the window
+/// stays. Returns, for each event whose key was answered, `Some(the message it created)`, or
+/// `Some(None)` when that answer is not a message. (On one node a request key is answered one
+/// request at a time, so a batch holds a key once; a second is taken as answered by the first.)
+async fn claim_requests(
     c: &impl GenericClient,
     events: &[NewEvent],
     ulids: &[u128],
     now: Millis,
-) -> Result<Vec<Option<String>>, StoreError> {
-    let mut first_in_request: HashMap<(&str, &str), usize> = HashMap::new();
-    let mut duplicate_of: Vec<Option<String>> = vec![None; events.len()];
-    let (mut k_accounts, mut k_keys, mut k_events) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, ev) in events.iter().enumerate() {
-        let Some(key) = ev.idempotency_key.as_deref() else {
-            continue;
-        };
-        match first_in_request.get(&(ev.account_id.as_str(), key)) {
-            Some(&first) => duplicate_of[i] = Some(ids::format(EVENT, ulids[first])),
-            None => {
-                first_in_request.insert((ev.account_id.as_str(), key), i);
-                k_accounts.push(ev.account_id.as_str());
-                k_keys.push(key);
-                k_events.push(ulids[i].to_be_bytes().to_vec());
-            }
+) -> Result<Vec<Option<Option<String>>>, StoreError> {
+    let batch = BatchKeys::of(events, ulids, |_, e| e.request_key.as_deref());
+    let mut repeated: Vec<Option<Option<String>>> = vec![None; events.len()];
+    let held = batch
+        .claim(
+            c,
+            "INSERT INTO api_answers AS x (account_id, key, status, body, created_at, event_id)
+             SELECT a, k, 202, ''::bytea, $4, e
+             FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
+             ORDER BY a, k
+             ON CONFLICT (account_id, key) DO UPDATE
+                 SET status = 202, body = ''::bytea, created_at = excluded.created_at,
+                     event_id = excluded.event_id
+                 WHERE x.created_at <= $5
+             RETURNING account_id, key",
+            "SELECT x.account_id, x.key, x.event_id FROM api_answers x
+             JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON x.account_id = t.a AND x.key = t.k",
+            now,
+        )
+        .await?;
+    for (i, event) in held {
+        repeated[i] = Some(event.map(|e| ids::format(EVENT, e)));
+    }
+    // A key's later events in this batch are answered as its first: by what held the key, or
+    // by the message the first creates.
+    for (i, first) in batch.later_of.iter().enumerate() {
+        if let Some(f) = first {
+            repeated[i] = Some(
+                repeated[*f]
+                    .clone()
+                    .unwrap_or_else(|| Some(ids::format(EVENT, ulids[*f]))),
+            );
         }
     }
-    if k_keys.is_empty() {
-        return Ok(duplicate_of);
+    Ok(repeated)
+}
+
+/// Gives back the request keys [`claim_requests`] claimed for events that turned out to be
+/// duplicates by their idempotency key (nothing stored): their requests are answered `409`,
+/// and that answer is kept instead.
+async fn unclaim_requests(
+    c: &impl GenericClient,
+    events: &[NewEvent],
+    ulids: &[u128],
+    duplicate_of: &[Option<String>],
+) -> Result<(), StoreError> {
+    let (mut accounts, mut keys, mut ids_) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, ev) in events.iter().enumerate() {
+        if let (Some(key), Some(_)) = (ev.request_key.as_deref(), &duplicate_of[i]) {
+            accounts.push(ev.account_id.as_str());
+            keys.push(key);
+            ids_.push(ulids[i].to_be_bytes().to_vec());
+        }
     }
-    let expired_before = now - IDEMPOTENCY_WINDOW_MS;
-    let claim = c
-        .prepare_cached(
+    if !keys.is_empty() {
+        c.execute(
+            "DELETE FROM api_answers x USING unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
+             WHERE x.account_id = t.a AND x.key = t.k AND x.event_id = t.e",
+            &[&accounts, &keys, &ids_],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Claims the events' idempotency keys (`ulids` are the events' ids), but not those of
+/// `repeated` requests: the first event of a key in the batch claims it for the batch. Returns,
+/// for each event, the id of the event it duplicates (one stored before, or the key's first in
+/// this batch), if any.
+async fn claim_keys(
+    c: &impl GenericClient,
+    events: &[NewEvent],
+    ulids: &[u128],
+    repeated: &[Option<Option<String>>],
+    now: Millis,
+) -> Result<Vec<Option<String>>, StoreError> {
+    let batch = BatchKeys::of(events, ulids, |i, e| match repeated[i] {
+        Some(_) => None,
+        None => e.idempotency_key.as_deref(),
+    });
+    let mut duplicate_of: Vec<Option<String>> = vec![None; events.len()];
+    let held = batch
+        .claim(
+            c,
             "INSERT INTO idempotency_keys AS k (account_id, key, event_id, created_at)
              SELECT a, k, e, $4 FROM unnest($1::text[], $2::text[], $3::bytea[]) AS t(a, k, e)
              ORDER BY a, k
@@ -568,48 +735,23 @@ async fn claim_keys(
                  SET event_id = excluded.event_id, created_at = excluded.created_at
                  WHERE k.created_at <= $5
              RETURNING account_id, key",
+            "SELECT k.account_id, k.key, k.event_id FROM idempotency_keys k
+             JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON k.account_id = t.a AND k.key = t.k",
+            now,
         )
         .await?;
-    let rows = c
-        .query(
-            &claim,
-            &[&k_accounts, &k_keys, &k_events, &now, &expired_before],
-        )
-        .await?;
-    let won: std::collections::HashSet<(String, String)> =
-        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let lost: Vec<usize> = (0..k_keys.len())
-        .filter(|&j| !won.contains(&(k_accounts[j].to_string(), k_keys[j].to_string())))
-        .collect();
-    if !lost.is_empty() {
-        let accounts: Vec<&str> = lost.iter().map(|&j| k_accounts[j]).collect();
-        let keys: Vec<&str> = lost.iter().map(|&j| k_keys[j]).collect();
-        let rows = c
-            .query(
-                "SELECT k.account_id, k.key, k.event_id FROM idempotency_keys k
-                 JOIN unnest($1::text[], $2::text[]) AS t(a, k) ON k.account_id = t.a AND k.key = t.k",
-                &[&accounts, &keys],
-            )
-            .await?;
-        for r in rows {
-            let (account, key, first): (String, String, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
-            let first = ulid_from(&first)?;
-            if let Some(&i) = first_in_request.get(&(account.as_str(), key.as_str())) {
-                duplicate_of[i] = Some(ids::format(EVENT, first));
-            }
-        }
+    for (i, event) in held {
+        duplicate_of[i] = event.map(|e| ids::format(EVENT, e));
     }
     // A key's later events in this batch are duplicates of what its first turned out to be:
     // the event it created, or the one that held the key already.
-    for (i, ev) in events.iter().enumerate() {
-        let Some(key) = ev.idempotency_key.as_deref() else {
-            continue;
-        };
-        let first = first_in_request[&(ev.account_id.as_str(), key)];
-        if first != i {
-            if let Some(existing) = duplicate_of[first].clone() {
-                duplicate_of[i] = Some(existing);
-            }
+    for (i, first) in batch.later_of.iter().enumerate() {
+        if let Some(f) = first {
+            duplicate_of[i] = Some(
+                duplicate_of[*f]
+                    .clone()
+                    .unwrap_or_else(|| ids::format(EVENT, ulids[*f])),
+            );
         }
     }
     Ok(duplicate_of)
@@ -662,16 +804,6 @@ async fn write_rows(
                  FROM unnest($24::bytea[], $25::integer[], $26::text[], $27::bigint[])
                       AS t(d, n, i, at)
                  WHERE EXISTS (SELECT 1 FROM v)
-             ), kept AS (
-                 INSERT INTO api_answers AS x (account_id, key, status, body, created_at,
-                                               event_id)
-                 SELECT a, k, 202, ''::bytea, at, e
-                 FROM unnest($32::text[], $33::text[], $34::bytea[], $35::bigint[])
-                      AS t(a, k, e, at)
-                 WHERE EXISTS (SELECT 1 FROM v)
-                 ON CONFLICT (account_id, key) DO UPDATE
-                     SET status = 202, body = ''::bytea, created_at = excluded.created_at,
-                         event_id = excluded.event_id
              ), notified AS (
                  SELECT pg_notify($28, '') FROM v WHERE $29::boolean
              )
@@ -713,10 +845,6 @@ async fn write_rows(
                 &d.any_for_others(),
                 &mark,
                 &e.labels,
-                &e.kept_account,
-                &e.kept_key,
-                &e.kept_event,
-                &e.kept_at,
             ],
         )
         .await?;
@@ -825,11 +953,6 @@ struct EventRows<'a> {
     ordering_key: Vec<Option<&'a str>>,
     payload: Vec<&'a [u8]>,
     labels: Vec<Option<serde_json::Value>>,
-    /// The answers kept for the events' request keys (docs/svix.md): account, key, event, time.
-    kept_account: Vec<&'a str>,
-    kept_key: Vec<&'a str>,
-    kept_event: Vec<Vec<u8>>,
-    kept_at: Vec<i64>,
 }
 
 impl<'a> EventRows<'a> {
@@ -844,11 +967,5 @@ impl<'a> EventRows<'a> {
         self.payload.push(&ev.payload);
         self.labels
             .push(super::rows::labels(&ev.channels, &ev.tags));
-        if let Some(key) = &ev.request_key {
-            self.kept_account.push(&ev.account_id);
-            self.kept_key.push(key);
-            self.kept_event.push(ulid.to_be_bytes().to_vec());
-            self.kept_at.push(at);
-        }
     }
 }

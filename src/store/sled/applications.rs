@@ -8,7 +8,7 @@ use std::future::Future;
 
 use super::codec::account_key;
 use super::keys;
-use super::{key, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
+use super::{key, Inner, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::Application;
@@ -63,19 +63,12 @@ impl SledStore {
         key: &str,
         now: Millis,
     ) -> Result<Option<ApiAnswer>, StoreError> {
-        if let Some(v) = self
-            .inner
-            .trees
-            .api_answers
-            .get(account_key(account_id, key))?
-        {
-            let a: ApiAnswer = decode(&v, "kept answer")?;
-            if now - a.at < IDEMPOTENCY_WINDOW_MS {
-                return Ok(Some(a));
-            }
+        let inner = &self.inner;
+        if let Some(a) = inner.kept_answer(account_id, key, now)? {
+            return Ok(Some(a));
         }
-        Ok(self
-            .claimed(now, |day| keys::request_row(day, account_id, key))?
+        Ok(inner
+            .key_claim(now, |day| keys::request_row(day, account_id, key), None)?
             .map(|event| ApiAnswer {
                 status: 202,
                 body: String::new(),
@@ -83,26 +76,21 @@ impl SledStore {
                 event_id: Some(ids::format(EVENT, event)),
             }))
     }
+}
 
-    /// The event a key row names (`row` of its day) within the window at `now`, if it exists:
-    /// a key claimed on one day is looked for that day and the next, on the keys' timeline.
-    fn claimed(
+impl Inner {
+    /// The row of `api_answers` kept for the key, if it is within the window at `now`.
+    pub(super) fn kept_answer(
         &self,
+        account_id: &str,
+        key: &str,
         now: Millis,
-        row: impl Fn(u32) -> keys::KeyRow,
-    ) -> Result<Option<u128>, StoreError> {
-        let inner = &self.inner;
-        let now = inner.key_time(now);
-        let today = super::key::idempotency_day(now);
-        for day in [today, today.saturating_sub(1)] {
-            let Some(event) = inner.keys.get(&row(day))? else {
-                continue;
-            };
-            if now - ids::ulid_ms(event) < IDEMPOTENCY_WINDOW_MS && inner.event_exists(event)? {
-                return Ok(Some(event));
-            }
-        }
-        Ok(None)
+    ) -> Result<Option<ApiAnswer>, StoreError> {
+        let Some(v) = self.trees.api_answers.get(account_key(account_id, key))? else {
+            return Ok(None);
+        };
+        let a: ApiAnswer = decode(&v, "kept answer")?;
+        Ok((now - a.at < IDEMPOTENCY_WINDOW_MS).then_some(a))
     }
 }
 
@@ -172,7 +160,8 @@ impl Applications for SledStore {
         now: Millis,
     ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
         let found = self
-            .claimed(now, |day| keys::key_row(day, account_id, key))
+            .inner
+            .key_claim(now, |day| keys::key_row(day, account_id, key), None)
             .map(|event| event.map(|e| ids::format(EVENT, e)));
         std::future::ready(found)
     }

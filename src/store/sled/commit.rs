@@ -26,6 +26,7 @@
 //! between the decision and the fsync (or the undo); a candidate the engine is attempting
 //! already is left to its attempt.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -37,6 +38,7 @@ use super::deliveries::delivery_from;
 use super::key;
 use super::keys;
 use super::{Entry, IngestOutcome, Inner, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS};
+use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Delivery, DeliveryState, EventMeta};
 
@@ -176,6 +178,10 @@ fn apply(
 ) -> Result<Vec<IngestOutcome>, StoreError> {
     let mut outcomes = Vec::with_capacity(events.len());
     for ev in events {
+        if let Some(event_id) = repeated(inner, cycle, ev)? {
+            outcomes.push(IngestOutcome::Repeated { event_id });
+            continue;
+        }
         if let Some(first) = claimed_before(inner, cycle, ev)? {
             outcomes.push(IngestOutcome::Duplicate { event_id: first });
             continue;
@@ -185,9 +191,28 @@ fn apply(
     Ok(outcomes)
 }
 
+/// `Some` if the event's request key was answered within the window: by a kept answer
+/// (`Some(None)`) or by a message that exists (`Some(Some(its id))`).
+fn repeated(
+    inner: &Inner,
+    cycle: &Cycle,
+    ev: &NewEvent,
+) -> Result<Option<Option<String>>, StoreError> {
+    let Some(key) = &ev.request_key else {
+        return Ok(None);
+    };
+    let now = cycle.now.max(ev.received_at);
+    if inner.kept_answer(&ev.account_id, key, now)?.is_some() {
+        return Ok(Some(None));
+    }
+    let row = |day| keys::request_row(day, &ev.account_id, key);
+    Ok(inner
+        .key_claim(now, row, Some(&cycle.claimed))?
+        .map(|first| Some(ids::format(EVENT, first))))
+}
+
 /// `Some(first event id)` if the event's idempotency key was claimed within the window (by an
-/// event that exists). A key claimed on one day is looked for that day and the next, on the
-/// keys' own timeline ([`Inner::key_time`]).
+/// event that exists).
 fn claimed_before(
     inner: &Inner,
     cycle: &Cycle,
@@ -196,26 +221,41 @@ fn claimed_before(
     let Some(idem) = &ev.idempotency_key else {
         return Ok(None);
     };
-    let now = inner.key_time(cycle.now.max(ev.received_at));
-    let today = key::idempotency_day(now);
-    for day in [today, today.saturating_sub(1)] {
-        let k = keys::key_row(day, &ev.account_id, idem);
-        if let Some(first) = cycle.claimed.get(&k) {
-            return Ok(Some(first.clone()));
+    let row = |day| keys::key_row(day, &ev.account_id, idem);
+    Ok(inner
+        .key_claim(cycle.now.max(ev.received_at), row, Some(&cycle.claimed))?
+        .map(|first| ids::format(EVENT, first)))
+}
+
+impl Inner {
+    /// The event a key row names (`row` of its day) within the window at `now`, if that event
+    /// exists: a key claimed on one day is looked for that day and the next, on the keys' own
+    /// timeline ([`Inner::key_time`]). `pending` holds the rows a cycle claimed before its
+    /// write.
+    pub(super) fn key_claim(
+        &self,
+        now: Millis,
+        row: impl Fn(u32) -> keys::KeyRow,
+        pending: Option<&HashMap<keys::KeyRow, u128>>,
+    ) -> Result<Option<u128>, StoreError> {
+        let now = self.key_time(now);
+        let today = key::idempotency_day(now);
+        for day in [today, today.saturating_sub(1)] {
+            let k = row(day);
+            if let Some(&first) = pending.and_then(|p| p.get(&k)) {
+                return Ok(Some(first));
+            }
+            let Some(first) = self.keys.get(&k)? else {
+                continue;
+            };
+            // A key whose event retention is pruning (or a format-3 migration's key of a
+            // commit that did not finish) is no claim.
+            if now - ids::ulid_ms(first) < IDEMPOTENCY_WINDOW_MS && self.event_exists(first)? {
+                return Ok(Some(first));
+            }
         }
-        let Some(first) = inner.keys.get(&k)? else {
-            continue;
-        };
-        if now - ids::ulid_ms(first) >= IDEMPOTENCY_WINDOW_MS {
-            continue;
-        }
-        // A key whose event retention is pruning (or a format-3 migration's key of a commit that
-        // did not finish) is no claim.
-        if inner.event_exists(first)? {
-            return Ok(Some(ids::format(EVENT, first)));
-        }
+        Ok(None)
     }
-    Ok(None)
 }
 
 fn store_event(
@@ -264,16 +304,11 @@ fn store_event(
             cycle.fresh.push(d);
         }
     }
-    // Its idempotency key (claimed for the rest of the cycle too) and its request key.
-    if let Some(idem) = &ev.idempotency_key {
-        let k = keys::key_row(
-            key::idempotency_day(ids::ulid_ms(ulid)),
-            &ev.account_id,
-            idem,
-        );
-        cycle.claimed.insert(k, event_id.clone());
+    // Its idempotency key and its request key, claimed for the rest of the cycle too.
+    for (row, event) in keys::event_rows(&meta, ulid) {
+        cycle.claimed.insert(row, event);
+        cycle.keys.push((row, event));
     }
-    cycle.keys.extend(keys::event_rows(&meta, ulid));
     let encoded = codec::encode_event(&meta, &ev.targets, &ev.payload)?;
     if !encoded.payload_inline {
         for (i, chunk) in ev.payload.chunks(CHUNK).enumerate() {

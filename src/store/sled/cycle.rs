@@ -24,8 +24,8 @@ pub(super) struct Cycle {
     pub(super) writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// What the keys the cycle overwrote held before, for the undo (new keys are not read).
     pub(super) before: Vec<(Vec<u8>, Option<IVec>)>,
-    /// Idempotency keys claimed earlier in this cycle, and their event's id.
-    pub(super) claimed: HashMap<KeyRow, String>,
+    /// Key rows (idempotency and request keys) claimed earlier in this cycle, and their event.
+    pub(super) claimed: HashMap<KeyRow, u128>,
     /// The keys the cycle's events claim, added to their database once the cycle is durable.
     pub(super) keys: Vec<(KeyRow, u128)>,
     /// Due index entries to add once durable.

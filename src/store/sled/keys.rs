@@ -10,7 +10,7 @@
 //! sync), then blocks of [`BLOCK`] bytes, each [`PER_BLOCK`] slots of [`SLOT`] bytes: the
 //! digest, then the ULID (big-endian). An all-zero slot is empty; a digest with ULID zero is a
 //! key released. A key's slot is found by open addressing: from the digest modulo the slot
-//! count, the first slot holding the digest or empty (linear probing, a block a read). A
+//! count, the first slot holding the digest or empty (linear probing). A
 //! released key's slot is taken by the next new key whose probe passes it (in any of the day's
 //! tables), so keys that retention releases early free their room for the day's later keys.
 //! A table takes keys until three quarters of its slots are used; then the day gets a
@@ -27,6 +27,15 @@
 //! measured with the load benchmark's keys phase), against 28 bytes of data. Here a key is written
 //! once, in place, and its memory is the kernel's page cache, which gives way under pressure, not
 //! herald's heap. They live apart from the log because their lifetime is not the log's.
+//!
+//! # Tags
+//!
+//! Each table keeps a byte per slot in memory, its *tag*: empty, a released key, or a byte of
+//! the digest the slot holds (1 to 2 bytes a key, read from the table when it opens). A probe
+//! walks the tags and reads from the file only the slots whose tag is the digest's (one in
+//! about 250 of the other keys' slots) or a released key's: a key not there, which is what a
+//! new event's key is, costs no read, however many tables the day has. A slot is written
+//! before its tag, so a probe that sees a tag finds its slot.
 //!
 //! A table's blocks are allocated when it is made (`fallocate`), so writing a slot never needs
 //! a block a full disk no longer has.
@@ -67,7 +76,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::codec;
@@ -196,10 +205,42 @@ struct Table {
     path: PathBuf,
     generation: u32,
     slots: u64,
+    /// A tag per slot, in memory: [`EMPTY`], [`RELEASED`] or the [`tag`] of the digest it holds.
+    /// A probe reads a slot from the file only where the tag is the digest's or `RELEASED`.
+    tags: Box<[AtomicU8]>,
     /// Slots used (keys and released keys).
     used: AtomicU64,
     /// Written since its last sync.
     dirty: AtomicBool,
+}
+
+/// The tag of an empty slot.
+const EMPTY: u8 = 0;
+/// The tag of a released key's slot (its digest is still in the file).
+const RELEASED: u8 = 1;
+
+/// A slot's tag for a digest: its last byte (the home slot is its first eight), kept clear of
+/// [`EMPTY`] and [`RELEASED`].
+fn tag(digest: &[u8]) -> u8 {
+    digest[DIGEST - 1].max(RELEASED + 1)
+}
+
+/// A slot's tag for what the file holds (the digest, then the ULID), as [`Table::probe`]
+/// reads it.
+fn tag_of_slot(slot: &[u8]) -> u8 {
+    if slot[DIGEST..].iter().all(|b| *b == 0) {
+        if slot[..DIGEST].iter().all(|b| *b == 0) {
+            EMPTY
+        } else {
+            RELEASED
+        }
+    } else {
+        tag(&slot[..DIGEST])
+    }
+}
+
+fn empty_tags(slots: u64) -> Box<[AtomicU8]> {
+    (0..slots).map(|_| AtomicU8::new(EMPTY)).collect()
 }
 
 /// Where a probe ended.
@@ -226,6 +267,7 @@ impl Table {
             path,
             generation,
             slots,
+            tags: empty_tags(slots),
             used: AtomicU64::new(0),
             dirty: AtomicBool::new(true),
         };
@@ -255,11 +297,32 @@ impl Table {
         {
             return Ok(None);
         }
+        let tags = empty_tags(slots);
+        // The tags from the slots, a few blocks a read.
+        let mut chunk = vec![0u8; (BLOCK * 256) as usize];
+        let blocks = slots / PER_BLOCK;
+        let mut b = 0;
+        while b < blocks {
+            let n = (blocks - b).min(256);
+            let buf = &mut chunk[..(n * BLOCK) as usize];
+            file.read_exact_at(buf, BLOCK + b * BLOCK)?;
+            for (i, block) in buf.chunks_exact(BLOCK as usize).enumerate() {
+                let first = (b + i as u64) * PER_BLOCK;
+                for (j, slot) in block[..(PER_BLOCK as usize) * SLOT]
+                    .chunks_exact(SLOT)
+                    .enumerate()
+                {
+                    tags[(first + j as u64) as usize].store(tag_of_slot(slot), Ordering::Relaxed);
+                }
+            }
+            b += n;
+        }
         Ok(Some(Table {
             file,
             path,
             generation,
             slots,
+            tags,
             used: AtomicU64::new(used),
             dirty: AtomicBool::new(false),
         }))
@@ -281,30 +344,32 @@ impl Table {
     }
 
     /// Probes for `digest`: where it is or would go, and the first released key's slot the
-    /// probe passed (a new key may take it).
+    /// probe passed (a new key may take it). It walks the tags from the digest's home slot and
+    /// reads from the file only the slots whose tag may be the digest's, or a released key's.
     fn probe(&self, digest: &[u8]) -> Result<(Probe, Option<u64>), StoreError> {
-        let mut block = [0u8; BLOCK as usize];
         let home = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default()) % self.slots;
-        let (mut at, mut seen, mut released) = (home, 0, None);
-        while seen < self.slots {
-            let (b, first) = (at / PER_BLOCK, at % PER_BLOCK);
-            self.file.read_exact_at(&mut block, BLOCK + b * BLOCK)?;
-            for i in first..PER_BLOCK {
-                let slot = &block[(i as usize) * SLOT..(i as usize + 1) * SLOT];
-                let here = b * PER_BLOCK + i;
+        let want = tag(digest);
+        let (mut at, mut released) = (home, None);
+        for _ in 0..self.slots {
+            let t = self.tags[at as usize].load(Ordering::Acquire);
+            if t == EMPTY {
+                return Ok((Probe::Vacant(at), released));
+            }
+            if t == want || t == RELEASED {
+                let mut slot = [0u8; SLOT];
+                self.file.read_exact_at(&mut slot, Table::offset(at))?;
                 let event = u128::from_be_bytes(slot[DIGEST..].try_into().unwrap_or_default());
                 if slot[..DIGEST] == *digest {
-                    return Ok((Probe::Found(here, event), released));
+                    return Ok((Probe::Found(at, event), released));
                 }
                 if event == 0 {
                     if slot[..DIGEST].iter().all(|b| *b == 0) {
-                        return Ok((Probe::Vacant(here), released));
+                        return Ok((Probe::Vacant(at), released));
                     }
-                    released.get_or_insert(here);
+                    released.get_or_insert(at);
                 }
             }
-            seen += PER_BLOCK - first;
-            at = (b + 1) * PER_BLOCK % self.slots;
+            at = (at + 1) % self.slots;
         }
         // Never at three quarters full; a table that says otherwise is not ours.
         Err(StoreError::Corrupt(format!(
@@ -318,19 +383,24 @@ impl Table {
         BLOCK + slot / PER_BLOCK * BLOCK + slot % PER_BLOCK * SLOT as u64
     }
 
+    /// Writes a slot, then its tag (a probe that sees the tag finds the slot written).
     fn write_slot(&self, slot: u64, digest: &[u8], event: u128) -> Result<(), StoreError> {
         let mut s = [0u8; SLOT];
         s[..DIGEST].copy_from_slice(digest);
         s[DIGEST..].copy_from_slice(&event.to_be_bytes());
         self.file.write_all_at(&s, Table::offset(slot))?;
         self.dirty.store(true, Ordering::Release);
+        self.tags[slot as usize].store(tag_of_slot(&s), Ordering::Release);
         Ok(())
     }
 
-    fn write_event(&self, slot: u64, event: u128) -> Result<(), StoreError> {
+    /// Writes the ULID of the slot that holds `digest`, then its tag.
+    fn write_event(&self, slot: u64, digest: &[u8], event: u128) -> Result<(), StoreError> {
         let at = Table::offset(slot) + DIGEST as u64;
         self.file.write_all_at(&event.to_be_bytes(), at)?;
         self.dirty.store(true, Ordering::Release);
+        let t = if event == 0 { RELEASED } else { tag(digest) };
+        self.tags[slot as usize].store(t, Ordering::Release);
         Ok(())
     }
 
@@ -481,8 +551,10 @@ impl Keys {
             match probe {
                 Probe::Found(slot, event) => {
                     return match change {
-                        Change::Claim(e) => t.write_event(slot, e),
-                        Change::Release(e) if e == event && e != 0 => t.write_event(slot, 0),
+                        Change::Claim(e) => t.write_event(slot, digest, e),
+                        Change::Release(e) if e == event && e != 0 => {
+                            t.write_event(slot, digest, 0)
+                        }
                         Change::Release(_) => Ok(()),
                     };
                 }

@@ -127,7 +127,7 @@ fn created(outcome: &IngestOutcome) -> (&str, &[Delivery]) {
             event_id,
             deliveries,
         } => (event_id, deliveries),
-        IngestOutcome::Duplicate { event_id } => panic!("duplicate of {event_id}"),
+        other => panic!("not created: {other:?}"),
     }
 }
 
