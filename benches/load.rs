@@ -85,7 +85,7 @@ usage: cargo bench --bench load -- [options]
                        filters: batch ingest with 10 endpoints, alternating runs without
                        and with a 5-operator payload filter on each (3 of each)
                        svix: single ingest through /v1/events and through the Svix-compatible
-                       API's message route, alternating (3 of each)
+                       API's message route, alternating (6 of each, swapping which goes first)
   --no-variants        skip the variants: account without endpoint, isolation control
                        (--quick skips them too)
   --dump-latency PATH  write each latency-phase event (send time, latency, id) as CSV
