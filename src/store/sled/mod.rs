@@ -237,6 +237,8 @@ impl Inner {
 
     fn sync_files(&self) -> Result<(), StoreError> {
         #[cfg(test)]
+        self.faults.hold();
+        #[cfg(test)]
         self.faults.check(&self.faults.sync)?;
         self.db.flush()?;
         self.data_file.sync_data()?;

@@ -43,9 +43,31 @@ pub(crate) struct Faults {
     /// With a kill armed: flush sled's buffers to the file first (the batch is whole in the
     /// file; the process dies before anything after it).
     pub flush_before_kill: AtomicBool,
+    /// Holds the committer before its next flush + fsync (its cycle's rows written, visible to
+    /// reads): it says so on the first channel and goes on once the second gives word.
+    pub hold_sync: std::sync::Mutex<Option<Hold>>,
+}
+
+/// The two ends of a [`Faults::hold_sync`].
+pub(crate) struct Hold {
+    pub reached: std::sync::mpsc::Sender<()>,
+    pub go: std::sync::mpsc::Receiver<()>,
 }
 
 impl Faults {
+    /// Waits where [`Faults::hold_sync`] holds the committer, if it is armed (once).
+    pub fn hold(&self) {
+        let hold = self
+            .hold_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = hold {
+            let _ = h.reached.send(());
+            let _ = h.go.recv();
+        }
+    }
+
     pub fn check(&self, which: &AtomicBool) -> Result<(), StoreError> {
         if which.swap(false, Ordering::SeqCst) {
             return Err(std::io::Error::other("injected failure").into());
@@ -191,6 +213,104 @@ pub(crate) fn endpoint(id: &str, account: &str) -> Endpoint {
 }
 
 const LANE: Lane = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
+
+type Ingested = tokio::task::JoinHandle<Result<Vec<IngestOutcome>, StoreError>>;
+type Exported =
+    tokio::task::JoinHandle<Result<(Vec<crate::store::EventHistory>, Option<String>), StoreError>>;
+
+/// An event ingested at `at` whose commit cycle is held between its write and its fsync, and an
+/// online backup's first page read meanwhile (its sync waits behind the cycle); the cycle goes
+/// on once word is sent.
+async fn export_beside_a_held_commit(
+    store: &Arc<SledStore>,
+    at: Millis,
+) -> (Ingested, std::sync::mpsc::Sender<()>, Exported) {
+    use crate::store::contract::Archive;
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *store.inner.faults.hold_sync.lock().unwrap() = Some(Hold {
+        reached: reached_tx,
+        go: go_rx,
+    });
+    let ingested = tokio::spawn({
+        let store = store.clone();
+        async move { store.ingest(vec![event("a", &[LANE], at)]).await }
+    });
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the committer reaches its fsync");
+    // The cycle's rows are visible now: a plain read of the page sees its event.
+    let (read, _) = store.export_events(None, 100).unwrap();
+    assert!(
+        read.iter()
+            .any(|h| ids::ulid_ms(ids::parse(EVENT, &h.meta.id).unwrap()) == at),
+        "the premise: the unsynced event is readable"
+    );
+    let exported = tokio::spawn({
+        let store = store.clone();
+        async move { Archive::export_events(&*store, None, 100).await }
+    });
+    // The export has read its page once its sync waits behind the held cycle.
+    let free = store.commit_tx.max_capacity();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while store.commit_tx.capacity() == free {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the export never synced"
+        );
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !exported.is_finished(),
+        "the export waits for the held cycle"
+    );
+    (ingested, go, exported)
+}
+
+/// An online backup hands on only what is durable: a page read while a commit cycle is between
+/// its write and its fsync sees that cycle's event; when the fsync fails (the cycle is undone,
+/// its request answered 503) the store stops, and the export fails with it rather than hand
+/// on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_page_never_holds_an_event_whose_commit_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let kept = store.ingest(vec![event("a", &[LANE], T0)]).await.unwrap();
+    store.inner.faults.sync.store(true, Ordering::SeqCst);
+    let (failing, go, export) = export_beside_a_held_commit(&store, T0 + 1).await;
+    go.send(()).unwrap();
+    assert!(failing.await.unwrap().is_err(), "the held cycle failed");
+    match export.await.unwrap() {
+        Err(StoreError::Unusable(_)) => {}
+        Err(e) => panic!("the export failed otherwise: {e}"),
+        Ok((page, _)) => {
+            let ids: Vec<&str> = page.iter().map(|h| h.meta.id.as_str()).collect();
+            panic!(
+                "the export handed on {ids:?}; only {} is durable",
+                created(&kept[0]).0
+            );
+        }
+    }
+    close_failed(store);
+}
+
+/// The same export while the held cycle's fsync succeeds: it answers after the fsync, with
+/// both events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_page_read_before_a_commit_s_fsync_answers_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.ingest(vec![event("a", &[LANE], T0)]).await.unwrap();
+    let (held, go, export) = export_beside_a_held_commit(&store, T0 + 1).await;
+    go.send(()).unwrap();
+    let second = created(&held.await.unwrap().unwrap()[0]).0.to_string();
+    let (page, _) = export.await.unwrap().unwrap();
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0].meta.id, second, "newest first");
+    close(store);
+}
 
 /// A cycle whose fsync fails is answered 503; when its undo cannot reach sled's file either
 /// (the same full disk), its rows may be recovered by sled at the next start. The undo's own
