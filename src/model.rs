@@ -168,6 +168,9 @@ impl SignatureHeaders {
     }
 }
 
+/// Secrets that sign at once during rotations (the new one and those in their grace).
+pub const MAX_SECRETS: usize = 5;
+
 /// A signing secret and, once rotated out, when it stops signing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoredSecret {
@@ -264,6 +267,29 @@ impl Endpoint {
     /// pattern, or `*`; an empty filter takes everything.
     pub fn accepts(&self, event_type: &str) -> bool {
         self.event_types.is_empty() || self.event_types.iter().any(|p| type_matches(p, event_type))
+    }
+
+    /// Makes `value` the current secret at `now`: the secrets signing until later than
+    /// `now + grace_ms` (the current one among them) sign until then, those past it go (all of
+    /// them at a grace of 0), and at most [`MAX_SECRETS`] sign at once (the oldest go first:
+    /// each adds a signature to every request).
+    pub fn rotate_secret(&mut self, value: String, now: Millis, grace_ms: Millis) {
+        for s in &mut self.secrets {
+            if s.expires_at.is_none_or(|t| t > now + grace_ms) {
+                s.expires_at = Some(now + grace_ms);
+            }
+        }
+        self.secrets
+            .retain(|s| s.expires_at.is_none_or(|t| t > now));
+        self.secrets.insert(
+            0,
+            StoredSecret {
+                value,
+                expires_at: None,
+            },
+        );
+        self.secrets.truncate(MAX_SECRETS);
+        self.updated_at = now;
     }
 
     /// The secrets that sign at `now`: the current one and any rotated-out one still in grace.

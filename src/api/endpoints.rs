@@ -24,8 +24,6 @@ use crate::signing as sign;
 use crate::store::prelude::*;
 
 const MAX_DESCRIPTION: usize = 1024;
-/// Secrets that sign at once during rotations (the new one and those in their grace).
-const MAX_SECRETS: usize = 5;
 const MAX_EVENT_TYPES: usize = 100;
 const MAX_HEADERS: usize = 32;
 const MAX_HEADER_VALUE: usize = 4096;
@@ -574,24 +572,7 @@ pub async fn rotate_secret(
     let changed = state
         .store
         .change_endpoint(id, |ep| {
-            // Secrets already past their grace are dropped; the current one starts its grace
-            // now. At most MAX_SECRETS sign at once (the oldest go first): each adds a
-            // signature to every request.
-            ep.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
-            for s in &mut ep.secrets {
-                if s.expires_at.is_none() {
-                    s.expires_at = Some(now + grace);
-                }
-            }
-            ep.secrets.insert(
-                0,
-                StoredSecret {
-                    value: secret.clone(),
-                    expires_at: None,
-                },
-            );
-            ep.secrets.truncate(MAX_SECRETS);
-            ep.updated_at = now;
+            ep.rotate_secret(secret.clone(), now, grace);
             Ok::<_, ApiError>(true)
         })
         .await?;

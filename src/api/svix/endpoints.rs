@@ -13,9 +13,7 @@ use super::apps::{self, MAX_UID};
 use super::{list_of, object_body, ok, shapes, Answer, Caller, Query, SvixError};
 use crate::api::{validate, AppState};
 use crate::ids::{self, ENDPOINT};
-use crate::model::{
-    Endpoint, EndpointState, RateLimit, SignatureHeaders, SignatureKind, StoredSecret,
-};
+use crate::model::{Endpoint, EndpointState, RateLimit, SignatureHeaders, SignatureKind};
 use crate::outbound::request::mentions_secret;
 use crate::signing as sign;
 use crate::store::prelude::*;
@@ -25,8 +23,6 @@ const MAX_EVENT_TYPES: usize = 100;
 /// Channels of an endpoint or a message at most, each of at most [`MAX_CHANNEL`] characters.
 pub(super) const MAX_CHANNELS: usize = 10;
 pub(super) const MAX_CHANNEL: usize = 128;
-/// Secrets that sign at once during rotations.
-const MAX_SECRETS: usize = 5;
 /// The longest grace a rotation may give the old secret (7 days).
 const MAX_GRACE_SECONDS: u64 = 604_800;
 
@@ -517,22 +513,7 @@ pub async fn rotate(
     let now = state.clock.now_ms();
     let value = new.clone();
     change(state, &found.id, move |e| {
-        e.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
-        for s in &mut e.secrets {
-            if s.expires_at.is_none_or(|t| t > now + grace_ms) {
-                s.expires_at = Some(now + grace_ms);
-            }
-        }
-        e.secrets.retain(|s| s.expires_at.is_none_or(|t| t > now));
-        e.secrets.insert(
-            0,
-            StoredSecret {
-                value: value.clone(),
-                expires_at: None,
-            },
-        );
-        e.secrets.truncate(MAX_SECRETS);
-        e.updated_at = now;
+        e.rotate_secret(value.clone(), now, grace_ms);
         Ok(true)
     })
     .await?;
