@@ -223,22 +223,7 @@ pub async fn list(state: &Arc<AppState>, caller: &Caller, q: &Query) -> Answer {
     if descending {
         ids.reverse();
     }
-    let start = match after {
-        Some(it) => ids
-            .iter()
-            .position(|id| {
-                if descending {
-                    id.as_str() < it
-                } else {
-                    id.as_str() > it
-                }
-            })
-            .unwrap_or(ids.len()),
-        None => 0,
-    };
-    let page: Vec<&String> = ids[start..].iter().take(limit).copied().collect();
-    let more = start + page.len() < ids.len();
-    let next = more.then(|| page.last().map(|s| s.to_string())).flatten();
+    let (page, next) = super::page_after(&ids, |id| id.as_str(), after, descending, limit);
     let data = page
         .iter()
         .map(|id| shapes::application(&all[*id]))
@@ -424,7 +409,7 @@ pub fn event_types(state: &Arc<AppState>, caller: &Caller, q: &Query) -> Answer 
         names.reverse();
     }
     let after = q.get("iterator");
-    let (page, next) = super::page_after(&names, |n| n.as_str(), after, limit);
+    let (page, next) = super::page_after(&names, |n| n.as_str(), after, descending, limit);
     let data = page
         .iter()
         .map(|n| {

@@ -272,7 +272,7 @@ pub async fn list(state: &Arc<AppState>, caller: &Caller, app: &str, q: &Query) 
         eps.reverse();
     }
     let after = q.get("iterator");
-    let (page, next) = super::page_after(&eps, |e| e.id.as_str(), after, limit);
+    let (page, next) = super::page_after(&eps, |e| e.id.as_str(), after, descending, limit);
     let data = page.iter().map(|e| shapes::endpoint(e)).collect();
     ok(
         StatusCode::OK,

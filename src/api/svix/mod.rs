@@ -728,20 +728,22 @@ impl Query {
     }
 }
 
-/// The page of `items` after the one whose id is `after` (none when it is gone: its place is
-/// unknown), at most `limit`, and the iterator of the next page.
+/// The page of `items` (sorted by id, ascending or, when `descending`, reversed) past the id
+/// `after` (which need not be there any more), at most `limit`, and the iterator of the next
+/// page.
 fn page_after<'a, T>(
     items: &'a [T],
     id: impl Fn(&T) -> &str,
     after: Option<&str>,
+    descending: bool,
     limit: usize,
 ) -> (&'a [T], Option<String>) {
     let start = after
         .map(|it| {
             items
                 .iter()
-                .position(|x| id(x) == it)
-                .map_or(items.len(), |i| i + 1)
+                .position(|x| if descending { id(x) < it } else { id(x) > it })
+                .unwrap_or(items.len())
         })
         .unwrap_or(0);
     let end = (start + limit).min(items.len());
