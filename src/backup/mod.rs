@@ -110,6 +110,12 @@ where
     Ok(totals)
 }
 
+/// A restore writes events in batches of this much payload, an eighth of a page: a store holds
+/// a few times what one write carries until it is flushed (sled's log buffers rewrite each row
+/// as its page consolidates and splits), and two batches are in memory at a time (the one
+/// written, the next decoded).
+const RESTORE_BATCH_BYTES: usize = 1 << 20;
+
 /// The directory as it is now: every account's usage, plan, endpoints (with their client
 /// certificates) and breakers that are not closed and clean, every account's alert addresses,
 /// every account secret, application record and kept answer.
@@ -210,18 +216,23 @@ pub async fn restore(
                 .into(),
         ));
     }
-    // Parts are read and decoded on a thread of their own, one batch (at most a page) ahead of
-    // the writes.
+    // Parts are read and decoded on a thread of their own, one part (at most a page) ahead of
+    // the writes: the reader decodes a part when asked, so two pages at most are in memory,
+    // the one being written and the next.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<(Part, Totals), ArchiveError>>(1);
+    let (ask, mut asked) = tokio::sync::mpsc::channel::<()>(2);
     let reading = tokio::task::spawn_blocking(move || {
         let mut reader = match Reader::new(input) {
-            Ok(r) => r,
+            Ok(r) => r.with_batch_bytes(RESTORE_BATCH_BYTES),
             Err(e) => {
                 let _ = tx.blocking_send(Err(e));
                 return;
             }
         };
         loop {
+            if asked.blocking_recv().is_none() {
+                return;
+            }
             let next = reader.next_part();
             let done = matches!(next, Ok(None) | Err(_));
             let sent = match next {
@@ -235,8 +246,11 @@ pub async fn restore(
         }
     });
     let mut end = None;
+    let _ = ask.send(()).await;
     while let Some(next) = rx.recv().await {
         let (part, totals) = next?;
+        // The next part is decoded while this one is written.
+        let _ = ask.send(()).await;
         match part {
             Part::Info(_) => {}
             Part::Directory(rows) => import_directory(store, rows, now).await?,

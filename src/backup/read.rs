@@ -114,10 +114,10 @@ fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<()
 }
 
 /// Reads an archive part by part, checking each; an `events` or `directory` part comes in
-/// batches of at most [`ARCHIVE_PAGE_EVENTS`] records or about [`ARCHIVE_PAGE_BYTES`] (a larger
-/// record is a batch alone). A part's checksum and counts are checked once its last batch is
-/// read: a batch handed over before may belong to a part found damaged later (a restore is
-/// therefore all or nothing).
+/// batches of at most [`ARCHIVE_PAGE_EVENTS`] records or about [`ARCHIVE_PAGE_BYTES`] (or what
+/// [`Reader::with_batch_bytes`] sets; a larger record is a batch alone). A part's checksum and
+/// counts are checked once its last batch is read: a batch handed over before may belong to a
+/// part found damaged later (a restore is therefore all or nothing).
 pub struct Reader<R> {
     /// `None` while a part is open (its body reads from it).
     input: Option<BufReader<R>>,
@@ -128,6 +128,8 @@ pub struct Reader<R> {
     ended: bool,
     /// The last event id read: events come in strictly descending id order.
     last_event: Option<u128>,
+    /// Where [`Reader::next_part`] ends a batch of events, in bytes of payload.
+    batch_bytes: usize,
 }
 
 impl<R: Read> Reader<R> {
@@ -153,6 +155,7 @@ impl<R: Read> Reader<R> {
             next: 0,
             totals: Totals::default(),
             ended: false,
+            batch_bytes: ARCHIVE_PAGE_BYTES,
             last_event: None,
         })
     }
@@ -510,6 +513,13 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// Ends [`Reader::next_part`]'s batches of events after `bytes` of payload (a page's
+    /// [`ARCHIVE_PAGE_BYTES`] by default; an event larger is a batch alone).
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes;
+        self
+    }
+
     /// The next part, or the next batch of the part being read, checked: its header, its place
     /// (`info` first, `end` last), its records (every id as the API would take it, events in
     /// strictly descending id order); at a part's end its checksum and counts; after `end`,
@@ -559,7 +569,7 @@ impl<R: Read> Reader<R> {
             _ => {
                 let mut events: Vec<EventHistory> = Vec::new();
                 let mut bytes = 0;
-                while events.len() < ARCHIVE_PAGE_EVENTS && bytes < ARCHIVE_PAGE_BYTES {
+                while events.len() < ARCHIVE_PAGE_EVENTS && bytes < self.batch_bytes {
                     let Some(line) = self.record()? else {
                         self.close()?;
                         break;

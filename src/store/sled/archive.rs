@@ -31,7 +31,7 @@ impl SledStore {
         // the walk moves rows the walk has not reached yet (the folder deletes hot rows it
         // folded), so a page read across one could miss events or hold one twice.
         let inner = &self.inner;
-        inner.consistent(|| {
+        let (page, next) = inner.consistent(|| {
             let mut out = Vec::new();
             let mut bytes = 0;
             let mut seen = 0;
@@ -48,7 +48,16 @@ impl SledStore {
                 }
             }
             Ok((out, None))
-        })
+        })?;
+        // Outside the consistent read, which a fold meanwhile makes read again.
+        for h in &page {
+            if h.payload.len() > codec::INLINE_PAYLOAD {
+                if let Some(event) = ids::parse(EVENT, &h.meta.id) {
+                    inner.let_go_of_payload(event, h.payload.len())?;
+                }
+            }
+        }
+        Ok((page, next))
     }
 
     /// The events of a page read before a sync that are still stored after it: the rows of a
@@ -115,6 +124,7 @@ impl SledStore {
         let mut states = Vec::new();
         let mut fresh = Vec::new();
         let mut newest = 0u128;
+        let mut chunked = Vec::new();
         for h in &events {
             let event = ids::parse(EVENT, &h.meta.id)
                 .ok_or_else(|| StoreError::Format(format!("{} is not an event id", h.meta.id)))?;
@@ -126,6 +136,7 @@ impl SledStore {
                 .collect();
             let encoded = codec::encode_event(&h.meta, &targets, &h.payload)?;
             if !encoded.payload_inline {
+                chunked.push((event, h.payload.len()));
                 for (i, chunk) in h.payload.chunks(codec::CHUNK).enumerate() {
                     batch.insert(&key::chunk(event, i as u32)[..], chunk);
                 }
@@ -205,6 +216,9 @@ impl SledStore {
         // Written out now: rows not yet flushed stay in sled's cache whatever its capacity,
         // so a restore that only wrote would hold the whole archive in memory.
         inner.db.flush()?;
+        for (event, payload_len) in chunked {
+            inner.let_go_of_payload(event, payload_len)?;
+        }
         inner.keys.add(&key_rows, newest)?;
         ids::observe(newest);
         for s in states {
