@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::herald::herald_bin;
-use common::{behaviour, Receiver, Reply, World};
+use common::{behaviour, first_delivery, HeraldApi, Receiver, Reply, World};
 use serde_json::{json, Value};
 
 const OPERATOR_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -363,4 +363,47 @@ fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
         }
     }
     found
+}
+
+/// A purge takes its endpoints' chart minutes: those in the store and those this node counted
+/// but has not added yet, so a flush after the purge brings none back; the other account's
+/// minutes stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_leaves_no_chart_minutes_of_its_endpoints() {
+    use herald::store::prelude::*;
+    const T0: i64 = 1_796_212_800_000;
+    let w = World::start_manual("", "", T0).await;
+    let recv = Receiver::ok_https(&w.ca);
+    let (purged_ep, _) = w.endpoint("acct", &recv.url("/acct"), json!({})).await;
+    let (kept_ep, _) = w.endpoint("other", &recv.url("/other"), json!({})).await;
+    for account in ["acct", "other"] {
+        let answer = w.ingest(account, "order.created", json!({})).await;
+        let d = first_delivery(&answer);
+        w.wait_state(&d, "delivered", Duration::from_secs(20)).await;
+    }
+    let running = w.herald.running();
+    let (engine, store) = (&running.engine, &running.store);
+    for ep in [&purged_ep, &kept_ep] {
+        let minutes = engine.endpoint_minutes(ep, 0).await.unwrap();
+        assert_eq!(minutes.len(), 1, "{ep} has its minute: {minutes:?}");
+    }
+
+    let (status, purged) = w.herald.admin("DELETE", "/v1/accounts/acct", None).await;
+    assert_eq!(status, 200, "{purged}");
+    engine.flush_minutes().await;
+    assert_eq!(
+        engine.endpoint_minutes(&purged_ep, 0).await.unwrap(),
+        Vec::new(),
+        "the purged endpoint's minutes are gone, flushed or not"
+    );
+    assert_eq!(
+        store.endpoint_minutes(&purged_ep, 0).await.unwrap(),
+        Vec::new(),
+        "the flush after the purge added none"
+    );
+    assert_eq!(
+        store.endpoint_minutes(&kept_ep, 0).await.unwrap().len(),
+        1,
+        "the other account's minute is stored"
+    );
 }

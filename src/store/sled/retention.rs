@@ -98,6 +98,8 @@ impl SledStore {
             if deliveries.iter().any(|d| d.state == DeliveryState::Pending) {
                 continue; // pending work is never pruned
             }
+            #[cfg(test)]
+            self.inner.faults.hold_pruning();
             for (i, d) in deliveries.iter().enumerate() {
                 let ulid = ids::delivery_of(event, i);
                 for a in t.log.scan_prefix(key::attempts(ulid)).keys() {

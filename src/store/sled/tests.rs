@@ -46,9 +46,12 @@ pub(crate) struct Faults {
     /// Holds the committer before its next flush + fsync (its cycle's rows written, visible to
     /// reads): it says so on the first channel and goes on once the second gives word.
     pub hold_sync: std::sync::Mutex<Option<Hold>>,
+    /// Holds retention inside its lock, at an event it is about to remove (its deliveries
+    /// claimed and read, ended): the same two channels.
+    pub hold_prune: std::sync::Mutex<Option<Hold>>,
 }
 
-/// The two ends of a [`Faults::hold_sync`].
+/// The two ends of a [`Faults::hold_sync`] or [`Faults::hold_prune`].
 pub(crate) struct Hold {
     pub reached: std::sync::mpsc::Sender<()>,
     pub go: std::sync::mpsc::Receiver<()>,
@@ -57,11 +60,16 @@ pub(crate) struct Hold {
 impl Faults {
     /// Waits where [`Faults::hold_sync`] holds the committer, if it is armed (once).
     pub fn hold(&self) {
-        let hold = self
-            .hold_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        Self::wait_at(&self.hold_sync);
+    }
+
+    /// Waits where [`Faults::hold_prune`] holds retention, if it is armed (once).
+    pub fn hold_pruning(&self) {
+        Self::wait_at(&self.hold_prune);
+    }
+
+    fn wait_at(point: &std::sync::Mutex<Option<Hold>>) {
+        let hold = point.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = hold {
             let _ = h.reached.send(());
             let _ = h.go.recv();
@@ -1656,6 +1664,79 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     assert_eq!(
         pending, 2,
         "the other's, each counted once before the restart"
+    );
+    close(store);
+}
+
+/// Retention and a purge both take ended deliveries out of the counts: a purge that comes
+/// while retention is removing the account's events waits for it, so each delivery leaves the
+/// counts once. Before, the purge ran meanwhile, both subtracted the delivery retention held,
+/// and the counts stayed one short for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_and_retention_take_an_ended_delivery_out_of_the_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let mut ended = Vec::new();
+    for (account, at) in [("acct", T0), ("acct", T0), ("other", T0 + 10)] {
+        let out = store
+            .ingest(vec![event(account, &[LANE], at)])
+            .await
+            .unwrap();
+        ended.push(created(&out[0]).1[0].clone());
+    }
+    for d in &ended {
+        let _claim = store
+            .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
+            .unwrap();
+        let mut failed = d.clone();
+        failed.state = DeliveryState::Failed;
+        failed.attempt_count = 1;
+        failed.next_attempt_at = None;
+        store
+            .update_delivery(
+                d,
+                &failed,
+                Some(&attempt(1, Status::HttpError, d.created_at)),
+            )
+            .unwrap();
+    }
+    assert_eq!(store.stats().get(DeliveryState::Failed), 3);
+
+    // Retention removes the account's older events, held at the first of them.
+    let (reached, at_prune) = std::sync::mpsc::channel();
+    let (go, wait) = std::sync::mpsc::channel();
+    *store.inner.faults.hold_prune.lock().unwrap() = Some(Hold { reached, go: wait });
+    let pruning = {
+        let store = store.clone();
+        std::thread::spawn(move || store.prune_events(T0 + 1, None, 10))
+    };
+    at_prune.recv().unwrap();
+    let (done, purge_done) = std::sync::mpsc::channel();
+    let purging = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let purged = store.purge_account("acct").await;
+            let _ = done.send(());
+            purged
+        })
+    };
+    let ran_meanwhile = purge_done
+        .recv_timeout(std::time::Duration::from_millis(300))
+        .is_ok();
+    go.send(()).unwrap();
+    let pruned = pruning.join().unwrap().unwrap();
+    let purged = purging.await.unwrap().unwrap();
+    assert!(!ran_meanwhile, "the purge waits for retention");
+    assert_eq!(
+        (pruned.events, purged.events),
+        (2, 0),
+        "retention took the account's events, the purge found none left"
+    );
+    assert_eq!(
+        store.stats().get(DeliveryState::Failed),
+        1,
+        "the other account's ended delivery is counted, the purged ones once removed"
     );
     close(store);
 }
