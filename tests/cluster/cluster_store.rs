@@ -19,7 +19,7 @@ use herald::model::{Attempt, DeliveryState, Endpoint, EndpointState, PortalSessi
 use herald::policy::breaker::{Breaker, Change, Gate, Phase};
 use herald::policy::quota::{windows, Limits};
 use herald::store::postgres::{migrate, Database, PgStore};
-use herald::store::{lane_of, IngestOutcome, NewEvent, StoreError};
+use herald::store::{lane_of, Backend, IngestOutcome, NewEvent, StoreError};
 
 const START: i64 = 1_800_000_000_000;
 const LEASE: Duration = Duration::from_secs(30);
@@ -54,12 +54,24 @@ impl Cluster {
     }
 
     fn database(&self) -> Database {
-        let config = Config::from_toml(&format!(
-            "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {:?}\npool_size = 8\n",
-            self.url
-        ))
-        .expect("config");
-        Database::new(&config).expect("database")
+        database_at(&self.url)
+    }
+
+    /// A node on a new database `name` of the same server, its schema made.
+    async fn node_on_new_database(&self, name: &str) -> Arc<PgStore> {
+        let db = database_at(&self.pg.database(name));
+        migrate(
+            &mut db.dedicated().await.expect("connect"),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("migrate");
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        Arc::new(
+            PgStore::with_database(db, clock, LEASE)
+                .await
+                .expect("node"),
+        )
     }
 
     async fn node(&self) -> Arc<PgStore> {
@@ -74,6 +86,15 @@ impl Cluster {
     fn count(&self, sql: &str) -> i64 {
         self.pg.sql(sql, "herald").parse().expect("a count")
     }
+}
+
+/// A pool on the database at `url`.
+fn database_at(url: &str) -> Database {
+    let config = Config::from_toml(&format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 8\n"
+    ))
+    .expect("config");
+    Database::new(&config).expect("database")
 }
 
 fn event(account: &str, key: Option<&str>) -> NewEvent {
@@ -1480,4 +1501,127 @@ async fn a_lease_is_kept_until_its_result_is_written() {
     finishing.await.unwrap().unwrap();
     assert!(!a.holds(&id));
     assert_eq!(c.count("SELECT count(*) FROM attempts"), 1);
+}
+
+/// A purge that PostgreSQL aborts as a deadlock (another transaction holds one of the account's
+/// events and then waits for one the purge locked) is tried again and finishes: its endpoints
+/// are gone already, so it must. The other transaction, the one the deadlock let through,
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_aborted_as_a_deadlock_is_tried_again_and_finishes() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    let out = node
+        .ingest((0..3).map(|_| event("acct", None)).collect())
+        .await
+        .unwrap();
+    assert_eq!(created(&out).len(), 3);
+    let mut other = c.database().dedicated().await.expect("connect");
+    let ids: Vec<Vec<u8>> = other
+        .query(
+            "SELECT id FROM events WHERE account_id = 'acct' ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The newest event, locked first: the purge, locking in id order, waits for it.
+    let tx = other.transaction().await.unwrap();
+    tx.execute("SELECT id FROM events WHERE id = $1 FOR UPDATE", &[&ids[2]])
+        .await
+        .unwrap();
+    let purging = {
+        let node = node.clone();
+        tokio::spawn(async move { node.purge_account("acct").await })
+    };
+    let waiting = || {
+        c.count(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%FOR UPDATE%' AND query NOT LIKE '%pg_stat_activity%'",
+        )
+    };
+    common::wait_until(Duration::from_secs(20), "the purge waits", || async {
+        waiting() == 1
+    })
+    .await;
+    // Now this waits for the oldest, which the purge holds: PostgreSQL finds the cycle in the
+    // purge's wait (the older one) and aborts the purge, which lets this through.
+    tx.execute("SELECT id FROM events WHERE id = $1 FOR UPDATE", &[&ids[0]])
+        .await
+        .expect("let through once the purge was aborted");
+    tx.rollback().await.unwrap();
+    let purged = purging
+        .await
+        .unwrap()
+        .expect("the purge was tried again and finished");
+    assert_eq!((purged.events, purged.deliveries), (3, 6));
+    assert_eq!(
+        c.count("SELECT count(*) FROM events WHERE account_id = 'acct'"),
+        0
+    );
+    assert!(
+        c.pg.log().contains("deadlock detected"),
+        "PostgreSQL aborted a transaction as a deadlock"
+    );
+}
+
+/// An ordered backlog restored into a cluster's database keeps its commit order (`lane_seq`),
+/// not the order of its event ids: ids are minted by each node before it commits, so events of
+/// one key ingested on two nodes can hold ids in the other order. Backed up and restored into
+/// an empty database, the key's deliveries are attempted in the order they were committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restored_ordered_backlog_keeps_its_commit_order() {
+    let c = Cluster::new().await;
+    let source = c.node().await;
+    let mut ordered = endpoint(ENDPOINTS[0], "acct_o");
+    ordered.ordering = Some(herald::model::Ordering {
+        key: Some("order".into()),
+    });
+    source.create_endpoint(ordered.clone(), 10).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let mut ev = event("acct_o", None);
+        ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
+        ev.payload = Bytes::from_static(b"{\"order\":\"a\"}");
+        ids.push(
+            deliveries_of(&source.ingest(vec![ev]).await.unwrap())[0]
+                .id
+                .clone(),
+        );
+    }
+    // Committed the other way round from their ids, as two nodes can.
+    c.pg.sql("UPDATE deliveries SET lane_seq = 1000 - lane_seq", "herald");
+    let committed: Vec<String> = ids.iter().rev().cloned().collect();
+
+    // Backed up (pages of 8 MiB or 1,000 events) and restored into an empty database.
+    let mut archive = Vec::new();
+    herald::backup::write(&Backend::Postgres(source.clone()), START, |part| {
+        archive.extend_from_slice(&part);
+        std::future::ready(true)
+    })
+    .await
+    .unwrap();
+    let target = c.node_on_new_database("restored").await;
+    herald::backup::restore(
+        &Backend::Postgres(target.clone()),
+        std::io::Cursor::new(archive),
+        START,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let mut attempted = Vec::new();
+    while attempted.len() < ids.len() {
+        let leased = target.claim_due(10).await.unwrap();
+        assert_eq!(leased.len(), 1, "one delivery of the key at a time");
+        let l = leased.into_iter().next().unwrap();
+        let mut d = l.due.delivery.clone();
+        d.state = DeliveryState::Delivered;
+        d.next_attempt_at = None;
+        attempted.push(d.id.clone());
+        target.finish(l.hold.claim(), &d, None).await.unwrap();
+    }
+    assert_eq!(attempted, committed, "in commit order, not id order");
 }
