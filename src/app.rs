@@ -12,12 +12,12 @@ use tokio::net::TcpListener;
 use crate::api::{self, AppState, Tokens};
 use crate::clock::Clock;
 use crate::clock::Millis;
-use crate::config::Backend as StorageBackend;
+use crate::config::StoreKind;
 use crate::config::{Config, ConfigError};
-use crate::engine::health::OPERATOR_ACCOUNT;
 use crate::engine::{Engine, EngineConfig};
 use crate::ids;
 use crate::metrics::Metrics;
+use crate::model::OPERATOR_ACCOUNT;
 use crate::model::{Endpoint, EndpointState, SignatureKind, StoredSecret};
 use crate::outbound::client::{Client, ClientConfig, ClientSetupError, Proxy};
 use crate::policy::ssrf::Guard;
@@ -266,7 +266,7 @@ async fn open_store(
         source,
     };
     match config.storage.backend {
-        StorageBackend::Sled => {
+        StoreKind::Sled => {
             let path = &config.storage.path;
             let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)
                 .map_err(failed)?;
@@ -277,7 +277,7 @@ async fn open_store(
             Ok(Backend::Sled(store))
         }
         #[cfg(feature = "postgres")]
-        StorageBackend::Postgres => {
+        StoreKind::Postgres => {
             use crate::store::postgres::{keep_leases, nodes, wake, PgStore};
             let store = Arc::new(
                 PgStore::open(config, clock, metrics)
@@ -290,7 +290,7 @@ async fn open_store(
             Ok(Backend::Postgres(store))
         }
         #[cfg(not(feature = "postgres"))]
-        StorageBackend::Postgres => {
+        StoreKind::Postgres => {
             let _ = (clock, metrics, shutdown);
             Err(AppError::Config {
                 key: "storage.backend".into(),
@@ -303,16 +303,16 @@ async fn open_store(
 /// Where herald keeps its data, as logs and errors name it (never a database URL).
 fn storage_label(config: &Config) -> String {
     match config.storage.backend {
-        StorageBackend::Sled => config.storage.path.display().to_string(),
+        StoreKind::Sled => config.storage.path.display().to_string(),
         #[cfg(feature = "postgres")]
-        StorageBackend::Postgres => config
+        StoreKind::Postgres => config
             .postgres_url()
             .ok()
             .and_then(|url| crate::store::postgres::parse_url(&url).ok())
             .map(|pg| format!("postgres {}", crate::store::postgres::target_of(&pg)))
             .unwrap_or_else(|| "the cluster's database".into()),
         #[cfg(not(feature = "postgres"))]
-        StorageBackend::Postgres => "the cluster's database".into(),
+        StoreKind::Postgres => "the cluster's database".into(),
     }
 }
 
@@ -588,7 +588,7 @@ pub async fn restore(
     let now = clock.now_ms();
     let failed = |e: StoreError| format!("cannot open storage at {}: {e}", storage_label(config));
     match config.storage.backend {
-        StorageBackend::Sled => {
+        StoreKind::Sled => {
             let place = crate::backup::place::Place::prepare(&config.storage.path)?;
             // A restore writes and reads nothing back: a small cache is enough.
             let restored = match SledStore::open(
@@ -618,7 +618,7 @@ pub async fn restore(
             }
         }
         #[cfg(feature = "postgres")]
-        StorageBackend::Postgres => {
+        StoreKind::Postgres => {
             use crate::store::postgres::{Database, PgStore, RestoreHold};
             let db = Database::new(config).map_err(|e| failed(e.into()))?;
             let client = db.dedicated().await.map_err(|e| failed(e.into()))?;
@@ -657,8 +657,6 @@ pub async fn restore(
             restored
         }
         #[cfg(not(feature = "postgres"))]
-        StorageBackend::Postgres => {
-            Err("this herald was built without the `postgres` feature".into())
-        }
+        StoreKind::Postgres => Err("this herald was built without the `postgres` feature".into()),
     }
 }

@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! Data flows one way: `api` -> `store` (durable) -> `engine` (decide) -> `outbound` (send) ->
-//! `store` (record). `api` never sends HTTP, `outbound` never touches sled, `engine` decides and
+//! `store` (record). `api` never sends HTTP, `outbound` never touches the store, `engine` decides and
 //! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`), the
 //! pure decisions (`policy`) and `signing`; nothing there imports a module above it.
 //!

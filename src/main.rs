@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::Parser;
 use herald::cli::{Cli, Command};
 use herald::clock::SystemClock;
-use herald::config::{Backend, Config, ConfigError};
+use herald::config::{Config, ConfigError, StoreKind};
 
 /// jemalloc instead of the system allocator: sled, hyper and serde allocate per request and per
 /// row, and glibc's malloc took about a fifth of herald's CPU under load. Measured here (sled,
@@ -155,7 +155,7 @@ fn migrate(path: Option<PathBuf>) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if config.storage.backend != Backend::Postgres {
+    if config.storage.backend != StoreKind::Postgres {
         eprintln!(
             "herald migrate: storage.backend is \"sled\"; migrate applies a PostgreSQL \
              cluster's schema (a sled store is migrated when herald serve opens it)"
@@ -215,7 +215,7 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
         Ok(c) => c,
         Err(errors) => return report(&errors),
     };
-    config.storage.backend = Backend::Postgres;
+    config.storage.backend = StoreKind::Postgres;
     config.storage.postgres.url = Some(url.to_string());
     config.storage.postgres.ca_file = ca_file;
     if let Err(errors) = config.validate() {
@@ -585,10 +585,10 @@ fn restore_target(
     };
     let mut config = Config::from_toml("").map_err(|errors| report(&errors))?;
     if let Some(dir) = to.strip_prefix("sled:") {
-        config.storage.backend = Backend::Sled;
+        config.storage.backend = StoreKind::Sled;
         config.storage.path = PathBuf::from(dir);
     } else if let Some(url) = to.strip_prefix("postgres:") {
-        config.storage.backend = Backend::Postgres;
+        config.storage.backend = StoreKind::Postgres;
         config.storage.postgres.url = Some(url.to_string());
         config.storage.postgres.ca_file = ca_file;
     } else {

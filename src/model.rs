@@ -168,6 +168,10 @@ impl SignatureHeaders {
     }
 }
 
+/// The account operator events belong to (docs/operations.md, "When deliveries fail"). Account ids
+/// starting with `_` are reserved.
+pub const OPERATOR_ACCOUNT: &str = "_operator";
+
 /// Secrets that sign at once during rotations (the new one and those in their grace).
 pub const MAX_SECRETS: usize = 5;
 

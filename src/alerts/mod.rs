@@ -69,7 +69,7 @@ impl Alerts {
     /// Hands the alert to the background task without waiting; a full queue drops it.
     pub fn notify(&self, t: Trigger) {
         let Some(tx) = &self.tx else { return };
-        if t.endpoint.account_id == crate::engine::health::OPERATOR_ACCOUNT {
+        if t.endpoint.account_id == crate::model::OPERATOR_ACCOUNT {
             return;
         }
         match tx.try_send(t) {

@@ -396,7 +396,7 @@ pub(super) fn check_row(row: &DirectoryRecord) -> Result<(), String> {
 /// An account id as the API reads it: `.` and `..`, which an older version accepted, are
 /// restored (the API still reads them); herald's own operator account too.
 fn check_account(account_id: &str) -> Result<(), String> {
-    if account_id == crate::engine::health::OPERATOR_ACCOUNT {
+    if account_id == crate::model::OPERATOR_ACCOUNT {
         return Ok(());
     }
     crate::api::validate::account_id_lookup("account_id", account_id)

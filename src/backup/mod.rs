@@ -64,7 +64,7 @@ where
         format: format::VERSION,
         herald: crate::VERSION.to_string(),
         started_at,
-        source: if store.shared() { "postgres" } else { "sled" }.to_string(),
+        source: store.kind().to_string(),
     };
     let mut first = format::preamble();
     first.extend(parts.info(&info)?);

@@ -118,7 +118,7 @@ pub struct Storage {
     pub cache_capacity: u64,
     /// Ended events older than this are folded many to a row (src/store/fold.rs).
     pub fold_after: Dur,
-    pub backend: Backend,
+    pub backend: StoreKind,
     pub postgres: Postgres,
 }
 
@@ -129,7 +129,7 @@ impl Default for Storage {
             retention: secs(30 * 86_400),
             cache_capacity: 32 * 1024 * 1024,
             fold_after: secs(600),
-            backend: Backend::Sled,
+            backend: StoreKind::Sled,
             postgres: Postgres::default(),
         }
     }
@@ -139,7 +139,7 @@ impl Default for Storage {
 /// or a PostgreSQL database shared by any number of nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum StoreKind {
     Sled,
     Postgres,
 }

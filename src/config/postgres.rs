@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Backend, Config, ConfigError};
+use super::{Config, ConfigError, StoreKind};
 
 /// Connections a node may keep; PostgreSQL's own default `max_connections` is 100.
 pub const MAX_POOL_SIZE: usize = 1000;
@@ -49,7 +49,7 @@ impl Config {
 
     /// The problems of the storage backend's keys (nothing to check for sled).
     pub(super) fn postgres_problems(&self) -> Vec<ConfigError> {
-        if self.storage.backend != Backend::Postgres {
+        if self.storage.backend != StoreKind::Postgres {
             return Vec::new();
         }
         let mut out = Vec::new();

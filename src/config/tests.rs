@@ -139,7 +139,7 @@ fn the_postgres_backend_needs_one_url_and_sane_limits() {
     // The default backend reads nothing of [storage.postgres].
     assert!(problems("[storage.postgres]\npool_size = 0\n").is_empty());
     let c = Config::from_toml("").unwrap();
-    assert_eq!(c.storage.backend, Backend::Sled);
+    assert_eq!(c.storage.backend, StoreKind::Sled);
     assert_eq!(c.storage.postgres.pool_size, 16);
     assert_eq!(c.storage.postgres.lease, secs(30));
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::{lock, Engine};
 use crate::clock::{rfc3339, Millis};
-use crate::model::{Delivery, Endpoint, EndpointState, Status};
+use crate::model::{Delivery, Endpoint, EndpointState, Status, OPERATOR_ACCOUNT};
 use crate::policy::alerts::AlertKind;
 use crate::policy::breaker::{Breaker, Change, Gate, Phase};
 use crate::store::prelude::*;
@@ -26,9 +26,6 @@ pub struct Health {
     /// Its deliveries waiting for an attempt.
     pub pending: u64,
 }
-
-/// The account operator events belong to. Account ids starting with `_` are reserved.
-pub const OPERATOR_ACCOUNT: &str = "_operator";
 
 /// How long an attempt that could not take its breaker's probe (the store failed) waits.
 const RETRY_PROBE_MS: Millis = 1_000;

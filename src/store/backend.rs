@@ -15,8 +15,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::contract::{
-    Accounts, Applications, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention,
-    Status,
+    Accounts, Applications, Archive, DeliveryLog, Directory, Ingest, Intake, Minutes, Queue,
+    Retention, Vitals,
 };
 #[cfg(feature = "postgres")]
 use super::postgres::{PgLease, PgStore};
@@ -293,24 +293,24 @@ impl Accounts for Backend {
     }
 }
 
-impl Log for Backend {
+impl DeliveryLog for Backend {
     async fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        both_async!(self, Log::delivery, (id))
+        both_async!(self, DeliveryLog::delivery, (id))
     }
 
     async fn event(&self, id: &str) -> Result<Option<(EventMeta, Bytes)>, StoreError> {
-        both_async!(self, Log::event, (id))
+        both_async!(self, DeliveryLog::event, (id))
     }
 
     async fn event_with_deliveries(
         &self,
         id: &str,
     ) -> Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError> {
-        both_async!(self, Log::event_with_deliveries, (id))
+        both_async!(self, DeliveryLog::event_with_deliveries, (id))
     }
 
     async fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
-        both_async!(self, Log::attempts, (delivery_id))
+        both_async!(self, DeliveryLog::attempts, (delivery_id))
     }
 
     async fn list_deliveries(
@@ -319,14 +319,14 @@ impl Log for Backend {
         limit: usize,
         cursor: Option<String>,
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
-        both_async!(self, Log::list_deliveries, (filter, limit, cursor))
+        both_async!(self, DeliveryLog::list_deliveries, (filter, limit, cursor))
     }
 
     async fn ordering_of(
         &self,
         d: &Delivery,
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        both_async!(self, Log::ordering_of, (d))
+        both_async!(self, DeliveryLog::ordering_of, (d))
     }
 
     async fn change_delivery<T: Send + 'static>(
@@ -334,7 +334,7 @@ impl Log for Backend {
         id: &str,
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
     ) -> Result<Changed<T>, StoreError> {
-        both_async!(self, Log::change_delivery, (id, f))
+        both_async!(self, DeliveryLog::change_delivery, (id, f))
     }
 
     async fn record_attempt(
@@ -344,41 +344,49 @@ impl Log for Backend {
         attempt: &Attempt,
         fence: Fence,
     ) -> Result<(), StoreError> {
-        both_async!(self, Log::record_attempt, (was, now, attempt, fence))
+        both_async!(
+            self,
+            DeliveryLog::record_attempt,
+            (was, now, attempt, fence)
+        )
     }
 
     fn is_held(&self, delivery_id: &str) -> bool {
-        both!(self, Log::is_held, (delivery_id))
+        both!(self, DeliveryLog::is_held, (delivery_id))
     }
 
     async fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<u64, StoreError> {
-        both_async!(self, Log::expedite_endpoint, (endpoint_id, now))
+        both_async!(self, DeliveryLog::expedite_endpoint, (endpoint_id, now))
     }
 
     async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
-        both_async!(self, Log::endpoint_pending, (endpoint_id))
+        both_async!(self, DeliveryLog::endpoint_pending, (endpoint_id))
     }
 }
 
-impl Status for Backend {
+impl Vitals for Backend {
+    fn kind(&self) -> &'static str {
+        both!(self, Vitals::kind, ())
+    }
+
     async fn healthy(&self) -> bool {
-        both_async!(self, Status::healthy, ())
+        both_async!(self, Vitals::healthy, ())
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        both_async!(self, Status::stats, ())
+        both_async!(self, Vitals::stats, ())
     }
 
     async fn due_summary(&self, now: Millis) -> Result<(usize, Option<Millis>), StoreError> {
-        both_async!(self, Status::due_summary, (now))
+        both_async!(self, Vitals::due_summary, (now))
     }
 
     async fn nodes(&self) -> Result<Option<(String, Vec<Node>)>, StoreError> {
-        both_async!(self, Status::nodes, ())
+        both_async!(self, Vitals::nodes, ())
     }
 
     async fn size_on_disk(&self) -> u64 {
-        both_async!(self, Status::size_on_disk, ())
+        both_async!(self, Vitals::size_on_disk, ())
     }
 }
 

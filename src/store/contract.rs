@@ -128,7 +128,7 @@ pub trait Directory {
 
     /// Deletes the endpoint and its client certificate, durably; `false` when there was none.
     /// Its waiting deliveries stay and are recorded `no_endpoint` when attempted
-    /// ([`Log::expedite_endpoint`]).
+    /// ([`DeliveryLog::expedite_endpoint`]).
     fn delete_endpoint(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Sets (or with `None`, removes) the endpoint's client certificate chain and key (PEM)
@@ -309,7 +309,7 @@ pub trait Accounts {
 }
 
 /// The delivery log: events, deliveries and attempts, read and changed.
-pub trait Log {
+pub trait DeliveryLog {
     /// The delivery with its state as stored now.
     fn delivery(
         &self,
@@ -427,7 +427,7 @@ pub trait Queue {
     ) -> impl Future<Output = Result<Vec<Taken<Self::Hold>>, StoreError>> + Send;
 
     /// Gives back a taken delivery. With `None` its attempt ended it, or recorded when it is due
-    /// next ([`Log::record_attempt`]); with `Some(until)` it was not attempted (an open breaker,
+    /// next ([`DeliveryLog::record_attempt`]); with `Some(until)` it was not attempted (an open breaker,
     /// the rate limit) and is due again at `until` (on one box its whole lane waits until then).
     /// Fenced like the record: a lease that passed to another node changes nothing.
     fn release(
@@ -486,7 +486,10 @@ pub trait Retention {
 }
 
 /// The store's own health and figures.
-pub trait Status {
+pub trait Vitals {
+    /// Which store this is, as a backup names its source: `sled` or `postgres`.
+    fn kind(&self) -> &'static str;
+
     /// Whether the store takes writes now (ingest and `/healthz` answer `503` while not).
     fn healthy(&self) -> impl Future<Output = bool> + Send;
 

@@ -9,18 +9,20 @@ use std::sync::{Arc, RwLock};
 
 use crate::model::{Endpoint, Ordering};
 
+/// This node's copy of the directory (named apart from [`super::contract::Directory`], the
+/// operations that change it).
 #[derive(Default)]
-pub struct Directory {
+pub struct DirectoryCopy {
     endpoints: RwLock<HashMap<String, Arc<Endpoint>>>,
     plans: RwLock<HashMap<String, String>>,
     /// Bumped by every change of one entry, so a reload from storage can tell that an entry
-    /// changed while it read ([`Directory::replace_endpoints`]).
+    /// changed while it read ([`DirectoryCopy::replace_endpoints`]).
     changes: AtomicU64,
 }
 
-impl Directory {
+impl DirectoryCopy {
     pub fn new(endpoints: HashMap<String, Arc<Endpoint>>, plans: HashMap<String, String>) -> Self {
-        Directory {
+        DirectoryCopy {
             endpoints: RwLock::new(endpoints),
             plans: RwLock::new(plans),
             changes: AtomicU64::new(0),
@@ -144,7 +146,7 @@ mod tests {
     /// refused, and the reader reads again.
     #[test]
     fn a_reload_older_than_a_change_is_refused() {
-        let d = Directory::default();
+        let d = DirectoryCopy::default();
         let seen = d.changes();
         // Meanwhile: an endpoint is created (by this node, or another node's notice).
         d.put_endpoint(endpoint("ep_1"));

@@ -35,8 +35,8 @@ pub use backend::{Backend, Hold};
 /// The contract's traits, for calling its operations: `use crate::store::prelude::*;`.
 pub mod prelude {
     pub use super::contract::{
-        Accounts as _, Applications as _, Archive as _, Directory as _, Ingest as _, Log as _,
-        Minutes as _, Queue as _, Retention as _, Status as _,
+        Accounts as _, Applications as _, Archive as _, DeliveryLog as _, Directory as _,
+        Ingest as _, Minutes as _, Queue as _, Retention as _, Vitals as _,
     };
 }
 pub use error::StoreError;

@@ -126,7 +126,7 @@ pub struct DeliveryFilter {
     pub until: Option<Millis>,
 }
 
-/// What a change of a delivery did ([`super::Log::change_delivery`]).
+/// What a change of a delivery did ([`super::DeliveryLog::change_delivery`]).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Changed<T> {
     /// Changed and written; what the change returned.
@@ -160,7 +160,7 @@ pub struct Node {
     pub leases: i64,
 }
 
-/// What entitles an attempt to record its result ([`super::contract::Log::record_attempt`]).
+/// What entitles an attempt to record its result ([`super::contract::DeliveryLog::record_attempt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fence {
     /// On one box: the delivery's claim, which the engine holds for the whole attempt.

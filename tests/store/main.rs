@@ -1,5 +1,6 @@
-//! The embedded store's own files under faults: a full disk or a file-size limit, a power cut
-//! under herald, and the stores older versions wrote (migrated in place).
+//! The storage contract's conformance suite, run against both stores, and the embedded store's
+//! own files under faults: a full disk or a file-size limit, a power cut under herald, and the
+//! stores older versions wrote (migrated in place).
 
 #[path = "../common/mod.rs"]
 mod common;

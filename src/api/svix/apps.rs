@@ -10,9 +10,9 @@ use serde_json::{json, Map, Value};
 use super::{list_of, object_body, ok, shapes, Answer, Caller, Query, SvixError};
 use crate::api::{validate, AppState};
 use crate::clock::{rfc3339, Millis};
-use crate::engine::health::OPERATOR_ACCOUNT;
 use crate::ids;
 use crate::model::Application;
+use crate::model::OPERATOR_ACCOUNT;
 use crate::store::prelude::*;
 
 /// The longest `uid` (herald's id limit).

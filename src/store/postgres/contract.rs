@@ -16,7 +16,7 @@ use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
+    Accounts, Archive, DeliveryLog, Directory, Ingest, Intake, Minutes, Queue, Retention, Vitals,
 };
 use crate::store::{
     Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
@@ -257,7 +257,7 @@ impl Accounts for PgStore {
     }
 }
 
-impl Log for PgStore {
+impl DeliveryLog for PgStore {
     fn delivery(
         &self,
         id: &str,
@@ -344,7 +344,11 @@ impl Log for PgStore {
     }
 }
 
-impl Status for PgStore {
+impl Vitals for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
     fn healthy(&self) -> impl Future<Output = bool> + Send {
         PgStore::healthy(self)
     }

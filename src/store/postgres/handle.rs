@@ -12,7 +12,7 @@ use super::queue::Leases;
 use super::{migrate, Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
-use crate::store::directory::Directory;
+use crate::store::directory::DirectoryCopy;
 use crate::store::StoreError;
 
 /// The file in a node's data directory (`storage.path`) that keeps its id across restarts.
@@ -85,7 +85,7 @@ pub struct PgStore {
     pub(super) wake: Arc<Notify>,
     /// Every endpoint and synced plan, kept in step with the other nodes
     /// ([`super::endpoints`], [`super::accounts`]).
-    pub(super) directory: Directory,
+    pub(super) directory: DirectoryCopy,
     /// The directory's version the copy reflects at least ([`super::version`]).
     pub(super) directory_version: std::sync::atomic::AtomicI64,
     /// Held by a reload of the copy.
@@ -174,7 +174,7 @@ impl PgStore {
             clock,
             lease_ms,
             wake: Arc::new(Notify::new()),
-            directory: Directory::default(),
+            directory: DirectoryCopy::default(),
             directory_version: std::sync::atomic::AtomicI64::new(0),
             reloading: tokio::sync::Mutex::new(()),
             endpoint_writes: tokio::sync::Mutex::new(()),

@@ -19,7 +19,7 @@ use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
 use crate::store::contract::{
-    Accounts, Archive, Directory, Ingest, Intake, Log, Minutes, Queue, Retention, Status,
+    Accounts, Archive, DeliveryLog, Directory, Ingest, Intake, Minutes, Queue, Retention, Vitals,
 };
 use crate::store::{
     Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node, Purged,
@@ -272,7 +272,7 @@ impl Accounts for SledStore {
     }
 }
 
-impl Log for SledStore {
+impl DeliveryLog for SledStore {
     fn delivery(
         &self,
         id: &str,
@@ -365,7 +365,11 @@ impl Log for SledStore {
     }
 }
 
-impl Status for SledStore {
+impl Vitals for SledStore {
+    fn kind(&self) -> &'static str {
+        "sled"
+    }
+
     fn healthy(&self) -> impl Future<Output = bool> + Send {
         ready(SledStore::healthy(self))
     }

@@ -523,7 +523,7 @@ fn hot_payload(
 /// for each folded one): (indexed, of which folded).
 fn index_operator_events(trees: &Trees) -> Result<(usize, usize), StoreError> {
     let log = &trees.log;
-    let operator = crate::engine::health::OPERATOR_ACCOUNT;
+    let operator = crate::model::OPERATOR_ACCOUNT;
     let (mut indexed, mut folded) = (0, 0);
     let mut batch = sled::Batch::default();
     for row in log.scan_prefix(key::account_events(operator)).values() {

@@ -96,7 +96,7 @@ use fold::Place;
 pub use queue::SledClaim;
 pub use retention::Pruned;
 
-pub(crate) use super::directory::Directory;
+pub(crate) use super::directory::DirectoryCopy;
 use super::files;
 pub(crate) use super::{
     lane_of, Changed, DebounceRule, DeliveryFilter, DueDelivery, IngestOutcome, Lane, NewEvent,
@@ -423,7 +423,7 @@ pub struct SledStore {
     quota_fault: AtomicBool,
     commit_tx: mpsc::Sender<commit::Job>,
     /// Endpoints and synced plans in memory ([`directory`]).
-    directory: Directory,
+    directory: DirectoryCopy,
     /// Serializes endpoint changes (API and engine alike): each reads the current endpoint,
     /// changes it and writes both sled and the map under it; the fsync that makes a change
     /// durable happens after it is released, so changes never queue behind one another's fsync.
@@ -491,7 +491,7 @@ impl SledStore {
             committer: Mutex::new(Some(committer)),
             quota_fault: AtomicBool::new(false),
             commit_tx,
-            directory: Directory::new(endpoints, plans),
+            directory: DirectoryCopy::new(endpoints, plans),
             endpoint_writes: Mutex::new(()),
             buckets: Mutex::default(),
             fold_cursor: Mutex::default(),

@@ -342,7 +342,7 @@ impl Inner {
 }
 
 /// The account an operator event is about: its payload's `data.account_id`, for an event of
-/// the reserved operator account ([`crate::engine::health::OPERATOR_ACCOUNT`]).
+/// the reserved operator account ([`crate::model::OPERATOR_ACCOUNT`]).
 pub(super) fn operator_subject(account_id: &str, payload: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Payload {
@@ -352,7 +352,7 @@ pub(super) fn operator_subject(account_id: &str, payload: &[u8]) -> Option<Strin
     struct Data {
         account_id: Option<String>,
     }
-    if account_id != crate::engine::health::OPERATOR_ACCOUNT {
+    if account_id != crate::model::OPERATOR_ACCOUNT {
         return None;
     }
     serde_json::from_slice::<Payload>(payload)
