@@ -28,7 +28,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's defaults; a store of 10,000,000 folded attempts serves at 121 MiB ingesting and
 /// 143 MiB delivering against 135 and 171), with the same ingest and delivery rates.
 #[cfg(feature = "jemalloc")]
-#[allow(unsafe_code)] // the symbol jemalloc reads; the binary's only unsafe code
+#[allow(unsafe_code)] // the symbol jemalloc reads (the binary's other unsafe code is below)
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: MallocConf = MallocConf(
     c"narenas:2,tcache_max:4096,dirty_decay_ms:500,muzzy_decay_ms:0,background_thread:true"

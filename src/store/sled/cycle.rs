@@ -112,7 +112,7 @@ impl Cycle {
             }
         }
         inner.trees.log.apply_batch(batch)?;
-        inner.sync()?;
+        inner.sync_only()?;
         if let Some(path) = record {
             undo::discard(&path);
         }

@@ -222,6 +222,20 @@ impl Inner {
     /// fails the store for good ([`health`]), and so does a data directory that is no longer
     /// where it was opened: nothing synced into unlinked files is durable.
     fn sync(&self) -> Result<(), StoreError> {
+        self.sync_only()?;
+        #[cfg(test)]
+        if self.faults.look.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(
+                std::io::Error::other("injected: cannot look at the data directory").into(),
+            );
+        }
+        self.health.usable()
+    }
+
+    /// The flush and fdatasync of [`Inner::sync`] without its look at the data directory: for
+    /// an undo, which must reach the disk even when that look failed the commit it undoes (a
+    /// transient `stat` error would fail the undo too, and keep its fresh seconds for good).
+    fn sync_only(&self) -> Result<(), StoreError> {
         self.health.not_failed()?;
         let started = std::time::Instant::now();
         let synced = self.sync_files();
@@ -232,7 +246,7 @@ impl Inner {
         self.metrics
             .fsync_duration
             .observe_duration(started.elapsed());
-        self.health.usable()
+        Ok(())
     }
 
     fn sync_files(&self) -> Result<(), StoreError> {
@@ -325,9 +339,11 @@ impl Inner {
     /// only once a shard has queued 64 of them. A bulk read or write touches each leaf page
     /// (up to 17 chunks of 6 KiB) once or a few times, so the pages it loads stay in memory,
     /// whatever `storage.cache_capacity`, until every shard has seen 64 accesses: a backup of
-    /// 225 MB of payloads grew herald by 196 MiB. A leaf holds at least 8 rows (sled splits it
-    /// past 16), so reading each of its chunks 8 times reaches 64 accesses on its shard, which
-    /// then evicts down to its share of the cache. Each read is of a page in memory (a few
+    /// 225 MB of payloads grew herald by 196 MiB. A leaf of chunks written in order holds 8 to
+    /// 17 rows (sled splits one past 16; deletions can leave as few as 4 before it merges), so
+    /// reading each chunk 8 times makes 64 accesses on its shard for most leaves, and the
+    /// shard's queue, shared by every page whose id falls in it, fills with the next ones; the
+    /// shard then evicts down to its share of the cache. Each read is of a page in memory (a few
     /// microseconds per chunk); an event whose payload is inline or folded has no chunk rows,
     /// and the reads find nothing.
     pub(super) fn let_go_of_payload(

@@ -29,6 +29,9 @@ mod minutes_tests;
 pub(crate) struct Faults {
     /// The committer's flush + fsync.
     pub sync: AtomicBool,
+    /// The look at the data directory after a sync fails, as a transient `stat` error makes it
+    /// (`EIO`, `ESTALE`): every look while this is set.
+    pub look: AtomicBool,
     /// The committer's undo of a failed cycle (in sled).
     pub undo: AtomicBool,
     /// The undo's own file, written before the undo is tried in sled.
@@ -317,6 +320,35 @@ async fn an_export_page_read_before_a_commit_s_fsync_answers_after_it() {
     let (page, _) = export.await.unwrap().unwrap();
     assert_eq!(page.len(), 2);
     assert_eq!(page[0].meta.id, second, "newest first");
+    close(store);
+}
+
+/// A commit whose fsync succeeded but whose look at the data directory failed (a transient
+/// `stat` error) is answered 503 and undone; the undo reaches the disk whatever the look says,
+/// and its fresh seconds leave the buckets, so the watermark goes past them. Before, the undo
+/// failed the same look and the buckets kept them until a restart.
+#[tokio::test]
+async fn a_commit_failed_by_a_transient_look_is_undone_and_its_seconds_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.inner.faults.look.store(true, Ordering::SeqCst);
+    assert!(
+        store.ingest(vec![event("a", &[LANE], T0)]).await.is_err(),
+        "answered 503"
+    );
+    store.inner.faults.look.store(false, Ordering::SeqCst);
+    {
+        let fresh = store.inner.lock_fresh();
+        assert_eq!(
+            fresh.watermark(),
+            fresh.last_event,
+            "no fresh second is left of the undone cycle"
+        );
+    }
+    assert_eq!(store.stats().get(DeliveryState::Pending), 0);
+    let later = store.ingest(vec![event("a", &[LANE], T0 + 1_000)]).await;
+    assert!(later.is_ok(), "the store goes on: {later:?}");
     close(store);
 }
 
