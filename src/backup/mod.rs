@@ -110,10 +110,10 @@ where
     Ok(totals)
 }
 
-/// A restore writes events in batches of this much payload, an eighth of a page: a store holds
-/// a few times what one write carries until it is flushed (sled's log buffers rewrite each row
-/// as its page consolidates and splits), and two batches are in memory at a time (the one
-/// written, the next decoded).
+/// A restore writes events in batches of this many bytes of records (payloads and attempts),
+/// an eighth of a page: a store holds a few times what one write carries until it is flushed
+/// (sled's log buffers rewrite each row as its page consolidates and splits), and two batches
+/// are in memory at a time (the one written, the next decoded).
 const RESTORE_BATCH_BYTES: usize = 1 << 20;
 
 /// The directory as it is now: every account's usage, plan, endpoints (with their client

@@ -577,6 +577,8 @@ impl<R: Read> Reader<R> {
                     let archived: ArchivedEvent = serde_json::from_slice(&line).map_err(|e| {
                         Self::damaged(index, &kind, format!("a record cannot be read ({e})"))
                     })?;
+                    // A batch is bounded by the records' sizes: a payload and its attempts.
+                    bytes += line.len();
                     drop(line);
                     let event = archived
                         .into_history()
@@ -594,7 +596,6 @@ impl<R: Read> Reader<R> {
                         ));
                     }
                     self.last_event = Some(id);
-                    bytes += event.payload.len();
                     let deliveries = event.deliveries.len() as u64;
                     if let Some(o) = self.open.as_mut() {
                         o.deliveries += deliveries;

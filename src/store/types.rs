@@ -14,8 +14,9 @@ use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta, Status};
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 
 /// A page of the archive ([`super::contract::Archive::export_events`]) ends after this many
-/// events, or once its payloads reach [`ARCHIVE_PAGE_BYTES`] (an event larger is a page alone),
-/// so that a backup or a restore holds a bounded number of bytes whatever the payloads' sizes.
+/// events, or once its events' payloads and attempts ([`EventHistory::bytes`]) reach
+/// [`ARCHIVE_PAGE_BYTES`] (an event larger is a page alone), so that a backup or a restore holds
+/// a bounded number of bytes whatever the payloads' sizes and however many attempts were kept.
 pub const ARCHIVE_PAGE_EVENTS: usize = 1000;
 /// See [`ARCHIVE_PAGE_EVENTS`].
 pub const ARCHIVE_PAGE_BYTES: usize = 8 << 20;
@@ -295,6 +296,29 @@ pub struct EventHistory {
     /// `lane_seq`: there event ids do not grow in commit order); empty, or `None` for a
     /// delivery, where the lane's order is its ids' (one box) or it is in no lane.
     pub lane_seqs: Vec<Option<i64>>,
+}
+
+impl EventHistory {
+    /// What the event takes in a page ([`ARCHIVE_PAGE_BYTES`]): its payload and what its
+    /// attempts keep (response bodies, errors, URLs, request headers), which for a small event
+    /// fanned out to many endpoints and retried is most of it.
+    pub fn bytes(&self) -> usize {
+        let attempts: usize = self
+            .deliveries
+            .iter()
+            .flat_map(|(_, attempts)| attempts)
+            .map(|a| {
+                a.response_body.len()
+                    + a.error.as_ref().map_or(0, String::len)
+                    + a.url.as_ref().map_or(0, String::len)
+                    + a.request_headers
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+            })
+            .sum();
+        self.payload.len() + attempts
+    }
 }
 
 /// What a backup carries besides the log, one row at a time ([`crate::backup`]). Secrets are in

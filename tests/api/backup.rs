@@ -884,9 +884,8 @@ async fn a_restore_that_fails_halfway_leaves_the_target_as_it_found_it() {
     }
 }
 
-/// 600 events of 250 KB (a page of 1,000 would be 250 MB) in a herald, its pid, and its RSS in
-/// KiB before `herald backup` wrote their archive, with the peak during it (`/proc`'s VmHWM,
-/// reset first), the archive and its directory.
+/// 600 events of 250 KB (a page of 1,000 would be 250 MB) in a herald, and its
+/// [`measured_backup`].
 async fn large_backup() -> (Herald, u64, u64, std::path::PathBuf, tempfile::TempDir) {
     const EVENTS: usize = 600;
     let h = Herald::start("[server]\nmax_body_bytes = 1048576\n").await;
@@ -899,6 +898,13 @@ async fn large_backup() -> (Herald, u64, u64, std::path::PathBuf, tempfile::Temp
             .await;
         assert_eq!(status, 202, "{answer}");
     }
+    let (before, peak, archive, dir) = measured_backup(&h).await;
+    (h, before, peak, archive, dir)
+}
+
+/// `herald backup` of `h`: herald's RSS in KiB before it, the peak during it (`/proc`'s VmHWM,
+/// reset first), the archive and its directory.
+async fn measured_backup(h: &Herald) -> (u64, u64, std::path::PathBuf, tempfile::TempDir) {
     let pid = h.pid().expect("herald runs");
     let status_file = format!("/proc/{pid}/status");
     // The peak is reset, so that it measures the backup alone.
@@ -907,7 +913,7 @@ async fn large_backup() -> (Herald, u64, u64, std::path::PathBuf, tempfile::Temp
     let before = proc_status_kib(&text, "VmRSS:").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("large.backup");
-    let config = backup_config(&h, dir.path());
+    let config = backup_config(h, dir.path());
     let (ok, out) = run(vec![
         "backup".into(),
         "--config".into(),
@@ -920,7 +926,7 @@ async fn large_backup() -> (Herald, u64, u64, std::path::PathBuf, tempfile::Temp
     let text = std::fs::read_to_string(&status_file).unwrap();
     let peak = proc_status_kib(&text, "VmHWM:").unwrap();
     println!("herald: {before} KiB before the backup, {peak} KiB at its peak");
-    (h, before, peak, archive, dir)
+    (before, peak, archive, dir)
 }
 
 /// The peak RSS in KiB of `restore --check` of the small format-1 fixture: what checking an
@@ -966,6 +972,69 @@ async fn a_backup_and_a_restore_of_large_events_stay_within_64_mib() {
     let base = small_check_peak().await;
     let (ok, out, peak) = restore_measured(&dir.path().join("restored"), &archive).await;
     assert!(ok, "{out}");
+    println!("restore: {peak} KiB at its peak, {base} KiB for checking a small archive");
+    assert!(
+        peak < base + 64 * 1024,
+        "restore: {peak} KiB, base {base} KiB"
+    );
+}
+
+/// A page is bounded by what its events carry, not their payloads alone: 1,000 events of a few
+/// bytes, each fanned out to 24 endpoints that answered with a 4 KiB body (about 98 MB of
+/// attempts, which one page of 1,000 events held whole), are backed up with herald's RSS rising
+/// by at most 64 MiB, and restored into a sled directory within 64 MiB of what checking a
+/// small archive takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_count_toward_a_page_as_payloads_do() {
+    const EVENTS: usize = 1000;
+    const ENDPOINTS: usize = 24;
+    let w = World::start(
+        "",
+        "[endpoints]\nrequire_verification = false\nmax_per_account = 24\n",
+    )
+    .await;
+    let body: String = (0..4096 / 32)
+        .map(|_| format!("{:032x}", rand::random::<u128>()))
+        .collect();
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(move |_, _| Reply::status(200).with_body(body.clone())),
+    );
+    for i in 0..ENDPOINTS {
+        w.endpoint("acc", &recv.url(&format!("/e{i}")), json!({}))
+            .await;
+    }
+    let h = &w.herald;
+    for n in 0..EVENTS {
+        let (status, answer) = h
+            .ingest(json!({"account_id": "acc", "type": "order.created", "payload": {"n": n}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    common::wait_until(
+        Duration::from_secs(120),
+        "every delivery is made",
+        || async {
+            let (_, pending) = h
+                .admin("GET", "/v1/deliveries?state=pending&limit=1", None)
+                .await;
+            recv.count() >= EVENTS * ENDPOINTS
+                && pending["items"].as_array().is_some_and(Vec::is_empty)
+        },
+    )
+    .await;
+    let (before, peak, archive, dir) = measured_backup(h).await;
+    assert!(
+        peak < before + 64 * 1024,
+        "herald's RSS rose from {before} KiB to {peak} KiB during the backup"
+    );
+    let base = small_check_peak().await;
+    let (ok, out, peak) = restore_measured(&dir.path().join("restored"), &archive).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("{} attempts", EVENTS * ENDPOINTS)),
+        "{out}"
+    );
     println!("restore: {peak} KiB at its peak, {base} KiB for checking a small archive");
     assert!(
         peak < base + 64 * 1024,

@@ -37,11 +37,19 @@ impl PgStore {
             .start()
             .await?;
         // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
-        // The page's sizes first: it ends once its payloads reach `ARCHIVE_PAGE_BYTES`.
+        // The page's sizes first: it ends once its payloads and attempts reach
+        // `ARCHIVE_PAGE_BYTES` (as `EventHistory::bytes` counts them).
         let sizes = tx
             .query(
-                "SELECT id, octet_length(payload)::bigint FROM events WHERE id < $1
-                 ORDER BY id DESC LIMIT $2",
+                "SELECT e.id, octet_length(e.payload)::bigint
+                        + COALESCE((SELECT sum(octet_length(a.response_body)
+                                               + COALESCE(octet_length(a.error), 0)
+                                               + COALESCE(octet_length(a.url), 0)
+                                               + octet_length(a.request_headers::text))
+                                      FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
+                                     WHERE d.event_id = e.id), 0)::bigint
+                 FROM events e WHERE e.id < $1
+                 ORDER BY e.id DESC LIMIT $2",
                 &[&upper, &(limit as i64)],
             )
             .await?;

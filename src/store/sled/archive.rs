@@ -40,7 +40,7 @@ impl SledStore {
                 seen += 1;
                 // An event removed since (retention) is not in the backup.
                 if let Some(h) = self.history_now(event)? {
-                    bytes += h.payload.len();
+                    bytes += h.bytes();
                     out.push(h);
                 }
                 if seen == limit || bytes >= ARCHIVE_PAGE_BYTES {
@@ -51,10 +51,8 @@ impl SledStore {
         })?;
         // Outside the consistent read, which a fold meanwhile makes read again.
         for h in &page {
-            if h.payload.len() > codec::INLINE_PAYLOAD {
-                if let Some(event) = ids::parse(EVENT, &h.meta.id) {
-                    inner.let_go_of_payload(event, h.payload.len())?;
-                }
+            if let Some(event) = ids::parse(EVENT, &h.meta.id) {
+                inner.let_go_of_rows(h, event)?;
             }
         }
         Ok((page, next))
@@ -124,7 +122,7 @@ impl SledStore {
         let mut states = Vec::new();
         let mut fresh = Vec::new();
         let mut newest = 0u128;
-        let mut chunked = Vec::new();
+        let mut written = Vec::with_capacity(events.len());
         for h in &events {
             let event = ids::parse(EVENT, &h.meta.id)
                 .ok_or_else(|| StoreError::Format(format!("{} is not an event id", h.meta.id)))?;
@@ -135,8 +133,8 @@ impl SledStore {
                 .map(|(d, _)| lane_of(d.endpoint_id.as_deref()))
                 .collect();
             let encoded = codec::encode_event(&h.meta, &targets, &h.payload)?;
+            written.push(event);
             if !encoded.payload_inline {
-                chunked.push((event, h.payload.len()));
                 for (i, chunk) in h.payload.chunks(codec::CHUNK).enumerate() {
                     batch.insert(&key::chunk(event, i as u32)[..], chunk);
                 }
@@ -216,8 +214,8 @@ impl SledStore {
         // Written out now: rows not yet flushed stay in sled's cache whatever its capacity,
         // so a restore that only wrote would hold the whole archive in memory.
         inner.db.flush()?;
-        for (event, payload_len) in chunked {
-            inner.let_go_of_payload(event, payload_len)?;
+        for (h, event) in events.iter().zip(written) {
+            inner.let_go_of_rows(h, event)?;
         }
         inner.keys.add(&key_rows, newest)?;
         ids::observe(newest);

@@ -217,6 +217,10 @@ impl Drop for Claim {
     }
 }
 
+/// A row this large or larger is let go of after a bulk read or write
+/// ([`Inner::let_go_of_rows`]).
+const LARGE_ROW: usize = 1024;
+
 impl Inner {
     /// sled's flush (a `sync_file_range`), then a real fdatasync of its data file. A failure
     /// fails the store for good ([`health`]), and so does a data directory that is no longer
@@ -332,28 +336,45 @@ impl Inner {
         Ok(Some((rec, payload, place)))
     }
 
-    /// Lets sled's cache evict the pages holding an event's payload chunks, just read or
-    /// written in bulk (a backup's pages, a restore's), by reading each chunk again.
+    /// Lets sled's cache evict the pages holding an event's large rows (its payload chunks,
+    /// its attempts that kept a large response), just read or written in bulk (a backup's
+    /// pages, a restore's), by reading each of them again.
     ///
     /// sled 0.34 counts accesses in 256 shards of its page table and looks for pages to evict
     /// only once a shard has queued 64 of them. A bulk read or write touches each leaf page
-    /// (up to 17 chunks of 6 KiB) once or a few times, so the pages it loads stay in memory,
-    /// whatever `storage.cache_capacity`, until every shard has seen 64 accesses: a backup of
-    /// 225 MB of payloads grew herald by 196 MiB. A leaf of chunks written in order holds 8 to
-    /// 17 rows (sled splits one past 16; deletions can leave as few as 4 before it merges), so
-    /// reading each chunk 8 times makes 64 accesses on its shard for most leaves, and the
-    /// shard's queue, shared by every page whose id falls in it, fills with the next ones; the
-    /// shard then evicts down to its share of the cache. Each read is of a page in memory (a few
-    /// microseconds per chunk); an event whose payload is inline or folded has no chunk rows,
-    /// and the reads find nothing.
-    pub(super) fn let_go_of_payload(
+    /// (up to 17 rows) once or a few times, so the pages it loads stay in memory, whatever
+    /// `storage.cache_capacity`, until every shard has seen 64 accesses: a backup of 225 MB of
+    /// payloads grew herald by 196 MiB. A leaf of rows written in order holds 8 to 17 of them
+    /// (sled splits one past 16; deletions can leave as few as 4 before it merges), so reading
+    /// each row 8 times makes 64 accesses on its shard for most leaves, and the shard's queue,
+    /// shared by every page whose id falls in it, fills with the next ones; the shard then
+    /// evicts down to its share of the cache. Each read is of a page in memory (a few
+    /// microseconds a row). Rows under [`LARGE_ROW`] are left alone: their pages are small. A
+    /// row folded since, or never written, is not found, at the same cost.
+    pub(super) fn let_go_of_rows(
         &self,
+        h: &crate::store::EventHistory,
         event: u128,
-        payload_len: usize,
     ) -> Result<(), StoreError> {
         const READS: usize = 8;
-        for index in 0..payload_len.div_ceil(codec::CHUNK) {
-            let key = key::chunk(event, index as u32);
+        let chunks = match h.payload.len() > codec::INLINE_PAYLOAD {
+            true => h.payload.len().div_ceil(codec::CHUNK),
+            false => 0,
+        };
+        let chunks = (0..chunks).map(|i| key::chunk(event, i as u32));
+        let attempts = h
+            .deliveries
+            .iter()
+            .enumerate()
+            .flat_map(|(index, (_, attempts))| {
+                attempts
+                    .iter()
+                    .filter(|a| {
+                        a.response_body.len() + a.error.as_ref().map_or(0, String::len) >= LARGE_ROW
+                    })
+                    .map(move |a| key::attempt(ids::delivery_of(event, index), a.number))
+            });
+        for key in chunks.chain(attempts) {
             for _ in 0..READS {
                 self.trees.log.get(key)?;
             }
