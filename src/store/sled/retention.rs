@@ -4,7 +4,8 @@
 //! Events are keyed by time-ordered ULIDs, so a sweep walks them oldest first and stops at the
 //! first one inside the retention window. An event goes together with its payload and its
 //! deliveries' attempts, and only when none of its deliveries is still pending: pending work is
-//! never pruned. The event row goes last, so a sweep cut short by a crash finishes next time.
+//! never pruned. Each event's rows go in one batch, which sled applies whole or not at all,
+//! after a crash too: an event is there with all its rows or gone.
 //! Rows a crash left without their event (payload chunks, target rows, attempts, pending
 //! entries written before an event row that never was) go once they are older than the window
 //! too (a pending entry without its event is dropped by the engine when it comes due).
@@ -100,25 +101,40 @@ impl SledStore {
             }
             #[cfg(test)]
             self.inner.faults.hold_pruning();
-            for (i, d) in deliveries.iter().enumerate() {
-                let ulid = ids::delivery_of(event, i);
-                for a in t.log.scan_prefix(key::attempts(ulid)).keys() {
-                    t.log.remove(a?)?;
-                    out.attempts += 1;
+            // Every row of the event in one batch: sled applies a batch whole or not at all,
+            // after a crash too, so an event is never left without some of its rows (its
+            // attempts gone, it would read as pending for ever; its chunks gone, unreadable).
+            let mut batch = sled::Batch::default();
+            let mut attempts = 0;
+            for i in 0..deliveries.len() {
+                for a in t
+                    .log
+                    .scan_prefix(key::attempts(ids::delivery_of(event, i)))
+                    .keys()
+                {
+                    batch.remove(a?);
+                    attempts += 1;
                 }
-                self.inner.stats.forget(d.state);
-                out.deliveries += 1;
             }
             for kind in [key::CHUNK, key::TARGETS] {
                 for r in t.log.scan_prefix(key::of(kind, event)).keys() {
-                    t.log.remove(r?)?;
+                    batch.remove(r?);
                 }
             }
+            batch.remove(&k[..]);
+            #[cfg(test)]
+            self.inner.faults.check(&self.inner.faults.prune_write)?;
+            t.log.apply_batch(batch)?;
+            // Counted out once its rows are gone.
+            for d in &deliveries {
+                self.inner.stats.forget(d.state);
+            }
+            out.attempts += attempts;
+            out.deliveries += deliveries.len();
             // Its idempotency key claims nothing once the event is gone: it goes too, so
             // keys live no longer than their events (a key row kept for its day among rows
             // that retention frees keeps sled from reusing their space).
             released.extend(keys::event_rows(&rec.meta, event));
-            t.log.remove(&k)?;
             out.events += 1;
         }
         out.next = None;

@@ -40,6 +40,8 @@ pub(crate) struct Faults {
     pub delivery_write: AtomicBool,
     /// The folder's batch.
     pub fold_write: AtomicBool,
+    /// Retention's batch removing one event.
+    pub prune_write: AtomicBool,
     /// Kill -9 this process right after a batch that moves events between hot rows and folds
     /// is applied (in sled's memory, not yet flushed): see `fold_tests`.
     pub kill_after_fold: AtomicBool,
@@ -1696,6 +1698,58 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     assert_eq!(
         pending, 2,
         "the other's, each counted once before the restart"
+    );
+    close(store);
+}
+
+/// Retention removes an event with all its rows or not at all: when its write fails, the event
+/// reads whole (its payload, its delivery and attempt) and is still counted; the next sweep
+/// removes it and counts it out once. Before, its rows went one by one, and a failure or a
+/// crash between them left an event without its attempts (pending for ever) or chunks
+/// (unreadable: every later backup failed).
+#[tokio::test]
+async fn retention_removes_an_event_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let mut ev = event("a", &[LANE], T0);
+    ev.payload = Bytes::from(format!(r#"{{"pad":"{}"}}"#, "x".repeat(20_000)));
+    let out = store.ingest(vec![ev]).await.unwrap();
+    let d = created(&out[0]).1[0].clone();
+    {
+        let _claim = store
+            .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
+            .unwrap();
+        let mut failed = d.clone();
+        failed.state = DeliveryState::Failed;
+        failed.attempt_count = 1;
+        failed.next_attempt_at = None;
+        store
+            .update_delivery(&d, &failed, Some(&attempt(1, Status::HttpError, T0)))
+            .unwrap();
+    }
+    store.inner.faults.prune_write.store(true, Ordering::SeqCst);
+    assert!(
+        store.prune_events(T0 + 1, None, 10).is_err(),
+        "the write failed"
+    );
+    let (page, _) = store.export_events(None, 10).unwrap();
+    assert_eq!(page.len(), 1, "the event reads whole");
+    assert_eq!(page[0].payload.len(), 20_010);
+    assert_eq!(page[0].deliveries[0].1.len(), 1, "with its attempt");
+    assert_eq!(
+        store.stats().get(DeliveryState::Failed),
+        1,
+        "and is counted"
+    );
+
+    let p = store.prune_events(T0 + 1, None, 10).unwrap();
+    assert_eq!((p.events, p.deliveries, p.attempts), (1, 1, 1));
+    assert!(store.export_events(None, 10).unwrap().0.is_empty());
+    assert_eq!(
+        store.stats().get(DeliveryState::Failed),
+        0,
+        "counted out once"
     );
     close(store);
 }
