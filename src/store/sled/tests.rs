@@ -1702,6 +1702,24 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     close(store);
 }
 
+/// Ends `d` failed after one attempt, as the engine would.
+fn end_failed(store: &SledStore, d: &Delivery) {
+    let _claim = store
+        .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
+        .unwrap();
+    let mut failed = d.clone();
+    failed.state = DeliveryState::Failed;
+    failed.attempt_count = 1;
+    failed.next_attempt_at = None;
+    store
+        .update_delivery(
+            d,
+            &failed,
+            Some(&attempt(1, Status::HttpError, d.created_at)),
+        )
+        .unwrap();
+}
+
 /// Retention removes an event with all its rows or not at all: when its write fails, the event
 /// reads whole (its payload, its delivery and attempt) and is still counted; the next sweep
 /// removes it and counts it out once. Before, its rows went one by one, and a failure or a
@@ -1715,19 +1733,7 @@ async fn retention_removes_an_event_whole_or_not_at_all() {
     let mut ev = event("a", &[LANE], T0);
     ev.payload = Bytes::from(format!(r#"{{"pad":"{}"}}"#, "x".repeat(20_000)));
     let out = store.ingest(vec![ev]).await.unwrap();
-    let d = created(&out[0]).1[0].clone();
-    {
-        let _claim = store
-            .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
-            .unwrap();
-        let mut failed = d.clone();
-        failed.state = DeliveryState::Failed;
-        failed.attempt_count = 1;
-        failed.next_attempt_at = None;
-        store
-            .update_delivery(&d, &failed, Some(&attempt(1, Status::HttpError, T0)))
-            .unwrap();
-    }
+    end_failed(&store, &created(&out[0]).1[0]);
     store.inner.faults.prune_write.store(true, Ordering::SeqCst);
     assert!(
         store.prune_events(T0 + 1, None, 10).is_err(),
@@ -1771,22 +1777,7 @@ async fn a_purge_and_retention_take_an_ended_delivery_out_of_the_counts_once() {
             .unwrap();
         ended.push(created(&out[0]).1[0].clone());
     }
-    for d in &ended {
-        let _claim = store
-            .claim(ids::parse(ids::DELIVERY, &d.id).unwrap())
-            .unwrap();
-        let mut failed = d.clone();
-        failed.state = DeliveryState::Failed;
-        failed.attempt_count = 1;
-        failed.next_attempt_at = None;
-        store
-            .update_delivery(
-                d,
-                &failed,
-                Some(&attempt(1, Status::HttpError, d.created_at)),
-            )
-            .unwrap();
-    }
+    ended.iter().for_each(|d| end_failed(&store, d));
     assert_eq!(store.stats().get(DeliveryState::Failed), 3);
 
     // Retention removes the account's older events, held at the first of them.
