@@ -568,7 +568,9 @@ pub trait Archive {
 /// and add what they counted every few seconds (docs/api.md, "Endpoints").
 pub trait Minutes {
     /// Adds each (endpoint id, minute) to what is kept for that minute: counts and latency sums
-    /// add up, the max is the larger. Flushed; on `Err` nothing was added.
+    /// add up, the max is the larger. Only for endpoints that exist: one deleted since the
+    /// counts were taken (its account purged) gets no row, even when its delete races the add.
+    /// Flushed; on `Err` nothing was added.
     fn add_minutes(
         &self,
         minutes: Vec<(String, Minute)>,

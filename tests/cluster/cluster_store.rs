@@ -1625,3 +1625,70 @@ async fn a_restored_ordered_backlog_keeps_its_commit_order() {
     }
     assert_eq!(attempted, committed, "in commit order, not id order");
 }
+
+/// A flush of chart minutes that races the delete of their endpoint (its account purged) adds
+/// no row for it: the flush waits for the delete and finds the endpoint gone. Before, it wrote
+/// the rows back after the purge had removed the endpoint's minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_of_minutes_racing_the_delete_of_their_endpoint_adds_none() {
+    let c = Cluster::new().await;
+    let node = c.node().await;
+    node.create_endpoint(endpoint(ENDPOINTS[0], "acct"), 10)
+        .await
+        .unwrap();
+    node.create_endpoint(endpoint(ENDPOINTS[1], "other"), 10)
+        .await
+        .unwrap();
+    // The delete is under way, not yet committed, when the flush comes.
+    let mut other = c.database().dedicated().await.expect("connect");
+    let tx = other.transaction().await.unwrap();
+    tx.execute("DELETE FROM endpoints WHERE id = $1", &[&ENDPOINTS[0]])
+        .await
+        .unwrap();
+    let minute = |at: i64| {
+        let mut m = herald::store::Minute {
+            at,
+            latency_sum_ms: 5,
+            latency_max_ms: 5,
+            ..Default::default()
+        };
+        m.counts[Status::Delivered as usize] = 1;
+        m
+    };
+    let at = START.div_euclid(60_000) * 60_000;
+    let flushing = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            node.add_minutes(vec![
+                (ENDPOINTS[0].to_string(), minute(at)),
+                (ENDPOINTS[1].to_string(), minute(at)),
+            ])
+            .await
+        })
+    };
+    common::wait_until(Duration::from_secs(20), "the flush waits", || async {
+        c.count(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%endpoint_minutes%' AND query NOT LIKE '%pg_stat_activity%'",
+        ) == 1
+    })
+    .await;
+    tx.commit().await.unwrap();
+    flushing.await.unwrap().unwrap();
+    assert_eq!(
+        c.count(&format!(
+            "SELECT count(*) FROM endpoint_minutes WHERE endpoint_id = '{}'",
+            ENDPOINTS[0]
+        )),
+        0,
+        "no minute of the deleted endpoint"
+    );
+    assert_eq!(
+        c.count(&format!(
+            "SELECT count(*) FROM endpoint_minutes WHERE endpoint_id = '{}'",
+            ENDPOINTS[1]
+        )),
+        1,
+        "the other endpoint's minute is added"
+    );
+}

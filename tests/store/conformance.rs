@@ -1600,6 +1600,12 @@ async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed() {
             let store = s.store.clone();
             async move { store.add_minutes(v).await.expect("add minutes") }
         };
+        for id in [EP_A, EP_B] {
+            s.store.put_endpoint(endpoint(id, "acct")).await.unwrap();
+        }
+        // An endpoint that does not exist (deleted since its attempts were counted) gets none.
+        let none = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
+        add(vec![(none.into(), minute(t0, 1, 0, 1))]).await;
         // Two nodes' flushes of the same minute add up; the max is the larger.
         add(vec![
             (EP_A.into(), minute(t0, 2, 1, 100)),
@@ -1626,7 +1632,6 @@ async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed() {
             s.store.endpoint_minutes(EP_B, 0).await.unwrap(),
             vec![minute(t0, 5, 0, 1)]
         );
-        let none = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
         assert!(s.store.endpoint_minutes(none, 0).await.unwrap().is_empty());
         // Trimming drops what starts before the cut, for every endpoint.
         let gone = s.store.trim_minutes(t0 + Minute::MS).await.unwrap();
@@ -1647,6 +1652,9 @@ async fn a_large_flush_of_minutes_adds_up_and_trims_by_time() {
         let ids: Vec<String> = (0..40)
             .map(|i| format!("ep_01HZZZZZZZZZZZZZZZZZZZZZ{i:02}"))
             .collect();
+        for id in &ids {
+            s.store.put_endpoint(endpoint(id, "acct")).await.unwrap();
+        }
         let mut flush = Vec::new();
         for (i, id) in ids.iter().enumerate() {
             // Every 37th minute over 26 hours, and the first minute twice.

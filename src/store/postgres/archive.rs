@@ -234,7 +234,9 @@ pub struct RestoreHold {
 
 impl RestoreHold {
     /// Takes the lock, brings the schema up to date, refuses while a node was seen within
-    /// `lease_ms` of `now`, and notes the tables that are empty.
+    /// [`super::versions::live_span`] of `now` (the lease, and at least two beats: a node that
+    /// beats every 5 s is live under a lease shorter than 10 s too), and notes the tables that
+    /// are empty.
     pub async fn take(
         mut client: tokio_postgres::Client,
         now: Millis,
@@ -249,10 +251,11 @@ impl RestoreHold {
         super::migrate(&mut client, lease)
             .await
             .map_err(|e| e.to_string())?;
+        let span = super::versions::live_span(lease).as_millis() as i64;
         let live: Vec<String> = client
             .query(
                 "SELECT name FROM nodes WHERE seen_at >= $1 ORDER BY name",
-                &[&(now - lease_ms)],
+                &[&(now - span)],
             )
             .await
             .map_err(failed)?

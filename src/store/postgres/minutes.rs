@@ -12,9 +12,15 @@ use crate::store::{Minute, StoreError};
 
 /// Adds a flush's rows in one statement, whatever their number: the rows come as arrays, one
 /// per column, each (endpoint, minute) at most once (an upsert cannot change a row twice).
+/// Adds to the minutes of endpoints that exist: an endpoint deleted (its account purged)
+/// since a node counted its attempts gets no row back. Each endpoint's row is key-share locked,
+/// so a delete of it waits for the flush (whose rows the purge's delete of the minutes, later,
+/// then sees) or the flush waits for the delete and finds it gone.
 const ADD: &str = "
 INSERT INTO endpoint_minutes AS m (endpoint_id, minute, counts, latency_sum_ms, latency_max_ms)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::bigint[], $5::bigint[])
+              AS t(endpoint_id, minute, counts, latency_sum_ms, latency_max_ms)
+WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id FOR KEY SHARE)
 ON CONFLICT (endpoint_id, minute) DO UPDATE SET
     counts = (SELECT coalesce(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
         SELECT k, sum(v::bigint) AS n FROM (

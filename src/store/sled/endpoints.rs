@@ -206,7 +206,7 @@ impl SledStore {
         };
     }
 
-    fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+    pub(super) fn lock_endpoint_writes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.endpoint_writes
             .lock()
             .unwrap_or_else(|e| e.into_inner())

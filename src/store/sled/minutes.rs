@@ -102,7 +102,14 @@ const TRIM_BATCH: usize = 1000;
 impl SledStore {
     pub fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
         let tree = &self.inner.trees.minutes;
+        // Only endpoints that exist, looked at under the lock their deletes take: a delete (a
+        // purge) comes after, and its account's minutes are dropped after it, or before, and
+        // none is added.
+        let _endpoints = self.lock_endpoint_writes();
         for (endpoint_id, m) in minutes {
+            if self.directory.endpoint(&endpoint_id).is_none() {
+                continue;
+            }
             let k = key(&endpoint_id, m.at);
             // Read, add, write back only if nobody wrote meanwhile (one flusher per process
             // writes; the loop only guards against a purge or a trim in between).

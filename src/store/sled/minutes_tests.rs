@@ -43,6 +43,9 @@ async fn minute_rows_lie_in_hour_order_and_trim_as_a_key_range() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
+    for id in [EP_A, EP_B] {
+        store.put_endpoint(endpoint(id, "acct")).await.unwrap();
+    }
     let h0 = T0.div_euclid(HOUR) * HOUR;
     let ats = [
         h0,
