@@ -128,7 +128,8 @@ pub struct Reader<R> {
     ended: bool,
     /// The last event id read: events come in strictly descending id order.
     last_event: Option<u128>,
-    /// Where [`Reader::next_part`] ends a batch of events, in bytes of payload.
+    /// Where [`Reader::next_part`] ends a batch of events, in bytes of records (a payload and
+    /// its attempts).
     batch_bytes: usize,
 }
 
@@ -513,7 +514,7 @@ impl<R: Read> Reader<R> {
         }
     }
 
-    /// Ends [`Reader::next_part`]'s batches of events after `bytes` of payload (a page's
+    /// Ends [`Reader::next_part`]'s batches of events after `bytes` of records (a page's
     /// [`ARCHIVE_PAGE_BYTES`] by default; an event larger is a batch alone).
     pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
         self.batch_bytes = bytes;
