@@ -58,12 +58,27 @@ pub struct Trigger {
 pub struct Alerts {
     tx: Option<mpsc::Sender<Trigger>>,
     metrics: Arc<Metrics>,
+    /// The background task, awaited once herald stops ([`Alerts::stopped`]).
+    task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Alerts {
     /// Alerts switched off (no SMTP server configured).
     pub fn off(metrics: Arc<Metrics>) -> Alerts {
-        Alerts { tx: None, metrics }
+        Alerts {
+            tx: None,
+            metrics,
+            task: Arc::default(),
+        }
+    }
+
+    /// Waits for the background task to end after the shutdown signal: the claims of mails
+    /// still being tried are given back first, while the store is open.
+    pub async fn stopped(&self) {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     /// Hands the alert to the background task without waiting; a full queue drops it.
@@ -101,7 +116,9 @@ struct Sender {
 }
 
 /// Starts the background task that sends alert mails until `shutdown` (mails still in their
-/// retries then are given up, with a log line). `public_url`: `server.public_url`, if set.
+/// retries then are given up, with a log line, and give their claims back: the engine awaits
+/// this through [`Alerts::stopped`] before the store closes). `public_url`:
+/// `server.public_url`, if set.
 pub fn start(
     setup: &AlertsSetup,
     extra_ca_file: Option<&Path>,
@@ -128,10 +145,11 @@ pub fn start(
         smtp_port = setup.server.port,
         "failure alerts by mail are on"
     );
-    tokio::spawn(run(sender, rx, shutdown));
+    let task = tokio::spawn(run(sender, rx, shutdown));
     Ok(Alerts {
         tx: Some(tx),
         metrics,
+        task: Arc::new(std::sync::Mutex::new(Some(task))),
     })
 }
 
@@ -141,6 +159,9 @@ pub fn start(
 async fn run(sender: Arc<Sender>, mut rx: mpsc::Receiver<Trigger>, mut shutdown: Shutdown) {
     let sending = Arc::new(Semaphore::new(MAX_SENDING));
     let mut tasks = tokio::task::JoinSet::new();
+    // The claims of mails not yet sent or given up, by mail: given back if herald stops first.
+    let unsettled: Arc<std::sync::Mutex<HashMap<u64, Unsettled>>> = Arc::default();
+    let mut next_mail = 0u64;
     // Per endpoint, whether its last mail is done (sent or given up).
     let mut last: HashMap<String, watch::Receiver<bool>> = HashMap::new();
     loop {
@@ -156,22 +177,30 @@ async fn run(sender: Arc<Sender>, mut rx: mpsc::Receiver<Trigger>, mut shutdown:
             continue;
         };
         let permit = tokio::select! {
-            p = sending.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = shutdown.wait() => break,
+            p = sending.clone().acquire_owned() => p.ok(),
+            _ = shutdown.wait() => None,
+        };
+        let Some(permit) = permit else {
+            // Herald stops before this mail was tried: nobody got it.
+            sender.give_back(&mail.facts, mail.claimed).await;
+            break;
         };
         last.retain(|_, done| !*done.borrow());
         let (done, done_rx) = watch::channel(false);
         let before = last.insert(t.endpoint.id.clone(), done_rx);
         let (s, stop) = (sender.clone(), shutdown.clone());
+        let id = next_mail;
+        next_mail += 1;
+        lock(&unsettled).insert(id, (mail.facts.clone(), mail.claimed));
+        let settled = unsettled.clone();
         tasks.spawn(async move {
             if let Some(mut before) = before {
                 // An error: that task is gone (herald stops); nothing to wait for.
                 let _ = before.wait_for(|d| *d).await;
             }
-            s.send(mail, stop).await;
+            if s.send(mail, stop).await {
+                lock(&settled).remove(&id);
+            }
             let _ = done.send(true);
             drop(permit);
         });
@@ -183,6 +212,18 @@ async fn run(sender: Arc<Sender>, mut rx: mpsc::Receiver<Trigger>, mut shutdown:
         );
     }
     tasks.shutdown().await;
+    // Nobody got them: the next failure after a restart is mailed, not withheld.
+    let left: Vec<Unsettled> = lock(&unsettled).drain().map(|(_, u)| u).collect();
+    for (facts, claimed) in left {
+        sender.give_back(&facts, claimed).await;
+    }
+}
+
+/// A mail's facts and the claim it holds.
+type Unsettled = (mail::Facts, (AlertMark, AlertMark));
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A mail that is to go out.
@@ -281,7 +322,8 @@ impl Sender {
 
     /// Tries the mail up to 3 times over 10 minutes; logs and counts what became of it. A
     /// mail given up gives its claim back (it still counts toward the account's hour).
-    async fn send(&self, mail: Outgoing, mut shutdown: Shutdown) {
+    /// `false` if herald stops first: the claim is left to the caller.
+    async fn send(&self, mail: Outgoing, mut shutdown: Shutdown) -> bool {
         let f = &mail.facts;
         let tries = RETRY_AFTER.len() + 1;
         for n in 1..=tries {
@@ -289,7 +331,7 @@ impl Sender {
                 Ok(()) => {
                     self.metrics.alert(AlertResult::Sent);
                     tracing::info!(endpoint_id = %f.endpoint_id, account_id = %f.account_id, alert = f.kind.as_str(), recipients = mail.recipients, "alert mail sent");
-                    return;
+                    return true;
                 }
                 Err(why) => why,
             };
@@ -297,15 +339,16 @@ impl Sender {
                 self.metrics.alert(AlertResult::Failed);
                 tracing::error!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent after {tries} tries; given up");
                 self.give_back(f, mail.claimed).await;
-                return;
+                return true;
             };
             self.metrics.alert(AlertResult::Retried);
             tracing::warn!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent (try {n} of {tries}); trying again in {}", humantime::format_duration(*wait));
             let at = self.clock.now_ms() + wait.as_millis() as Millis;
             if !wait_until(&*self.clock, at, &mut shutdown).await {
-                return;
+                return false;
             }
         }
+        true
     }
 
     /// Puts the endpoint's mark back as it was before the claim of a mail that did not go out,

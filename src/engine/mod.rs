@@ -182,10 +182,14 @@ impl Engine {
         #[cfg(feature = "postgres")]
         if self.store.shared() {
             self.clone().run_cluster(shutdown, grace).await;
-            return self.flush_minutes().await;
+        } else {
+            self.clone().run_local(shutdown, grace).await;
         }
+        #[cfg(not(feature = "postgres"))]
         self.clone().run_local(shutdown, grace).await;
-        self.flush_minutes().await
+        self.flush_minutes().await;
+        // Before the store closes: alert mails still being tried give their claims back.
+        self.alerts.stopped().await;
     }
 
     /// The scheduler of one box, whose queue is in memory: it takes what is due whenever the

@@ -572,6 +572,41 @@ async fn a_mail_given_up_gives_min_interval_back_but_counts_toward_the_hour() {
     assert_eq!(metric(h, "sent").await, 0);
 }
 
+/// A mail still being tried when herald stops gives its `min_interval` claim back: after a
+/// restart, the endpoint's next failure within the interval is mailed (tried), not withheld
+/// for a mail nobody got. Before, the claim stayed and that failure was `suppressed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_still_being_tried_when_herald_stops_gives_its_claim_back() {
+    let ca = TestCa::new();
+    let sink = SmtpSink::refusing(&ca);
+    let tables = format!(
+        "[alerts]\nsmtp_url = {}\nfrom = \"herald@alerts.test\"\nmin_interval = \"1h\"\n",
+        common::toml_string(&sink.url())
+    );
+    let mut w = World::start_manual_with_ca(ca, "", &tables, T0).await;
+    set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, switchable(failing.clone()));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w, "acme").await;
+    common::wait_until(SETTLE, "the first try fails", || async {
+        metric(&w.herald, "retried").await == 1
+    })
+    .await;
+    // Herald stops while the mail waits for its second try.
+    w.herald.restart().await;
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 60_000).await;
+    failing.store(true, Ordering::SeqCst);
+    open_breaker(&w, "acme").await;
+    common::wait_until(SETTLE, "the next failing mail is tried", || async {
+        metric(&w.herald, "retried").await == 1
+    })
+    .await;
+    assert_eq!(metric(&w.herald, "suppressed").await, 0);
+}
+
 /// Addresses: only ASCII `local@domain` with a dot-atom local part and a domain name; others
 /// `422` naming the index. One stored before this rule is skipped when a mail goes out (logged,
 /// counted `failed`) and the account's other addresses still get the mail.
