@@ -228,6 +228,11 @@ impl Engine {
         if d.account_id == OPERATOR_ACCOUNT {
             return;
         }
+        // An attempt sent before its account's purge and answered after it records nothing:
+        // nor does the operator hear of it (the purge took the account's operator events).
+        if let Ok(None) = self.store.delivery(&d.id).await {
+            return;
+        }
         let data = json!({
             "delivery_id": d.id,
             "event_id": d.event_id,

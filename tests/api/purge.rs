@@ -407,3 +407,62 @@ async fn a_purge_leaves_no_chart_minutes_of_its_endpoints() {
         "the other account's minute is stored"
     );
 }
+
+/// An attempt sent before its account's purge and answered after it, a final failure, tells
+/// the operator nothing: no `delivery.failed` names the purged account (the purge took its
+/// operator events, and a later one would outlive it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_answered_after_the_purge_reports_no_failure() {
+    let operator = Receiver::ok_http();
+    let tables = format!(
+        "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
+        operator.url("/ops")
+    );
+    let w = World::start("allow_http = true", &tables).await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| Reply::status(500).with_delay(Duration::from_millis(1500))),
+    );
+    w.endpoint("acct", &recv.url("/acct"), json!({"retry_policy": "none"}))
+        .await;
+    let h = &w.herald;
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acct", "type": "order.created", "payload": {}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the attempt is under way",
+        || async { recv.count() == 1 },
+    )
+    .await;
+    let (status, purged) = h.admin("DELETE", "/v1/accounts/acct", None).await;
+    assert_eq!(status, 200, "{purged}");
+    // The attempt is over once it is counted and nothing runs (what it reports, it reported).
+    common::wait_until(
+        Duration::from_secs(20),
+        "the attempt's answer came",
+        || async {
+            let (_, _, body) = h.call_raw("GET", "/metrics", None, &[], vec![]).await;
+            let text = String::from_utf8_lossy(&body).to_string();
+            text.contains("herald_attempts_total{status=\"http_error\"} 1")
+                && text.contains("herald_in_flight_attempts 0")
+        },
+    )
+    .await;
+    let got = operator.wait_for(1, Duration::from_secs(20)).await;
+    assert!(got.iter().any(|r| r.json()["type"] == "account.purged"));
+    // What the failure would have made is in the log before the attempt is over.
+    let (status, v) = h.admin("GET", "/v1/deliveries?limit=100", None).await;
+    assert_eq!(status, 200, "{v}");
+    let types: Vec<&str> = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|d| d["event_type"].as_str())
+        .collect();
+    assert!(
+        types.contains(&"account.purged") && !types.contains(&"delivery.failed"),
+        "no delivery.failed about the purged account: {types:?}"
+    );
+}
