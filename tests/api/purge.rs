@@ -32,14 +32,19 @@ async fn answers(w: &World, ep: &str) -> Vec<String> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_purged_account_is_gone_from_every_answer_and_every_later_backup() {
+/// A herald whose operator events go to the receiver answered with it.
+async fn with_operator() -> (World, Receiver) {
     let operator = Receiver::ok_http();
     let tables = format!(
         "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
         operator.url("/ops")
     );
-    let w = World::start("allow_http = true", &tables).await;
+    (World::start("allow_http = true", &tables).await, operator)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_account_is_gone_from_every_answer_and_every_later_backup() {
+    let (w, operator) = with_operator().await;
     // The account's receiver holds every request open: attempts are under way at the purge.
     let recv = Receiver::https(
         &w.ca,
@@ -413,12 +418,7 @@ async fn a_purge_leaves_no_chart_minutes_of_its_endpoints() {
 /// operator events, and a later one would outlive it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_answered_after_the_purge_reports_no_failure() {
-    let operator = Receiver::ok_http();
-    let tables = format!(
-        "[operator]\nwebhook_url = \"{}\"\nsecret = \"{OPERATOR_SECRET}\"\n",
-        operator.url("/ops")
-    );
-    let w = World::start("allow_http = true", &tables).await;
+    let (w, operator) = with_operator().await;
     let recv = Receiver::https(
         &w.ca,
         behaviour(|_, _| Reply::status(500).with_delay(Duration::from_millis(1500))),
