@@ -85,6 +85,8 @@ impl SledStore {
         }
         events.extend(operator.iter().copied());
         let mut claims: Vec<Claim> = Vec::new();
+        // Deliveries something else holds (an attempt running): no entry of theirs comes back.
+        let mut busy_now = std::collections::HashSet::new();
         let mut released: Vec<(KeyRow, u128)> = Vec::new();
         let mut folded = BTreeSet::new();
         let (mut n_events, mut n_deliveries) = (0u64, 0u64);
@@ -141,6 +143,7 @@ impl SledStore {
                     }
                 }
             }
+            busy_now.extend(busy.iter().copied());
             if let Some(upto) = upto {
                 tombstones.add(account, upto, &lanes, busy);
             }
@@ -154,7 +157,7 @@ impl SledStore {
                     batch.remove(k?);
                 }
                 batch.remove(&key::pending(ulid)[..]);
-                self.forget_delivery(*lane, &d, ulid);
+                self.forget_delivery(*lane, &d, ulid, busy_now.contains(&ulid));
             }
             for kind in [key::CHUNK, key::TARGETS] {
                 for k in log.scan_prefix(key::of(kind, event)).keys() {
@@ -202,9 +205,11 @@ impl SledStore {
     /// A removed delivery leaves the counts and the fresh watermark's buckets, here and only
     /// here: the scheduler drops its entries of purged events without touching them
     /// ([`Tombstones`]). One of the shared no-endpoint lane that waits is left to the queue,
-    /// which drops it (and counts it) as an entry without its event when it comes up.
-    fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128) {
-        if lane == NO_LANE && d.state == DeliveryState::Pending {
+    /// which drops it (and counts it) as an entry without its event when it comes up; one
+    /// whose attempt runs (`busy`) goes here, since its entry never comes up again (what the
+    /// attempt records is discarded, and its release puts nothing back).
+    fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128, busy: bool) {
+        if lane == NO_LANE && d.state == DeliveryState::Pending && !busy {
             return;
         }
         if d.is_fresh() {

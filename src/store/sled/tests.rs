@@ -1760,6 +1760,45 @@ async fn retention_removes_an_event_whole_or_not_at_all() {
     close(store);
 }
 
+/// A delivery of the shared no-endpoint lane whose attempt runs when its account is purged
+/// leaves the counts and its fresh second once: its attempt's record is discarded and its
+/// release puts nothing back, so the purge takes it out. Before, nothing did: pending stayed
+/// one too many and the watermark stayed below it until a restart.
+#[tokio::test]
+async fn a_no_endpoint_delivery_attempted_during_a_purge_leaves_the_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store
+        .ingest(vec![event("a", &[NO_LANE], T0)])
+        .await
+        .unwrap();
+    let mut taken = store.take_due_now(T0, 1);
+    assert_eq!(taken.len(), 1);
+    let t = taken.remove(0);
+    store.purge_account("a").await.unwrap();
+    // The attempt ends: `no_endpoint`, recorded after the purge (discarded), then released.
+    let was = t.due.delivery.clone();
+    let mut skipped = was.clone();
+    skipped.state = DeliveryState::Skipped;
+    skipped.attempt_count = 1;
+    skipped.next_attempt_at = None;
+    store
+        .update_delivery(&was, &skipped, Some(&attempt(1, Status::NoEndpoint, T0)))
+        .unwrap();
+    store.release_taken(t.hold, None);
+    assert_eq!(store.stats().get(DeliveryState::Pending), 0);
+    assert_eq!(store.stats().get(DeliveryState::Skipped), 0);
+    let fresh = store.inner.lock_fresh();
+    assert_eq!(
+        fresh.watermark(),
+        fresh.last_event,
+        "no fresh second is held"
+    );
+    drop(fresh);
+    close(store);
+}
+
 /// Retention and a purge both take ended deliveries out of the counts: a purge that comes
 /// while retention is removing the account's events waits for it, so each delivery leaves the
 /// counts once. Before, the purge ran meanwhile, both subtracted the delivery retention held,
