@@ -228,6 +228,10 @@ impl Engine {
         if d.account_id == OPERATOR_ACCOUNT {
             return;
         }
+        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
+        if targets.is_empty() {
+            return;
+        }
         // An attempt sent before its account's purge and answered after it records nothing:
         // nor does the operator hear of it (the purge took the account's operator events).
         if let Ok(None) = self.store.delivery(&d.id).await {
@@ -242,7 +246,6 @@ impl Engine {
             "last_status": d.last_status,
             "attempt_count": d.attempt_count,
         });
-        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
         self.emit(&targets, "delivery.failed", data, now).await;
     }
 
