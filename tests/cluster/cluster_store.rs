@@ -1024,22 +1024,29 @@ async fn a_trailing_candidate_is_replaced_by_the_next_event_across_nodes() {
     assert_eq!(due, expected);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_ordered_key_has_one_delivery_in_flight_in_the_whole_cluster() {
-    let c = Cluster::new().await;
-    let setup = c.node().await;
+/// Account `acct_o`'s endpoint `ENDPOINTS[0]`, ordered by the payload's `order`.
+fn ordered_endpoint() -> Endpoint {
     let mut ordered = endpoint(ENDPOINTS[0], "acct_o");
     ordered.ordering = Some(herald::model::Ordering {
         key: Some("order".into()),
     });
-    setup.create_endpoint(ordered, 10).await.unwrap();
+    ordered
+}
+
+/// An event of `acct_o` for [`ordered_endpoint`] alone, of key `order`.
+fn ordered_event(order: &str) -> NewEvent {
+    let mut ev = event("acct_o", None);
+    ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
+    ev.payload = Bytes::from(format!("{{\"order\":\"{order}\"}}"));
+    ev
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ordered_key_has_one_delivery_in_flight_in_the_whole_cluster() {
+    let c = Cluster::new().await;
+    let setup = c.node().await;
+    setup.create_endpoint(ordered_endpoint(), 10).await.unwrap();
     let nodes = [c.node().await, c.node().await, c.node().await];
-    let ordered_event = |order: &str| {
-        let mut ev = event("acct_o", None);
-        ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
-        ev.payload = Bytes::from(format!("{{\"order\":\"{order}\"}}"));
-        ev
-    };
     // 30 events of key "a" and 30 of "b", posted on all three nodes in turn.
     let mut expected: std::collections::HashMap<String, Vec<String>> = Default::default();
     for i in 0..60 {
@@ -1575,16 +1582,13 @@ async fn a_purge_aborted_as_a_deadlock_is_tried_again_and_finishes() {
 async fn a_restored_ordered_backlog_keeps_its_commit_order() {
     let c = Cluster::new().await;
     let source = c.node().await;
-    let mut ordered = endpoint(ENDPOINTS[0], "acct_o");
-    ordered.ordering = Some(herald::model::Ordering {
-        key: Some("order".into()),
-    });
-    source.create_endpoint(ordered.clone(), 10).await.unwrap();
+    source
+        .create_endpoint(ordered_endpoint(), 10)
+        .await
+        .unwrap();
     let mut ids = Vec::new();
     for _ in 0..4 {
-        let mut ev = event("acct_o", None);
-        ev.targets = vec![lane_of(Some(ENDPOINTS[0]))];
-        ev.payload = Bytes::from_static(b"{\"order\":\"a\"}");
+        let ev = ordered_event("a");
         ids.push(
             deliveries_of(&source.ingest(vec![ev]).await.unwrap())[0]
                 .id
