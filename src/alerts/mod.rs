@@ -75,7 +75,7 @@ impl Alerts {
     /// Waits for the background task to end after the shutdown signal: the claims of mails
     /// still being tried are given back first, while the store is open.
     pub async fn stopped(&self) {
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let task = lock(&self.task).take();
         if let Some(task) = task {
             let _ = task.await;
         }

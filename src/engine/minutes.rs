@@ -79,10 +79,9 @@ impl Unflushed {
 impl Engine {
     /// Adds this node's counts to the store; on failure they wait for the next flush.
     pub async fn flush_minutes(&self) {
-        let mut minutes = lock(&self.unflushed).take();
-        // A deleted endpoint's counts (its account purged since they were counted) would
-        // bring its rows back: they go.
-        minutes.retain(|(id, _)| self.store.endpoint(id).is_some());
+        // A deleted endpoint's counts (its account purged since they were counted) are not
+        // added: the store adds only to endpoints that exist.
+        let minutes = lock(&self.unflushed).take();
         if minutes.is_empty() {
             return;
         }
