@@ -15,7 +15,7 @@ use crate::common::toml_string;
 use herald::clock::{Clock, SystemClock};
 use herald::config::Config;
 use herald::store::postgres::versions::{live_span, older_live_nodes, OlderNode};
-use herald::store::postgres::{Database, PgStore, SCHEMA_VERSION};
+use herald::store::postgres::{migrate_and_join, Database, Joining, PgStore, SCHEMA_VERSION};
 
 /// The shortest lease the config takes: a migration waits up to two heartbeats (10 s) then.
 const LEASE: &str = "lease = \"5s\"\n";
@@ -233,5 +233,58 @@ async fn a_node_records_its_schema_version_and_older_ones_are_told_apart() {
             "b000000000000002 on box-b (schema version {})",
             SCHEMA_VERSION - 1
         )
+    );
+}
+
+/// A starting node's row is written by the transaction that checked (and here applied) the
+/// schema, under the migrations' lock: a newer herald migrating after it finds it live, and
+/// one that migrated before it makes it refuse; there is no moment between the check and the
+/// row in which a newer herald could migrate under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_node_is_registered_by_the_transaction_that_checked_the_schema() {
+    let pg = Postgres::start();
+    let url = pg.database("herald");
+    let config = Config::from_toml(&format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\npool_size = 2\n",
+        toml_string(&url)
+    ))
+    .expect("config");
+    let db = Database::new(&config).expect("database");
+    let mut client = db.dedicated().await.expect("connect");
+    let joining = Joining {
+        id: "c000000000000003",
+        name: "box-c",
+        now: SystemClock.now_ms(),
+    };
+    let migrated = migrate_and_join(&mut client, Duration::from_secs(5), Some(joining))
+        .await
+        .expect("migrate");
+    assert_eq!((migrated.from, migrated.to), (0, SCHEMA_VERSION));
+    let row = pg.sql(
+        "SELECT name || ' ' || schema_version || ' ' || (xmin::text = (SELECT xmin::text
+             FROM herald_schema WHERE version = 1))
+         FROM nodes WHERE id = 'c000000000000003'",
+        "herald",
+    );
+    assert_eq!(
+        row,
+        format!("box-c {SCHEMA_VERSION} true"),
+        "the row, with the version it knows, committed with the migrations"
+    );
+    // Nothing to apply: still registered under the lock, by the transaction that checked.
+    let again = Joining {
+        id: "e000000000000005",
+        name: "box-e",
+        now: SystemClock.now_ms(),
+    };
+    migrate_and_join(&mut client, Duration::from_secs(5), Some(again))
+        .await
+        .expect("check");
+    assert_eq!(
+        pg.sql(
+            "SELECT schema_version FROM nodes WHERE id = 'e000000000000005'",
+            "herald"
+        ),
+        SCHEMA_VERSION.to_string()
     );
 }

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::ingest::{Committer, Job};
 use super::queue::Leases;
-use super::{migrate, Database, DbError};
+use super::{Database, DbError};
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
 use crate::store::directory::DirectoryCopy;
@@ -103,8 +103,8 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects, brings the schema to this herald's version (under the advisory lock) and
-    /// registers this node.
+    /// Connects, brings the schema to this herald's version and registers this node (both in
+    /// one transaction under the advisory lock, [`super::migrate_and_join`]).
     pub async fn open(
         config: &Config,
         clock: Arc<dyn Clock>,
@@ -112,8 +112,15 @@ impl PgStore {
     ) -> Result<PgStore, StoreError> {
         let db = Database::new(config)?;
         let lease = config.storage.postgres.lease.0;
+        let (node, file) = node_identity(&config.storage.path)?;
+        let name = host_name();
         let mut client = db.dedicated().await?;
-        let migrated = migrate(&mut client, lease).await?;
+        let joining = super::Joining {
+            id: &node,
+            name: &name,
+            now: clock.now_ms(),
+        };
+        let migrated = super::migrate_and_join(&mut client, lease, Some(joining)).await?;
         if migrated.from != migrated.to {
             tracing::info!(
                 from = migrated.from,
@@ -122,7 +129,6 @@ impl PgStore {
             );
         }
         drop(client);
-        let (node, file) = node_identity(&config.storage.path)?;
         let mut store = Self::counted(db, clock, lease, metrics, Some(node)).await?;
         store._identity = Some(file);
         // Leases a previous run of this node left when it stopped abruptly (kill -9, a crash):

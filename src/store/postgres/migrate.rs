@@ -65,12 +65,33 @@ fn digest(sql: &str) -> String {
         .collect()
 }
 
+/// A node that starts serving the database: [`migrate_and_join`] writes its `nodes` row.
+pub struct Joining<'a> {
+    pub id: &'a str,
+    /// The machine's name.
+    pub name: &'a str,
+    pub now: crate::clock::Millis,
+}
+
 /// Brings the database's schema to [`SCHEMA_VERSION`], or says why it cannot. With a migration
 /// to apply, it first waits up to `lease` (`storage.postgres.lease`, at least two heartbeats) for
 /// the live nodes of an older herald to stop, and refuses, naming them, if any still serve.
 pub async fn migrate(
     client: &mut tokio_postgres::Client,
     lease: Duration,
+) -> Result<Migrated, DbError> {
+    migrate_and_join(client, lease, None).await
+}
+
+/// [`migrate`], and for a node that starts, its `nodes` row with the schema version it knows,
+/// written by the same transaction, under the advisory lock: a newer herald that migrates later
+/// finds it live and waits for it; one that migrated first makes this one refuse. (Registered
+/// after the commit, a node of an older herald could start serving a schema a newer one
+/// migrated meanwhile, between its check and its row.)
+pub async fn migrate_and_join(
+    client: &mut tokio_postgres::Client,
+    lease: Duration,
+    node: Option<Joining<'_>>,
 ) -> Result<Migrated, DbError> {
     let version: i32 = client
         .query_one("SELECT current_setting('server_version_num')::integer", &[])
@@ -128,7 +149,7 @@ pub async fn migrate(
     }
     // An empty database has no nodes; under the lock, no node of this herald migrates meanwhile.
     if from > 0 && from < SCHEMA_VERSION {
-        super::versions::wait_for_older_nodes(&tx, from, lease)
+        super::versions::wait_for_older_nodes(&tx, from, lease, node.as_ref().map(|n| n.id))
             .await
             .map_err(DbError::Schema)?;
     }
@@ -142,6 +163,13 @@ pub async fn migrate(
         tx.execute(
             "INSERT INTO herald_schema (version, name, digest, herald) VALUES ($1, $2, $3, $4)",
             &[v, name, &digest(sql), &env!("CARGO_PKG_VERSION")],
+        )
+        .await?;
+    }
+    if let Some(node) = node {
+        tx.execute(
+            super::nodes::REGISTER,
+            &[&node.id, &node.name, &node.now, &SCHEMA_VERSION],
         )
         .await?;
     }

@@ -47,7 +47,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::config::Config;
 pub use archive::RestoreHold;
 pub use handle::PgStore;
-pub use migrate::{migrate, Migrated, SCHEMA_VERSION};
+pub use migrate::{migrate, migrate_and_join, Joining, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, PgLease};
 pub use rows::DUE_CHANNEL;
 pub use url::{check_url, parse_url};

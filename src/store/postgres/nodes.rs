@@ -13,6 +13,12 @@ use crate::store::{Node, StoreError};
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Beats missed before a node is no longer listed (and its row is removed).
 const GONE_AFTER_BEATS: i64 = 6;
+/// Writes a node's row: (id, name, now, the schema version it knows); refreshes one that exists.
+pub(super) const REGISTER: &str =
+    "INSERT INTO nodes (id, name, started_at, seen_at, schema_version)
+     VALUES ($1, $2, $3, $3, $4)
+     ON CONFLICT (id) DO UPDATE
+     SET seen_at = excluded.seen_at, schema_version = excluded.schema_version";
 /// How long `/healthz` waits for the database.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -26,10 +32,7 @@ impl PgStore {
         let client = self.db.client().await?;
         client
             .execute(
-                "INSERT INTO nodes (id, name, started_at, seen_at, schema_version)
-                 VALUES ($1, $2, $3, $3, $4)
-                 ON CONFLICT (id) DO UPDATE
-                 SET seen_at = excluded.seen_at, schema_version = excluded.schema_version",
+                REGISTER,
                 &[&self.node, &self.name, &now, &super::SCHEMA_VERSION],
             )
             .await?;

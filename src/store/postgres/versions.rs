@@ -87,20 +87,24 @@ pub async fn older_live_nodes(
 
 /// Before migrating a database at schema version `from`: waits up to [`live_span`] for the live
 /// nodes of older versions to stop (a stopping node removes its row; a dead one's row ages past
-/// the span), looking every [`POLL`]. `Err` names those still serving then.
+/// the span), looking every [`POLL`]. `Err` names those still serving then. The row of `me`,
+/// the node that migrates, is not waited for: it is a previous run of this node, which holds
+/// the node's id file, so that run is over (killed before it could remove its row).
 pub(super) async fn wait_for_older_nodes(
     client: &impl GenericClient,
     from: i32,
     lease: Duration,
+    me: Option<&str>,
 ) -> Result<(), String> {
     use crate::clock::Clock;
     let span = live_span(lease);
     let deadline = tokio::time::Instant::now() + span;
     let mut told = false;
     loop {
-        let older = older_live_nodes(client, from, crate::clock::SystemClock.now_ms(), lease)
+        let mut older = older_live_nodes(client, from, crate::clock::SystemClock.now_ms(), lease)
             .await
             .map_err(|e| super::describe(&e))?;
+        older.retain(|n| Some(n.id.as_str()) != me);
         if older.is_empty() {
             return Ok(());
         }

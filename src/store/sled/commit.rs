@@ -102,6 +102,8 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
             }
         }
     }
+    #[cfg(test)]
+    inner.faults.hold_writing();
     // The keys go in before the fsync: a key that cannot be written fails the cycle, so no
     // event is acknowledged without its key (see `keys`).
     let result = result
@@ -132,9 +134,9 @@ fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
         }
         return;
     }
-    for (lane, at, delivery) in &cycle.superseded {
-        inner.due.remove(*lane, *at, *delivery);
-        inner.due.ended(*lane, *delivery);
+    for s in &cycle.superseded {
+        inner.due.remove(s.lane, s.due, s.delivery);
+        inner.due.ended(s.lane, s.delivery);
         inner
             .stats
             .count(Some(DeliveryState::Pending), DeliveryState::Skipped);

@@ -11,6 +11,7 @@ use super::keys::KeyRow;
 use super::undo;
 use super::{Claim, Entry, Inner, Lane, StoreError};
 use crate::clock::Millis;
+use crate::ids;
 use crate::model::DeliveryState;
 
 /// What one cycle did, to write it as one batch and finish it after the fsync (or undo it if
@@ -32,8 +33,8 @@ pub(super) struct Cycle {
     pub(super) due: Vec<Entry>,
     /// The state of each delivery created, for the counts.
     pub(super) states: Vec<DeliveryState>,
-    /// Trailing candidates debounced by a newer event: (lane, due time, delivery).
-    pub(super) superseded: Vec<(Lane, Millis, u128)>,
+    /// Trailing candidates debounced by a newer event.
+    pub(super) superseded: Vec<Superseded>,
     /// The superseded candidates, claimed until the cycle is durable or undone.
     pub(super) claims: Vec<Claim>,
     /// Fresh deliveries counted in the watermark buckets (taken back if the cycle fails).
@@ -42,6 +43,15 @@ pub(super) struct Cycle {
     /// account and cycle).
     pub(super) account_events: HashMap<String, Vec<u128>>,
     pub(super) created: u64,
+}
+
+/// A trailing candidate's delivery that a newer event of its window debounced.
+pub(super) struct Superseded {
+    pub account: String,
+    pub lane: Lane,
+    /// When it was due.
+    pub due: Millis,
+    pub delivery: u128,
 }
 
 impl Cycle {
@@ -84,6 +94,13 @@ impl Cycle {
                 );
             }
         }
+        // Read under the tombstones' lock, which a purge takes before it removes anything: a
+        // candidate whose account was purged since it was superseded keeps nothing of this
+        // cycle (the purge removed its rows and counted it out, once).
+        let tombstones = inner.lock_tombstones();
+        if !(self.superseded.is_empty() || tombstones.is_empty()) {
+            self.forget_purged_candidates(&tombstones);
+        }
         let mut batch = sled::Batch::default();
         for (k, v) in self.writes.drain() {
             match v {
@@ -92,7 +109,32 @@ impl Cycle {
             }
         }
         inner.trees.log.apply_batch(batch)?;
+        drop(tombstones);
         Ok(())
+    }
+
+    /// Takes out of the cycle the superseded candidates of purged events: their `debounced`
+    /// attempts, their pending rows' removals (and those rows' undo) and their counting.
+    fn forget_purged_candidates(&mut self, tombstones: &super::purge::Tombstones) {
+        let purged: Vec<u128> = self
+            .superseded
+            .iter()
+            .filter(|s| {
+                ids::event_of(s.delivery).is_some_and(|(e, _)| tombstones.covers(&s.account, e))
+            })
+            .map(|s| s.delivery)
+            .collect();
+        if purged.is_empty() {
+            return;
+        }
+        self.superseded.retain(|s| !purged.contains(&s.delivery));
+        let theirs = |k: &[u8]| {
+            purged
+                .iter()
+                .any(|d| k == key::pending(*d) || k.starts_with(&key::attempts(*d)))
+        };
+        self.writes.retain(|k, _| !theirs(k));
+        self.before.retain(|(k, _)| !theirs(k));
     }
 
     /// Puts back what the cycle replaced, durably; only then do its fresh deliveries leave the

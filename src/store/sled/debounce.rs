@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::codec::{self, Pending};
-use super::cycle::Cycle;
+use super::cycle::{Cycle, Superseded};
 use super::key;
 use super::{DebounceRule, Inner, Lane, StoreError};
 use crate::clock::Millis;
@@ -28,7 +28,8 @@ pub(super) fn apply_debounce(
     let now = cycle.now;
     let key = key::window(&rule.key);
     // The rule's key begins with the event's account and a NUL ([`DebounceRule::key`]).
-    let account = key::account_digest(rule.key.split('\0').next().unwrap_or_default());
+    let account_id = rule.key.split('\0').next().unwrap_or_default();
+    let account = key::account_digest(account_id);
     let window = match cycle.get(inner, &key)? {
         Some(v) => Some(codec::decode_window(&v)?),
         None => None,
@@ -46,7 +47,7 @@ pub(super) fn apply_debounce(
         }
         Decision::Trail { due, supersedes } => {
             if let Some(c) = supersedes {
-                supersede(inner, cycle, c, now)?;
+                supersede(inner, cycle, c, account_id, now)?;
             }
             for (i, (d, lane)) in dels.iter_mut().zip(targets).enumerate() {
                 let p = Pending { due, manual: false };
@@ -103,6 +104,7 @@ fn supersede(
     inner: &Arc<Inner>,
     cycle: &mut Cycle,
     candidate: Candidate,
+    account: &str,
     now: Millis,
 ) -> Result<(), StoreError> {
     for i in 0..candidate.deliveries {
@@ -129,7 +131,12 @@ fn supersede(
             debounced_attempt(ulid, now, number),
         );
         cycle.put(inner, &k, None)?;
-        cycle.superseded.push((lane, pending.due, ulid));
+        cycle.superseded.push(Superseded {
+            account: account.to_string(),
+            lane,
+            due: pending.due,
+            delivery: ulid,
+        });
         cycle.claims.extend(claim);
     }
     Ok(())

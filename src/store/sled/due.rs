@@ -126,7 +126,8 @@ struct LaneQueue {
     fresh_max: u128,
     spill: Option<Spill>,
     later: BTreeSet<(Millis, u128)>,
-    running: usize,
+    /// The deliveries handed out and not yet given back (at most the lane limit).
+    running: Vec<u128>,
     held_until: Option<Millis>,
     /// This lane's key in `ready`, if it has one.
     ready_at: Option<Millis>,
@@ -253,6 +254,77 @@ impl Inner {
             })
     }
 
+    /// [`DueIndex::ended`]: `delivery` leaves its sequence, and if it headed it, the next
+    /// member goes into the queues (passing over members a purge dropped); whether one did.
+    fn end(&mut self, lane: Lane, delivery: u128) -> bool {
+        let Some(q) = self.lanes.get_mut(&lane) else {
+            return false;
+        };
+        let Some(seq) = q.sequence_of.remove(&delivery) else {
+            return false;
+        };
+        let Some(members) = q.sequences.get_mut(&seq) else {
+            return false;
+        };
+        let mut next = None;
+        let mut left = 0;
+        if members.front().is_some_and(|m| m.1 == delivery) {
+            members.pop_front();
+            while let Some(m) = members.front().copied() {
+                let dropped = self.dropped_deliveries.contains(&m.1)
+                    || self.dropped.get(&lane).is_some_and(|&upto| {
+                        ids::event_of(m.1).is_some_and(|(event, _)| event <= upto)
+                    });
+                if !dropped {
+                    next = Some(m);
+                    break;
+                }
+                members.pop_front();
+                q.sequence_of.remove(&m.1);
+                left += 1;
+            }
+        } else if let Some(pos) = members.iter().position(|m| m.1 == delivery) {
+            members.remove(pos);
+            left += 1;
+        }
+        if members.is_empty() {
+            q.sequences.remove(&seq);
+        }
+        self.len -= left;
+        let Some((at, delivery, fresh)) = next else {
+            return false;
+        };
+        // It leaves the waiting count and enters the queues as the head.
+        self.len -= 1;
+        self.push(
+            Entry {
+                lane,
+                at,
+                delivery,
+                fresh,
+                sequence: None,
+            },
+            false,
+        );
+        true
+    }
+
+    /// A handed-out entry came back ([`DueIndex::done`], [`DueIndex::put_back`]); one a
+    /// purge dropped meanwhile also leaves its sequence, so the next may go.
+    fn given_back(&mut self, lane: Lane, delivery: u128) {
+        let Some(q) = self.lanes.get_mut(&lane) else {
+            return;
+        };
+        if let Some(pos) = q.running.iter().position(|d| *d == delivery) {
+            q.running.swap_remove(pos);
+        }
+        if !(self.dropped.is_empty() && self.dropped_deliveries.is_empty())
+            && self.is_dropped(lane, delivery)
+        {
+            self.end(lane, delivery);
+        }
+    }
+
     /// Puts the lane's `ready` key in line with its queue, its running count and its hold.
     fn refresh(&mut self, lane: Lane) {
         let limit = self.lane_limit.max(1);
@@ -260,7 +332,7 @@ impl Inner {
             return;
         };
         let want = match q.earliest() {
-            Some(at) if q.running < limit => Some(q.held_until.map_or(at, |h| h.max(at))),
+            Some(at) if q.running.len() < limit => Some(q.held_until.map_or(at, |h| h.max(at))),
             _ => None,
         };
         if want != q.ready_at {
@@ -272,7 +344,7 @@ impl Inner {
             }
             q.ready_at = want;
         }
-        if q.is_empty() && q.running == 0 && q.held_until.is_none() {
+        if q.is_empty() && q.running.is_empty() && q.held_until.is_none() {
             self.lanes.remove(&lane);
         }
     }
@@ -399,44 +471,10 @@ impl DueIndex {
     /// delivery in no sequence.
     pub fn ended(&self, lane: Lane, delivery: u128) {
         let mut inner = self.lock();
-        let Some(q) = inner.lanes.get_mut(&lane) else {
-            return;
-        };
-        let Some(seq) = q.sequence_of.remove(&delivery) else {
-            return;
-        };
-        let Some(members) = q.sequences.get_mut(&seq) else {
-            return;
-        };
-        let mut next = None;
-        if members.front().is_some_and(|m| m.1 == delivery) {
-            members.pop_front();
-            next = members.front().copied();
-        } else if let Some(pos) = members.iter().position(|m| m.1 == delivery) {
-            members.remove(pos);
-            inner.len -= 1;
-        }
-        let q = inner.lanes.get_mut(&lane).expect("the lane is there");
-        if q.sequences.get(&seq).is_some_and(VecDeque::is_empty) {
-            q.sequences.remove(&seq);
-        }
-        if let Some((at, delivery, fresh)) = next {
-            // It leaves the waiting count and enters the queues as the head.
-            inner.len -= 1;
-            inner.push(
-                Entry {
-                    lane,
-                    at,
-                    delivery,
-                    fresh,
-                    sequence: None,
-                },
-                false,
-            );
-        }
+        let next = inner.end(lane, delivery);
         inner.refresh(lane);
         drop(inner);
-        if next.is_some() {
+        if next {
             self.changed.notify_one();
         }
     }
@@ -474,9 +512,10 @@ impl DueIndex {
     }
 
     /// Like [`Self::drop_lane`] for single deliveries of a lane that goes on (an operator
-    /// endpoint's): each waiting entry of them goes (a spilled one is read back from sled
-    /// only if its event is there), and one that comes back is dropped, until
-    /// [`Self::forget_dropped_deliveries`].
+    /// endpoint's): each waiting entry of them goes, from the queues and from its sequence
+    /// (the next of which goes on; after a running one, once it is given back), a spilled one
+    /// is never read back, and one that comes back is dropped, until
+    /// [`Self::forget_dropped_deliveries`] (once [`Self::holds_any`] says none is out).
     pub fn drop_deliveries(&self, lane: Lane, deliveries: &[u128]) {
         let mut inner = self.lock();
         inner.dropped_deliveries.extend(deliveries.iter().copied());
@@ -489,9 +528,36 @@ impl DueIndex {
         q.later.retain(|(_, d)| !gone.contains(d));
         let fresh_gone = fresh - q.fresh.len();
         let removed = fresh_gone + later - q.later.len();
+        let sequenced: Vec<u128> = deliveries
+            .iter()
+            .copied()
+            .filter(|d| q.sequence_of.contains_key(d) && !q.running.contains(d))
+            .collect();
         inner.len = inner.len.saturating_sub(removed);
         inner.fresh_total = inner.fresh_total.saturating_sub(fresh_gone);
+        let mut next = false;
+        for d in sequenced {
+            next |= inner.end(lane, d);
+        }
         inner.refresh(lane);
+        drop(inner);
+        if next {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Whether an entry of these deliveries of `lane` may still come up: one is handed out,
+    /// waits in a sequence, or a refill of the lane is under way (it may have read one from
+    /// sled before the purge removed it).
+    pub fn holds_any(&self, lane: Lane, deliveries: &[u128]) -> bool {
+        let inner = self.lock();
+        let Some(q) = inner.lanes.get(&lane) else {
+            return false;
+        };
+        q.spill.as_ref().is_some_and(|s| s.refill.is_some())
+            || deliveries
+                .iter()
+                .any(|d| q.running.contains(d) || q.sequence_of.contains_key(d))
     }
 
     /// Ends [`Self::drop_deliveries`]'s drop of these deliveries.
@@ -507,7 +573,7 @@ impl DueIndex {
         self.lock()
             .lanes
             .get(&lane)
-            .is_none_or(|q| q.is_empty() && q.running == 0)
+            .is_none_or(|q| q.is_empty() && q.running.is_empty())
     }
 
     /// Ends [`Self::drop_lane`]'s bound of `lane` (no entry of the purged events is left).
@@ -553,7 +619,7 @@ impl DueIndex {
             let total = inner.fresh_total;
             let q = inner.lanes.get_mut(&lane).expect("a ready lane exists");
             if let Some((due, delivery, fresh)) = q.pop() {
-                q.running += 1;
+                q.running.push(delivery);
                 let job = q.refill_job(lane, total);
                 inner.len -= 1;
                 if fresh {
@@ -573,11 +639,9 @@ impl DueIndex {
     }
 
     /// An entry from [`Self::take`] finished (its attempt ran or was found stale).
-    pub fn done(&self, lane: Lane) {
+    pub fn done(&self, lane: Lane, delivery: u128) {
         let mut inner = self.lock();
-        if let Some(q) = inner.lanes.get_mut(&lane) {
-            q.running = q.running.saturating_sub(1);
-        }
+        inner.given_back(lane, delivery);
         inner.refresh(lane);
         drop(inner);
         self.changed.notify_one();
@@ -599,8 +663,8 @@ impl DueIndex {
             },
             true,
         );
+        inner.given_back(due.lane, due.delivery);
         if let Some(q) = inner.lanes.get_mut(&due.lane) {
-            q.running = q.running.saturating_sub(1);
             if let Some(h) = hold_until {
                 q.held_until = Some(q.held_until.map_or(h, |old| old.max(h)));
             }
@@ -635,7 +699,7 @@ impl DueIndex {
     pub fn lane_len(&self, lane: Lane) -> usize {
         self.lock().lanes.get(&lane).map_or(0, |q| {
             let out = q.spill.as_ref().map_or(0, |s| s.out);
-            q.fresh.len() + q.later.len() + q.running + q.waiting() + out
+            q.fresh.len() + q.later.len() + q.running.len() + q.waiting() + out
         })
     }
 
@@ -680,7 +744,8 @@ impl DueIndex {
     /// as (due time, delivery) in ULID order; `next` is where the next refill reads from, past
     /// the job's `bound` if it read everything up to it.
     pub fn refilled(&self, job: Refill, found: &[(Millis, u128)], next: u128) {
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let mut added = 0;
         let Some(q) = inner.lanes.get_mut(&job.lane) else {
             return;
@@ -691,9 +756,14 @@ impl DueIndex {
         let Some((bound, since)) = s.refill.take() else {
             return;
         };
+        let dropping = !(inner.dropped.is_empty() && inner.dropped_deliveries.is_empty());
         for &(at, delivery) in found {
-            // Never twice in memory: one in a sequence, or in the deque already.
-            if q.sequence_of.contains_key(&delivery) || delivery <= q.fresh_max {
+            // Never twice in memory: one in a sequence, or in the deque already. Nor one a
+            // purge dropped after the refill read it (counted out as not found).
+            if q.sequence_of.contains_key(&delivery)
+                || delivery <= q.fresh_max
+                || (dropping && inner.dropped_deliveries.contains(&delivery))
+            {
                 continue;
             }
             q.fresh.push_back(Slot::new(at, delivery));
@@ -720,7 +790,7 @@ impl DueIndex {
         inner.len -= stale;
         inner.refills.extend(again);
         inner.refresh(job.lane);
-        drop(inner);
+        drop(guard);
         self.changed.notify_one();
     }
 
@@ -822,7 +892,7 @@ mod tests {
         loop {
             let got = d.take(now, 500);
             for e in &got {
-                d.done(e.lane);
+                d.done(e.lane, e.delivery);
                 // Attempted: no longer fresh.
                 sled.get_mut(&e.lane).unwrap().remove(&e.delivery);
             }
@@ -874,7 +944,7 @@ mod tests {
 
         let mut got = ids(&first);
         for e in &first {
-            d.done(e.lane);
+            d.done(e.lane, e.delivery);
             sled.get_mut(&7).unwrap().remove(&e.delivery);
         }
         got.extend(drain(&d, &mut sled, i64::MAX));
@@ -907,7 +977,7 @@ mod tests {
                 } else {
                     sled.get_mut(&7).unwrap().remove(&e.delivery);
                 }
-                d.done(e.lane);
+                d.done(e.lane, e.delivery);
             }
             out.extend(ids(&got));
             if got.is_empty() && serve(&d, &sled) == 0 {
@@ -996,7 +1066,7 @@ mod tests {
             "lane 1 stops at its limit of 2"
         );
         assert_eq!(d.take(10, 100), vec![]);
-        d.done(1);
+        d.done(1, 10);
         assert_eq!(ids(&d.take(10, 100)), vec![12]);
     }
 
@@ -1040,22 +1110,91 @@ mod tests {
         assert_eq!(d.take(0, 10), vec![], "2 waits for 1");
         // The head's retry keeps its key waiting.
         d.insert(1, 50, 1, false);
-        d.done(1);
+        d.done(1, 1);
         assert_eq!(d.take(49, 10), vec![]);
         assert_eq!(ids(&d.take(50, 10)), vec![1]);
         d.ended(1, 1);
-        d.done(1);
+        d.done(1, 1);
         assert_eq!(ids(&d.take(50, 10)), vec![2]);
         assert_eq!(d.ahead_of(1, 3), Some(2));
         d.ended(1, 2);
-        d.done(1);
+        d.done(1, 2);
         assert_eq!(ids(&d.take(50, 10)), vec![3]);
         for x in [3, 4, 5] {
             d.ended(1, x);
-            d.done(1);
+            d.done(1, x);
         }
         assert!(d.is_empty());
         assert_eq!(d.lane_len(1), 0);
+    }
+
+    /// Deliveries of a lane that goes on, dropped by a purge (operator events about a purged
+    /// account), leave their sequences: one waiting behind the head at once, a head waiting in
+    /// the queues at once (the next goes), a running head when it is given back. Until then
+    /// the index says it holds them. Before, a dropped head stayed at the front of its
+    /// sequence and the deliveries behind it waited for ever.
+    #[test]
+    fn dropped_deliveries_leave_their_sequences_and_the_next_goes() {
+        let d = index(8);
+        d.insert_many([seq(1, 0, 1, 7), seq(1, 0, 2, 7), seq(1, 0, 3, 7)]);
+        d.insert_many([seq(1, 0, 10, 8), seq(1, 0, 11, 8)]);
+        let running = d.take(0, 10);
+        assert_eq!(ids(&running), vec![1, 10]);
+        // 11 waits behind 10 (running); 10 ends; 11 is dropped while in the queues.
+        d.ended(1, 10);
+        d.done(1, 10);
+        d.drop_deliveries(1, &[11]);
+        assert!(!d.holds_any(1, &[11]));
+        // 2 waits behind 1; 1 is running.
+        d.drop_deliveries(1, &[2, 1]);
+        assert!(d.holds_any(1, &[1]), "1 is out");
+        assert!(!d.holds_any(1, &[2]), "2 left its sequence");
+        assert_eq!(d.take(0, 10), vec![], "3 waits for 1 to come back");
+        // The attempt of 1 comes back (its breaker held it, say): it is dropped, 3 goes.
+        d.put_back(running[0], None);
+        assert!(!d.holds_any(1, &[1, 2, 11]));
+        assert_eq!(ids(&d.take(0, 10)), vec![3]);
+        d.ended(1, 3);
+        d.done(1, 3);
+        assert!(d.is_empty(), "{} left", d.len());
+        assert!(d.lock().lanes.is_empty());
+    }
+
+    /// A refill that read a delivery from sled before a purge removed it takes it in no more
+    /// (it is counted out as if not found), and the index says it holds the lane's dropped
+    /// deliveries while the refill is under way: a tombstone kept until then drops the entry
+    /// instead of counting it out a second time.
+    #[test]
+    fn a_refill_takes_in_no_dropped_delivery() {
+        let d = index(1_000_000);
+        let n = LANE_FRESH as u128 + 10;
+        let ulid = |i: u128| i << 80;
+        let mut sled = Sled::new();
+        for i in 1..=n {
+            sled.entry(7).or_default().insert(ulid(i), i as Millis);
+            d.insert(7, i as Millis, ulid(i), true);
+        }
+        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW);
+        let jobs = d.refills();
+        assert_eq!(jobs.len(), 1);
+        // The refill reads its rows; then the purge drops one of them.
+        let (found, next) = answer(&sled, &jobs[0]);
+        let gone = ulid(LANE_FRESH as u128 + 3);
+        assert!(found.iter().any(|f| f.1 == gone));
+        d.drop_deliveries(7, &[gone]);
+        sled.get_mut(&7).unwrap().remove(&gone);
+        assert!(d.holds_any(7, &[gone]), "a refill is under way");
+        d.refilled(jobs[0], &found, next);
+        for e in &first {
+            d.done(e.lane, e.delivery);
+            sled.get_mut(&7).unwrap().remove(&e.delivery);
+        }
+        assert!(!d.holds_any(7, &[gone]));
+        let mut got = ids(&first);
+        got.extend(drain(&d, &mut sled, i64::MAX));
+        let want: Vec<u128> = (1..=n).map(ulid).filter(|u| *u != gone).collect();
+        assert_eq!(got, want, "every other entry once, in order");
+        assert!(d.is_empty(), "{} left", d.len());
     }
 
     #[test]
@@ -1070,7 +1209,7 @@ mod tests {
         d.ended(1, 11); // superseded while waiting
         assert_eq!(d.len(), 1);
         d.ended(1, 10);
-        d.done(1);
+        d.done(1, 10);
         let next = d.take(100, 10);
         assert_eq!(ids(&next), vec![12]);
         assert_eq!((next[0].at, next[0].fresh), (5, false));

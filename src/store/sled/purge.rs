@@ -134,7 +134,8 @@ impl SledStore {
                             inner.due.drop_deliveries(*lane, &[*d]);
                         }
                     }
-                    tombstones.events.insert(*event, deliveries.clone());
+                    let held = rec.targets.iter().copied().zip(deliveries.iter().copied());
+                    tombstones.events.insert(*event, held.collect());
                 }
                 for delivery in deliveries {
                     match inner.claim(delivery) {
@@ -172,24 +173,44 @@ impl SledStore {
                 n_deliveries += rec.targets.len() as u64;
             }
         }
+        // A folded delivery is in no lane; a manual retry may hold it (it read it, and waits
+        // for the fold lock to bring it back among hot rows): its claim, taken or found held,
+        // keeps the tombstone until the retry is over, so what it writes is discarded.
+        let (mut busy, mut folded_operator) = (Vec::new(), Vec::new());
         for (event, rows) in inner.drop_folded(&folded)? {
             let Some((_, v)) = rows.iter().find(|(k, _)| k[..] == key::event(event)[..]) else {
                 continue;
             };
             let (rec, _) = codec::decode_event(event, v)?;
-            // A folded delivery has ended: its state is its last attempt's.
-            for i in 0..rec.target_count {
-                let prefix = key::attempts(ids::delivery_of(event, i));
+            let deliveries: Vec<(Lane, u128)> = (0..rec.target_count)
+                .map(|i| (NO_LANE, ids::delivery_of(event, i)))
+                .collect();
+            for (_, d) in &deliveries {
+                match inner.claim(*d) {
+                    Some(c) => claims.push(c),
+                    None => busy.push(*d),
+                }
+                // A folded delivery has ended: its state is its last attempt's.
+                let prefix = key::attempts(*d);
                 let last = rows.iter().rfind(|(k, _)| k.starts_with(&prefix));
                 if let Some((k, v)) = last {
                     inner.stats.forget(codec::decode_attempt(k, v)?.state);
                 }
             }
             released.extend(keys::event_rows(&rec.meta, event));
-            if !operator.contains(&event) {
+            if operator.contains(&event) {
+                folded_operator.push((event, deliveries));
+            } else {
                 n_events += 1;
                 n_deliveries += rec.target_count as u64;
             }
+        }
+        {
+            let mut tombstones = inner.lock_tombstones_mut();
+            if let Some(upto) = upto {
+                tombstones.add(account, upto, &HashSet::new(), busy);
+            }
+            tombstones.events.extend(folded_operator);
         }
         let mut batch = sled::Batch::default();
         for k in index_rows {
@@ -240,7 +261,8 @@ impl SledStore {
 
 /// Accounts purged while the scheduler may still hold entries of their events: an entry taken
 /// when the purge came (its attempt running, or its claim refused while the purge held it), or
-/// queued by the committer after the purge read its cycle. Each account's tombstone is the
+/// queued by the committer after the purge read its cycle; or while someone holds a claim of
+/// one of their deliveries (a manual retry, a commit cycle superseding a trailing candidate). Each account's tombstone is the
 /// highest event id the purge removed: the due index drops that account's lanes' entries at
 /// or below it ([`super::DueIndex::drop_lane`]), a delivery write of such an event is
 /// discarded, and an entry that comes up without its event leaves the counts alone (the purge
@@ -249,9 +271,10 @@ impl SledStore {
 #[derive(Default)]
 pub(super) struct Tombstones {
     by_account: HashMap<String, Tombstone>,
-    /// Operator events about purged accounts, each with its deliveries: their endpoints' lanes
-    /// go on, so these are dropped one by one ([`super::DueIndex::drop_deliveries`]).
-    events: HashMap<u128, Vec<u128>>,
+    /// Operator events about purged accounts, each with its deliveries and their lanes: those
+    /// lanes go on, so these are dropped one by one ([`super::DueIndex::drop_deliveries`]).
+    /// (A folded event's deliveries have ended and are in no lane: [`NO_LANE`] stands there.)
+    events: HashMap<u128, Vec<(Lane, u128)>>,
 }
 
 struct Tombstone {
@@ -288,6 +311,10 @@ impl Tombstones {
             || (!self.events.is_empty() && self.events.contains_key(&event))
     }
 
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_account.is_empty() && self.events.is_empty()
+    }
+
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.by_account.len() + self.events.len()
@@ -310,8 +337,10 @@ impl Inner {
     }
 
     /// Removes the tombstones whose events nothing holds any more: the committer is past them,
-    /// their lanes have no entry waiting or running, and no attempt the purge found running
-    /// still holds its delivery. (Checked at every checkpoint and after each purge.)
+    /// no claim holds one of their deliveries, and the due index can hand out none of them
+    /// again (a purged account's lanes have no entry waiting or running; an operator lane
+    /// has none of the dropped deliveries out, in a sequence or in a refill under way).
+    /// (Checked at every checkpoint and after each purge.)
     pub(super) fn sweep_tombstones(&self) {
         {
             let t = self.lock_tombstones();
@@ -336,10 +365,15 @@ impl Inner {
         });
         tombstones.events.retain(|event, deliveries| {
             let claims = self.lock_claims();
-            let held = queued < *event || deliveries.iter().any(|d| claims.contains(d));
+            let held = queued < *event
+                || deliveries.iter().any(|(_, d)| claims.contains(d))
+                || deliveries
+                    .iter()
+                    .any(|(lane, d)| self.due.holds_any(*lane, &[*d]));
             drop(claims);
             if !held {
-                self.due.forget_dropped_deliveries(deliveries);
+                let ids: Vec<u128> = deliveries.iter().map(|(_, d)| *d).collect();
+                self.due.forget_dropped_deliveries(&ids);
             }
             held
         });

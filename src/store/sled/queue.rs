@@ -52,7 +52,7 @@ impl SledStore {
                 }),
                 None => {
                     drop(claim);
-                    self.due().done(due.lane);
+                    self.due().done(due.lane, due.delivery);
                 }
             }
         }
@@ -99,7 +99,7 @@ impl SledStore {
         // Back in the index before the claim ends: while the claim holds, a purge's tombstone
         // of its event stays ([`super::purge::Tombstones`]), so the entry is dropped there.
         match until {
-            None => self.due().done(due.lane),
+            None => self.due().done(due.lane, due.delivery),
             Some(at) => self.due().put_back(due, Some(at)),
         }
         drop(_claim);

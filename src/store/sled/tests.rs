@@ -54,9 +54,12 @@ pub(crate) struct Faults {
     /// Holds retention inside its lock, at an event it is about to remove (its deliveries
     /// claimed and read, ended): the same two channels.
     pub hold_prune: std::sync::Mutex<Option<Hold>>,
+    /// Holds the committer once its cycle is decided (a superseded candidate claimed and
+    /// read), before it writes the cycle's rows: the same two channels.
+    pub hold_write: std::sync::Mutex<Option<Hold>>,
 }
 
-/// The two ends of a [`Faults::hold_sync`] or [`Faults::hold_prune`].
+/// The two ends of a [`Faults::hold_sync`], [`Faults::hold_prune`] or [`Faults::hold_write`].
 pub(crate) struct Hold {
     pub reached: std::sync::mpsc::Sender<()>,
     pub go: std::sync::mpsc::Receiver<()>,
@@ -71,6 +74,11 @@ impl Faults {
     /// Waits where [`Faults::hold_prune`] holds retention, if it is armed (once).
     pub fn hold_pruning(&self) {
         Self::wait_at(&self.hold_prune);
+    }
+
+    /// Waits where [`Faults::hold_write`] holds the committer, if it is armed (once).
+    pub fn hold_writing(&self) {
+        Self::wait_at(&self.hold_write);
     }
 
     fn wait_at(point: &std::sync::Mutex<Option<Hold>>) {
@@ -686,7 +694,7 @@ fn all_due(store: &SledStore, now: Millis) -> Vec<u128> {
             return out;
         }
         for d in got {
-            store.due().done(d.lane);
+            store.due().done(d.lane, d.delivery);
             out.push(d.delivery);
         }
     }
@@ -1600,7 +1608,7 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
                     .await;
         }
         for e in due {
-            store.due().done(e.lane);
+            store.due().done(e.lane, e.delivery);
             got.push(e.delivery);
         }
     }
@@ -1699,6 +1707,197 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
         pending, 2,
         "the other's, each counted once before the restart"
     );
+    close(store);
+}
+
+/// An operator event about a purged account goes with it; its delivery, taken by the
+/// scheduler just before the purge and claimed just after, finds its event gone and is dropped
+/// without touching the counts or its fresh second: the event's tombstone stays while the
+/// entry is out. Before, the purge's sweep removed the tombstone once no claim held the
+/// delivery, the entry left its fresh second a second time, and the watermark written at close
+/// went past another account's fresh delivery of that second (pending for ever after the
+/// restart: LOST).
+#[tokio::test]
+async fn an_operator_delivery_taken_during_a_purge_strands_no_other_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    // The operator endpoint's lane sorts first, so it is taken first.
+    let (operator_lane, other_lane) = (LANE, LANE + 1);
+    let mut about = event(crate::model::OPERATOR_ACCOUNT, &[operator_lane], T0);
+    about.payload = Bytes::from_static(br#"{"data":{"account_id":"purged"}}"#);
+    let out = store
+        .ingest(vec![about, event("other", &[other_lane], T0)])
+        .await
+        .unwrap();
+    let other = created(&out[1]).1[0].clone();
+
+    // The scheduler takes the operator delivery; its claim is not asked for yet.
+    let taken = store.due().take(T0, 1);
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].lane, operator_lane);
+    store.purge_account("purged").await.unwrap();
+    assert_eq!(
+        store.inner.lock_tombstones().len(),
+        1,
+        "the tombstone stays while its delivery is out"
+    );
+    // Its claim, then its delivery: the event is gone, so the entry is dropped (as
+    // `take_due_now` does).
+    let e = taken[0];
+    let claim = store.claim(e.delivery).expect("nobody holds it");
+    assert!(store.due_delivery(e.delivery).unwrap().is_none());
+    store.drop_orphan(e.lane, e.delivery).unwrap();
+    store.due().ended(e.lane, e.delivery);
+    drop(claim);
+    store.due().done(e.lane, e.delivery);
+    store.inner.sweep_tombstones();
+    assert_eq!(store.inner.lock_tombstones().len(), 0, "then it goes");
+    assert_eq!(
+        store.stats().get(DeliveryState::Pending),
+        1,
+        "the other's only, counted once"
+    );
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let due: Vec<String> = all_due(&store, T0)
+        .into_iter()
+        .map(|d| ids::format(ids::DELIVERY, d))
+        .collect();
+    if !due.contains(&other.id) {
+        println!("LOST: {} is pending and never attempted", other.id);
+    }
+    assert_eq!(due, vec![other.id.clone()], "the other's delivery is due");
+    close(store);
+}
+
+/// A trailing candidate that a newer event of its window supersedes while its account is
+/// purged leaves the counts once and keeps no row: the cycle decided the supersede (it claimed
+/// and read the candidate) before the purge, and writes after it. Before, the cycle wrote the
+/// candidate's `debounced` attempt for an event the purge had removed and counted it from
+/// pending to skipped, after the purge had counted it out: pending one short, skipped one
+/// too many, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_superseded_while_its_account_is_purged_leaves_the_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let (_, candidate) = trailing_candidate(&store, &clock).await;
+    assert_eq!(store.stats().get(DeliveryState::Pending), 2);
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *store.inner.faults.hold_write.lock().unwrap() = Some(Hold {
+        reached: reached_tx,
+        go: go_rx,
+    });
+    clock.set(T0 + 200);
+    let newer = tokio::spawn({
+        let store = store.clone();
+        async move { store.ingest(vec![debounced_event(T0 + 200, 10_000)]).await }
+    });
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the cycle decides the supersede");
+    let purge = tokio::spawn({
+        let store = store.clone();
+        async move { store.purge_account("a").await }
+    });
+    // The purge removes the rows, then waits for the committer to sync.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while store
+        .inner
+        .trees
+        .log
+        .get(key::event(ids::event_of(candidate).unwrap().0))
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the purge never removed the candidate"
+        );
+        tokio::task::yield_now().await;
+    }
+    go.send(()).unwrap();
+    let out = newer.await.unwrap().unwrap();
+    let purged = purge.await.unwrap().unwrap();
+    assert_eq!(purged.events, 2);
+    assert_eq!(
+        store
+            .inner
+            .trees
+            .log
+            .scan_prefix(key::attempts(candidate))
+            .count(),
+        0,
+        "no attempt of the purged candidate is written"
+    );
+    // The newer event was committed after the purge read the account: it stays, trailing.
+    assert_eq!(created(&out[0]).1[0].state, DeliveryState::Pending);
+    assert_eq!(store.stats().get(DeliveryState::Pending), 1);
+    assert_eq!(store.stats().get(DeliveryState::Skipped), 0);
+    close(store);
+}
+
+/// A manual retry of a folded delivery that read it before its account's purge (it holds the
+/// delivery's claim, and brings the event back among hot rows after the purge let go of the
+/// fold lock) records nothing: the purge found the claim held, and its tombstone stays until
+/// the retry is over. Before, the tombstone went at the end of the purge, and the retry wrote a
+/// pending row for a removed event and counted it from failed to pending (failed one short
+/// for good; the row came up later as an entry without its event).
+#[tokio::test]
+async fn a_retry_of_a_folded_delivery_racing_a_purge_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let out = store
+        .ingest(vec![event("a", &[LANE], T0), event("a", &[LANE], T0)])
+        .await
+        .unwrap();
+    for o in &out {
+        end_failed(&store, &created(o).1[0]);
+    }
+    // Their index entries were taken for those attempts.
+    assert_eq!(all_due(&store, T0).len(), 2);
+    store.inner.keys.checkpoint().unwrap();
+    let f = store.fold_history(T0 + 10_000, None, 10_000).unwrap();
+    assert_eq!(f.events, 2, "both folded");
+    let id = created(&out[0]).1[0].id.clone();
+    let ulid = ids::parse(ids::DELIVERY, &id).unwrap();
+    // The retry, as `change_delivery` goes: the claim, then the delivery, read from its fold.
+    let claim = store.claim(ulid).expect("free");
+    let was = store.delivery(&id).unwrap().expect("folded, readable");
+    assert_eq!(was.state, DeliveryState::Failed);
+
+    store.purge_account("a").await.unwrap();
+    assert_eq!(store.stats().get(DeliveryState::Failed), 0);
+    assert_eq!(
+        store.inner.lock_tombstones().len(),
+        1,
+        "the retry's claim keeps the tombstone"
+    );
+    // The retry goes on: nothing to bring back; its change is discarded.
+    assert!(!store.inner.unfold(ids::event_of(ulid).unwrap().0).unwrap());
+    let mut now = was.clone();
+    now.state = DeliveryState::Pending;
+    now.next_attempt_at = Some(T0 + 20_000);
+    now.manual = true;
+    store.update_delivery(&was, &now, None).unwrap();
+    drop(claim);
+    store.inner.sweep_tombstones();
+    assert_eq!(store.inner.lock_tombstones().len(), 0, "then it goes");
+    assert!(store
+        .inner
+        .trees
+        .log
+        .get(key::pending(ulid))
+        .unwrap()
+        .is_none());
+    assert_eq!(store.due().len(), 0);
+    assert_eq!(store.stats().get(DeliveryState::Failed), 0);
+    assert_eq!(store.stats().get(DeliveryState::Pending), 0);
     close(store);
 }
 
