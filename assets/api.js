@@ -2,9 +2,15 @@
 
 import { parseJSON } from "./format.js";
 import { field } from "./pieces.js";
-import { unauthorized } from "./shell.js";
 import { S } from "./state.js";
 
+
+// What the page does when herald refuses its current token: the shell sets it at boot (sign
+// in again, or "link expired"), so this client imports nothing above it.
+let unauthorized = () => {};
+export function onUnauthorized(fn) {
+  unauthorized = fn;
+}
 
 export class ApiError extends Error {
   constructor(status, code, message, field) {

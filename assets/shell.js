@@ -1,7 +1,7 @@
 // herald pages: the shell: header, nav, the view for the route; sign-in (console), link handling
 // (portal), expiry.
 
-import { ApiError, api } from "./api.js";
+import { ApiError, api, onUnauthorized } from "./api.js";
 import { append, h, put } from "./dom.js";
 import { mono, utc } from "./format.js";
 import { button, errorBox, field, href, link, loading, msg } from "./pieces.js";
@@ -299,6 +299,7 @@ export async function boot() {
   if (!listening) {
     listening = true;
     window.addEventListener("hashchange", onHashChange);
+    onUnauthorized(unauthorized);
   }
   const token = linkToken();
   if (token) {

@@ -308,7 +308,7 @@ fn storage_label(config: &Config) -> String {
         StoreKind::Postgres => config
             .postgres_url()
             .ok()
-            .and_then(|url| crate::store::postgres::parse_url(&url).ok())
+            .and_then(|url| crate::config::postgres::parse_url(&url).ok())
             .map(|pg| format!("postgres {}", crate::store::postgres::target_of(&pg)))
             .unwrap_or_else(|| "the cluster's database".into()),
         #[cfg(not(feature = "postgres"))]

@@ -4,8 +4,9 @@
 //!
 //! Data flows one way: `api` -> `store` (durable) -> `engine` (decide) -> `outbound` (send) ->
 //! `store` (record). `api` never sends HTTP, `outbound` never touches the store, `engine` decides and
-//! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`), the
-//! pure decisions (`policy`) and `signing`; nothing there imports a module above it.
+//! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`,
+//! `filter`), the pure decisions (`policy`) and `signing`; nothing there imports a module above
+//! it.
 //!
 //! - [`alerts`]: failure alert mails: decided off the delivery path, sent over SMTP with
 //!   rustls, retried, counted.
@@ -16,11 +17,12 @@
 //!   the generated man pages and completions.
 //! - [`config`]: the TOML file: structs, compiled-in defaults, validation with key paths.
 //! - [`clock`]: wall time that gets stored (`SystemClock`, `ManualClock` for tests).
+//! - [`filter`]: endpoints' payload filters: the language, compiled once, matched at fan-out.
 //! - [`ids`]: prefixed, time-sortable ids (`evt_`, `ep_`, `dlv_`, `att_` + ULID).
 //! - [`model`]: the shared vocabulary: `Plan`, `Endpoint`, `Event`, `Delivery`, `Attempt`,
 //!   `Status`.
 //! - [`policy`]: pure decisions: breaker, conditions, debounce windows, quota windows, retry
-//!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, payload filters, alerts.
+//!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, alerts.
 //! - [`signing`]: Standard Webhooks signatures and secret formats.
 //! - [`store`]: the storage contract and its two implementations (sled on one box, PostgreSQL
 //!   for a cluster): the event and delivery log, the group-commit committer, the per-endpoint
@@ -47,6 +49,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod filter;
 pub mod ids;
 pub mod metrics;
 pub mod model;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::clock::{rfc3339, Millis};
-use crate::policy::filter::Filter;
+use crate::filter::Filter;
 
 /// A plan (`[plans.NAME]` in the config): whether webhooks are allowed and the account's
 /// delivery quotas; an absent limit is unlimited.

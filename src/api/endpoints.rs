@@ -13,12 +13,14 @@ use serde_json::{json, Value};
 use super::body::{self, discard_body, read_json_body};
 use super::error::ApiError;
 use super::{json, no_content, validate, AppState, Resp, Scope};
+use crate::clock::rfc3339;
+use crate::engine::health::Health;
+use crate::filter::Filter;
 use crate::ids::{self, ENDPOINT};
 use crate::model::{
     Endpoint, EndpointState, Ordering, RateLimit, SignatureHeaders, SignatureKind, StoredSecret,
 };
 use crate::outbound::request::mentions_secret;
-use crate::policy::filter::Filter;
 use crate::policy::url::check_endpoint_url;
 use crate::signing as sign;
 use crate::store::prelude::*;
@@ -158,10 +160,9 @@ pub async fn get(state: &Arc<AppState>, scope: &Scope, id: &str) -> Result<Resp,
 
 async fn with_health(state: &AppState, ep: &Endpoint) -> Result<Value, ApiError> {
     let mut v = ep.view();
-    if let (Value::Object(v), Value::Object(h)) = (
-        &mut v,
-        super::health::health_view(&state.engine.health(&ep.id).await?),
-    ) {
+    if let (Value::Object(v), Value::Object(h)) =
+        (&mut v, health_view(&state.engine.health(&ep.id).await?))
+    {
         v.extend(h);
     }
     Ok(v)
@@ -253,6 +254,22 @@ pub async fn set_state(
     let (ep, _) = changed.ok_or_else(|| ApiError::not_found("endpoint"))?;
     tracing::info!(endpoint_id = %id, state = ep.state.as_str(), "endpoint state changed");
     Ok(json(StatusCode::OK, &ep.view()))
+}
+
+/// An endpoint's health as the endpoint object and its stats show it: the breaker, the last
+/// hour's success rate and attempts, the last success and what is pending.
+pub fn health_view(h: &Health) -> Value {
+    json!({
+        "breaker": {
+            "state": h.breaker.phase,
+            "consecutive_failures": h.breaker.consecutive_failures,
+            "next_probe_at": h.breaker.next_probe_at.map(rfc3339),
+        },
+        "success_rate_1h": h.last_hour.map(|(good, all)| f64::from(good) / f64::from(all)),
+        "attempts_1h": h.last_hour.map_or(0, |(_, all)| all),
+        "last_success_at": h.last_success_at.map(rfc3339),
+        "pending": h.pending,
+    })
 }
 
 /// The endpoint, if the scope reaches it (another account's is `404` to a portal session).

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
+use crate::filter::{Filter, Subject};
 use crate::ids::{self, EVENT};
-use crate::policy::filter::{Filter, Subject};
 use crate::store::prelude::*;
 
 #[derive(Deserialize)]
@@ -98,56 +98,4 @@ async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Sub
             "give event_id, or type and payload",
         )),
     }
-}
-
-/// The OpenAPI schemas of a filter and of the filter-test route.
-pub(super) fn openapi_schemas(m: &mut serde_json::Map<String, Value>) {
-    use super::openapi::r;
-    let scalars =
-        json!({"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}});
-    let ordered = json!({"type": ["number", "string"]});
-    let filters = json!({"type": "array", "minItems": 1, "items": r("FilterObject")});
-    let at_path = json!({"type": "array", "minItems": 1, "items": r("FilterAtPath")});
-    m.insert(
-        "Filter".into(),
-        json!({"description": "A payload filter matched against {\"type\", \"payload\"} \
-            (docs/api.md, \"Payload filters\"); null: every event its event_types take. \
-            At most 4096 bytes of JSON, 8 levels of nesting, 64 operators.",
-            "oneOf": [{"type": "null"}, r("FilterObject")]}),
-    );
-    m.insert(
-        "FilterObject".into(),
-        json!({"type": "object", "additionalProperties": false, "properties": {
-            "type": r("FilterAtPath"), "payload": r("FilterAtPath"),
-            "$and": filters, "$or": filters, "$not": r("FilterObject")}}),
-    );
-    m.insert(
-        "FilterAtPath".into(),
-        json!({"description": "A value (equal; an array is compared whole) or an object whose \
-            keys descend into the value at this path and whose $ operators test it.",
-            "type": ["object", "string", "number", "boolean", "null", "array"],
-            "minProperties": 1,
-            "properties": {
-                "$eq": {}, "$neq": {}, "$gt": ordered, "$gte": ordered, "$lt": ordered,
-                "$lte": ordered, "$in": scalars, "$nin": scalars,
-                "$exists": {"type": "boolean"}, "$startsWith": {"type": "string"},
-                "$endsWith": {"type": "string"}, "$and": at_path, "$or": at_path,
-                "$not": r("FilterAtPath")},
-            "patternProperties": {"^([^$][\\s\\S]*)?$": r("FilterAtPath")},
-            "additionalProperties": false}),
-    );
-    m.insert(
-        "FilterTestRequest".into(),
-        json!({"type": "object", "required": ["filter"], "additionalProperties": false,
-            "description": "filter, and either event_id (an event of the account) or type and payload.",
-            "properties": {"filter": r("Filter"), "event_id": {"type": "string"},
-                "type": {"type": "string"}, "payload": {"type": "object"}}}),
-    );
-    m.insert(
-        "FilterTestResult".into(),
-        json!({"type": "object", "required": ["matches", "reason"], "properties": {
-            "matches": {"type": "boolean"},
-            "reason": {"type": ["string", "null"],
-                "description": "The first test that failed: payload.amount: 50 is not >= 100"}}}),
-    );
 }

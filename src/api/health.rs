@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp, Scope};
 use crate::clock::{rfc3339, Millis};
-use crate::engine::health::Health;
 use crate::model::{Delivery, Status};
 use crate::store::prelude::*;
 use crate::store::DeliveryFilter;
@@ -66,28 +65,12 @@ pub async fn endpoint_stats(
             })
         })
         .collect();
-    let mut v = health_view(&state.engine.health(&ep.id).await?);
+    let mut v = super::endpoints::health_view(&state.engine.health(&ep.id).await?);
     v["endpoint_id"] = json!(ep.id);
     v["window"] = json!(window);
     v["bucket_minutes"] = json!(bucket / Minute::MS);
     v["minutes"] = json!(minutes);
     Ok(json(StatusCode::OK, &v))
-}
-
-/// An endpoint's health as the endpoint object and its stats show it: the breaker, the last
-/// hour's success rate and attempts, the last success and what is pending.
-pub fn health_view(h: &Health) -> Value {
-    json!({
-        "breaker": {
-            "state": h.breaker.phase,
-            "consecutive_failures": h.breaker.consecutive_failures,
-            "next_probe_at": h.breaker.next_probe_at.map(rfc3339),
-        },
-        "success_rate_1h": h.last_hour.map(|(good, all)| f64::from(good) / f64::from(all)),
-        "attempts_1h": h.last_hour.map_or(0, |(_, all)| all),
-        "last_success_at": h.last_success_at.map(rfc3339),
-        "pending": h.pending,
-    })
 }
 
 /// Deliveries one incidents request looks at most (newest first).

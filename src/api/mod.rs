@@ -3,6 +3,19 @@
 //! Handlers validate, then talk to the store (and ask the engine for a manual retry); they never
 //! send HTTP themselves. Every connection is closed with hyper's `graceful_shutdown` when herald
 //! stops, and the whole drain is bounded by the shutdown grace period.
+//!
+//! # Adding a route
+//!
+//! 1. Add its [`Id`] and its row in [`routes::ROUTES`]: method, path (`{name}` for a parameter)
+//!    and [`Access`], the one place that says who may call it.
+//! 2. Write its handler in the file of its resource (`endpoints.rs`, `deliveries.rs`, ...):
+//!    read the body with [`body`], check every field with [`validate`] (a bad one is `422` with
+//!    the field's name and changes nothing), narrow by the caller's [`Scope`], then call the
+//!    store through its contract. Let the dispatch below call it (the compiler names the
+//!    missing arm).
+//! 3. Describe it in [`openapi`] (the test `every_route_is_documented` fails until it is) and
+//!    in docs/api.md, with its answers and error codes.
+//! 4. Test it in `tests/api/` against the real server, on both stores.
 
 mod accounts;
 mod backup;

@@ -4,6 +4,17 @@
 //! each once. Unknown keys are errors (a typo must not silently fall back to a default). Validation
 //! collects every problem with its key path, so `check-config` and `serve` report them all at once
 //! before anything binds ([`validate`]).
+//!
+//! # Adding a config key
+//!
+//! 1. Add the field to its table's struct here (or in the table's own file: `alerts.rs`,
+//!    `postgres.rs`) and its default to the struct's `Default`; a duration is a [`Dur`].
+//! 2. Check its value in [`Config::validate`] with the key's full path in the error, and any
+//!    rule that ties it to other keys.
+//! 3. Document it in `config.example.toml` with its default, set or commented out (the test
+//!    `the_example_names_every_config_key_and_no_other` fails until it is there), then
+//!    regenerate `packaging/herald.toml` (`HERALD_BLESS=1 cargo test --test command
+//!    packaging`), and describe it in the README or the docs page of its feature.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -634,7 +645,7 @@ fn problems(toml: &str) -> Vec<(String, String)> {
 
 mod alerts;
 pub mod look;
-mod postgres;
+pub mod postgres;
 #[cfg(feature = "postgres")]
 #[cfg(test)]
 mod tests;

@@ -197,3 +197,6 @@ fn the_database_url_can_come_from_a_file_and_never_shows_in_debug() {
     .unwrap();
     assert!(!format!("{c:?}").contains("sekrit"));
 }
+
+#[path = "example_tests.rs"]
+mod example_tests;

@@ -8,7 +8,6 @@
 //! - [`cidr`]: CIDR ranges for the SSRF guard's allow-list.
 //! - [`conditions`]: the ordered delivery conditions (docs/delivery-contract.md).
 //! - [`debounce`]: debounce windows at ingest.
-//! - [`filter`]: endpoints' payload filters.
 //! - [`ordering`]: which sequence of an ordered endpoint a delivery joins.
 //! - [`quota`]: the fixed per-minute and per-day windows.
 //! - [`retry`]: which outcomes are retried and the delay before the next attempt.
@@ -22,7 +21,6 @@ pub mod breaker;
 pub mod cidr;
 pub mod conditions;
 pub mod debounce;
-pub mod filter;
 pub mod ordering;
 pub mod quota;
 pub mod retry;

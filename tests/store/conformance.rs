@@ -632,7 +632,7 @@ async fn endpoints_are_created_changed_and_deleted_one_change_at_a_time() {
 /// set, not when a stored one is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_filter_over_todays_limits_loads_and_matches() {
-    use herald::policy::filter::{Filter, Subject as FilterSubject, MAX_DEPTH, MAX_OPERATORS};
+    use herald::filter::{Filter, Subject as FilterSubject, MAX_DEPTH, MAX_OPERATORS};
     on_both(|s| async move {
         let mut deep = serde_json::json!({"$gte": 10});
         for _ in 0..MAX_DEPTH {

@@ -33,7 +33,6 @@ mod retention;
 mod rows;
 mod sessions;
 mod tokens;
-mod url;
 mod version;
 pub mod versions;
 pub mod wake;
@@ -44,13 +43,13 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::config::postgres::parse_url;
 use crate::config::Config;
 pub use archive::RestoreHold;
 pub use handle::PgStore;
 pub use migrate::{migrate, migrate_and_join, Joining, Migrated, SCHEMA_VERSION};
 pub use queue::{keep_leases, PgLease};
 pub use rows::DUE_CHANNEL;
-pub use url::{check_url, parse_url};
 
 /// The channel of change notices: `e:` + an endpoint's id, `p:` + an account's (its plan),
 /// `b:` + an endpoint's id (its circuit breaker). Every node keeps endpoints and plans in memory
