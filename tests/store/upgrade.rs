@@ -79,9 +79,18 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
         .await;
     assert_eq!(status, 200);
     let delivery = format!("dlv_{}1", &event[4..event.len() - 1]);
-    let (status, retried) = h
-        .admin("POST", &format!("/v1/deliveries/{delivery}/retry"), None)
-        .await;
+    // The engine may be attempting it at the old URL right now (`409 delivery_in_flight`):
+    // asked again until that attempt is over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (status, retried) = loop {
+        let (status, retried) = h
+            .admin("POST", &format!("/v1/deliveries/{delivery}/retry"), None)
+            .await;
+        if status != 409 || std::time::Instant::now() > deadline {
+            break (status, retried);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(status == 200 || status == 202, "{status} {retried}");
     let got = recv.wait_for(1, Duration::from_secs(20)).await;
     assert_eq!(got[0].header("webhook-id"), Some(event));

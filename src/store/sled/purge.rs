@@ -1,8 +1,8 @@
 //! An account's purge on the embedded store ([`crate::store::contract::Accounts::purge_account`]):
 //! first its endpoints (their client certificates, breakers and rate buckets); then its events
 //! (hot and folded) with their payloads, deliveries, attempts, pending entries and idempotency
-//! keys, and its account index; its debounce windows, whatever their key (their own index); then its plan and alert addresses, quota
-//! counters, account secrets and portal sessions. The rows go from sled's trees at once; the
+//! keys, and its account index; its debounce windows, whatever their key (their own index);
+//! then its plan and alert addresses, quota counters, account secrets and portal sessions. The rows go from sled's trees at once; the
 //! bytes stay in sled's files until sled rewrites them (docs/operations.md, "Purging an
 //! account").
 
@@ -262,12 +262,13 @@ impl SledStore {
 /// Accounts purged while the scheduler may still hold entries of their events: an entry taken
 /// when the purge came (its attempt running, or its claim refused while the purge held it), or
 /// queued by the committer after the purge read its cycle; or while someone holds a claim of
-/// one of their deliveries (a manual retry, a commit cycle superseding a trailing candidate). Each account's tombstone is the
-/// highest event id the purge removed: the due index drops that account's lanes' entries at
-/// or below it ([`super::DueIndex::drop_lane`]), a delivery write of such an event is
-/// discarded, and an entry that comes up without its event leaves the counts alone (the purge
-/// took it out of them, once). A tombstone goes once neither the due index nor the committer
-/// holds such an entry ([`Inner::sweep_tombstones`]), so they never pile up.
+/// one of their deliveries (a manual retry, a commit cycle superseding a trailing candidate).
+/// Each account's tombstone is the highest event id the purge removed: the due index drops that
+/// account's lanes' entries at or below it ([`super::DueIndex::drop_lane`]), a delivery write
+/// of such an event is discarded, and an entry that comes up without its event leaves the
+/// counts alone (the purge took it out of them, once). A tombstone goes once neither the due
+/// index, the committer nor a claim holds such an entry ([`Inner::sweep_tombstones`]), so they
+/// never pile up.
 #[derive(Default)]
 pub(super) struct Tombstones {
     by_account: HashMap<String, Tombstone>,
