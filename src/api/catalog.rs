@@ -113,15 +113,23 @@ pub async fn send_test(
         }
         None => (TEST_TYPE.to_string(), generic(now)),
     };
-    let event = NewEvent::fan_out(
-        ep.account_id.clone(),
-        event_type,
-        Bytes::from(payload.to_string()),
-        [&ep].into_iter(),
-        now,
-    );
+    let payload = Bytes::from(payload.to_string());
+    let fan_out = || {
+        // The endpoint as the copy in memory has it (again, after another node changed it).
+        let ep = state
+            .store
+            .endpoint(&ep.id)
+            .ok_or_else(|| ApiError::not_found("endpoint"))?;
+        Ok::<_, ApiError>(vec![NewEvent::fan_out(
+            ep.account_id.clone(),
+            event_type.clone(),
+            payload.clone(),
+            [&ep].into_iter(),
+            now,
+        )])
+    };
     let mut attempted = state.engine.subscribe_attempts();
-    let outcome = state.store.ingest(vec![event]).await?;
+    let outcome = state.store.ingest(fan_out).await?;
     let Some(IngestOutcome::Created {
         event_id,
         deliveries,

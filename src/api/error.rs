@@ -112,7 +112,10 @@ impl From<StoreError> for ApiError {
                 format!("{what} would take {size} bytes stored; at most {max}: shorten it"),
             );
         }
-        tracing::error!(error = %e, "storage error in a request");
+        // A fan-out that stayed stale was told of by the store (not a storage failure).
+        if !matches!(e, StoreError::Stale) {
+            tracing::error!(error = %e, "storage error in a request");
+        }
         ApiError::unavailable()
     }
 }

@@ -20,7 +20,7 @@ use crate::model::{Delivery, Endpoint};
 use crate::policy::debounce;
 use crate::policy::schema;
 use crate::store::prelude::*;
-use crate::store::{DebounceRule, IngestOutcome, NewEvent, StoreError};
+use crate::store::{DebounceRule, IngestOutcome, NewEvent};
 
 /// Events one batch may carry (docs/api.md).
 pub const MAX_BATCH: usize = 1000;
@@ -249,12 +249,9 @@ fn key_field(name: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> 
     }
 }
 
-/// How often ingest fans out again when, in a cluster, the endpoints changed meanwhile.
-const FAN_OUT_TRIES: usize = 3;
-
 /// Fans the checked items out over their accounts' endpoints and stores them. In a cluster a
 /// fan-out made with a copy of the endpoints that missed another node's change is refused
-/// with nothing stored: the copy is brought up to date and the items fanned out again.
+/// with nothing stored: the store brings the copy up to date and fans the items out again.
 pub(super) async fn store(
     state: &AppState,
     items: Vec<Checked>,
@@ -263,30 +260,13 @@ pub(super) async fn store(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    if state.store.directory_mark().is_none() {
-        // One machine: its copy is the store's, a fan-out is never stale.
-        let events = items
-            .into_iter()
-            .map(|c| fan_out(state, c, now))
-            .collect::<Result<_, _>>()?;
-        return Ok(state.store.ingest(events).await?);
-    }
-    for _ in 0..FAN_OUT_TRIES {
-        let mark = state.store.directory_mark();
-        let events = items
+    let fan_out_all = || {
+        items
             .iter()
             .map(|c| fan_out(state, c.clone(), now))
-            .collect::<Result<_, _>>()?;
-        match state.store.ingest_fanned_out(events, mark).await {
-            Err(StoreError::Stale) => state.store.fresh_directory().await?,
-            stored => return Ok(stored?),
-        }
-    }
-    tracing::warn!(
-        tries = FAN_OUT_TRIES,
-        "the endpoints kept changing while ingest fanned out; answering 503"
-    );
-    Err(ApiError::unavailable())
+            .collect::<Result<Vec<_>, ApiError>>()
+    };
+    state.store.ingest(fan_out_all).await
 }
 
 /// One checked item fanned out to its account's matching endpoints.

@@ -52,32 +52,8 @@ pub async fn replay(
         let e = f.to_error("payload");
         ApiError::field("payload", format!("the stored event's {}", e.message))
     })?;
-    let endpoints = state.store.account_endpoints(&meta.account_id);
-    let targets: Vec<_> = match &b.endpoint_id {
-        Some(ep) => {
-            let found: Vec<_> = endpoints.iter().filter(|e| e.id == *ep).collect();
-            if found.is_empty() {
-                return Err(ApiError::field(
-                    "endpoint_id",
-                    format!(
-                        "endpoint {ep} is not an endpoint of account {}",
-                        meta.account_id
-                    ),
-                ));
-            }
-            found
-        }
-        None => super::ingest::takers(&endpoints, &meta.event_type, &meta.channels, &payload)
-            .map_err(|e| {
-                ApiError::field(
-                    "payload",
-                    format!(
-                        "the stored event's payload does not parse ({e}); it cannot be replayed"
-                    ),
-                )
-            })?,
-    };
     if b.dry_run {
+        let targets = replay_targets(state, &meta, &payload, b.endpoint_id.as_deref())?;
         return Ok(json(
             StatusCode::OK,
             &json!({"dry_run": true, "deliveries": targets.len().max(1)}),
@@ -85,17 +61,22 @@ pub async fn replay(
     }
     // A replay is the operator's decision: no idempotency key, no debounce. It keeps its
     // ordering key: on an ordered endpoint it joins the end of the original's sequence.
-    let mut event = NewEvent::fan_out(
-        meta.account_id,
-        meta.event_type,
-        payload,
-        targets.into_iter(),
-        state.clock.now_ms(),
-    );
-    event.ordering_key = meta.ordering_key;
-    event.channels = meta.channels;
-    event.tags = meta.tags;
-    let outcome = state.store.ingest(vec![event]).await?;
+    let now = state.clock.now_ms();
+    let fan_out = || {
+        let targets = replay_targets(state, &meta, &payload, b.endpoint_id.as_deref())?;
+        let mut event = NewEvent::fan_out(
+            meta.account_id.clone(),
+            meta.event_type.clone(),
+            payload.clone(),
+            targets.iter(),
+            now,
+        );
+        event.ordering_key.clone_from(&meta.ordering_key);
+        event.channels.clone_from(&meta.channels);
+        event.tags.clone_from(&meta.tags);
+        Ok::<_, ApiError>(vec![event])
+    };
+    let outcome = state.store.ingest(fan_out).await?;
     let Some(IngestOutcome::Created {
         event_id,
         deliveries,
@@ -109,6 +90,42 @@ pub async fn replay(
         StatusCode::ACCEPTED,
         &json!({"event_id": event_id, "replay_of": id, "deliveries": deliveries}),
     ))
+}
+
+/// The endpoints a replay goes to: the one asked for, else those of the event's account that
+/// take it now.
+fn replay_targets(
+    state: &AppState,
+    meta: &crate::model::EventMeta,
+    payload: &[u8],
+    endpoint_id: Option<&str>,
+) -> Result<Vec<Arc<crate::model::Endpoint>>, ApiError> {
+    let endpoints = state.store.account_endpoints(&meta.account_id);
+    match endpoint_id {
+        Some(ep) => {
+            let found: Vec<_> = endpoints.into_iter().filter(|e| e.id == ep).collect();
+            if found.is_empty() {
+                return Err(ApiError::field(
+                    "endpoint_id",
+                    format!(
+                        "endpoint {ep} is not an endpoint of account {}",
+                        meta.account_id
+                    ),
+                ));
+            }
+            Ok(found)
+        }
+        None => super::ingest::takers(&endpoints, &meta.event_type, &meta.channels, payload)
+            .map(|t| t.into_iter().cloned().collect())
+            .map_err(|e| {
+                ApiError::field(
+                    "payload",
+                    format!(
+                        "the stored event's payload does not parse ({e}); it cannot be replayed"
+                    ),
+                )
+            }),
+    }
 }
 
 #[derive(Deserialize)]

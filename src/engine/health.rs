@@ -228,8 +228,7 @@ impl Engine {
         if d.account_id == OPERATOR_ACCOUNT {
             return;
         }
-        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
-        if targets.is_empty() {
+        if self.store.account_endpoints(OPERATOR_ACCOUNT).is_empty() {
             return;
         }
         // An attempt sent before its account's purge and answered after it records nothing:
@@ -246,7 +245,7 @@ impl Engine {
             "last_status": d.last_status,
             "attempt_count": d.attempt_count,
         });
-        self.emit(&targets, "delivery.failed", data, now).await;
+        self.emit("delivery.failed", data, now).await;
     }
 
     /// Purges the account (docs/operations.md): the store forgets everything of it, this
@@ -279,9 +278,7 @@ impl Engine {
             "deliveries": purged.deliveries,
             "endpoints": purged.endpoints,
         });
-        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
-        self.emit(&targets, "account.purged", data, self.clock.now_ms())
-            .await;
+        self.emit("account.purged", data, self.clock.now_ms()).await;
         Ok(purged)
     }
 
@@ -292,23 +289,28 @@ impl Engine {
         data["endpoint_id"] = json!(ep.id);
         data["account_id"] = json!(ep.account_id);
         data["url"] = json!(ep.url);
-        let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
-        self.emit(&targets, ty, data, now).await;
+        self.emit(ty, data, now).await;
     }
 
-    async fn emit(&self, targets: &[std::sync::Arc<Endpoint>], ty: &str, data: Value, now: Millis) {
-        if targets.is_empty() {
+    /// An operator event to the operator's endpoints (none: nothing is stored).
+    async fn emit(&self, ty: &str, data: Value, now: Millis) {
+        if self.store.account_endpoints(OPERATOR_ACCOUNT).is_empty() {
             return;
         }
-        let payload = json!({"type": ty, "at": rfc3339(now), "data": data}).to_string();
-        let event = NewEvent::fan_out(
-            OPERATOR_ACCOUNT.to_string(),
-            ty.to_string(),
-            payload.into(),
-            targets.iter(),
-            now,
-        );
-        if let Err(e) = self.store.ingest(vec![event]).await {
+        let payload: bytes::Bytes = json!({"type": ty, "at": rfc3339(now), "data": data})
+            .to_string()
+            .into();
+        let fan_out = || {
+            let targets = self.store.account_endpoints(OPERATOR_ACCOUNT);
+            Ok::<_, StoreError>(vec![NewEvent::fan_out(
+                OPERATOR_ACCOUNT.to_string(),
+                ty.to_string(),
+                payload.clone(),
+                targets.iter(),
+                now,
+            )])
+        };
+        if let Err(e) = self.store.ingest(fan_out).await {
             tracing::error!(error = %e, event_type = ty, "cannot store an operator event");
         }
     }

@@ -78,20 +78,12 @@ impl Backend {
 }
 
 impl Ingest for Backend {
-    async fn ingest(&self, events: Vec<NewEvent>) -> Result<Vec<IngestOutcome>, StoreError> {
-        both_async!(self, Ingest::ingest, (events))
-    }
-
-    fn directory_mark(&self) -> Option<i64> {
-        both!(self, Ingest::directory_mark, ())
-    }
-
-    async fn ingest_fanned_out(
-        &self,
-        events: Vec<NewEvent>,
-        mark: Option<i64>,
-    ) -> Result<Vec<IngestOutcome>, StoreError> {
-        both_async!(self, Ingest::ingest_fanned_out, (events, mark))
+    async fn ingest<F, E>(&self, fan_out: F) -> Result<Vec<IngestOutcome>, E>
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        both_async!(self, Ingest::ingest, (fan_out))
     }
 }
 

@@ -41,7 +41,13 @@ use crate::policy::quota::{Limits, Windows};
 
 /// Taking events in.
 pub trait Ingest {
-    /// Stores `events`, each with its deliveries, and answers one outcome per event, in order.
+    /// Stores the events `fan_out` makes, each with its deliveries, and answers one outcome per
+    /// event, in order. `fan_out` makes them from the endpoints and plans in memory (it reads
+    /// them through [`Directory`]); in a cluster, when another node changed the endpoints or
+    /// plans after it read them, nothing is stored: the copy in memory is brought up to date and
+    /// `fan_out` is called again, up to [`super::FAN_OUT_TRIES`] times, then
+    /// [`StoreError::Stale`]. On one box it is called once. Its own error is returned as it is,
+    /// with nothing stored.
     ///
     /// - Durable when it returns `Ok`: every created event and its deliveries survive a crash,
     ///   and the engine will attempt each delivery (at least once).
@@ -62,24 +68,13 @@ pub trait Ingest {
     ///   its lane's places, taken under the lane's lock (docs/cluster.md, "Ordered keys").
     /// - A debounced event's window is decided at commit: a later event of the same key within
     ///   it is stored with `skipped` deliveries (or replaces the trailing candidate).
-    fn ingest(
+    fn ingest<F, E>(
         &self,
-        events: Vec<NewEvent>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send;
-
-    /// The version of the endpoints and plans in memory, to pass to
-    /// [`Ingest::ingest_fanned_out`] with events fanned out over them (take it first). `None`
-    /// on one box, whose copy is always the store's.
-    fn directory_mark(&self) -> Option<i64>;
-
-    /// [`Ingest::ingest`] for events fanned out over the endpoints in memory at `mark`. In a
-    /// cluster, [`StoreError::Stale`] (nothing stored) when another node changed the endpoints
-    /// or plans since: bring them up to date ([`Directory::fresh_directory`]) and fan out again.
-    fn ingest_fanned_out(
-        &self,
-        events: Vec<NewEvent>,
-        mark: Option<i64>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send;
+        fan_out: F,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, E>> + Send
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send;
 }
 
 /// Endpoints and plans: kept in memory on every node, changed durably, one change at a time.

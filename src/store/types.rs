@@ -10,6 +10,10 @@ use crate::clock::Millis;
 use crate::ids::{self, ENDPOINT};
 use crate::model::{Delivery, DeliveryState, Endpoint, EventMeta, Status};
 
+/// How often a cluster's ingest fans out again when the endpoints changed meanwhile
+/// ([`super::contract::Ingest::ingest`]); then it gives up with nothing stored (`503`).
+pub const FAN_OUT_TRIES: usize = 3;
+
 /// How long an idempotency key keeps answering with the first event (docs/api.md).
 pub const IDEMPOTENCY_WINDOW_MS: Millis = 24 * 3600 * 1000;
 

@@ -439,7 +439,10 @@ async fn a_stored_payload_that_does_not_parse_is_422_at_replay_and_filter_test()
         taker.into_iter(),
         1_796_212_800_000,
     );
-    let stored = store.ingest(vec![event]).await.expect("stored");
+    let stored = store
+        .ingest(|| Ok::<_, herald::store::StoreError>(vec![event.clone()]))
+        .await
+        .expect("stored");
     let Some(herald::store::IngestOutcome::Created { event_id, .. }) = stored.first() else {
         panic!("not created: {stored:?}");
     };

@@ -35,6 +35,22 @@ use herald::store::{
     IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
+/// Stores events made beforehand. The contract takes a fan-out, which the store calls (again
+/// only in a cluster whose endpoints changed meanwhile): this one hands the same events each
+/// time.
+trait IngestEvents {
+    fn ingest_events(
+        &self,
+        events: Vec<NewEvent>,
+    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>>;
+}
+
+impl<S: herald::store::contract::Ingest> IngestEvents for S {
+    async fn ingest_events(&self, events: Vec<NewEvent>) -> Result<Vec<IngestOutcome>, StoreError> {
+        self.ingest(|| Ok(events.clone())).await
+    }
+}
+
 const START: i64 = 1_800_000_000_000;
 const EP_A: &str = "ep_01HZZZZZZZZZZZZZZZZZZZZZZA";
 const EP_B: &str = "ep_01HZZZZZZZZZZZZZZZZZZZZZZB";
@@ -219,7 +235,7 @@ fn created(out: &IngestOutcome) -> (String, Vec<Delivery>) {
 async fn ingest_one(s: &Subject) -> (String, Vec<Delivery>) {
     let out = s
         .store
-        .ingest(vec![event("acct", None, START)])
+        .ingest_events(vec![event("acct", None, START)])
         .await
         .unwrap_or_else(|e| panic!("{}: ingest: {e}", s.name));
     created(&out[0])
@@ -259,7 +275,7 @@ async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target() {
     on_both(|s| async move {
         let out = s
             .store
-            .ingest(vec![event("acct", None, START), event("acct", None, START)])
+            .ingest_events(vec![event("acct", None, START), event("acct", None, START)])
             .await
             .unwrap();
         assert_eq!(out.len(), 2, "{}", s.name);
@@ -362,14 +378,14 @@ async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
     on_both(|s| async move {
         let out = s
             .store
-            .ingest(vec![event("acct", Some("k1"), START)])
+            .ingest_events(vec![event("acct", Some("k1"), START)])
             .await
             .unwrap();
         let (first, _) = created(&out[0]);
         // Within one batch, and in a later one: the first event's id, nothing stored.
         let again = s
             .store
-            .ingest(vec![
+            .ingest_events(vec![
                 event("acct", Some("k1"), START),
                 event("acct", Some("k2"), START),
                 event("acct", Some("k2"), START),
@@ -390,7 +406,7 @@ async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
         // Keys are per account.
         let other = s
             .store
-            .ingest(vec![event("other", Some("k1"), START)])
+            .ingest_events(vec![event("other", Some("k1"), START)])
             .await
             .unwrap();
         assert_ne!(created(&other[0]).0, first, "{}", s.name);
@@ -405,7 +421,7 @@ async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
         s.clock.set(START + IDEMPOTENCY_WINDOW_MS - 1);
         let again = s
             .store
-            .ingest(vec![event("acct", Some("k1"), s.clock.now_ms())])
+            .ingest_events(vec![event("acct", Some("k1"), s.clock.now_ms())])
             .await
             .unwrap();
         assert!(
@@ -416,7 +432,7 @@ async fn an_idempotency_key_answers_the_first_event_within_its_window_only() {
         s.clock.set(START + IDEMPOTENCY_WINDOW_MS);
         let later = s
             .store
-            .ingest(vec![event("acct", Some("k1"), s.clock.now_ms())])
+            .ingest_events(vec![event("acct", Some("k1"), s.clock.now_ms())])
             .await
             .unwrap();
         assert_ne!(
@@ -441,7 +457,7 @@ async fn a_debounced_key_skips_the_events_its_window_holds() {
             }),
             ..event("acct", None, at)
         };
-        let out = s.store.ingest(vec![debounced(START)]).await.unwrap();
+        let out = s.store.ingest_events(vec![debounced(START)]).await.unwrap();
         let (_, first) = created(&out[0]);
         assert!(
             first.iter().all(|d| d.state == DeliveryState::Pending),
@@ -451,7 +467,7 @@ async fn a_debounced_key_skips_the_events_its_window_holds() {
         s.clock.advance(Duration::from_secs(1));
         let out = s
             .store
-            .ingest(vec![debounced(START + 1_000)])
+            .ingest_events(vec![debounced(START + 1_000)])
             .await
             .unwrap();
         let (_, held) = created(&out[0]);
@@ -463,7 +479,7 @@ async fn a_debounced_key_skips_the_events_its_window_holds() {
         s.clock.advance(Duration::from_secs(60));
         let out = s
             .store
-            .ingest(vec![debounced(START + 61_000)])
+            .ingest_events(vec![debounced(START + 61_000)])
             .await
             .unwrap();
         let (_, after) = created(&out[0]);
@@ -1289,7 +1305,7 @@ async fn the_log_lists_newest_first_through_filters_and_cursors() {
             s.clock.advance(Duration::from_secs(1));
             let mut e = event(if i % 3 == 0 { "a" } else { "b" }, None, s.clock.now_ms());
             e.event_type = if i % 2 == 0 { "even" } else { "odd" }.into();
-            let out = store.ingest(vec![e]).await.unwrap();
+            let out = store.ingest_events(vec![e]).await.unwrap();
             ids.extend(created(&out[0]).1.into_iter().map(|d| d.id));
         }
         ids.reverse();
@@ -1369,7 +1385,7 @@ async fn a_deleted_endpoints_waiting_deliveries_are_made_due_at_once() {
             .await
             .unwrap();
         let out = store
-            .ingest(vec![event("acct", None, START), event("acct", None, START)])
+            .ingest_events(vec![event("acct", None, START), event("acct", None, START)])
             .await
             .unwrap();
         let first = created(&out[0]).1[0].id.clone();
@@ -1397,7 +1413,7 @@ async fn the_store_reports_its_health_size_and_nodes() {
     on_both(|s| async move {
         let store = &s.store;
         store
-            .ingest(vec![event("acct", None, START)])
+            .ingest_events(vec![event("acct", None, START)])
             .await
             .unwrap();
         assert!(store.healthy().await, "{}", s.name);
@@ -1410,18 +1426,49 @@ async fn the_store_reports_its_health_size_and_nodes() {
                 assert!(all.iter().any(|n| n.id == me), "{me} in {all:?}");
             }
         }
-        assert_eq!(
-            store.directory_mark().is_some(),
-            s.name == "postgres",
-            "{}: only a cluster fans out against a version",
-            s.name
-        );
-        let mark = store.directory_mark();
+    })
+    .await;
+}
+
+/// Events come in through one operation: the store calls the fan-out (once, when the endpoints
+/// do not change meanwhile) and stores what it made; the fan-out's own error comes back as it
+/// is, with nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_calls_the_fan_out_and_returns_its_error_unchanged() {
+    #[derive(Debug, PartialEq)]
+    enum Refused {
+        No,
+        Store,
+    }
+    impl From<StoreError> for Refused {
+        fn from(_: StoreError) -> Self {
+            Refused::Store
+        }
+    }
+    on_both(|s| async move {
+        let store = &s.store;
+        let mut calls = 0;
         let out = store
-            .ingest_fanned_out(vec![event("acct", None, START)], mark)
+            .ingest(|| {
+                calls += 1;
+                Ok::<_, Refused>(vec![event("acct", None, START)])
+            })
             .await
             .unwrap();
         created(&out[0]);
+        assert_eq!(calls, 1, "{}", s.name);
+        let pending = store.stats().await.unwrap().get(DeliveryState::Pending);
+        let refused = store
+            .ingest(|| Err::<Vec<NewEvent>, _>(Refused::No))
+            .await
+            .unwrap_err();
+        assert_eq!(refused, Refused::No, "{}", s.name);
+        assert_eq!(
+            store.stats().await.unwrap().get(DeliveryState::Pending),
+            pending,
+            "{}: nothing stored",
+            s.name
+        );
     })
     .await;
 }
@@ -1699,7 +1746,7 @@ async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending() 
         };
         // An old event whose deliveries ended, and an old one still pending.
         let out = store
-            .ingest(vec![
+            .ingest_events(vec![
                 event("acct", Some("old-key"), START),
                 event("acct", None, START),
             ])
@@ -1911,7 +1958,7 @@ async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order() {
         };
         let mut made = Vec::new();
         for (i, k) in ["x", "y", "x"].iter().enumerate() {
-            let out = store.ingest(vec![keyed(k, START + i as i64)]).await;
+            let out = store.ingest_events(vec![keyed(k, START + i as i64)]).await;
             made.push(created(&out.unwrap()[0]).1[0].clone());
         }
         let order: Vec<String> = made.iter().map(|d| d.id.clone()).collect();
@@ -2172,7 +2219,10 @@ async fn fill(s: &Subject) {
     labelled.channels = vec!["ch-a".into(), "ch-b".into()];
     labelled.tags = vec!["t1".into()];
     labelled.request_key = Some("req-fill".into());
-    let out = store.ingest(vec![labelled, large, binary]).await.unwrap();
+    let out = store
+        .ingest_events(vec![labelled, large, binary])
+        .await
+        .unwrap();
     store.put_application(&application("acct")).await.unwrap();
     store
         .keep_api_answer("acct", "key-1", answer(START, 202))
@@ -2296,7 +2346,7 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
         // A message's eventId is its idempotency key; its account's first event is kept.
         assert_eq!(store.first_event_at("acct").await.unwrap(), None, "{n}");
         let out = store
-            .ingest(vec![event("acct", Some("evt-key"), START + 7)])
+            .ingest_events(vec![event("acct", Some("evt-key"), START + 7)])
             .await
             .unwrap();
         let (id, _) = created(&out[0]);
@@ -2328,7 +2378,7 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
         // A message's request key keeps its answer (the event) in the event's own commit.
         let mut keyed = event("acct", None, START + 9);
         keyed.request_key = Some("req-1".into());
-        let out = store.ingest(vec![keyed]).await.unwrap();
+        let out = store.ingest_events(vec![keyed]).await.unwrap();
         let (kept_id, _) = created(&out[0]);
         let kept = store.api_answer("acct", "req-1", START + 10).await.unwrap();
         let kept = kept.unwrap_or_else(|| panic!("{n}: the message's answer was not kept"));
@@ -2346,7 +2396,7 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
             e
         };
         let out = store
-            .ingest(vec![
+            .ingest_events(vec![
                 keyed("req-1", Some("evt-new"), START + 11),
                 keyed("req-2", None, START + 11),
                 keyed("req-2", None, START + 11),
@@ -2369,7 +2419,7 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
         );
         // A message refused as a duplicate by its eventId leaves its request key unclaimed.
         let out = store
-            .ingest(vec![keyed("req-3", Some("evt-key"), START + 12)])
+            .ingest_events(vec![keyed("req-3", Some("evt-key"), START + 12)])
             .await
             .unwrap();
         assert!(
@@ -2382,7 +2432,7 @@ async fn applications_and_kept_answers_are_per_account_and_go_with_a_purge() {
             "{n}"
         );
         let out = store
-            .ingest(vec![keyed("req-3", None, START + 12)])
+            .ingest_events(vec![keyed("req-3", None, START + 12)])
             .await
             .unwrap();
         created(&out[0]);
@@ -2460,7 +2510,7 @@ async fn a_backup_restores_into_either_store_exactly() {
             // The idempotency key still answers the first event.
             let again = target
                 .store
-                .ingest(vec![event("acct", Some("idem-1"), START)])
+                .ingest_events(vec![event("acct", Some("idem-1"), START)])
                 .await
                 .unwrap();
             assert!(
@@ -2554,7 +2604,7 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
         };
         assert!(store.quota_take("acct", w, limits).await.unwrap());
         let out = store
-            .ingest(vec![
+            .ingest_events(vec![
                 event_to("acct", EP_A, Some("k")),
                 event_to("acct", EP_A, None),
                 event_to("acct", EP_A, None),
@@ -2717,7 +2767,7 @@ async fn a_purged_account_leaves_nothing_and_the_others_untouched() {
         assert_eq!(due, vec![other[1].id.clone()], "{}", s.name);
         // The account starts empty: its idempotency key is free again.
         let again = store
-            .ingest(vec![event_to("acct", EP_A, Some("k"))])
+            .ingest_events(vec![event_to("acct", EP_A, Some("k"))])
             .await
             .unwrap();
         assert!(
@@ -2765,7 +2815,7 @@ async fn a_purged_account_leaves_no_debounce_window() {
                 .unwrap();
         }
         store
-            .ingest(vec![located("acct"), located("other")])
+            .ingest_events(vec![located("acct"), located("other")])
             .await
             .unwrap();
         store.purge_account("acct").await.unwrap();
@@ -2774,7 +2824,7 @@ async fn a_purged_account_leaves_no_debounce_window() {
             .await
             .unwrap();
         let out = store
-            .ingest(vec![located("acct"), located("other")])
+            .ingest_events(vec![located("acct"), located("other")])
             .await
             .unwrap();
         assert_eq!(
@@ -2810,7 +2860,7 @@ async fn a_restored_ordered_endpoint_hands_out_its_backlog_in_commit_order() {
                 payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
                 ..event("acct", None, START + i as i64)
             };
-            let out = source.store.ingest(vec![ev]).await.unwrap();
+            let out = source.store.ingest_events(vec![ev]).await.unwrap();
             if *k == "x" {
                 x.push(created(&out[0]).1[0].id.clone());
             }

@@ -24,23 +24,12 @@ use crate::store::{
 };
 
 impl Ingest for PgStore {
-    fn ingest(
-        &self,
-        events: Vec<NewEvent>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
-        PgStore::ingest(self, events)
-    }
-
-    fn directory_mark(&self) -> Option<i64> {
-        Some(PgStore::directory_mark(self))
-    }
-
-    fn ingest_fanned_out(
-        &self,
-        events: Vec<NewEvent>,
-        mark: Option<i64>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
-        PgStore::ingest_marked(self, events, mark)
+    fn ingest<F, E>(&self, fan_out: F) -> impl Future<Output = Result<Vec<IngestOutcome>, E>> + Send
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        PgStore::ingest_fanned_out(self, fan_out)
     }
 }
 

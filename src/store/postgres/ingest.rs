@@ -901,6 +901,29 @@ impl PgStore {
         self.ingest_marked(events, None).await
     }
 
+    /// [`crate::store::contract::Ingest::ingest`]: `fan_out` over the copy of the endpoints in
+    /// memory, again after bringing the copy up to date while another node's change makes the
+    /// commit refuse it as stale.
+    pub async fn ingest_fanned_out<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        for _ in 0..crate::store::FAN_OUT_TRIES {
+            let mark = self.directory_mark();
+            let events = fan_out()?;
+            match self.ingest_marked(events, Some(mark)).await {
+                Err(StoreError::Stale) => self.fresh_directory().await?,
+                stored => return Ok(stored?),
+            }
+        }
+        tracing::warn!(
+            tries = crate::store::FAN_OUT_TRIES,
+            "the endpoints kept changing while ingest fanned out; nothing stored"
+        );
+        Err(StoreError::Stale.into())
+    }
+
     /// [`PgStore::ingest`] of events fanned out over their accounts' endpoints with the copy at
     /// `mark` ([`PgStore::directory_mark`]): [`StoreError::Stale`], with nothing stored, if a
     /// change of the directory was committed that the copy missed.

@@ -38,23 +38,14 @@ pub(super) async fn blocking<T: Send + 'static>(
 }
 
 impl Ingest for SledStore {
-    fn ingest(
-        &self,
-        events: Vec<NewEvent>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
-        SledStore::ingest(self, events)
-    }
-
-    fn directory_mark(&self) -> Option<i64> {
-        None
-    }
-
-    fn ingest_fanned_out(
-        &self,
-        events: Vec<NewEvent>,
-        _mark: Option<i64>,
-    ) -> impl Future<Output = Result<Vec<IngestOutcome>, StoreError>> + Send {
-        SledStore::ingest(self, events)
+    /// One box: its copy of the endpoints is the store's, a fan-out is never stale.
+    async fn ingest<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        let events = fan_out()?;
+        Ok(SledStore::ingest(self, events).await?)
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::codec;
 use super::keys::{self, KeyRow};
-use super::{key, Claim, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
+use super::{key, Claim, EventRecord, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
 use crate::ids;
 use crate::model::DeliveryState;
 use crate::store::Purged;
@@ -62,165 +62,14 @@ impl SledStore {
 
     /// Removes the account's events with everything of theirs; (events, deliveries) removed.
     fn purge_log(&self, account: &str) -> Result<(u64, u64), StoreError> {
-        let inner = &self.inner;
-        let log = &inner.trees.log;
         // No event moves between hot rows and folds while they go.
-        let _folds = inner.lock_fold_writes();
-        let mut events = BTreeSet::new();
-        let mut index_rows = Vec::new();
-        for item in log.scan_prefix(key::account_events(account)) {
-            let (k, v) = item?;
-            let mut listed = Vec::new();
-            codec::decode_targets(&v, &mut listed)?;
-            events.extend(listed);
-            index_rows.push(k);
-        }
-        let upto = events.last().copied();
-        // The operator events about the account ([`key::ABOUT`]) go too, not counted.
-        let mut operator = BTreeSet::new();
-        for k in log.scan_prefix(key::abouts(account)).keys() {
-            let k = k?;
-            operator.extend(key::ulid(&k[16..]));
-            index_rows.push(k);
-        }
-        events.extend(operator.iter().copied());
-        let mut claims: Vec<Claim> = Vec::new();
-        // Deliveries something else holds (an attempt running): no entry of theirs comes back.
-        let mut busy_now = std::collections::HashSet::new();
-        let mut released: Vec<(KeyRow, u128)> = Vec::new();
-        let mut folded = BTreeSet::new();
-        let (mut n_events, mut n_deliveries) = (0u64, 0u64);
-        let mut hot = Vec::new();
-        let mut lanes = std::collections::HashSet::new();
-        for &event in &events {
-            match log.get(key::event(event))? {
-                Some(v) => hot.push((event, v)),
-                None => {
-                    folded.insert(event);
-                }
-            }
-        }
-        // Deliveries being attempted now are claimed by their attempts: what those record is
-        // discarded from here on ([`Tombstones`]).
-        let hot = hot
-            .into_iter()
-            .map(|(event, v)| Ok((event, inner.decode_event(event, &v, &Place::Hot)?.0)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        // The tombstone first ([`Tombstones`]): from here on the scheduler drops what it holds
-        // of these events, and what their running attempts record is discarded. Its
-        // endpoints' lanes wait for nothing any more; the operator endpoints' lanes go on
-        // without the deliveries of the operator events about it.
-        {
-            let mut tombstones = inner.lock_tombstones_mut();
-            for (event, rec) in &hot {
-                if !operator.contains(event) {
-                    lanes.extend(rec.targets.iter().copied().filter(|l| *l != NO_LANE));
-                }
-            }
-            if let Some(upto) = upto {
-                for lane in &lanes {
-                    inner.due.drop_lane(*lane, upto);
-                }
-            }
-            let mut busy = Vec::new();
-            for (event, rec) in &hot {
-                let deliveries: Vec<u128> = (0..rec.targets.len())
-                    .map(|i| ids::delivery_of(*event, i))
-                    .collect();
-                if operator.contains(event) {
-                    // (One of the no-endpoint lane is left to the queue, as below.)
-                    for (lane, d) in rec.targets.iter().zip(&deliveries) {
-                        if *lane != NO_LANE {
-                            inner.due.drop_deliveries(*lane, &[*d]);
-                        }
-                    }
-                    let held = rec.targets.iter().copied().zip(deliveries.iter().copied());
-                    tombstones.events.insert(*event, held.collect());
-                }
-                for delivery in deliveries {
-                    match inner.claim(delivery) {
-                        Some(c) => claims.push(c),
-                        None => busy.push(delivery),
-                    }
-                }
-            }
-            busy_now.extend(busy.iter().copied());
-            if let Some(upto) = upto {
-                tombstones.add(account, upto, &lanes, busy);
-            }
-        }
-        for (event, rec) in hot {
-            let mut batch = sled::Batch::default();
-            for (i, lane) in rec.targets.iter().enumerate() {
-                let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
-                let ulid = ids::delivery_of(event, i);
-                for k in log.scan_prefix(key::attempts(ulid)).keys() {
-                    batch.remove(k?);
-                }
-                batch.remove(&key::pending(ulid)[..]);
-                self.forget_delivery(*lane, &d, ulid, busy_now.contains(&ulid));
-            }
-            for kind in [key::CHUNK, key::TARGETS] {
-                for k in log.scan_prefix(key::of(kind, event)).keys() {
-                    batch.remove(k?);
-                }
-            }
-            batch.remove(&key::event(event)[..]);
-            log.apply_batch(batch)?;
-            released.extend(keys::event_rows(&rec.meta, event));
-            if !operator.contains(&event) {
-                n_events += 1;
-                n_deliveries += rec.targets.len() as u64;
-            }
-        }
-        // A folded delivery is in no lane; a manual retry may hold it (it read it, and waits
-        // for the fold lock to bring it back among hot rows): its claim, taken or found held,
-        // keeps the tombstone until the retry is over, so what it writes is discarded.
-        let (mut busy, mut folded_operator) = (Vec::new(), Vec::new());
-        for (event, rows) in inner.drop_folded(&folded)? {
-            let Some((_, v)) = rows.iter().find(|(k, _)| k[..] == key::event(event)[..]) else {
-                continue;
-            };
-            let (rec, _) = codec::decode_event(event, v)?;
-            let deliveries: Vec<(Lane, u128)> = (0..rec.target_count)
-                .map(|i| (NO_LANE, ids::delivery_of(event, i)))
-                .collect();
-            for (_, d) in &deliveries {
-                match inner.claim(*d) {
-                    Some(c) => claims.push(c),
-                    None => busy.push(*d),
-                }
-                // A folded delivery has ended: its state is its last attempt's.
-                let prefix = key::attempts(*d);
-                let last = rows.iter().rfind(|(k, _)| k.starts_with(&prefix));
-                if let Some((k, v)) = last {
-                    inner.stats.forget(codec::decode_attempt(k, v)?.state);
-                }
-            }
-            released.extend(keys::event_rows(&rec.meta, event));
-            if operator.contains(&event) {
-                folded_operator.push((event, deliveries));
-            } else {
-                n_events += 1;
-                n_deliveries += rec.target_count as u64;
-            }
-        }
-        {
-            let mut tombstones = inner.lock_tombstones_mut();
-            if let Some(upto) = upto {
-                tombstones.add(account, upto, &HashSet::new(), busy);
-            }
-            tombstones.events.extend(folded_operator);
-        }
-        let mut batch = sled::Batch::default();
-        for k in index_rows {
-            batch.remove(k);
-        }
-        self.forget_windows(account, &mut batch)?;
-        log.apply_batch(batch)?;
-        inner.keys.release(&released)?;
-        drop(claims);
-        Ok((n_events, n_deliveries))
+        let _folds = self.inner.lock_fold_writes();
+        let (mut run, events) = LogPurge::find(self, account)?;
+        let (hot, folded) = run.split(&events)?;
+        let busy = run.tombstone_hot(&hot);
+        run.remove_hot(hot, &busy)?;
+        run.remove_folded(&folded)?;
+        run.finish()
     }
 
     /// A removed delivery leaves the counts and the fresh watermark's buckets, here and only
@@ -256,6 +105,217 @@ impl SledStore {
             batch.remove(row);
         }
         Ok(())
+    }
+}
+
+/// Events among hot rows, decoded.
+type Hot = Vec<(u128, EventRecord)>;
+
+/// One purge of an account's log ([`SledStore::purge_log`]), phase by phase, under the fold
+/// lock: what it found, the claims it holds until it is over, and what it removed.
+struct LogPurge<'a> {
+    store: &'a SledStore,
+    account: &'a str,
+    /// The highest id of the account's own events: its tombstone.
+    upto: Option<u128>,
+    /// The operator events about the account ([`key::ABOUT`]): they go too, not counted.
+    operator: BTreeSet<u128>,
+    /// The account index's rows and the operator events' index rows.
+    index_rows: Vec<sled::IVec>,
+    claims: Vec<Claim>,
+    /// The removed events' key rows, released at the end.
+    released: Vec<(KeyRow, u128)>,
+    /// (events, deliveries) of the account's own removed.
+    removed: (u64, u64),
+}
+
+impl<'a> LogPurge<'a> {
+    /// The account's events (its own and the operator's about it), from their indexes.
+    fn find(
+        store: &'a SledStore,
+        account: &'a str,
+    ) -> Result<(LogPurge<'a>, BTreeSet<u128>), StoreError> {
+        let log = &store.inner.trees.log;
+        let mut events = BTreeSet::new();
+        let mut index_rows = Vec::new();
+        for item in log.scan_prefix(key::account_events(account)) {
+            let (k, v) = item?;
+            let mut listed = Vec::new();
+            codec::decode_targets(&v, &mut listed)?;
+            events.extend(listed);
+            index_rows.push(k);
+        }
+        let upto = events.last().copied();
+        let mut operator = BTreeSet::new();
+        for k in log.scan_prefix(key::abouts(account)).keys() {
+            let k = k?;
+            operator.extend(key::ulid(&k[16..]));
+            index_rows.push(k);
+        }
+        events.extend(operator.iter().copied());
+        let run = LogPurge {
+            store,
+            account,
+            upto,
+            operator,
+            index_rows,
+            claims: Vec::new(),
+            released: Vec::new(),
+            removed: (0, 0),
+        };
+        Ok((run, events))
+    }
+
+    /// The events among hot rows, decoded, and the folded ones.
+    fn split(&self, events: &BTreeSet<u128>) -> Result<(Hot, BTreeSet<u128>), StoreError> {
+        let inner = &self.store.inner;
+        let (mut hot, mut folded) = (Vec::new(), BTreeSet::new());
+        for &event in events {
+            match inner.trees.log.get(key::event(event))? {
+                Some(v) => hot.push((event, inner.decode_event(event, &v, &Place::Hot)?.0)),
+                None => {
+                    folded.insert(event);
+                }
+            }
+        }
+        Ok((hot, folded))
+    }
+
+    /// The tombstone first ([`Tombstones`]): from here on the scheduler drops what it holds of
+    /// these events, and what their running attempts record is discarded. The account's
+    /// endpoints' lanes wait for nothing any more; the operator endpoints' lanes go on without
+    /// the deliveries of the operator events about it. Each delivery is claimed; those whose
+    /// claims are held (their attempts running) are returned.
+    fn tombstone_hot(&mut self, hot: &Hot) -> HashSet<u128> {
+        let inner = &self.store.inner;
+        let mut tombstones = inner.lock_tombstones_mut();
+        let mut lanes = HashSet::new();
+        for (event, rec) in hot {
+            if !self.operator.contains(event) {
+                lanes.extend(rec.targets.iter().copied().filter(|l| *l != NO_LANE));
+            }
+        }
+        if let Some(upto) = self.upto {
+            for lane in &lanes {
+                inner.due.drop_lane(*lane, upto);
+            }
+        }
+        let mut busy = Vec::new();
+        for (event, rec) in hot {
+            let deliveries: Vec<u128> = (0..rec.targets.len())
+                .map(|i| ids::delivery_of(*event, i))
+                .collect();
+            if self.operator.contains(event) {
+                // (One of the no-endpoint lane is left to the queue: `forget_delivery`.)
+                for (lane, d) in rec.targets.iter().zip(&deliveries) {
+                    if *lane != NO_LANE {
+                        inner.due.drop_deliveries(*lane, &[*d]);
+                    }
+                }
+                let held = rec.targets.iter().copied().zip(deliveries.iter().copied());
+                tombstones.events.insert(*event, held.collect());
+            }
+            for delivery in deliveries {
+                match inner.claim(delivery) {
+                    Some(c) => self.claims.push(c),
+                    None => busy.push(delivery),
+                }
+            }
+        }
+        let busy_now = busy.iter().copied().collect();
+        if let Some(upto) = self.upto {
+            tombstones.add(self.account, upto, &lanes, busy);
+        }
+        busy_now
+    }
+
+    /// Removes the hot events, one batch each, and takes their deliveries out of the counts.
+    fn remove_hot(&mut self, hot: Hot, busy: &HashSet<u128>) -> Result<(), StoreError> {
+        let inner = &self.store.inner;
+        let log = &inner.trees.log;
+        for (event, rec) in hot {
+            let mut batch = sled::Batch::default();
+            for (i, lane) in rec.targets.iter().enumerate() {
+                let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
+                let ulid = ids::delivery_of(event, i);
+                for k in log.scan_prefix(key::attempts(ulid)).keys() {
+                    batch.remove(k?);
+                }
+                batch.remove(&key::pending(ulid)[..]);
+                self.store
+                    .forget_delivery(*lane, &d, ulid, busy.contains(&ulid));
+            }
+            for kind in [key::CHUNK, key::TARGETS] {
+                for k in log.scan_prefix(key::of(kind, event)).keys() {
+                    batch.remove(k?);
+                }
+            }
+            batch.remove(&key::event(event)[..]);
+            log.apply_batch(batch)?;
+            self.released.extend(keys::event_rows(&rec.meta, event));
+            if !self.operator.contains(&event) {
+                self.removed.0 += 1;
+                self.removed.1 += rec.targets.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the folded events from their folds. A folded delivery has ended and is in no
+    /// lane, but a manual retry may hold it (it read it, and waits for the fold lock to bring
+    /// it back among hot rows): its claim, taken here or found held, keeps the tombstone until
+    /// the retry is over, so what it writes is discarded.
+    fn remove_folded(&mut self, folded: &BTreeSet<u128>) -> Result<(), StoreError> {
+        let inner = &self.store.inner;
+        let (mut busy, mut folded_operator) = (Vec::new(), Vec::new());
+        for (event, rows) in inner.drop_folded(folded)? {
+            let Some((_, v)) = rows.iter().find(|(k, _)| k[..] == key::event(event)[..]) else {
+                continue;
+            };
+            let (rec, _) = codec::decode_event(event, v)?;
+            let deliveries: Vec<(Lane, u128)> = (0..rec.target_count)
+                .map(|i| (NO_LANE, ids::delivery_of(event, i)))
+                .collect();
+            for (_, d) in &deliveries {
+                match inner.claim(*d) {
+                    Some(c) => self.claims.push(c),
+                    None => busy.push(*d),
+                }
+                // Its state is its last attempt's.
+                let prefix = key::attempts(*d);
+                let last = rows.iter().rfind(|(k, _)| k.starts_with(&prefix));
+                if let Some((k, v)) = last {
+                    inner.stats.forget(codec::decode_attempt(k, v)?.state);
+                }
+            }
+            self.released.extend(keys::event_rows(&rec.meta, event));
+            if self.operator.contains(&event) {
+                folded_operator.push((event, deliveries));
+            } else {
+                self.removed.0 += 1;
+                self.removed.1 += rec.target_count as u64;
+            }
+        }
+        let mut tombstones = inner.lock_tombstones_mut();
+        if let Some(upto) = self.upto {
+            tombstones.add(self.account, upto, &HashSet::new(), busy);
+        }
+        tombstones.events.extend(folded_operator);
+        Ok(())
+    }
+
+    /// The indexes and windows go, the keys are released, and the claims end.
+    fn finish(self) -> Result<(u64, u64), StoreError> {
+        let mut batch = sled::Batch::default();
+        for k in self.index_rows {
+            batch.remove(k);
+        }
+        self.store.forget_windows(self.account, &mut batch)?;
+        let inner = &self.store.inner;
+        inner.trees.log.apply_batch(batch)?;
+        inner.keys.release(&self.released)?;
+        drop(self.claims);
+        Ok(self.removed)
     }
 }
 
