@@ -115,7 +115,7 @@ fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<()
 
 /// Reads an archive part by part, checking each; an `events` or `directory` part comes in
 /// batches of at most [`ARCHIVE_PAGE_EVENTS`] records or about [`ARCHIVE_PAGE_BYTES`] (or what
-/// [`Reader::with_batch_bytes`] sets; a larger record is a batch alone). A part's checksum and
+/// [`Reader::with_batches`] sets; a larger record is a batch alone). A part's checksum and
 /// counts are checked once its last batch is read: a batch handed over before may belong to a
 /// part found damaged later (a restore is therefore all or nothing).
 pub struct Reader<R> {
@@ -131,6 +131,8 @@ pub struct Reader<R> {
     /// Where [`Reader::next_part`] ends a batch of events, in bytes of records (a payload and
     /// its attempts).
     batch_bytes: usize,
+    /// The most events in a batch.
+    batch_events: usize,
 }
 
 impl<R: Read> Reader<R> {
@@ -157,6 +159,7 @@ impl<R: Read> Reader<R> {
             totals: Totals::default(),
             ended: false,
             batch_bytes: ARCHIVE_PAGE_BYTES,
+            batch_events: ARCHIVE_PAGE_EVENTS,
             last_event: None,
         })
     }
@@ -514,10 +517,12 @@ impl<R: Read> Reader<R> {
         }
     }
 
-    /// Ends [`Reader::next_part`]'s batches of events after `bytes` of records (a page's
-    /// [`ARCHIVE_PAGE_BYTES`] by default; an event larger is a batch alone).
-    pub fn with_batch_bytes(mut self, bytes: usize) -> Self {
+    /// Ends [`Reader::next_part`]'s batches of events after `bytes` of records or `events`
+    /// events (a page's [`ARCHIVE_PAGE_BYTES`] and [`ARCHIVE_PAGE_EVENTS`] by default; an
+    /// event larger is a batch alone).
+    pub fn with_batches(mut self, bytes: usize, events: usize) -> Self {
         self.batch_bytes = bytes;
+        self.batch_events = events.max(1);
         self
     }
 
@@ -570,7 +575,7 @@ impl<R: Read> Reader<R> {
             _ => {
                 let mut events: Vec<EventHistory> = Vec::new();
                 let mut bytes = 0;
-                while events.len() < ARCHIVE_PAGE_EVENTS && bytes < self.batch_bytes {
+                while events.len() < self.batch_events && bytes < self.batch_bytes {
                     let Some(line) = self.record()? else {
                         self.close()?;
                         break;

@@ -37,32 +37,7 @@ impl PgStore {
             .start()
             .await?;
         // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
-        // The page's sizes first: it ends once its payloads and attempts reach
-        // `ARCHIVE_PAGE_BYTES` (as `EventHistory::bytes` counts them).
-        let sizes = tx
-            .query(
-                "SELECT e.id, octet_length(e.payload)::bigint
-                        + COALESCE((SELECT sum(octet_length(a.response_body)
-                                               + COALESCE(octet_length(a.error), 0)
-                                               + COALESCE(octet_length(a.url), 0)
-                                               + octet_length(a.request_headers::text))
-                                      FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
-                                     WHERE d.event_id = e.id), 0)::bigint
-                 FROM events e WHERE e.id < $1
-                 ORDER BY e.id DESC LIMIT $2",
-                &[&upper, &(limit as i64)],
-            )
-            .await?;
-        let mut bytes = 0usize;
-        let mut take = 0usize;
-        for r in &sizes {
-            take += 1;
-            bytes += r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as usize;
-            if bytes >= ARCHIVE_PAGE_BYTES {
-                break;
-            }
-        }
-        let cut_short = take < sizes.len();
+        let (take, cut_short) = page_length(&tx, &upper, limit).await?;
         let events = tx
             .query(
                 "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
@@ -109,43 +84,10 @@ impl PgStore {
                 .push(attempt_from(&r)?);
         }
         tx.commit().await?;
-        let mut out = Vec::with_capacity(events.len());
-        for e in &events {
-            let key: Vec<u8> = e.get(0);
-            let ds = deliveries.remove(&key).unwrap_or_default();
-            let (channels, tags) = super::rows::labels_of(e.get(8));
-            let meta = EventMeta {
-                id: ids::format(EVENT, ulid_from(&key)?),
-                account_id: e.get(1),
-                event_type: e.get(2),
-                received_at: e.get(3),
-                idempotency_key: e.get(4),
-                debounce_key: e.get(5),
-                ordering_key: e.get(6),
-                channels,
-                tags,
-                // A message's request key travels with its event, as on one box.
-                request_key: e.get(9),
-                deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
-            };
-            let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();
-            let deliveries = ds
-                .into_iter()
-                .map(|(d, _)| {
-                    let ulid = ids::parse(crate::ids::DELIVERY, &d.id).unwrap_or_default();
-                    let atts = attempts
-                        .remove(ulid.to_be_bytes().as_slice())
-                        .unwrap_or_default();
-                    (d, atts)
-                })
-                .collect();
-            out.push(EventHistory {
-                meta,
-                payload: Bytes::from(e.get::<_, Vec<u8>>(7)),
-                deliveries,
-                lane_seqs,
-            });
-        }
+        let out = events
+            .iter()
+            .map(|e| history_of(e, &mut deliveries, &mut attempts))
+            .collect::<Result<Vec<_>, StoreError>>()?;
         let next = (out.len() == limit || cut_short)
             .then(|| out.last().map(|h| h.meta.id.clone()))
             .flatten();
@@ -316,4 +258,81 @@ impl RestoreHold {
             .execute("SELECT pg_advisory_unlock($1)", &[&super::migrate::LOCK])
             .await;
     }
+}
+
+/// How many events the page below `upper` takes: up to `limit`, ending once their payloads and
+/// attempts reach [`ARCHIVE_PAGE_BYTES`] (as `EventHistory::bytes` counts them); and whether
+/// that cut it short.
+async fn page_length(
+    tx: &tokio_postgres::Transaction<'_>,
+    upper: &[u8],
+    limit: usize,
+) -> Result<(usize, bool), StoreError> {
+    let sizes = tx
+        .query(
+            "SELECT e.id, octet_length(e.payload)::bigint
+                    + COALESCE((SELECT sum(octet_length(a.response_body)
+                                           + COALESCE(octet_length(a.error), 0)
+                                           + COALESCE(octet_length(a.url), 0)
+                                           + octet_length(a.request_headers::text))
+                                  FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
+                                 WHERE d.event_id = e.id), 0)::bigint
+             FROM events e WHERE e.id < $1
+             ORDER BY e.id DESC LIMIT $2",
+            &[&upper, &(limit as i64)],
+        )
+        .await?;
+    let mut bytes = 0usize;
+    let mut take = 0usize;
+    for r in &sizes {
+        take += 1;
+        bytes += r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as usize;
+        if bytes >= ARCHIVE_PAGE_BYTES {
+            break;
+        }
+    }
+    Ok((take, take < sizes.len()))
+}
+
+/// One exported event from its row, taking its deliveries (with their lane places) and their
+/// attempts out of the page's maps.
+fn history_of(
+    e: &tokio_postgres::Row,
+    deliveries: &mut HashMap<Vec<u8>, Vec<(crate::model::Delivery, Option<i64>)>>,
+    attempts: &mut HashMap<Vec<u8>, Vec<Attempt>>,
+) -> Result<EventHistory, StoreError> {
+    let key: Vec<u8> = e.get(0);
+    let ds = deliveries.remove(&key).unwrap_or_default();
+    let (channels, tags) = super::rows::labels_of(e.get(8));
+    let meta = EventMeta {
+        id: ids::format(EVENT, ulid_from(&key)?),
+        account_id: e.get(1),
+        event_type: e.get(2),
+        received_at: e.get(3),
+        idempotency_key: e.get(4),
+        debounce_key: e.get(5),
+        ordering_key: e.get(6),
+        channels,
+        tags,
+        // A message's request key travels with its event, as on one box.
+        request_key: e.get(9),
+        deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
+    };
+    let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();
+    let deliveries = ds
+        .into_iter()
+        .map(|(d, _)| {
+            let ulid = ids::parse(crate::ids::DELIVERY, &d.id).unwrap_or_default();
+            let atts = attempts
+                .remove(ulid.to_be_bytes().as_slice())
+                .unwrap_or_default();
+            (d, atts)
+        })
+        .collect();
+    Ok(EventHistory {
+        meta,
+        payload: Bytes::from(e.get::<_, Vec<u8>>(7)),
+        deliveries,
+        lane_seqs,
+    })
 }

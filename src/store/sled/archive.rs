@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::codec::{self, Pending};
 use super::key;
 use super::keys::{self, KeyRow};
-use super::{lane_of, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
+use super::{lane_of, Inner, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::DeliveryState;
@@ -123,7 +123,13 @@ impl SledStore {
         let mut fresh = Vec::new();
         let mut newest = 0u128;
         let mut written = Vec::with_capacity(events.len());
+        // Rows written, about: the event's, its account index share, payload chunks, targets,
+        // deliveries' pending rows and attempts.
+        let mut rows = 0;
         for h in &events {
+            rows += 3
+                + h.payload.len() / codec::CHUNK
+                + h.deliveries.iter().map(|(_, a)| 1 + a.len()).sum::<usize>();
             let event = ids::parse(EVENT, &h.meta.id)
                 .ok_or_else(|| StoreError::Format(format!("{} is not an event id", h.meta.id)))?;
             newest = newest.max(event);
@@ -150,47 +156,7 @@ impl SledStore {
                 .entry(&h.meta.account_id)
                 .or_default()
                 .push(event);
-            for (index, (d, attempts)) in h.deliveries.iter().enumerate() {
-                let delivery = ids::delivery_of(event, index);
-                if ids::parse(DELIVERY, &d.id) != Some(delivery) {
-                    return Err(StoreError::Format(format!(
-                        "delivery {} is not delivery {index} of event {}",
-                        d.id, h.meta.id
-                    )));
-                }
-                let lane = targets[index];
-                // Every attempt but the last left the delivery pending; the last left it in
-                // its state unless it waits again (a retry or a manual retry).
-                let last_state = match d.state {
-                    DeliveryState::Pending => DeliveryState::Pending,
-                    _ if d.queued => DeliveryState::Pending,
-                    ended => ended,
-                };
-                for (i, a) in attempts.iter().enumerate() {
-                    let state = if i + 1 == attempts.len() {
-                        last_state
-                    } else {
-                        DeliveryState::Pending
-                    };
-                    batch.insert(
-                        &key::attempt(delivery, a.number)[..],
-                        codec::encode_attempt(delivery, a, state),
-                    );
-                }
-                if d.queued {
-                    let p = Pending {
-                        due: d.next_attempt_at.unwrap_or(d.created_at),
-                        manual: d.manual,
-                    };
-                    batch.insert(
-                        &key::pending(delivery)[..],
-                        &codec::encode_pending(p, lane)[..],
-                    );
-                } else if d.is_fresh() {
-                    fresh.push(delivery);
-                }
-                states.push(d.state);
-            }
+            import_deliveries(&mut batch, h, event, &targets, &mut fresh, &mut states)?;
             if key::idempotency_day(ids::ulid_ms(event)) >= oldest_day {
                 key_rows.extend(keys::event_rows(&h.meta, event));
             }
@@ -217,6 +183,7 @@ impl SledStore {
         for (h, event) in events.iter().zip(written) {
             inner.let_go_of_rows(h, event)?;
         }
+        Inner::release_garbage(rows);
         inner.keys.add(&key_rows, newest)?;
         ids::observe(newest);
         for s in states {
@@ -224,4 +191,59 @@ impl SledStore {
         }
         Ok(())
     }
+}
+
+/// An imported event's deliveries into `batch`: their attempts (each in the state it left its
+/// delivery in), their pending rows; the fresh ones and every delivery's state are noted for the
+/// watermark and the counts.
+fn import_deliveries(
+    batch: &mut sled::Batch,
+    h: &EventHistory,
+    event: u128,
+    targets: &[u128],
+    fresh: &mut Vec<u128>,
+    states: &mut Vec<DeliveryState>,
+) -> Result<(), StoreError> {
+    for (index, (d, attempts)) in h.deliveries.iter().enumerate() {
+        let delivery = ids::delivery_of(event, index);
+        if ids::parse(DELIVERY, &d.id) != Some(delivery) {
+            return Err(StoreError::Format(format!(
+                "delivery {} is not delivery {index} of event {}",
+                d.id, h.meta.id
+            )));
+        }
+        let lane = targets[index];
+        // Every attempt but the last left the delivery pending; the last left it in
+        // its state unless it waits again (a retry or a manual retry).
+        let last_state = match d.state {
+            DeliveryState::Pending => DeliveryState::Pending,
+            _ if d.queued => DeliveryState::Pending,
+            ended => ended,
+        };
+        for (i, a) in attempts.iter().enumerate() {
+            let state = if i + 1 == attempts.len() {
+                last_state
+            } else {
+                DeliveryState::Pending
+            };
+            batch.insert(
+                &key::attempt(delivery, a.number)[..],
+                codec::encode_attempt(delivery, a, state),
+            );
+        }
+        if d.queued {
+            let p = Pending {
+                due: d.next_attempt_at.unwrap_or(d.created_at),
+                manual: d.manual,
+            };
+            batch.insert(
+                &key::pending(delivery)[..],
+                &codec::encode_pending(p, lane)[..],
+            );
+        } else if d.is_fresh() {
+            fresh.push(delivery);
+        }
+        states.push(d.state);
+    }
+    Ok(())
 }
