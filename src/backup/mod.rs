@@ -117,7 +117,7 @@ where
 const RESTORE_BATCH_BYTES: usize = 1 << 20;
 /// And at most this many events: a batch is one write, whose replaced rows the store frees only
 /// once it is over, and small events make many rows per MiB (300,000 events of 100 bytes took
-/// 75 MB at 5,000 events a batch).
+/// 75 MB at 1,000 events a batch).
 const RESTORE_BATCH_EVENTS: usize = 250;
 
 /// The directory as it is now: every account's usage, plan, endpoints (with their client

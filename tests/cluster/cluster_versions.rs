@@ -254,7 +254,7 @@ async fn a_starting_node_is_registered_by_the_transaction_that_checked_the_schem
     let joining = Joining {
         id: "c000000000000003",
         name: "box-c",
-        now: SystemClock.now_ms(),
+        clock: &SystemClock,
     };
     let migrated = migrate_and_join(&mut client, Duration::from_secs(5), Some(joining))
         .await
@@ -275,7 +275,7 @@ async fn a_starting_node_is_registered_by_the_transaction_that_checked_the_schem
     let again = Joining {
         id: "e000000000000005",
         name: "box-e",
-        now: SystemClock.now_ms(),
+        clock: &SystemClock,
     };
     migrate_and_join(&mut client, Duration::from_secs(5), Some(again))
         .await

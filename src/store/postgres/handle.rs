@@ -118,7 +118,7 @@ impl PgStore {
         let joining = super::Joining {
             id: &node,
             name: &name,
-            now: clock.now_ms(),
+            clock: &*clock,
         };
         let migrated = super::migrate_and_join(&mut client, lease, Some(joining)).await?;
         if migrated.from != migrated.to {

@@ -70,7 +70,9 @@ pub struct Joining<'a> {
     pub id: &'a str,
     /// The machine's name.
     pub name: &'a str,
-    pub now: crate::clock::Millis,
+    /// Read for its row's time when it is written (after any wait for the lock or for older
+    /// nodes), so that the row counts as live from then.
+    pub clock: &'a dyn crate::clock::Clock,
 }
 
 /// Brings the database's schema to [`SCHEMA_VERSION`], or says why it cannot. With a migration
@@ -169,7 +171,7 @@ pub async fn migrate_and_join(
     if let Some(node) = node {
         tx.execute(
             super::nodes::REGISTER,
-            &[&node.id, &node.name, &node.now, &SCHEMA_VERSION],
+            &[&node.id, &node.name, &node.clock.now_ms(), &SCHEMA_VERSION],
         )
         .await?;
     }

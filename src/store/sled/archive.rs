@@ -82,13 +82,32 @@ impl SledStore {
             };
             let mut deliveries = Vec::with_capacity(rec.targets.len());
             for index in 0..rec.targets.len() {
-                let d = inner.assemble(&rec.meta, &rec.targets, index, &place)?;
-                let mut attempts = Vec::new();
                 let delivery = ids::delivery_of(event, index);
-                inner.each_row(&place, &key::attempts(delivery), |k, v| {
-                    attempts.push(codec::decode_attempt(k, v)?.attempt);
-                    Ok(())
-                })?;
+                let prefix = key::attempts(delivery);
+                // The delivery and its attempts as of one moment: an attempt recorded between
+                // the reads (its row and the pending row change in one write) would leave the
+                // delivery counting fewer attempts than the archive holds, and a restored
+                // cluster would number its next attempt as one that exists. Attempts only
+                // grow, so the same count before and after the delivery's read means none
+                // landed between.
+                let (d, attempts) = loop {
+                    let mut before = 0;
+                    inner.each_row(&place, &prefix, |_, _| {
+                        before += 1;
+                        Ok(())
+                    })?;
+                    let d = inner.assemble(&rec.meta, &rec.targets, index, &place)?;
+                    #[cfg(test)]
+                    inner.faults.hold_exporting();
+                    let mut attempts = Vec::new();
+                    inner.each_row(&place, &prefix, |k, v| {
+                        attempts.push(codec::decode_attempt(k, v)?.attempt);
+                        Ok(())
+                    })?;
+                    if attempts.len() == before {
+                        break (d, attempts);
+                    }
+                };
                 deliveries.push((d, attempts));
             }
             Ok(Some(EventHistory {

@@ -97,9 +97,9 @@ impl Cycle {
         // Read under the tombstones' lock, which a purge takes before it removes anything: a
         // candidate whose account was purged since it was superseded keeps nothing of this
         // cycle (the purge removed its rows and counted it out, once).
-        let tombstones = inner.lock_tombstones();
-        if !(self.superseded.is_empty() || tombstones.is_empty()) {
-            self.forget_purged_candidates(&tombstones);
+        let tombstones = (!self.superseded.is_empty()).then(|| inner.lock_tombstones());
+        if let Some(t) = tombstones.as_ref().filter(|t| !t.is_empty()) {
+            self.forget_purged_candidates(t);
         }
         let mut batch = sled::Batch::default();
         for (k, v) in self.writes.drain() {

@@ -387,7 +387,7 @@ impl Inner {
     /// bags of 64 every 128 pins: a restore that writes batch after batch and reads nothing
     /// queued every node version its inserts replaced (300,000 small events: 650 MB). Each
     /// flush here moves this thread's bag to the global queue and frees up to 512 objects, so
-    /// a flush per 256 rows written keeps ahead of what they replaced. (Herald's own reads pin
+    /// a flush per 64 rows written keeps ahead of what they replaced. (Herald's own reads pin
     /// often enough while it serves.)
     pub(super) fn release_garbage(rows: usize) {
         for _ in 0..=rows / 64 {

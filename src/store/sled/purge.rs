@@ -263,8 +263,8 @@ impl<'a> LogPurge<'a> {
 
     /// Removes the folded events from their folds. A folded delivery has ended and is in no
     /// lane, but a manual retry may hold it (it read it, and waits for the fold lock to bring
-    /// it back among hot rows): its claim, taken here or found held, keeps the tombstone until
-    /// the retry is over, so what it writes is discarded.
+    /// it back among hot rows): a claim found held keeps the tombstone until the retry is over,
+    /// so what it writes is discarded.
     fn remove_folded(&mut self, folded: &BTreeSet<u128>) -> Result<(), StoreError> {
         let inner = &self.store.inner;
         let (mut busy, mut folded_operator) = (Vec::new(), Vec::new());
@@ -277,9 +277,9 @@ impl<'a> LogPurge<'a> {
                 .map(|i| (NO_LANE, ids::delivery_of(event, i)))
                 .collect();
             for (_, d) in &deliveries {
-                match inner.claim(*d) {
-                    Some(c) => self.claims.push(c),
-                    None => busy.push(*d),
+                // Let go at once: its rows are gone, so whoever claims it later finds nothing.
+                if inner.claim(*d).is_none() {
+                    busy.push(*d);
                 }
                 // Its state is its last attempt's.
                 let prefix = key::attempts(*d);

@@ -57,6 +57,8 @@ pub(crate) struct Faults {
     /// Holds the committer once its cycle is decided (a superseded candidate claimed and
     /// read), before it writes the cycle's rows: the same two channels.
     pub hold_write: std::sync::Mutex<Option<Hold>>,
+    /// Holds an export between its read of a delivery and the read of its attempts.
+    pub hold_export: std::sync::Mutex<Option<Hold>>,
 }
 
 /// The two ends of a [`Faults::hold_sync`], [`Faults::hold_prune`] or [`Faults::hold_write`].
@@ -79,6 +81,11 @@ impl Faults {
     /// Waits where [`Faults::hold_write`] holds the committer, if it is armed (once).
     pub fn hold_writing(&self) {
         Self::wait_at(&self.hold_write);
+    }
+
+    /// Waits where [`Faults::hold_export`] holds an export, if it is armed (once).
+    pub fn hold_exporting(&self) {
+        Self::wait_at(&self.hold_export);
     }
 
     fn wait_at(point: &std::sync::Mutex<Option<Hold>>) {
@@ -1898,6 +1905,71 @@ async fn a_retry_of_a_folded_delivery_racing_a_purge_records_nothing() {
     assert_eq!(store.due().len(), 0);
     assert_eq!(store.stats().get(DeliveryState::Failed), 0);
     assert_eq!(store.stats().get(DeliveryState::Pending), 0);
+    close(store);
+}
+
+/// An export reads a delivery and its attempts as of one moment: an attempt recorded between
+/// its read of the delivery and of the attempts makes it read both again. Before, the archive
+/// held a delivery counting one attempt with two attempts beside it, and a cluster restored
+/// from it numbered its next attempt as one that existed (a duplicate key; the delivery was
+/// never recorded again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_reads_a_delivery_and_its_attempts_as_of_one_moment() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let out = store.ingest(vec![event("a", &[LANE], T0)]).await.unwrap();
+    let d = created(&out[0]).1[0].clone();
+    // A first attempt failed; the delivery is retried later.
+    let ulid = ids::parse(ids::DELIVERY, &d.id).unwrap();
+    let mut once = d.clone();
+    once.attempt_count = 1;
+    once.next_attempt_at = Some(T0 + 60_000);
+    once.queued = true;
+    {
+        let _claim = store.claim(ulid).unwrap();
+        store
+            .update_delivery(&d, &once, Some(&attempt(1, Status::HttpError, T0)))
+            .unwrap();
+    }
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *store.inner.faults.hold_export.lock().unwrap() = Some(Hold {
+        reached: reached_tx,
+        go: go_rx,
+    });
+    let export = std::thread::spawn({
+        let store = store.clone();
+        move || store.export_events(None, 10).unwrap()
+    });
+    reached
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the export read the delivery");
+    // The second attempt lands between the export's two reads, and ends the delivery.
+    let mut twice = once.clone();
+    twice.attempt_count = 2;
+    twice.state = DeliveryState::Failed;
+    twice.next_attempt_at = None;
+    twice.queued = false;
+    {
+        let _claim = store.claim(ulid).unwrap();
+        store
+            .update_delivery(
+                &once,
+                &twice,
+                Some(&attempt(2, Status::HttpError, T0 + 60_000)),
+            )
+            .unwrap();
+    }
+    go.send(()).unwrap();
+    let (page, _) = export.join().unwrap();
+    let (exported, attempts) = &page[0].deliveries[0];
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(
+        (exported.attempt_count, exported.state),
+        (2, DeliveryState::Failed),
+        "the delivery as its attempts leave it"
+    );
     close(store);
 }
 
