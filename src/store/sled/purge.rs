@@ -12,7 +12,6 @@ use super::codec;
 use super::keys::{self, KeyRow};
 use super::{key, Claim, EventRecord, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
 use crate::ids;
-use crate::model::DeliveryState;
 use crate::store::Purged;
 
 impl SledStore {
@@ -66,22 +65,18 @@ impl SledStore {
         let _folds = self.inner.lock_fold_writes();
         let (mut run, events) = LogPurge::find(self, account)?;
         let (hot, folded) = run.split(&events)?;
-        let busy = run.tombstone_hot(&hot);
-        run.remove_hot(hot, &busy)?;
+        run.tombstone_hot(&hot);
+        run.remove_hot(hot)?;
         run.remove_folded(&folded)?;
         run.finish()
     }
 
     /// A removed delivery leaves the counts and the fresh watermark's buckets, here and only
     /// here: the scheduler drops its entries of purged events without touching them
-    /// ([`Tombstones`]). One of the shared no-endpoint lane that waits is left to the queue,
-    /// which drops it (and counts it) as an entry without its event when it comes up; one
-    /// whose attempt runs (`busy`) goes here, since its entry never comes up again (what the
-    /// attempt records is discarded, and its release puts nothing back).
-    fn forget_delivery(&self, lane: u128, d: &crate::model::Delivery, ulid: u128, busy: bool) {
-        if lane == NO_LANE && d.state == DeliveryState::Pending && !busy {
-            return;
-        }
+    /// ([`Tombstones`]), those of the shared no-endpoint lane too. (Left to the queue, one
+    /// that a manual retry had queued again left its second's bucket a second time, as if
+    /// fresh: its pending row was gone.)
+    fn forget_delivery(&self, d: &crate::model::Delivery, ulid: u128) {
         if d.is_fresh() {
             self.inner.lock_fresh().remove(ulid);
         }
@@ -185,8 +180,8 @@ impl<'a> LogPurge<'a> {
     /// these events, and what their running attempts record is discarded. The account's
     /// endpoints' lanes wait for nothing any more; the operator endpoints' lanes go on without
     /// the deliveries of the operator events about it. Each delivery is claimed; those whose
-    /// claims are held (their attempts running) are returned.
-    fn tombstone_hot(&mut self, hot: &Hot) -> HashSet<u128> {
+    /// claims are held (their attempts running) keep the tombstone until they are let go.
+    fn tombstone_hot(&mut self, hot: &Hot) {
         let inner = &self.store.inner;
         let mut tombstones = inner.lock_tombstones_mut();
         let mut lanes = HashSet::new();
@@ -201,19 +196,26 @@ impl<'a> LogPurge<'a> {
             }
         }
         let mut busy = Vec::new();
+        // Deliveries dropped one by one, by lane: the operator events' (their endpoints' lanes
+        // go on) and every one of the shared no-endpoint lane.
+        let mut one_by_one: HashMap<Lane, Vec<u128>> = HashMap::new();
         for (event, rec) in hot {
             let deliveries: Vec<u128> = (0..rec.targets.len())
                 .map(|i| ids::delivery_of(*event, i))
                 .collect();
-            if self.operator.contains(event) {
-                // (One of the no-endpoint lane is left to the queue: `forget_delivery`.)
-                for (lane, d) in rec.targets.iter().zip(&deliveries) {
-                    if *lane != NO_LANE {
-                        inner.due.drop_deliveries(*lane, &[*d]);
-                    }
+            let operator = self.operator.contains(event);
+            let held: Vec<(Lane, u128)> = rec
+                .targets
+                .iter()
+                .copied()
+                .zip(deliveries.iter().copied())
+                .filter(|(lane, _)| operator || *lane == NO_LANE)
+                .collect();
+            if !held.is_empty() {
+                for (lane, d) in &held {
+                    one_by_one.entry(*lane).or_default().push(*d);
                 }
-                let held = rec.targets.iter().copied().zip(deliveries.iter().copied());
-                tombstones.events.insert(*event, held.collect());
+                tombstones.events.insert(*event, held);
             }
             for delivery in deliveries {
                 match inner.claim(delivery) {
@@ -222,28 +224,28 @@ impl<'a> LogPurge<'a> {
                 }
             }
         }
-        let busy_now = busy.iter().copied().collect();
+        for (lane, deliveries) in one_by_one {
+            inner.due.drop_deliveries(lane, &deliveries);
+        }
         if let Some(upto) = self.upto {
             tombstones.add(self.account, upto, &lanes, busy);
         }
-        busy_now
     }
 
     /// Removes the hot events, one batch each, and takes their deliveries out of the counts.
-    fn remove_hot(&mut self, hot: Hot, busy: &HashSet<u128>) -> Result<(), StoreError> {
+    fn remove_hot(&mut self, hot: Hot) -> Result<(), StoreError> {
         let inner = &self.store.inner;
         let log = &inner.trees.log;
         for (event, rec) in hot {
             let mut batch = sled::Batch::default();
-            for (i, lane) in rec.targets.iter().enumerate() {
+            for i in 0..rec.targets.len() {
                 let d = inner.assemble(&rec.meta, &rec.targets, i, &Place::Hot)?;
                 let ulid = ids::delivery_of(event, i);
                 for k in log.scan_prefix(key::attempts(ulid)).keys() {
                     batch.remove(k?);
                 }
                 batch.remove(&key::pending(ulid)[..]);
-                self.store
-                    .forget_delivery(*lane, &d, ulid, busy.contains(&ulid));
+                self.store.forget_delivery(&d, ulid);
             }
             for kind in [key::CHUNK, key::TARGETS] {
                 for k in log.scan_prefix(key::of(kind, event)).keys() {
@@ -332,8 +334,9 @@ impl<'a> LogPurge<'a> {
 #[derive(Default)]
 pub(super) struct Tombstones {
     by_account: HashMap<String, Tombstone>,
-    /// Operator events about purged accounts, each with its deliveries and their lanes: those
-    /// lanes go on, so these are dropped one by one ([`super::DueIndex::drop_deliveries`]).
+    /// Events whose deliveries are dropped one by one ([`super::DueIndex::drop_deliveries`]),
+    /// each with them and their lanes: the operator events about purged accounts (their
+    /// endpoints' lanes go on), and the deliveries of the shared no-endpoint lane.
     /// (A folded event's deliveries have ended and are in no lane: [`NO_LANE`] stands there.)
     events: HashMap<u128, Vec<(Lane, u128)>>,
 }

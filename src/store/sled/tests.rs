@@ -1973,6 +1973,79 @@ async fn an_export_reads_a_delivery_and_its_attempts_as_of_one_moment() {
     close(store);
 }
 
+/// A no-endpoint delivery that was attempted (`no_endpoint`) and then queued again by a manual
+/// retry, purged with its account, leaves its second's fresh bucket no second time: its entry
+/// in the shared no-endpoint lane is dropped by the purge, which counts it out. Before, the
+/// purge left it to the queue, which took it for fresh (its pending row was gone) and emptied
+/// the bucket of another account's fresh delivery of that second (LOST after a restart).
+#[tokio::test]
+async fn a_retried_no_endpoint_delivery_purged_strands_no_other_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    store.due().set_lane_limit(8);
+    let out = store
+        .ingest(vec![event("a", &[NO_LANE], T0), event("b", &[LANE], T0)])
+        .await
+        .unwrap();
+    let (a, b) = (created(&out[0]).1[0].clone(), created(&out[1]).1[0].clone());
+    // The engine takes both; a's is recorded `no_endpoint`, b's is not attempted yet.
+    for t in store.take_due_now(T0, 10) {
+        if t.due.delivery.id == a.id {
+            let mut skipped = a.clone();
+            skipped.state = DeliveryState::Skipped;
+            skipped.attempt_count = 1;
+            skipped.next_attempt_at = None;
+            store
+                .update_delivery(&a, &skipped, Some(&attempt(1, Status::NoEndpoint, T0)))
+                .unwrap();
+        }
+        store.release_taken(t.hold, None);
+    }
+    // A manual retry queues a's again, for a second later.
+    let retried = store.delivery(&a.id).unwrap().unwrap();
+    let mut again = retried.clone();
+    again.state = DeliveryState::Pending;
+    again.next_attempt_at = Some(T0 + 1_000);
+    again.manual = true;
+    again.queued = true;
+    {
+        let _claim = store
+            .claim(ids::parse(ids::DELIVERY, &a.id).unwrap())
+            .unwrap();
+        store.update_delivery(&retried, &again, None).unwrap();
+    }
+    store.purge_account("a").await.unwrap();
+    clock.set(T0 + 1_000);
+    let due = store.take_due_now(T0 + 1_000, 10);
+    assert!(due.iter().all(|t| t.due.delivery.account_id == "b"));
+    for t in due {
+        store.release_taken(t.hold, None);
+    }
+    store.inner.sweep_tombstones();
+    assert_eq!(store.inner.lock_tombstones().len(), 0);
+    // A later event of b, in a later second, fresh as well.
+    clock.set(T0 + 5_000);
+    let out = store
+        .ingest(vec![event("b", &[LANE], T0 + 5_000)])
+        .await
+        .unwrap();
+    let later = created(&out[0]).1[0].clone();
+    assert_eq!(store.stats().get(DeliveryState::Pending), 2, "b's only");
+    close(store);
+
+    let store = open(dir.path(), &clock);
+    let due: Vec<String> = all_due(&store, T0 + 5_000)
+        .into_iter()
+        .map(|d| ids::format(ids::DELIVERY, d))
+        .collect();
+    if !due.contains(&b.id) {
+        println!("LOST: {} is pending and never attempted", b.id);
+    }
+    assert_eq!(due, vec![b.id.clone(), later.id.clone()]);
+    close(store);
+}
+
 /// Ends `d` failed after one attempt, as the engine would.
 fn end_failed(store: &SledStore, d: &Delivery) {
     let _claim = store
