@@ -151,9 +151,14 @@ pub async fn migrate_and_join(
     }
     // An empty database has no nodes; under the lock, no node of this herald migrates meanwhile.
     if from > 0 && from < SCHEMA_VERSION {
-        super::versions::wait_for_older_nodes(&tx, from, lease, node.as_ref().map(|n| n.id))
-            .await
-            .map_err(DbError::Schema)?;
+        super::versions::wait_for_older_nodes(
+            &tx,
+            from,
+            lease,
+            node.as_ref().map(|n| (n.id, n.name)),
+        )
+        .await
+        .map_err(DbError::Schema)?;
     }
     for (v, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > from) {
         tx.batch_execute(sql).await.map_err(|e| {

@@ -87,14 +87,16 @@ pub async fn older_live_nodes(
 
 /// Before migrating a database at schema version `from`: waits up to [`live_span`] for the live
 /// nodes of older versions to stop (a stopping node removes its row; a dead one's row ages past
-/// the span), looking every [`POLL`]. `Err` names those still serving then. The row of `me`,
-/// the node that migrates, is not waited for: it is a previous run of this node, which holds
-/// the node's id file, so that run is over (killed before it could remove its row).
+/// the span), looking every [`POLL`]. `Err` names those still serving then. The row of `me`
+/// (id, machine name), the node that migrates, is not waited for: it is a previous run of this
+/// node on this machine, whose id file it now holds, so that run is over (killed before it
+/// could remove its row). A data directory copied to another machine keeps the id but not the
+/// name, and is waited for.
 pub(super) async fn wait_for_older_nodes(
     client: &impl GenericClient,
     from: i32,
     lease: Duration,
-    me: Option<&str>,
+    me: Option<(&str, &str)>,
 ) -> Result<(), String> {
     use crate::clock::Clock;
     let span = live_span(lease);
@@ -104,7 +106,7 @@ pub(super) async fn wait_for_older_nodes(
         let mut older = older_live_nodes(client, from, crate::clock::SystemClock.now_ms(), lease)
             .await
             .map_err(|e| super::describe(&e))?;
-        older.retain(|n| Some(n.id.as_str()) != me);
+        older.retain(|n| Some((n.id.as_str(), n.name.as_str())) != me);
         if older.is_empty() {
             return Ok(());
         }
