@@ -481,15 +481,30 @@ fn restore(
     ca_file: Option<PathBuf>,
     file: &std::path::Path,
 ) -> ExitCode {
-    let open =
-        || std::fs::File::open(file).map_err(|e| format!("cannot open {}: {e}", file.display()));
-    let input = match open() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("herald restore: {e}");
-            return ExitCode::from(2);
-        }
+    let totals = match check_archive(file) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
+    if check_only {
+        return ExitCode::SUCCESS;
+    }
+    let config = match restore_target(path, to, ca_file) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    write_archive(&config, file, &totals)
+}
+
+fn open_archive(file: &std::path::Path) -> Result<std::fs::File, ExitCode> {
+    std::fs::File::open(file).map_err(|e| {
+        eprintln!("herald restore: cannot open {}: {e}", file.display());
+        ExitCode::from(2)
+    })
+}
+
+/// Reads the whole archive, checking it, and says what it holds; its totals.
+fn check_archive(file: &std::path::Path) -> Result<herald::backup::format::Totals, ExitCode> {
+    let input = open_archive(file)?;
     let mut shown = Shown::new();
     let checked = herald::backup::check(std::io::BufReader::new(input), |t| {
         shown.line(&format!(
@@ -498,13 +513,10 @@ fn restore(
         ));
     });
     shown.end();
-    let (info, totals) = match checked {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("herald restore: {}: {e}", file.display());
-            return ExitCode::FAILURE;
-        }
-    };
+    let (info, totals) = checked.map_err(|e| {
+        eprintln!("herald restore: {}: {e}", file.display());
+        ExitCode::FAILURE
+    })?;
     println!(
         "herald restore: {} is whole: format {}, written by herald {} from a {} store, \
          {} parts, {} directory rows, {} events, {} deliveries, {} attempts",
@@ -518,19 +530,19 @@ fn restore(
         totals.deliveries,
         totals.attempts
     );
-    if check_only {
-        return ExitCode::SUCCESS;
-    }
-    let config = match restore_target(path, to, ca_file) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let input = match open() {
+    Ok(totals)
+}
+
+/// Writes the checked archive into the store `config` names, showing its progress against
+/// the archive's `totals`.
+fn write_archive(
+    config: &Config,
+    file: &std::path::Path,
+    totals: &herald::backup::format::Totals,
+) -> ExitCode {
+    let input = match open_archive(file) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("herald restore: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -541,7 +553,7 @@ fn restore(
     };
     let mut shown = Shown::new();
     let done = rt.block_on(herald::app::restore(
-        &config,
+        config,
         std::io::BufReader::with_capacity(1 << 20, input),
         |t| {
             let rate = t.deliveries as f64 / shown.started.elapsed().as_secs_f64().max(1e-3);
