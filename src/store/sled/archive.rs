@@ -87,24 +87,19 @@ impl SledStore {
                 // The delivery and its attempts as of one moment: an attempt recorded between
                 // the reads (its row and the pending row change in one write) would leave the
                 // delivery counting fewer attempts than the archive holds, and a restored
-                // cluster would number its next attempt as one that exists. Attempts only
-                // grow, so the same count before and after the delivery's read means none
-                // landed between.
+                // cluster would number its next attempt as one that exists. A delivery counts
+                // the number of its last attempt, read after the attempts: the same number
+                // means none landed between.
                 let (d, attempts) = loop {
-                    let mut before = 0;
-                    inner.each_row(&place, &prefix, |_, _| {
-                        before += 1;
-                        Ok(())
-                    })?;
-                    let d = inner.assemble(&rec.meta, &rec.targets, index, &place)?;
-                    #[cfg(test)]
-                    inner.faults.hold_exporting();
                     let mut attempts = Vec::new();
                     inner.each_row(&place, &prefix, |k, v| {
                         attempts.push(codec::decode_attempt(k, v)?.attempt);
                         Ok(())
                     })?;
-                    if attempts.len() == before {
+                    #[cfg(test)]
+                    inner.faults.hold_exporting();
+                    let d = inner.assemble(&rec.meta, &rec.targets, index, &place)?;
+                    if d.attempt_count == attempts.last().map_or(0, |a| a.number) {
                         break (d, attempts);
                     }
                 };

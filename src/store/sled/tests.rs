@@ -57,7 +57,7 @@ pub(crate) struct Faults {
     /// Holds the committer once its cycle is decided (a superseded candidate claimed and
     /// read), before it writes the cycle's rows: the same two channels.
     pub hold_write: std::sync::Mutex<Option<Hold>>,
-    /// Holds an export between its read of a delivery and the read of its attempts.
+    /// Holds an export between its read of a delivery's attempts and the read of the delivery.
     pub hold_export: std::sync::Mutex<Option<Hold>>,
 }
 
@@ -1695,16 +1695,7 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     // Nothing holds an entry of the purged event any more: its tombstone goes.
     store.inner.sweep_tombstones();
     assert_eq!(store.inner.lock_tombstones().len(), 0, "the tombstone went");
-    close(store);
-
-    let store = open(dir.path(), &clock);
-    let due: Vec<String> = all_due(&store, T0 + 5_000)
-        .into_iter()
-        .map(|d| ids::format(ids::DELIVERY, d))
-        .collect();
-    if !due.contains(&other.id) {
-        println!("LOST: {} is pending and never attempted", other.id);
-    }
+    let due = due_after_reopen(store, dir.path(), &clock, T0 + 5_000, &other.id);
     assert_eq!(
         due,
         vec![other.id.clone(), later.id.clone()],
@@ -1714,7 +1705,6 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
         pending, 2,
         "the other's, each counted once before the restart"
     );
-    close(store);
 }
 
 /// An operator event about a purged account goes with it; its delivery, taken by the
@@ -1766,18 +1756,8 @@ async fn an_operator_delivery_taken_during_a_purge_strands_no_other_delivery() {
         1,
         "the other's only, counted once"
     );
-    close(store);
-
-    let store = open(dir.path(), &clock);
-    let due: Vec<String> = all_due(&store, T0)
-        .into_iter()
-        .map(|d| ids::format(ids::DELIVERY, d))
-        .collect();
-    if !due.contains(&other.id) {
-        println!("LOST: {} is pending and never attempted", other.id);
-    }
+    let due = due_after_reopen(store, dir.path(), &clock, T0, &other.id);
     assert_eq!(due, vec![other.id.clone()], "the other's delivery is due");
-    close(store);
 }
 
 /// A trailing candidate that a newer event of its window supersedes while its account is
@@ -1909,7 +1889,7 @@ async fn a_retry_of_a_folded_delivery_racing_a_purge_records_nothing() {
 }
 
 /// An export reads a delivery and its attempts as of one moment: an attempt recorded between
-/// its read of the delivery and of the attempts makes it read both again. Before, the archive
+/// its read of the attempts and of the delivery makes it read both again. Before, the archive
 /// held a delivery counting one attempt with two attempts beside it, and a cluster restored
 /// from it numbered its next attempt as one that existed (a duplicate key; the delivery was
 /// never recorded again).
@@ -1944,7 +1924,7 @@ async fn an_export_reads_a_delivery_and_its_attempts_as_of_one_moment() {
     });
     reached
         .recv_timeout(std::time::Duration::from_secs(20))
-        .expect("the export read the delivery");
+        .expect("the export read the attempts");
     // The second attempt lands between the export's two reads, and ends the delivery.
     let mut twice = once.clone();
     twice.attempt_count = 2;
@@ -2032,18 +2012,31 @@ async fn a_retried_no_endpoint_delivery_purged_strands_no_other_delivery() {
         .unwrap();
     let later = created(&out[0]).1[0].clone();
     assert_eq!(store.stats().get(DeliveryState::Pending), 2, "b's only");
-    close(store);
+    let due = due_after_reopen(store, dir.path(), &clock, T0 + 5_000, &b.id);
+    assert_eq!(due, vec![b.id.clone(), later.id.clone()]);
+}
 
-    let store = open(dir.path(), &clock);
-    let due: Vec<String> = all_due(&store, T0 + 5_000)
+/// Closes `store`, opens its directory again and answers the deliveries its index hands out
+/// at `now` (taking them), saying LOST when `watched` is not among them: a delivery pending for
+/// ever after the restart.
+fn due_after_reopen(
+    store: Arc<SledStore>,
+    dir: &Path,
+    clock: &Arc<ManualClock>,
+    now: Millis,
+    watched: &str,
+) -> Vec<String> {
+    close(store);
+    let store = open(dir, clock);
+    let due: Vec<String> = all_due(&store, now)
         .into_iter()
         .map(|d| ids::format(ids::DELIVERY, d))
         .collect();
-    if !due.contains(&b.id) {
-        println!("LOST: {} is pending and never attempted", b.id);
+    if !due.iter().any(|d| d == watched) {
+        println!("LOST: {watched} is pending and never attempted");
     }
-    assert_eq!(due, vec![b.id.clone(), later.id.clone()]);
     close(store);
+    due
 }
 
 /// Ends `d` failed after one attempt, as the engine would.
