@@ -26,6 +26,7 @@ use crate::herald::{new_dir, Dir, Herald};
 use crate::phases::{self, EndToEnd, Ingest, Setup};
 use crate::receiver::{DeadReceiver, Receiver};
 use crate::Opts;
+use herald::store::prelude::*;
 
 const ACCOUNT: &str = "a1";
 

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::contract::{
-    Accounts, Applications, Archive, DeliveryLog, Directory, Ingest, Intake, Minutes, Queue,
-    Retention, Vitals,
+    Accounts, Alerts, Applications, Archive, Breakers, DeliveryChanges, DeliveryLog, Directory,
+    Ingest, Intake, Minutes, Purge, Queue, Quotas, RateLimits, Retention, Sessions, Vitals,
 };
+use super::directory::DirectoryCopy;
 #[cfg(feature = "postgres")]
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
@@ -92,20 +93,8 @@ impl Directory for Backend {
         both_async!(self, Directory::fresh_directory, ())
     }
 
-    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        both!(self, Directory::endpoint, (id))
-    }
-
-    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        both!(self, Directory::account_endpoints, (account_id))
-    }
-
-    fn account_ids(&self) -> Vec<String> {
-        both!(self, Directory::account_ids, ())
-    }
-
-    fn account_plan(&self, account_id: &str) -> Option<String> {
-        both!(self, Directory::account_plan, (account_id))
+    fn directory(&self) -> &DirectoryCopy {
+        both!(self, Directory::directory, ())
     }
 
     async fn create_endpoint(
@@ -178,14 +167,16 @@ impl Accounts for Backend {
             (account_id, name, value)
         )
     }
+}
 
+impl Quotas for Backend {
     async fn quota_take(
         &self,
         account_id: &str,
         w: Windows,
         limits: Limits,
     ) -> Result<bool, StoreError> {
-        both_async!(self, Accounts::quota_take, (account_id, w, limits))
+        both_async!(self, Quotas::quota_take, (account_id, w, limits))
     }
 
     async fn set_quota_usage(
@@ -194,15 +185,17 @@ impl Accounts for Backend {
         w: Windows,
         used: (u64, u64),
     ) -> Result<(), StoreError> {
-        both_async!(self, Accounts::set_quota_usage, (account_id, w, used))
+        both_async!(self, Quotas::set_quota_usage, (account_id, w, used))
     }
 
     async fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
-        both_async!(self, Accounts::quota_usage, (account_id, w))
+        both_async!(self, Quotas::quota_usage, (account_id, w))
     }
+}
 
+impl Breakers for Backend {
     async fn breaker(&self, endpoint_id: &str) -> Result<Breaker, StoreError> {
-        both_async!(self, Accounts::breaker, (endpoint_id))
+        both_async!(self, Breakers::breaker, (endpoint_id))
     }
 
     async fn change_breaker<T: Send>(
@@ -211,24 +204,28 @@ impl Accounts for Backend {
         now: Millis,
         f: impl FnOnce(&mut Breaker) -> T + Send,
     ) -> Result<T, StoreError> {
-        both_async!(self, Accounts::change_breaker, (endpoint_id, now, f))
+        both_async!(self, Breakers::change_breaker, (endpoint_id, now, f))
     }
 
+    async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
+        both_async!(self, Breakers::open_breakers, ())
+    }
+}
+
+impl RateLimits for Backend {
     async fn take_token(
         &self,
         endpoint_id: &str,
         limit: RateLimit,
         now: Millis,
     ) -> Result<Result<(), Millis>, StoreError> {
-        both_async!(self, Accounts::take_token, (endpoint_id, limit, now))
+        both_async!(self, RateLimits::take_token, (endpoint_id, limit, now))
     }
+}
 
-    async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
-        both_async!(self, Accounts::open_breakers, ())
-    }
-
+impl Alerts for Backend {
     async fn alert_emails(&self, account_id: &str) -> Result<Vec<String>, StoreError> {
-        both_async!(self, Accounts::alert_emails, (account_id))
+        both_async!(self, Alerts::alert_emails, (account_id))
     }
 
     async fn set_alert_emails(
@@ -236,15 +233,15 @@ impl Accounts for Backend {
         account_id: &str,
         emails: Vec<String>,
     ) -> Result<(), StoreError> {
-        both_async!(self, Accounts::set_alert_emails, (account_id, emails))
+        both_async!(self, Alerts::set_alert_emails, (account_id, emails))
     }
 
     async fn all_alert_emails(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
-        both_async!(self, Accounts::all_alert_emails, ())
+        both_async!(self, Alerts::all_alert_emails, ())
     }
 
     async fn claim_alert(&self, claim: AlertClaim<'_>) -> Result<Claimed, StoreError> {
-        both_async!(self, Accounts::claim_alert, (claim))
+        both_async!(self, Alerts::claim_alert, (claim))
     }
 
     async fn give_back_alert(
@@ -253,19 +250,17 @@ impl Accounts for Backend {
         after: AlertMark,
         before: AlertMark,
     ) -> Result<bool, StoreError> {
-        both_async!(
-            self,
-            Accounts::give_back_alert,
-            (endpoint_id, after, before)
-        )
+        both_async!(self, Alerts::give_back_alert, (endpoint_id, after, before))
     }
+}
 
+impl Sessions for Backend {
     async fn create_portal_session(
         &self,
         session: &PortalSession,
         hash: [u8; 32],
     ) -> Result<(), StoreError> {
-        both_async!(self, Accounts::create_portal_session, (session, hash))
+        both_async!(self, Sessions::create_portal_session, (session, hash))
     }
 
     async fn portal_session(
@@ -273,15 +268,17 @@ impl Accounts for Backend {
         token: &str,
         now: Millis,
     ) -> Result<Option<PortalSession>, StoreError> {
-        both_async!(self, Accounts::portal_session, (token, now))
+        both_async!(self, Sessions::portal_session, (token, now))
     }
 
     async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
-        both_async!(self, Accounts::revoke_portal_session, (id))
+        both_async!(self, Sessions::revoke_portal_session, (id))
     }
+}
 
+impl Purge for Backend {
     async fn purge_account(&self, account_id: &str) -> Result<Purged, StoreError> {
-        both_async!(self, Accounts::purge_account, (account_id))
+        both_async!(self, Purge::purge_account, (account_id))
     }
 }
 
@@ -314,11 +311,17 @@ impl DeliveryLog for Backend {
         both_async!(self, DeliveryLog::list_deliveries, (filter, limit, cursor))
     }
 
+    async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
+        both_async!(self, DeliveryLog::endpoint_pending, (endpoint_id))
+    }
+}
+
+impl DeliveryChanges for Backend {
     async fn ordering_of(
         &self,
         d: &Delivery,
     ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        both_async!(self, DeliveryLog::ordering_of, (d))
+        both_async!(self, DeliveryChanges::ordering_of, (d))
     }
 
     async fn change_delivery<T: Send + 'static>(
@@ -326,7 +329,7 @@ impl DeliveryLog for Backend {
         id: &str,
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
     ) -> Result<Changed<T>, StoreError> {
-        both_async!(self, DeliveryLog::change_delivery, (id, f))
+        both_async!(self, DeliveryChanges::change_delivery, (id, f))
     }
 
     async fn record_attempt(
@@ -338,21 +341,17 @@ impl DeliveryLog for Backend {
     ) -> Result<(), StoreError> {
         both_async!(
             self,
-            DeliveryLog::record_attempt,
+            DeliveryChanges::record_attempt,
             (was, now, attempt, fence)
         )
     }
 
     fn is_held(&self, delivery_id: &str) -> bool {
-        both!(self, DeliveryLog::is_held, (delivery_id))
+        both!(self, DeliveryChanges::is_held, (delivery_id))
     }
 
     async fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<u64, StoreError> {
-        both_async!(self, DeliveryLog::expedite_endpoint, (endpoint_id, now))
-    }
-
-    async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
-        both_async!(self, DeliveryLog::endpoint_pending, (endpoint_id))
+        both_async!(self, DeliveryChanges::expedite_endpoint, (endpoint_id, now))
     }
 }
 

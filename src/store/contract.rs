@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::directory::DirectoryCopy;
 use super::{
     ApiAnswer, Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node,
     Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
@@ -83,17 +84,28 @@ pub trait Directory {
     /// any node (one small query in a cluster; nothing to do on one box).
     fn fresh_directory(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// This node's copy of the endpoints and plans, which the reads below answer from.
+    fn directory(&self) -> &DirectoryCopy;
+
     /// The endpoint as this node knows it (no I/O).
-    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>>;
+    fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
+        self.directory().endpoint(id)
+    }
 
     /// The account's endpoints, oldest first (no I/O).
-    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>>;
+    fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
+        self.directory().account_endpoints(account_id)
+    }
 
     /// Every account with a synced plan or an endpoint, sorted (no I/O).
-    fn account_ids(&self) -> Vec<String>;
+    fn account_ids(&self) -> Vec<String> {
+        self.directory().account_ids()
+    }
 
     /// The account's synced plan; `None` when none was ever synced (no I/O).
-    fn account_plan(&self, account_id: &str) -> Option<String>;
+    fn account_plan(&self, account_id: &str) -> Option<String> {
+        self.directory().plan(account_id)
+    }
 
     /// Creates the endpoint, durably, unless its account has `max_per_account` already
     /// (`Ok(None)`, nothing written; counted across nodes under one lock in a cluster).
@@ -142,8 +154,7 @@ pub trait Directory {
     ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send;
 }
 
-/// What is kept per account and per endpoint besides the directory: plans, secrets, quotas,
-/// circuit breakers and portal sessions.
+/// What is kept per account besides the directory: its plan and its secrets.
 pub trait Accounts {
     /// Sets or (with `None`) removes the account's synced plan, durably; every node's copy
     /// follows.
@@ -167,7 +178,10 @@ pub trait Accounts {
         name: &str,
         value: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
+/// The accounts' quota counters (docs/delivery-contract.md, "Quotas").
+pub trait Quotas {
     /// Counts one attempt in the account's windows `w` unless that would pass `limits`
     /// (`false`, nothing counted). Exact under concurrency, on every node; flushed.
     fn quota_take(
@@ -193,7 +207,10 @@ pub trait Accounts {
         account_id: &str,
         w: Windows,
     ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send;
+}
 
+/// The endpoints' circuit breakers.
+pub trait Breakers {
     /// The endpoint's circuit breaker (closed, never failed, when none is kept).
     fn breaker(
         &self,
@@ -209,6 +226,14 @@ pub trait Accounts {
         f: impl FnOnce(&mut Breaker) -> T + Send,
     ) -> impl Future<Output = Result<T, StoreError>> + Send;
 
+    /// Every circuit breaker that is not closed, by endpoint id.
+    fn open_breakers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send;
+}
+
+/// The endpoints' rate limits.
+pub trait RateLimits {
     /// Takes a token of the endpoint's rate-limit bucket at `now` (`Ok(Ok(()))`), or says when
     /// the next one comes (`Ok(Err(at))`). One bucket per endpoint for the whole store (every
     /// node takes from it). Kept in memory on one box and flushed lazily in a cluster: a bucket
@@ -219,13 +244,11 @@ pub trait Accounts {
         limit: RateLimit,
         now: Millis,
     ) -> impl Future<Output = Result<Result<(), Millis>, StoreError>> + Send;
+}
 
-    /// Every circuit breaker that is not closed, by endpoint id.
-    fn open_breakers(
-        &self,
-    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send;
-
-    /// The account's alert addresses (docs/operations.md, "Failure alerts"), as set; empty
+/// Failure alerts (docs/operations.md, "Failure alerts"): addresses, marks and hourly counts.
+pub trait Alerts {
+    /// The account's alert addresses, as set; empty
     /// when none are.
     fn alert_emails(
         &self,
@@ -268,7 +291,10 @@ pub trait Accounts {
         after: AlertMark,
         before: AlertMark,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
 
+/// Portal sessions, kept under their tokens' hashes.
+pub trait Sessions {
     /// Stores a portal session under its token's hash ([`super::token_hash`]), durably. The
     /// token itself is never stored.
     fn create_portal_session(
@@ -290,7 +316,10 @@ pub trait Accounts {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
 
+/// Forgetting an account.
+pub trait Purge {
     /// Removes everything of the account, durably: its events with their payloads,
     /// deliveries, attempts, idempotency keys and debounce windows; its endpoints with their
     /// secrets, client certificates, breakers, alert marks and rate buckets; its plan, alert
@@ -303,7 +332,7 @@ pub trait Accounts {
     ) -> impl Future<Output = Result<Purged, StoreError>> + Send;
 }
 
-/// The delivery log: events, deliveries and attempts, read and changed.
+/// The delivery log: events, deliveries and attempts, as stored.
 pub trait DeliveryLog {
     /// The delivery with its state as stored now.
     fn delivery(
@@ -341,6 +370,17 @@ pub trait DeliveryLog {
         cursor: Option<String>,
     ) -> impl Future<Output = Result<(Vec<Delivery>, Option<String>), StoreError>> + Send;
 
+    /// How many of the endpoint's deliveries are pending. On one box this is the due index's
+    /// count, which counts a delivery twice from a manual retry before its first attempt until
+    /// that attempt (the index drops the older entry when it comes due).
+    fn endpoint_pending(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// The delivery log's changes: attempts recorded, manual retries and recoveries.
+pub trait DeliveryChanges {
     /// An ordered delivery's ordering key and the delivery ahead of it in its lane, if any.
     fn ordering_of(
         &self,
@@ -382,14 +422,6 @@ pub trait DeliveryLog {
         &self,
         endpoint_id: &str,
         now: Millis,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-    /// How many of the endpoint's deliveries are pending. On one box this is the due index's
-    /// count, which counts a delivery twice from a manual retry before its first attempt until
-    /// that attempt (the index drops the older entry when it comes due).
-    fn endpoint_pending(
-        &self,
-        endpoint_id: &str,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 

@@ -13,6 +13,7 @@ use common::herald::herald_bin;
 use common::postgres::{PgOptions, Postgres};
 use common::{behaviour, toml_string, Receiver, Reply, TestCa, World};
 use herald::store::postgres::SCHEMA_VERSION;
+use herald::store::prelude::*;
 use serde_json::json;
 
 /// A config file in `dir` for a node of the cluster on `url`, plus `extra` keys of

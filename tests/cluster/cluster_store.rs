@@ -19,6 +19,7 @@ use herald::model::{Attempt, DeliveryState, Endpoint, EndpointState, PortalSessi
 use herald::policy::breaker::{Breaker, Change, Gate, Phase};
 use herald::policy::quota::{windows, Limits};
 use herald::store::postgres::{migrate, Database, PgStore};
+use herald::store::prelude::*;
 use herald::store::{lane_of, Backend, IngestOutcome, NewEvent, StoreError};
 
 const START: i64 = 1_800_000_000_000;
@@ -811,7 +812,7 @@ async fn the_log_reads_back_what_was_stored_newest_first_with_filters_and_cursor
     let mut cursor: Option<String> = None;
     loop {
         let (page, next) = node
-            .list_deliveries(&all, 2, cursor.as_deref())
+            .list_deliveries(all.clone(), 2, cursor.clone())
             .await
             .unwrap();
         seen.extend(page.into_iter().map(|d| (d.id, d.account_id)));
@@ -827,7 +828,7 @@ async fn the_log_reads_back_what_was_stored_newest_first_with_filters_and_cursor
 
     let only = |f: herald::store::DeliveryFilter| {
         let node = node.clone();
-        async move { node.list_deliveries(&f, 100, None).await.unwrap().0.len() }
+        async move { node.list_deliveries(f, 100, None).await.unwrap().0.len() }
     };
     let f = herald::store::DeliveryFilter::default;
     assert_eq!(
@@ -1205,7 +1206,7 @@ async fn manual_retries_recoveries_and_waiting_deliveries_on_the_shared_queue() 
     // A manual retry of the failed head is sent at once, out of order.
     let now = c.clock.now_ms();
     let changed = b
-        .change_delivery(&ids[0], |d| {
+        .change_delivery(&ids[0], move |d| {
             let mut d = d.clone();
             d.state = DeliveryState::Pending;
             d.next_attempt_at = Some(now);
@@ -1242,7 +1243,7 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     let first = a.claim_due(1).await.unwrap();
     assert_eq!(first.len(), 1);
     let mine = first[0].due.delivery.id.clone();
-    let nodes = b.nodes().await.unwrap();
+    let nodes = listed(&b).await;
     assert_eq!(nodes.len(), 2);
     let of_a = nodes.iter().find(|n| n.id == a.node()).unwrap();
     assert_eq!(of_a.leases, 1);
@@ -1252,13 +1253,13 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     c.clock.advance(Duration::from_secs(20));
     b.heartbeat().await.unwrap();
     assert_eq!(
-        b.nodes().await.unwrap().len(),
+        listed(&b).await.len(),
         2,
         "20 s without a beat: still listed"
     );
     c.clock.advance(Duration::from_secs(20));
     b.heartbeat().await.unwrap();
-    let ids: Vec<String> = b.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    let ids: Vec<String> = listed(&b).await.into_iter().map(|n| n.id).collect();
     assert_eq!(ids, vec![b.node().to_string()]);
     // It comes back (a long pause, not a death). Its lease lapsed meanwhile: its claim takes the
     // other delivery, never its own again (it renews that one instead of attempting it twice);
@@ -1268,13 +1269,13 @@ async fn nodes_are_listed_while_they_beat_and_a_leaving_node_gives_up_its_leases
     assert_ne!(again[0].due.delivery.id, mine);
     assert_eq!(a.renew_held().await.unwrap(), 2);
     a.heartbeat().await.unwrap();
-    assert_eq!(b.nodes().await.unwrap().len(), 2);
+    assert_eq!(listed(&b).await.len(), 2);
 
     // B leaves: its lease (of a new event's delivery) is given up and it is not listed.
     a.ingest(vec![event("acct", None)]).await.unwrap();
     assert_eq!(b.claim_due(1).await.unwrap().len(), 1);
     assert_eq!(b.leave().await.unwrap(), 1);
-    let ids: Vec<String> = a.nodes().await.unwrap().into_iter().map(|n| n.id).collect();
+    let ids: Vec<String> = listed(&a).await.into_iter().map(|n| n.id).collect();
     assert_eq!(ids, vec![a.node().to_string()]);
     assert_eq!(
         a.claim_due(10).await.unwrap().len(),
@@ -1450,7 +1451,7 @@ async fn a_lapsed_lease_holds_nothing_against_supersede_or_change() {
     c.clock.advance(LEASE + Duration::from_secs(1));
     let now = c.clock.now_ms();
     let changed = b
-        .change_delivery(&mine.due.delivery.id, |d| {
+        .change_delivery(&mine.due.delivery.id, move |d| {
             let mut d = d.clone();
             d.next_attempt_at = Some(now);
             d.manual = true;
@@ -1695,4 +1696,14 @@ async fn a_flush_of_minutes_racing_the_delete_of_their_endpoint_adds_none() {
         1,
         "the other endpoint's minute is added"
     );
+}
+
+/// The nodes `store` lists (its own node's id aside).
+async fn listed(store: &herald::store::postgres::PgStore) -> Vec<herald::store::Node> {
+    store
+        .nodes()
+        .await
+        .unwrap()
+        .expect("a cluster lists its nodes")
+        .1
 }

@@ -4,81 +4,10 @@
 use std::collections::HashMap;
 
 use super::PgStore;
+use crate::store::contract::Accounts;
 use crate::store::StoreError;
 
 impl PgStore {
-    /// Every account with a synced plan or an endpoint, sorted.
-    pub fn account_ids(&self) -> Vec<String> {
-        self.directory.account_ids()
-    }
-
-    /// The account's synced plan; `None` when none was synced (or it was removed).
-    pub fn account_plan(&self, account_id: &str) -> Option<String> {
-        self.directory.plan(account_id)
-    }
-
-    /// Syncs the account's plan (`None` removes it).
-    pub async fn set_account_plan(
-        &self,
-        account_id: &str,
-        plan: Option<String>,
-    ) -> Result<(), StoreError> {
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        tx.execute(
-            "INSERT INTO accounts (account_id, plan) VALUES ($1, $2)
-             ON CONFLICT (account_id) DO UPDATE SET plan = excluded.plan",
-            &[&account_id, &plan],
-        )
-        .await?;
-        tx.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&super::CHANGED_CHANNEL, &format!("p:{account_id}")],
-        )
-        .await?;
-        let version = super::version::bump(&tx).await?;
-        tx.commit().await?;
-        self.directory.set_plan(account_id, plan);
-        self.saw_own_change(version);
-        Ok(())
-    }
-
-    /// An account secret for header macros.
-    pub async fn account_secret(
-        &self,
-        account_id: &str,
-        name: &str,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .db
-            .client()
-            .await?
-            .query_opt(
-                "SELECT value FROM account_secrets WHERE account_id = $1 AND name = $2",
-                &[&account_id, &name],
-            )
-            .await?
-            .map(|r| r.get(0)))
-    }
-
-    pub async fn set_account_secret(
-        &self,
-        account_id: &str,
-        name: &str,
-        value: &str,
-    ) -> Result<(), StoreError> {
-        self.db
-            .client()
-            .await?
-            .execute(
-                "INSERT INTO account_secrets (account_id, name, value) VALUES ($1, $2, $3)
-                 ON CONFLICT (account_id, name) DO UPDATE SET value = excluded.value",
-                &[&account_id, &name, &value],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// Reloads every plan.
     pub(super) async fn load_plans(&self) -> Result<(), StoreError> {
         // Read again if a plan changed meanwhile, as endpoints are.
@@ -113,6 +42,70 @@ impl PgStore {
             .await?
             .and_then(|r| r.get(0));
         self.directory.set_plan(account_id, plan);
+        Ok(())
+    }
+}
+
+impl Accounts for PgStore {
+    /// Syncs the account's plan (`None` removes it).
+    async fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO accounts (account_id, plan) VALUES ($1, $2)
+             ON CONFLICT (account_id) DO UPDATE SET plan = excluded.plan",
+            &[&account_id, &plan],
+        )
+        .await?;
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&super::CHANGED_CHANNEL, &format!("p:{account_id}")],
+        )
+        .await?;
+        let version = super::version::bump(&tx).await?;
+        tx.commit().await?;
+        self.directory.set_plan(account_id, plan);
+        self.saw_own_change(version);
+        Ok(())
+    }
+
+    /// An account secret for header macros.
+    async fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT value FROM account_secrets WHERE account_id = $1 AND name = $2",
+                &[&account_id, &name],
+            )
+            .await?
+            .map(|r| r.get(0)))
+    }
+
+    async fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        self.db
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO account_secrets (account_id, name, value) VALUES ($1, $2, $3)
+                 ON CONFLICT (account_id, name) DO UPDATE SET value = excluded.value",
+                &[&account_id, &name, &value],
+            )
+            .await?;
         Ok(())
     }
 }

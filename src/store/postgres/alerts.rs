@@ -8,11 +8,12 @@ use tokio_postgres::error::SqlState;
 
 use super::PgStore;
 use crate::policy::alerts::{self, AlertClaim, AlertHour, AlertMark, Claimed};
+use crate::store::contract::Alerts;
 use crate::store::StoreError;
 
-impl PgStore {
+impl Alerts for PgStore {
     /// The account's alert addresses.
-    pub async fn alert_emails(&self, account_id: &str) -> Result<Vec<String>, StoreError> {
+    async fn alert_emails(&self, account_id: &str) -> Result<Vec<String>, StoreError> {
         Ok(self
             .db
             .client()
@@ -27,7 +28,7 @@ impl PgStore {
     }
 
     /// Sets the account's alert addresses (empty clears them); its plan stays.
-    pub async fn set_alert_emails(
+    async fn set_alert_emails(
         &self,
         account_id: &str,
         emails: Vec<String>,
@@ -45,7 +46,7 @@ impl PgStore {
     }
 
     /// Every account with alert addresses, sorted by account.
-    pub async fn all_alert_emails(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+    async fn all_alert_emails(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         Ok(self
             .db
             .client()
@@ -65,7 +66,7 @@ impl PgStore {
     /// decide, and write both in one transaction by updates conditional on what was read (else
     /// decide again on what another node left). A mark for an endpoint that is gone is refused
     /// by its foreign key (schema version 8), whatever the timing.
-    pub async fn claim_alert(&self, c: AlertClaim<'_>) -> Result<Claimed, StoreError> {
+    async fn claim_alert(&self, c: AlertClaim<'_>) -> Result<Claimed, StoreError> {
         let mut client = self.db.client().await?;
         loop {
             let tx = client.transaction().await?;
@@ -167,7 +168,7 @@ impl PgStore {
 
     /// [`crate::store::contract::Accounts::give_back_alert`]: an update conditional on the
     /// mark being the one the claim wrote; a mark that is gone stays gone.
-    pub async fn give_back_alert(
+    async fn give_back_alert(
         &self,
         endpoint_id: &str,
         after: AlertMark,

@@ -14,156 +14,8 @@ use super::PgStore;
 use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Attempt, EventMeta};
+use crate::store::contract::Archive;
 use crate::store::{EventHistory, StoreError, ARCHIVE_PAGE_BYTES};
-
-impl PgStore {
-    /// [`crate::store::contract::Archive::export_events`].
-    pub async fn export_events(
-        &self,
-        before: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
-        let upper = match before {
-            Some(b) => ids::parse(EVENT, b)
-                .ok_or_else(|| StoreError::Format(format!("{b} is not an event id")))?,
-            None => u128::MAX,
-        };
-        let upper = upper.to_be_bytes().to_vec();
-        let mut client = self.db.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
-        // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
-        let (take, cut_short) = page_length(&tx, &upper, limit).await?;
-        let events = tx
-            .query(
-                "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
-                        ordering_key, payload, labels,
-                        (SELECT a.key FROM api_answers a
-                          WHERE a.event_id = events.id AND a.account_id = events.account_id
-                          LIMIT 1)
-                 FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
-                &[&upper, &(take as i64)],
-            )
-            .await?;
-        let keys: Vec<Vec<u8>> = events.iter().map(|r| r.get(0)).collect();
-        let mut deliveries: HashMap<Vec<u8>, Vec<_>> = HashMap::new();
-        for r in tx
-            .query(
-                &format!(
-                    "SELECT {DELIVERY_COLUMNS}, d.lane_seq FROM deliveries d
-                     WHERE d.event_id = ANY($1) ORDER BY d.id"
-                ),
-                &[&keys],
-            )
-            .await?
-        {
-            let lane_seq: Option<i64> = r.get(13);
-            deliveries
-                .entry(r.get::<_, Vec<u8>>(1))
-                .or_default()
-                .push((delivery_from(&r)?, lane_seq));
-        }
-        let mut attempts: HashMap<Vec<u8>, Vec<Attempt>> = HashMap::new();
-        for r in tx
-            .query(
-                "SELECT a.id, a.number, a.at, a.duration_ms, a.status, a.http_status, a.error,
-                        a.request_headers, a.response_body, a.url, a.manual, a.delivery_id
-                 FROM attempts a JOIN deliveries d ON d.id = a.delivery_id
-                 WHERE d.event_id = ANY($1) ORDER BY a.delivery_id, a.number",
-                &[&keys],
-            )
-            .await?
-        {
-            attempts
-                .entry(r.get::<_, Vec<u8>>(11))
-                .or_default()
-                .push(attempt_from(&r)?);
-        }
-        tx.commit().await?;
-        let out = events
-            .iter()
-            .map(|e| history_of(e, &mut deliveries, &mut attempts))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let next = (out.len() == limit || cut_short)
-            .then(|| out.last().map(|h| h.meta.id.clone()))
-            .flatten();
-        Ok((out, next))
-    }
-
-    /// Whether the database holds no event, endpoint, plan or account secret.
-    pub async fn is_empty(&self) -> Result<bool, StoreError> {
-        let used: bool = self
-            .db
-            .client()
-            .await?
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
-                     OR EXISTS (SELECT 1 FROM accounts) OR EXISTS (SELECT 1 FROM account_secrets)",
-                &[],
-            )
-            .await?
-            .get(0);
-        Ok(!used)
-    }
-
-    /// Every account secret.
-    pub async fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        Ok(self
-            .db
-            .client()
-            .await?
-            .query(
-                "SELECT account_id, name, value FROM account_secrets ORDER BY account_id, name",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect())
-    }
-
-    /// [`crate::store::contract::Archive::import_events`]: one transaction, a statement per
-    /// table.
-    pub async fn import_events(
-        &self,
-        events: Vec<EventHistory>,
-        now: Millis,
-    ) -> Result<(), StoreError> {
-        let mut rows = Rows::default();
-        for h in events {
-            let (deliveries, attempts) = h.deliveries.into_iter().unzip();
-            rows.add(
-                h.meta,
-                h.payload.to_vec(),
-                deliveries,
-                attempts,
-                now,
-                &|ep| self.directory.ordering(Some(ep)),
-            )?;
-            rows.keep_lane_places(&h.lane_seqs);
-        }
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        rows.write(&tx).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-}
-
-impl PgStore {
-    /// [`crate::store::contract::Archive::finish_import`]: the ordering lanes' places.
-    pub async fn finish_import(&self) -> Result<(), StoreError> {
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        super::copy::order_lanes(&tx).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-}
 
 /// A cluster's database held for a restore (docs/operations.md, "Restore"): the advisory lock
 /// that every node takes to migrate at start, held on a connection of its own until the
@@ -335,4 +187,151 @@ fn history_of(
         deliveries,
         lane_seqs,
     })
+}
+
+impl Archive for PgStore {
+    /// Every account secret.
+    async fn account_secrets(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT account_id, name, value FROM account_secrets ORDER BY account_id, name",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// [`crate::store::contract::Archive::export_events`].
+    async fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        let upper = match &before {
+            Some(b) => ids::parse(EVENT, b)
+                .ok_or_else(|| StoreError::Format(format!("{b} is not an event id")))?,
+            None => u128::MAX,
+        };
+        let upper = upper.to_be_bytes().to_vec();
+        let mut client = self.db.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        // Ids are 16 bytes: `u128::MAX`'s sort after every one; a cursor's event is excluded.
+        let (take, cut_short) = page_length(&tx, &upper, limit).await?;
+        let events = tx
+            .query(
+                "SELECT id, account_id, type, received_at, idempotency_key, debounce_key,
+                        ordering_key, payload, labels,
+                        (SELECT a.key FROM api_answers a
+                          WHERE a.event_id = events.id AND a.account_id = events.account_id
+                          LIMIT 1)
+                 FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
+                &[&upper, &(take as i64)],
+            )
+            .await?;
+        let keys: Vec<Vec<u8>> = events.iter().map(|r| r.get(0)).collect();
+        let mut deliveries: HashMap<Vec<u8>, Vec<_>> = HashMap::new();
+        for r in tx
+            .query(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS}, d.lane_seq FROM deliveries d
+                     WHERE d.event_id = ANY($1) ORDER BY d.id"
+                ),
+                &[&keys],
+            )
+            .await?
+        {
+            let lane_seq: Option<i64> = r.get(13);
+            deliveries
+                .entry(r.get::<_, Vec<u8>>(1))
+                .or_default()
+                .push((delivery_from(&r)?, lane_seq));
+        }
+        let mut attempts: HashMap<Vec<u8>, Vec<Attempt>> = HashMap::new();
+        for r in tx
+            .query(
+                "SELECT a.id, a.number, a.at, a.duration_ms, a.status, a.http_status, a.error,
+                        a.request_headers, a.response_body, a.url, a.manual, a.delivery_id
+                 FROM attempts a JOIN deliveries d ON d.id = a.delivery_id
+                 WHERE d.event_id = ANY($1) ORDER BY a.delivery_id, a.number",
+                &[&keys],
+            )
+            .await?
+        {
+            attempts
+                .entry(r.get::<_, Vec<u8>>(11))
+                .or_default()
+                .push(attempt_from(&r)?);
+        }
+        tx.commit().await?;
+        let out = events
+            .iter()
+            .map(|e| history_of(e, &mut deliveries, &mut attempts))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let next = (out.len() == limit || cut_short)
+            .then(|| out.last().map(|h| h.meta.id.clone()))
+            .flatten();
+        Ok((out, next))
+    }
+
+    /// Whether the database holds no event, endpoint, plan or account secret.
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        let used: bool = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
+                     OR EXISTS (SELECT 1 FROM accounts) OR EXISTS (SELECT 1 FROM account_secrets)",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok(!used)
+    }
+
+    /// [`crate::store::contract::Archive::import_events`]: one transaction, a statement per
+    /// table.
+    async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let mut rows = Rows::default();
+        for h in events {
+            let (deliveries, attempts) = h.deliveries.into_iter().unzip();
+            rows.add(
+                h.meta,
+                h.payload.to_vec(),
+                deliveries,
+                attempts,
+                now,
+                &|ep| self.directory.ordering(Some(ep)),
+            )?;
+            rows.keep_lane_places(&h.lane_seqs);
+        }
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        rows.write(&tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// [`crate::store::contract::Archive::finish_import`]: the ordering lanes' places.
+    async fn finish_import(&self) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        super::copy::order_lanes(&tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }

@@ -13,17 +13,18 @@ use std::sync::atomic::Ordering;
 use super::{PgStore, CHANGED_CHANNEL, DUE_CHANNEL};
 use crate::clock::Millis;
 use crate::policy::breaker::{Breaker, Phase};
+use crate::store::contract::Breakers;
 use crate::store::StoreError;
 
 /// This node's copies of breakers and a count of the notices heard: a row read while a notice
 /// came may be older than the notice, so it is not kept.
 #[derive(Default)]
-pub struct Breakers {
+pub struct BreakerCopies {
     kept: std::sync::Mutex<HashMap<String, Breaker>>,
     notices: std::sync::atomic::AtomicU64,
 }
 
-impl Breakers {
+impl BreakerCopies {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Breaker>> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -56,10 +57,10 @@ fn decode(endpoint_id: &str, record: serde_json::Value) -> Result<Breaker, Store
         .map_err(|e| StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}")))
 }
 
-impl PgStore {
+impl Breakers for PgStore {
     /// An endpoint's breaker (closed, never failed, when it has no row): this node's copy, or
     /// the row.
-    pub async fn breaker(&self, endpoint_id: &str) -> Result<Breaker, StoreError> {
+    async fn breaker(&self, endpoint_id: &str) -> Result<Breaker, StoreError> {
         if let Some(b) = self.breakers.lock().get(endpoint_id) {
             return Ok(*b);
         }
@@ -84,7 +85,7 @@ impl PgStore {
     /// Changes an endpoint's breaker with `f` under its row's lock. A change is written and
     /// announced to the other nodes; when the breaker closes, the endpoint's deliveries it held
     /// are due at once (`now`), for every node.
-    pub async fn change_breaker<T>(
+    async fn change_breaker<T>(
         &self,
         endpoint_id: &str,
         now: Millis,
@@ -149,7 +150,7 @@ impl PgStore {
     }
 
     /// Every breaker that is not closed, by endpoint id.
-    pub async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
+    async fn open_breakers(&self) -> Result<Vec<(String, Breaker)>, StoreError> {
         let rows = self
             .db
             .client()

@@ -7,15 +7,80 @@ use super::reads::{delivery_from, DELIVERY_COLUMNS};
 use super::{PgStore, DUE_CHANNEL};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
+use crate::model::Attempt;
 use crate::model::{Delivery, DeliveryState};
 use crate::policy::ordering;
+use crate::store::contract::DeliveryChanges;
+use crate::store::Fence;
 use crate::store::{Changed, StoreError};
 
-impl PgStore {
+impl DeliveryChanges for PgStore {
+    async fn record_attempt(
+        &self,
+        _was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        fence: Fence,
+    ) -> Result<(), StoreError> {
+        match fence {
+            Fence::Lease(claim) => PgStore::finish(self, claim, now, Some(attempt)).await,
+            Fence::Claimed => Err(StoreError::LeaseLost),
+        }
+    }
+
+    fn is_held(&self, delivery_id: &str) -> bool {
+        PgStore::holds(self, delivery_id)
+    }
+
+    /// For a delivery to an ordered endpoint (docs/delivery-contract.md): its ordering key and,
+    /// while it waits behind another delivery of its key, the id of the one just ahead. `None` for
+    /// an unordered endpoint.
+    async fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        let Some(ordering) = self.directory.ordering(d.endpoint_id.as_deref()) else {
+            return Ok(None);
+        };
+        let (Some(event), Some(delivery)) =
+            (ids::parse(EVENT, &d.event_id), ids::parse(DELIVERY, &d.id))
+        else {
+            return Ok(None);
+        };
+        let client = self.db.client().await?;
+        let Some(e) = client
+            .query_opt(
+                "SELECT ordering_key, payload FROM events WHERE id = $1",
+                &[&event.to_be_bytes().to_vec()],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let (request_key, payload): (Option<String>, Vec<u8>) = (e.get(0), e.get(1));
+        let key = ordering::key_of(&ordering, request_key.as_deref(), &payload);
+        if d.state != DeliveryState::Pending {
+            return Ok(Some((key, None)));
+        }
+        let ahead = client
+            .query_opt(
+                "SELECT ahead.id FROM deliveries me
+                 JOIN deliveries ahead ON ahead.lane = me.lane AND ahead.lane_seq < me.lane_seq
+                 WHERE me.id = $1 AND ahead.due_at IS NOT NULL
+                 ORDER BY ahead.lane_seq DESC LIMIT 1",
+                &[&delivery.to_be_bytes().to_vec()],
+            )
+            .await?
+            .map(|r| super::rows::ulid_from(r.get(0)))
+            .transpose()?
+            .map(|u| ids::format(DELIVERY, u));
+        Ok(Some((key, ahead)))
+    }
+
     /// Reads, changes and writes one delivery under its row's lock; [`Changed::Busy`] while a node
     /// holds its lease. A delivery that had ended and is made pending again (a manual retry) leaves
     /// its ordering lane: it is sent at once, out of order (docs/delivery-contract.md).
-    pub async fn change_delivery<T>(
+    async fn change_delivery<T>(
         &self,
         id: &str,
         f: impl FnOnce(&Delivery) -> Option<(Delivery, T)>,
@@ -84,11 +149,7 @@ impl PgStore {
 
     /// Makes every delivery to `endpoint_id` that waits for a later time due at `now` (when the
     /// endpoint is deleted, so they end at once). Returns how many.
-    pub async fn expedite_endpoint(
-        &self,
-        endpoint_id: &str,
-        now: Millis,
-    ) -> Result<u64, StoreError> {
+    async fn expedite_endpoint(&self, endpoint_id: &str, now: Millis) -> Result<u64, StoreError> {
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
         let n = tx
@@ -105,50 +166,5 @@ impl PgStore {
         }
         tx.commit().await?;
         Ok(n)
-    }
-
-    /// For a delivery to an ordered endpoint (docs/delivery-contract.md): its ordering key and,
-    /// while it waits behind another delivery of its key, the id of the one just ahead. `None` for
-    /// an unordered endpoint.
-    pub async fn ordering_of(
-        &self,
-        d: &Delivery,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        let Some(ordering) = self.directory.ordering(d.endpoint_id.as_deref()) else {
-            return Ok(None);
-        };
-        let (Some(event), Some(delivery)) =
-            (ids::parse(EVENT, &d.event_id), ids::parse(DELIVERY, &d.id))
-        else {
-            return Ok(None);
-        };
-        let client = self.db.client().await?;
-        let Some(e) = client
-            .query_opt(
-                "SELECT ordering_key, payload FROM events WHERE id = $1",
-                &[&event.to_be_bytes().to_vec()],
-            )
-            .await?
-        else {
-            return Ok(None);
-        };
-        let (request_key, payload): (Option<String>, Vec<u8>) = (e.get(0), e.get(1));
-        let key = ordering::key_of(&ordering, request_key.as_deref(), &payload);
-        if d.state != DeliveryState::Pending {
-            return Ok(Some((key, None)));
-        }
-        let ahead = client
-            .query_opt(
-                "SELECT ahead.id FROM deliveries me
-                 JOIN deliveries ahead ON ahead.lane = me.lane AND ahead.lane_seq < me.lane_seq
-                 WHERE me.id = $1 AND ahead.due_at IS NOT NULL
-                 ORDER BY ahead.lane_seq DESC LIMIT 1",
-                &[&delivery.to_be_bytes().to_vec()],
-            )
-            .await?
-            .map(|r| super::rows::ulid_from(r.get(0)))
-            .transpose()?
-            .map(|u| ids::format(DELIVERY, u));
-        Ok(Some((key, ahead)))
     }
 }

@@ -22,6 +22,7 @@ use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Ordering};
 use crate::policy::ordering;
 use crate::store::contract::Applications;
 use crate::store::lane_of;
+use crate::store::prelude::*;
 use crate::store::sled::SledStore;
 use crate::store::{DeliveryFilter, StoreError, IDEMPOTENCY_WINDOW_MS};
 

@@ -11,20 +11,26 @@ use std::sync::Arc;
 
 use super::{Notice, PgStore};
 use crate::model::{ClientCertificate, Endpoint};
+use crate::store::contract::Directory;
+use crate::store::directory::DirectoryCopy;
 use crate::store::StoreError;
 
-impl PgStore {
-    pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        self.directory.endpoint(id)
+impl Directory for PgStore {
+    fn directory(&self) -> &DirectoryCopy {
+        &self.directory
     }
 
-    /// The account's endpoints, oldest first.
-    pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        self.directory.account_endpoints(account_id)
+    /// Reloads this node's copy if the database's version is past it (one small query
+    /// otherwise).
+    async fn fresh_directory(&self) -> Result<(), StoreError> {
+        let now = self.directory_version_now().await?;
+        if now > self.directory_mark() {
+            self.reload_directory(now).await?;
+        }
+        Ok(())
     }
 
-    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
-    pub async fn create_endpoint(
+    async fn create_endpoint(
         &self,
         ep: Endpoint,
         max_per_account: usize,
@@ -52,12 +58,11 @@ impl PgStore {
         Ok(Some(self.cache_own(ep, version)))
     }
 
-    /// Changes the endpoint `id` with `f` (see the sled store's `change_endpoint`): `f` sees
-    /// the endpoint as committed, under its row's lock, and says whether it changed it.
-    pub async fn change_endpoint<E: From<StoreError>>(
+    /// `f` sees the endpoint as committed, under its row's lock.
+    async fn change_endpoint<E: From<StoreError> + Send>(
         &self,
         id: &str,
-        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E> + Send,
     ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
         let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await.map_err(StoreError::from)?;
@@ -74,8 +79,7 @@ impl PgStore {
         Ok(Some((self.cache_own(ep, version), true)))
     }
 
-    /// Stores an endpoint as given (created or replaced).
-    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+    async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
         let _writes = self.endpoint_writes.lock().await;
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
@@ -84,7 +88,7 @@ impl PgStore {
         Ok(self.cache_own(ep, version))
     }
 
-    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+    async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
         let _writes = self.endpoint_writes.lock().await;
         let client = self.db.client().await?;
         let gone = client
@@ -108,9 +112,7 @@ impl PgStore {
         Ok(gone.is_some())
     }
 
-    /// Sets (or with `None` removes) the endpoint's client certificate; `Ok(None)` if there is
-    /// no such endpoint.
-    pub async fn set_client_certificate(
+    async fn set_client_certificate(
         &self,
         id: &str,
         pair: Option<(&str, &str, ClientCertificate)>,
@@ -148,8 +150,7 @@ impl PgStore {
         Ok(Some(self.cache_own(ep, version)))
     }
 
-    /// The endpoint's client certificate chain and key (PEM), if it has them.
-    pub async fn client_certificate_pem(
+    async fn client_certificate_pem(
         &self,
         id: &str,
     ) -> Result<Option<(String, String)>, StoreError> {
@@ -164,7 +165,9 @@ impl PgStore {
             .await?
             .map(|r| (r.get(0), r.get(1))))
     }
+}
 
+impl PgStore {
     /// Reloads every endpoint (at start, and when notifications may have been missed).
     /// Reads every endpoint into memory, again if one changed meanwhile (a change this node
     /// made, or another node's notice, must not be undone by an older read).

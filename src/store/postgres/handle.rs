@@ -97,7 +97,7 @@ pub struct PgStore {
     /// The leases this node holds ([`super::queue`]), shared with its ingest.
     pub(super) leases: Arc<Leases>,
     /// This node's copies of endpoints' circuit breakers ([`super::breakers`]).
-    pub(super) breakers: super::breakers::Breakers,
+    pub(super) breakers: super::breakers::BreakerCopies,
     /// The locked file holding this node's id in its data directory ([`node_identity`]).
     _identity: Option<std::fs::File>,
 }

@@ -30,7 +30,9 @@ use crate::ids::{self, EVENT};
 use crate::model::{DeliveryState, EventMeta};
 use crate::policy::debounce::{Candidate, Decision, Window};
 use crate::policy::ordering;
+use crate::store::contract::Ingest;
 use crate::store::contract::Intake;
+use crate::store::prelude::*;
 use crate::store::{
     DebounceRule, DueDelivery, IngestOutcome, NewEvent, StoreError, IDEMPOTENCY_WINDOW_MS, NO_LANE,
 };
@@ -901,29 +903,6 @@ impl PgStore {
         self.ingest_marked(events, None).await
     }
 
-    /// [`crate::store::contract::Ingest::ingest`]: `fan_out` over the copy of the endpoints in
-    /// memory, again after bringing the copy up to date while another node's change makes the
-    /// commit refuse it as stale.
-    pub async fn ingest_fanned_out<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>
-    where
-        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
-        E: From<StoreError> + Send,
-    {
-        for _ in 0..crate::store::FAN_OUT_TRIES {
-            let mark = self.directory_mark();
-            let events = fan_out()?;
-            match self.ingest_marked(events, Some(mark)).await {
-                Err(StoreError::Stale) => self.fresh_directory().await?,
-                stored => return Ok(stored?),
-            }
-        }
-        tracing::warn!(
-            tries = crate::store::FAN_OUT_TRIES,
-            "the endpoints kept changing while ingest fanned out; nothing stored"
-        );
-        Err(StoreError::Stale.into())
-    }
-
     /// [`PgStore::ingest`] of events fanned out over their accounts' endpoints with the copy at
     /// `mark` ([`PgStore::directory_mark`]): [`StoreError::Stale`], with nothing stored, if a
     /// change of the directory was committed that the copy missed.
@@ -990,5 +969,30 @@ impl<'a> EventRows<'a> {
         self.payload.push(&ev.payload);
         self.labels
             .push(super::rows::labels(&ev.channels, &ev.tags));
+    }
+}
+
+impl Ingest for PgStore {
+    /// [`crate::store::contract::Ingest::ingest`]: `fan_out` over the copy of the endpoints in
+    /// memory, again after bringing the copy up to date while another node's change makes the
+    /// commit refuse it as stale.
+    async fn ingest<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        for _ in 0..crate::store::FAN_OUT_TRIES {
+            let mark = self.directory_mark();
+            let events = fan_out()?;
+            match self.ingest_marked(events, Some(mark)).await {
+                Err(StoreError::Stale) => self.fresh_directory().await?,
+                stored => return Ok(stored?),
+            }
+        }
+        tracing::warn!(
+            tries = crate::store::FAN_OUT_TRIES,
+            "the endpoints kept changing while ingest fanned out; nothing stored"
+        );
+        Err(StoreError::Stale.into())
     }
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::PgStore;
 use crate::clock::Millis;
+use crate::store::contract::Minutes;
 use crate::store::{Minute, StoreError};
 
 /// Adds a flush's rows in one statement, whatever their number: the rows come as arrays, one
@@ -34,10 +35,10 @@ fn as_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl PgStore {
+impl Minutes for PgStore {
     /// One statement per flush ([`ADD`]), its rows in one order on every node (endpoint, then
     /// minute), so two nodes' flushes never wait for each other's rows in a cycle.
-    pub async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+    async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
         if minutes.is_empty() {
             return Ok(());
         }
@@ -76,7 +77,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub async fn endpoint_minutes(
+    async fn endpoint_minutes(
         &self,
         endpoint_id: &str,
         from: Millis,
@@ -109,7 +110,7 @@ impl PgStore {
         Ok(out)
     }
 
-    pub async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+    async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
         Ok(self
             .db
             .client()

@@ -14,7 +14,6 @@ mod applications;
 mod archive;
 mod breakers;
 mod changes;
-mod contract;
 pub mod copy;
 mod debounce;
 mod endpoints;

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use super::PgStore;
 use crate::clock::Millis;
+use crate::model::DeliveryState;
+use crate::store::contract::Vitals;
+use crate::store::Stats;
 use crate::store::{Node, StoreError};
 
 /// How often a node refreshes its row.
@@ -41,57 +44,6 @@ impl PgStore {
             .await?;
         Ok(())
     }
-
-    /// The nodes seen lately, oldest first, with the leases each holds.
-    pub async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
-        let since = self.clock.now_ms() - GONE_AFTER_BEATS * HEARTBEAT.as_millis() as Millis;
-        let rows = self
-            .db
-            .client()
-            .await?
-            .query(
-                "SELECT n.id, n.name, n.started_at, n.seen_at,
-                        (SELECT count(*) FROM deliveries d WHERE d.leased_by = n.id)
-                 FROM nodes n WHERE n.seen_at >= $1 ORDER BY n.started_at, n.id",
-                &[&since],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Node {
-                id: r.get(0),
-                name: r.get(1),
-                started_at: r.get(2),
-                seen_at: r.get(3),
-                leases: r.get(4),
-            })
-            .collect())
-    }
-
-    /// Whether the database answers now (within a short timeout).
-    pub async fn healthy(&self) -> bool {
-        let check = async {
-            let client = self.db.client().await?;
-            client.query_one("SELECT 1", &[]).await?;
-            Ok::<(), StoreError>(())
-        };
-        matches!(
-            tokio::time::timeout(HEALTH_TIMEOUT, check).await,
-            Ok(Ok(()))
-        )
-    }
-
-    /// A stopping node: gives up its leases (waking the others) and its row. Returns how many
-    /// leases it gave up.
-    pub async fn leave(&self) -> Result<u64, StoreError> {
-        let released = self.release_all().await?;
-        self.db
-            .client()
-            .await?
-            .execute("DELETE FROM nodes WHERE id = $1", &[&self.node])
-            .await?;
-        Ok(released)
-    }
 }
 
 /// Refreshes this node's row every [`HEARTBEAT`] until shutdown.
@@ -107,5 +59,99 @@ pub async fn beat(store: std::sync::Arc<PgStore>, mut shutdown: crate::shutdown:
             }
             () = shutdown.wait() => return,
         }
+    }
+}
+
+impl Vitals for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    /// Whether the database answers now (within a short timeout).
+    async fn healthy(&self) -> bool {
+        let check = async {
+            let client = self.db.client().await?;
+            client.query_one("SELECT 1", &[]).await?;
+            Ok::<(), StoreError>(())
+        };
+        matches!(
+            tokio::time::timeout(HEALTH_TIMEOUT, check).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// This node, and the nodes seen lately, oldest first, with the leases each holds.
+    async fn nodes(&self) -> Result<Option<(String, Vec<Node>)>, StoreError> {
+        let since = self.clock.now_ms() - GONE_AFTER_BEATS * HEARTBEAT.as_millis() as Millis;
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT n.id, n.name, n.started_at, n.seen_at,
+                        (SELECT count(*) FROM deliveries d WHERE d.leased_by = n.id)
+                 FROM nodes n WHERE n.seen_at >= $1 ORDER BY n.started_at, n.id",
+                &[&since],
+            )
+            .await?;
+        let nodes = rows
+            .iter()
+            .map(|r| Node {
+                id: r.get(0),
+                name: r.get(1),
+                started_at: r.get(2),
+                seen_at: r.get(3),
+                leases: r.get(4),
+            })
+            .collect();
+        Ok(Some((self.node.clone(), nodes)))
+    }
+
+    /// How many deliveries are due now (not leased), and when the oldest pending one fell due.
+    async fn due_summary(&self, now: Millis) -> Result<(usize, Option<Millis>), StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT count(*) FILTER (WHERE due_at <= $1 AND leased_by IS NULL),
+                        min(next_attempt_at)
+                 FROM deliveries WHERE due_at IS NOT NULL",
+                &[&now],
+            )
+            .await?;
+        Ok((row.get::<_, i64>(0) as usize, row.get(1)))
+    }
+
+    /// The database's size on disk (the cluster's, not this node's).
+    async fn size_on_disk(&self) -> u64 {
+        let size = async {
+            let row = self
+                .db
+                .client()
+                .await?
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await?;
+            Ok::<i64, StoreError>(row.get(0))
+        };
+        size.await.map(|n| n.max(0) as u64).unwrap_or(0)
+    }
+
+    /// The deliveries of the shared queue by state.
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])
+            .await?;
+        let mut stats = Stats::default();
+        for r in rows {
+            let (state, n): (&str, i64) = (r.get(0), r.get(1));
+            if let Some(s) = DeliveryState::parse(state) {
+                stats.set(s, n);
+            }
+        }
+        Ok(stats)
     }
 }

@@ -5,57 +5,9 @@
 //! their own deletes do it (every node's copy follows by notice).
 
 use super::PgStore;
+use crate::store::contract::Purge;
+use crate::store::prelude::*;
 use crate::store::{Purged, StoreError};
-
-impl PgStore {
-    /// [`crate::store::contract::Accounts::purge_account`].
-    pub async fn purge_account(&self, account: &str) -> Result<Purged, StoreError> {
-        // Its endpoints first: an event that arrives meanwhile has nowhere to go.
-        let ids: Vec<String> = self
-            .db
-            .client()
-            .await?
-            .query(
-                "SELECT id FROM endpoints WHERE account_id = $1",
-                &[&account],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut endpoints = 0;
-        for id in &ids {
-            if self.delete_endpoint(id).await? {
-                endpoints += 1;
-            }
-        }
-        // Its log in one transaction, tried again if PostgreSQL aborts it as a deadlock or a
-        // serialization failure: the endpoints are gone already, so the purge must finish.
-        let mut tries = 0;
-        let (events, deliveries) = loop {
-            tries += 1;
-            let mut client = self.db.client().await?;
-            match purge_log(&mut client, account, &ids).await {
-                Ok(counts) => break counts,
-                Err(e) if tries < PURGE_TRIES && retryable(&e) => {
-                    tracing::warn!(error = %e, "an account's purge was aborted; trying again");
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        self.set_account_plan(account, None).await?;
-        self.db
-            .client()
-            .await?
-            .execute("DELETE FROM accounts WHERE account_id = $1", &[&account])
-            .await?;
-        Ok(Purged {
-            events,
-            deliveries,
-            endpoints,
-        })
-    }
-}
 
 /// How often a purge's transaction is tried.
 const PURGE_TRIES: u32 = 5;
@@ -143,4 +95,54 @@ async fn purge_log(
     }
     tx.commit().await?;
     Ok((events, deliveries))
+}
+
+impl Purge for PgStore {
+    /// [`crate::store::contract::Accounts::purge_account`].
+    async fn purge_account(&self, account: &str) -> Result<Purged, StoreError> {
+        // Its endpoints first: an event that arrives meanwhile has nowhere to go.
+        let ids: Vec<String> = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT id FROM endpoints WHERE account_id = $1",
+                &[&account],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut endpoints = 0;
+        for id in &ids {
+            if self.delete_endpoint(id).await? {
+                endpoints += 1;
+            }
+        }
+        // Its log in one transaction, tried again if PostgreSQL aborts it as a deadlock or a
+        // serialization failure: the endpoints are gone already, so the purge must finish.
+        let mut tries = 0;
+        let (events, deliveries) = loop {
+            tries += 1;
+            let mut client = self.db.client().await?;
+            match purge_log(&mut client, account, &ids).await {
+                Ok(counts) => break counts,
+                Err(e) if tries < PURGE_TRIES && retryable(&e) => {
+                    tracing::warn!(error = %e, "an account's purge was aborted; trying again");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.set_account_plan(account, None).await?;
+        self.db
+            .client()
+            .await?
+            .execute("DELETE FROM accounts WHERE account_id = $1", &[&account])
+            .await?;
+        Ok(Purged {
+            events,
+            deliveries,
+            endpoints,
+        })
+    }
 }

@@ -32,7 +32,11 @@ use crate::clock::Millis;
 use crate::ids::{self, DELIVERY};
 use crate::model::{Attempt, Delivery, EventMeta};
 use crate::store::contract::Intake;
+use crate::store::contract::Queue;
+use crate::store::TakeLimits;
 use crate::store::{DueDelivery, Fence, StoreError, Taken};
+use std::future::Future;
+use std::sync::Arc;
 
 /// What holds a delivery this node took: its lease's claim, which fences its writes.
 pub struct PgLease {
@@ -386,6 +390,63 @@ impl PgStore {
 }
 
 /// A delivery id's key column (its ULID's 16 bytes).
+impl Queue for PgStore {
+    type Hold = PgLease;
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        limits: &TakeLimits,
+    ) -> impl Future<Output = Result<Vec<Taken<PgLease>>, StoreError>> + Send {
+        PgStore::claim_due_within(
+            self,
+            now,
+            room as i64,
+            &limits.endpoints,
+            &limits.allowed,
+            limits.others as i64,
+        )
+    }
+
+    async fn release(&self, hold: PgLease, until: Option<Millis>) -> Result<(), StoreError> {
+        match until {
+            // The attempt's record gave the lease up.
+            None => Ok(()),
+            Some(at) => PgStore::hold(self, hold.claim, &hold.delivery_id, at).await,
+        }
+    }
+
+    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+        PgStore::next_due(self)
+    }
+
+    fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_ {
+        let wake = self.wake();
+        async move { wake.notified().await }
+    }
+
+    fn set_intake(&self, intake: Option<Arc<dyn Intake<PgLease>>>) {
+        PgStore::set_intake(self, intake)
+    }
+
+    /// A stopping node: gives up its leases (waking the others) and its row. Returns how many
+    /// leases it gave up.
+    async fn leave(&self) -> Result<u64, StoreError> {
+        let released = self.release_all().await?;
+        self.db
+            .client()
+            .await?
+            .execute("DELETE FROM nodes WHERE id = $1", &[&self.node])
+            .await?;
+        Ok(released)
+    }
+}
+
 fn delivery_key(id: &str) -> Result<Vec<u8>, StoreError> {
     ids::parse(DELIVERY, id)
         .map(|u| u.to_be_bytes().to_vec())

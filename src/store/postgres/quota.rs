@@ -5,6 +5,7 @@
 
 use super::PgStore;
 use crate::policy::quota::{Limits, Windows};
+use crate::store::contract::Quotas;
 use crate::store::StoreError;
 
 /// Takes one from the counter unless it reached `limit`; `None` when it had.
@@ -14,10 +15,10 @@ const TAKE: &str = "INSERT INTO quota_counters AS q (account_id, kind, window_no
          WHERE q.used < $4
      RETURNING used";
 
-impl PgStore {
+impl Quotas for PgStore {
     /// Counts one delivery in both windows if it fits `limits`; false (and nothing counted)
     /// if it does not.
-    pub async fn quota_take(
+    async fn quota_take(
         &self,
         account_id: &str,
         w: Windows,
@@ -45,12 +46,30 @@ impl PgStore {
         Ok(true)
     }
 
-    /// This minute's and today's counts.
-    pub async fn quota_usage(
+    /// Sets the counts of the windows `w` ([`crate::store::contract::Accounts::set_quota_usage`]).
+    async fn set_quota_usage(
         &self,
         account_id: &str,
         w: Windows,
-    ) -> Result<(u64, u64), StoreError> {
+        (minute, day): (u64, u64),
+    ) -> Result<(), StoreError> {
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        for (kind, window, used) in [("minute", w.minute, minute), ("day", w.day, day)] {
+            tx.execute(
+                "INSERT INTO quota_counters (account_id, kind, window_no, used)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (account_id, kind, window_no) DO UPDATE SET used = excluded.used",
+                &[&account_id, &kind, &window, &(used as i64)],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// This minute's and today's counts.
+    async fn quota_usage(&self, account_id: &str, w: Windows) -> Result<(u64, u64), StoreError> {
         let rows = self
             .db
             .client()
@@ -70,27 +89,5 @@ impl PgStore {
             }
         }
         Ok((minute, day))
-    }
-
-    /// Sets the counts of the windows `w` ([`crate::store::contract::Accounts::set_quota_usage`]).
-    pub async fn set_quota_usage(
-        &self,
-        account_id: &str,
-        w: Windows,
-        (minute, day): (u64, u64),
-    ) -> Result<(), StoreError> {
-        let mut client = self.db.client().await?;
-        let tx = client.transaction().await?;
-        for (kind, window, used) in [("minute", w.minute, minute), ("day", w.day, day)] {
-            tx.execute(
-                "INSERT INTO quota_counters (account_id, kind, window_no, used)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (account_id, kind, window_no) DO UPDATE SET used = excluded.used",
-                &[&account_id, &kind, &window, &(used as i64)],
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
     }
 }

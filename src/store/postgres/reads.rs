@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 
-use crate::clock::Millis;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -12,16 +11,74 @@ use super::rows::ulid_from;
 use super::PgStore;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
-use crate::store::{DeliveryFilter, Stats, StoreError};
+use crate::store::contract::DeliveryLog;
+use crate::store::{DeliveryFilter, StoreError};
 
 /// A delivery's columns, in the order [`delivery_from`] reads them.
 pub(super) const DELIVERY_COLUMNS: &str = "d.id, d.event_id, d.endpoint_id, d.account_id,
     d.event_type, d.state, d.last_status, d.last_http_status, d.attempt_count,
     d.next_attempt_at, d.created_at, d.manual, d.queued";
 
-impl PgStore {
+pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
+    let state: &str = r.get(5);
+    let last_status: Option<&str> = r.get(6);
+    Ok(Delivery {
+        id: ids::format(DELIVERY, ulid_from(r.get(0))?),
+        event_id: ids::format(EVENT, ulid_from(r.get(1))?),
+        endpoint_id: r.get(2),
+        account_id: r.get(3),
+        event_type: r.get(4),
+        state: DeliveryState::parse(state)
+            .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
+        last_status: last_status.and_then(Status::parse),
+        last_http_status: r.get::<_, Option<i32>>(7).map(|s| s as u16),
+        attempt_count: r.get::<_, i32>(8) as u32,
+        next_attempt_at: r.get(9),
+        created_at: r.get(10),
+        manual: r.get(11),
+        queued: r.get(12),
+    })
+}
+
+pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
+    let status: &str = r.get(4);
+    let headers: serde_json::Value = r.get(7);
+    Ok(Attempt {
+        id: r.get(0),
+        number: r.get::<_, i32>(1) as u32,
+        at: r.get(2),
+        duration_ms: r.get::<_, i64>(3).max(0) as u64,
+        status: Status::parse(status)
+            .ok_or_else(|| StoreError::Corrupt(format!("attempt status {status:?}")))?,
+        http_status: r.get::<_, Option<i32>>(5).map(|s| s as u16),
+        error: r.get(6),
+        request_headers: serde_json::from_value(headers)
+            .map_err(|e| StoreError::Corrupt(format!("attempt headers: {e}")))?,
+        response_body: r.get(8),
+        url: r.get(9),
+        manual: r.get(10),
+    })
+}
+
+impl DeliveryLog for PgStore {
+    async fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        let Some(ulid) = ids::parse(DELIVERY, id) else {
+            return Ok(None);
+        };
+        self.db
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.id = $1"),
+                &[&ulid.to_be_bytes().to_vec()],
+            )
+            .await?
+            .map(|r| delivery_from(&r))
+            .transpose()
+    }
+
     /// The event and its payload bytes.
-    pub async fn event(&self, id: &str) -> Result<Option<(EventMeta, Bytes)>, StoreError> {
+    async fn event(&self, id: &str) -> Result<Option<(EventMeta, Bytes)>, StoreError> {
         Ok(self
             .event_with_deliveries(id)
             .await?
@@ -29,7 +86,7 @@ impl PgStore {
     }
 
     /// The event, its payload bytes and its deliveries as they are now, in fan-out order.
-    pub async fn event_with_deliveries(
+    async fn event_with_deliveries(
         &self,
         id: &str,
     ) -> Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError> {
@@ -78,24 +135,8 @@ impl PgStore {
         Ok(Some((meta, Bytes::from(payload), deliveries)))
     }
 
-    pub async fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        let Some(ulid) = ids::parse(DELIVERY, id) else {
-            return Ok(None);
-        };
-        self.db
-            .client()
-            .await?
-            .query_opt(
-                &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.id = $1"),
-                &[&ulid.to_be_bytes().to_vec()],
-            )
-            .await?
-            .map(|r| delivery_from(&r))
-            .transpose()
-    }
-
     /// Every attempt of a delivery, oldest first.
-    pub async fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
+    async fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
         let Some(ulid) = ids::parse(DELIVERY, delivery_id) else {
             return Ok(Vec::new());
         };
@@ -116,11 +157,11 @@ impl PgStore {
 
     /// Deliveries newest first, after `cursor`, matching `filter`; the next page's cursor, or
     /// `None` at the end.
-    pub async fn list_deliveries(
+    async fn list_deliveries(
         &self,
-        filter: &DeliveryFilter,
+        filter: DeliveryFilter,
         limit: usize,
-        cursor: Option<&str>,
+        cursor: Option<String>,
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
         let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
         let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
@@ -128,7 +169,7 @@ impl PgStore {
             params.push(value);
             sql.push_str(&clause.replace('?', &format!("${}", params.len())));
         };
-        if let Some(c) = cursor {
+        if let Some(c) = &cursor {
             match ids::parse(DELIVERY, c) {
                 Some(u) => bind(
                     &mut sql,
@@ -203,25 +244,9 @@ impl PgStore {
         Ok((items, next))
     }
 
-    /// How many deliveries are due now (not leased), and when the oldest pending one fell due.
-    pub async fn due_summary(&self, now: Millis) -> Result<(usize, Option<Millis>), StoreError> {
-        let row = self
-            .db
-            .client()
-            .await?
-            .query_one(
-                "SELECT count(*) FILTER (WHERE due_at <= $1 AND leased_by IS NULL),
-                        min(next_attempt_at)
-                 FROM deliveries WHERE due_at IS NOT NULL",
-                &[&now],
-            )
-            .await?;
-        Ok((row.get::<_, i64>(0) as usize, row.get(1)))
-    }
-
     /// How many of the endpoint's deliveries are pending. (Pending is exactly `due_at IS NOT
     /// NULL`: these queries read the pending deliveries' partial indexes, not the whole log.)
-    pub async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
+    async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
         let row = self
             .db
             .client()
@@ -233,77 +258,4 @@ impl PgStore {
             .await?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
-
-    /// The database's size on disk (the cluster's, not this node's).
-    pub async fn size_on_disk(&self) -> u64 {
-        let size = async {
-            let row = self
-                .db
-                .client()
-                .await?
-                .query_one("SELECT pg_database_size(current_database())", &[])
-                .await?;
-            Ok::<i64, StoreError>(row.get(0))
-        };
-        size.await.map(|n| n.max(0) as u64).unwrap_or(0)
-    }
-
-    /// The deliveries of the shared queue by state.
-    pub async fn stats(&self) -> Result<Stats, StoreError> {
-        let rows = self
-            .db
-            .client()
-            .await?
-            .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])
-            .await?;
-        let mut stats = Stats::default();
-        for r in rows {
-            let (state, n): (&str, i64) = (r.get(0), r.get(1));
-            if let Some(s) = DeliveryState::parse(state) {
-                stats.set(s, n);
-            }
-        }
-        Ok(stats)
-    }
-}
-
-pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
-    let state: &str = r.get(5);
-    let last_status: Option<&str> = r.get(6);
-    Ok(Delivery {
-        id: ids::format(DELIVERY, ulid_from(r.get(0))?),
-        event_id: ids::format(EVENT, ulid_from(r.get(1))?),
-        endpoint_id: r.get(2),
-        account_id: r.get(3),
-        event_type: r.get(4),
-        state: DeliveryState::parse(state)
-            .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
-        last_status: last_status.and_then(Status::parse),
-        last_http_status: r.get::<_, Option<i32>>(7).map(|s| s as u16),
-        attempt_count: r.get::<_, i32>(8) as u32,
-        next_attempt_at: r.get(9),
-        created_at: r.get(10),
-        manual: r.get(11),
-        queued: r.get(12),
-    })
-}
-
-pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
-    let status: &str = r.get(4);
-    let headers: serde_json::Value = r.get(7);
-    Ok(Attempt {
-        id: r.get(0),
-        number: r.get::<_, i32>(1) as u32,
-        at: r.get(2),
-        duration_ms: r.get::<_, i64>(3).max(0) as u64,
-        status: Status::parse(status)
-            .ok_or_else(|| StoreError::Corrupt(format!("attempt status {status:?}")))?,
-        http_status: r.get::<_, Option<i32>>(5).map(|s| s as u16),
-        error: r.get(6),
-        request_headers: serde_json::from_value(headers)
-            .map_err(|e| StoreError::Corrupt(format!("attempt headers: {e}")))?,
-        response_body: r.get(8),
-        url: r.get(9),
-        manual: r.get(10),
-    })
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::PgStore;
 use crate::clock::Millis;
 use crate::ids;
+use crate::store::contract::Retention;
 use crate::store::{Retained, StoreError, Swept, IDEMPOTENCY_WINDOW_MS};
 
 impl PgStore {
@@ -84,26 +85,6 @@ impl PgStore {
 /// Rows a retention slice removes.
 const PRUNE_SLICE: i64 = 1_000;
 
-impl PgStore {
-    /// The sweep as of `now` ([`crate::store::contract::Retention::sweep`]): events, then keys
-    /// and windows, then portal sessions, each in slices that skip rows other nodes hold, so
-    /// several nodes sweeping at once share the work.
-    pub(super) async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
-        let cutoff = now - retained.retention_ms;
-        let mut swept = Swept {
-            events: in_slices(stop, || self.prune_events(cutoff, PRUNE_SLICE)).await,
-            ..Swept::default()
-        };
-        swept.other = in_slices(stop, || self.prune_keys(now, PRUNE_SLICE)).await;
-        match self.prune_portal_sessions(now, PRUNE_SLICE).await {
-            Ok(n) => swept.other += n,
-            Err(e) => tracing::error!(error = %e, "retention sweep failed"),
-        }
-        swept.other += in_slices(stop, || self.prune_api_answers(now, PRUNE_SLICE)).await;
-        swept
-    }
-}
-
 /// Runs `slice` until it removes fewer than a slice's worth, fails (logged), or `stop` is set;
 /// returns how many rows it removed.
 async fn in_slices<F>(stop: &AtomicBool, mut slice: impl FnMut() -> F) -> u64
@@ -126,4 +107,24 @@ where
         }
     }
     removed
+}
+
+impl Retention for PgStore {
+    /// The sweep as of `now` ([`crate::store::contract::Retention::sweep`]): events, then keys
+    /// and windows, then portal sessions, each in slices that skip rows other nodes hold, so
+    /// several nodes sweeping at once share the work.
+    async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
+        let cutoff = now - retained.retention_ms;
+        let mut swept = Swept {
+            events: in_slices(stop, || self.prune_events(cutoff, PRUNE_SLICE)).await,
+            ..Swept::default()
+        };
+        swept.other = in_slices(stop, || self.prune_keys(now, PRUNE_SLICE)).await;
+        match self.prune_portal_sessions(now, PRUNE_SLICE).await {
+            Ok(n) => swept.other += n,
+            Err(e) => tracing::error!(error = %e, "retention sweep failed"),
+        }
+        swept.other += in_slices(stop, || self.prune_api_answers(now, PRUNE_SLICE)).await;
+        swept
+    }
 }

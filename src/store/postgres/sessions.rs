@@ -4,11 +4,28 @@
 use super::PgStore;
 use crate::clock::Millis;
 use crate::model::PortalSession;
+use crate::store::contract::Sessions;
 use crate::store::token_hash;
 use crate::store::StoreError;
 
 impl PgStore {
-    pub async fn create_portal_session(
+    /// Removes sessions that expired before `now`, at most `max`. Returns how many.
+    pub async fn prune_portal_sessions(&self, now: Millis, max: i64) -> Result<u64, StoreError> {
+        Ok(self
+            .db
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM portal_sessions WHERE id IN (
+                     SELECT id FROM portal_sessions WHERE expires_at <= $1 LIMIT $2)",
+                &[&now, &max],
+            )
+            .await?)
+    }
+}
+
+impl Sessions for PgStore {
+    async fn create_portal_session(
         &self,
         session: &PortalSession,
         hash: [u8; 32],
@@ -34,7 +51,7 @@ impl PgStore {
     }
 
     /// The live session of a token (`None` once it expired or was revoked).
-    pub async fn portal_session(
+    async fn portal_session(
         &self,
         token: &str,
         now: Millis,
@@ -60,7 +77,7 @@ impl PgStore {
     }
 
     /// Revokes a session at once; false if there was none.
-    pub async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
+    async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
         let n = self
             .db
             .client()
@@ -68,19 +85,5 @@ impl PgStore {
             .execute("DELETE FROM portal_sessions WHERE id = $1", &[&id])
             .await?;
         Ok(n > 0)
-    }
-
-    /// Removes sessions that expired before `now`, at most `max`. Returns how many.
-    pub async fn prune_portal_sessions(&self, now: Millis, max: i64) -> Result<u64, StoreError> {
-        Ok(self
-            .db
-            .client()
-            .await?
-            .execute(
-                "DELETE FROM portal_sessions WHERE id IN (
-                     SELECT id FROM portal_sessions WHERE expires_at <= $1 LIMIT $2)",
-                &[&now, &max],
-            )
-            .await?)
     }
 }

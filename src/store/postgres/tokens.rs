@@ -8,6 +8,7 @@ use super::PgStore;
 use crate::clock::Millis;
 use crate::model::RateLimit;
 use crate::policy::tokens::next_token;
+use crate::store::contract::RateLimits;
 use crate::store::StoreError;
 
 /// $1 endpoint, $2 per second, $3 burst, $4 now. A new bucket starts full (less the token
@@ -23,10 +24,10 @@ const TAKE: &str = "INSERT INTO rate_buckets AS b (endpoint_id, tokens, at, take
          taken = least(b.tokens + greatest($4 - b.at, 0)::float8 / 1000 * $2, $3) >= 1
      RETURNING taken, tokens, at";
 
-impl PgStore {
+impl RateLimits for PgStore {
     /// Takes a token of the endpoint's bucket at `now` (`Ok`), or says when the next one comes
     /// (`Err`).
-    pub async fn take_token(
+    async fn take_token(
         &self,
         endpoint_id: &str,
         limit: RateLimit,

@@ -42,16 +42,6 @@ impl PgStore {
         );
     }
 
-    /// Makes this node's copy reflect every change committed before now: reloads it if the
-    /// database's version is past the copy's (one small query otherwise).
-    pub async fn fresh_directory(&self) -> Result<(), StoreError> {
-        let now = self.directory_version_now().await?;
-        if now > self.directory_mark() {
-            self.reload_directory(now).await?;
-        }
-        Ok(())
-    }
-
     /// Reloads the copy unless a reload that reached `at_least` ran meanwhile (requests that
     /// find the copy behind together reload it once).
     pub(super) async fn reload_directory(&self, at_least: i64) -> Result<(), StoreError> {

@@ -10,6 +10,12 @@ use crate::model::RateLimit;
 use crate::policy::breaker::{Breaker, Phase};
 use crate::policy::quota::{self, Limits, Windows};
 use crate::policy::tokens::Bucket;
+use crate::store::contract::Accounts;
+use crate::store::contract::Breakers;
+use crate::store::contract::Quotas;
+use crate::store::contract::RateLimits;
+use std::future::ready;
+use std::future::Future;
 
 /// An account's row: its synced plan and its alert addresses ([`super::alerts`]). An account
 /// with neither has no row.
@@ -88,23 +94,6 @@ impl Counters {
 impl SledStore {
     // --- accounts and quotas ------------------------------------------------------------------
 
-    /// The account's synced plan; `None` when no plan was ever synced (or it was removed).
-    pub fn account_plan(&self, account_id: &str) -> Option<String> {
-        self.directory.plan(account_id)
-    }
-
-    /// Syncs the account's plan (`None` removes it), durably; its alert addresses stay.
-    pub async fn set_account_plan(
-        &self,
-        account_id: &str,
-        plan: Option<String>,
-    ) -> Result<(), StoreError> {
-        self.change_account(account_id, |rec| rec.plan = plan.clone())?;
-        self.sync().await?;
-        self.directory.set_plan(account_id, plan);
-        Ok(())
-    }
-
     /// Changes the account's row with `f` (a compare-and-swap, so a plan and addresses set at
     /// once both stay); a row left with neither is removed. Not synced.
     pub(super) fn change_account(
@@ -160,19 +149,6 @@ impl SledStore {
             out.push((account.to_string(), name.to_string(), value));
         }
         Ok(out)
-    }
-
-    pub async fn set_account_secret(
-        &self,
-        account_id: &str,
-        name: &str,
-        value: &str,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .trees
-            .account_secrets
-            .insert(codec::account_key(account_id, name), value.as_bytes())?;
-        self.sync().await
     }
 
     /// Counts one delivery in both windows if it fits `limits`; false (and nothing counted) if
@@ -355,6 +331,105 @@ impl SledStore {
 fn decode_breaker(endpoint_id: &str, v: &[u8]) -> Result<Breaker, StoreError> {
     serde_json::from_slice(v)
         .map_err(|e| StoreError::Corrupt(format!("breaker of {endpoint_id}: {e}")))
+}
+
+impl Accounts for SledStore {
+    fn account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        ready(SledStore::account_secret(self, account_id, name))
+    }
+
+    /// Syncs the account's plan (`None` removes it), durably; its alert addresses stay.
+    async fn set_account_plan(
+        &self,
+        account_id: &str,
+        plan: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.change_account(account_id, |rec| rec.plan = plan.clone())?;
+        self.sync().await?;
+        self.directory.set_plan(account_id, plan);
+        Ok(())
+    }
+
+    async fn set_account_secret(
+        &self,
+        account_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .trees
+            .account_secrets
+            .insert(codec::account_key(account_id, name), value.as_bytes())?;
+        self.sync().await
+    }
+}
+
+impl Quotas for SledStore {
+    fn quota_take(
+        &self,
+        account_id: &str,
+        w: Windows,
+        limits: Limits,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        ready(SledStore::quota_take(self, account_id, w, limits))
+    }
+
+    async fn set_quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+        used: (u64, u64),
+    ) -> Result<(), StoreError> {
+        SledStore::set_quota_usage(self, account_id, w, used)
+    }
+
+    fn quota_usage(
+        &self,
+        account_id: &str,
+        w: Windows,
+    ) -> impl Future<Output = Result<(u64, u64), StoreError>> + Send {
+        ready(SledStore::quota_usage(self, account_id, w))
+    }
+}
+
+impl Breakers for SledStore {
+    fn breaker(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<Breaker, StoreError>> + Send {
+        ready(SledStore::breaker(self, endpoint_id))
+    }
+
+    fn change_breaker<T: Send>(
+        &self,
+        endpoint_id: &str,
+        _now: Millis,
+        f: impl FnOnce(&mut Breaker) -> T + Send,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send {
+        // The due index lets the deliveries a closing breaker held go by itself.
+        ready(SledStore::change_breaker(self, endpoint_id, f))
+    }
+
+    fn open_breakers(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Breaker)>, StoreError>> + Send {
+        ready(SledStore::open_breakers(self))
+    }
+}
+
+impl RateLimits for SledStore {
+    fn take_token(
+        &self,
+        endpoint_id: &str,
+        limit: RateLimit,
+        now: Millis,
+    ) -> impl Future<Output = Result<Result<(), Millis>, StoreError>> + Send {
+        ready(Ok(SledStore::take_token(self, endpoint_id, limit, now)))
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@ use sled::Transactional;
 use super::accounts::AccountRecord;
 use super::{SledStore, StoreError};
 use crate::policy::alerts::{self, AlertClaim, AlertHour, AlertMark, Claimed};
+use crate::store::contract::Alerts;
+use std::future::ready;
+use std::future::Future;
 
 /// The key of an account's hourly count in `alert_marks`: a NUL, which no endpoint id starts
 /// with, then the account id.
@@ -46,16 +49,6 @@ impl SledStore {
             Some(v) => Ok(AccountRecord::decode(&v)?.alert_emails),
             None => Ok(Vec::new()),
         }
-    }
-
-    /// Sets the account's alert addresses (empty clears them), durably; its plan stays.
-    pub async fn set_alert_emails(
-        &self,
-        account_id: &str,
-        emails: Vec<String>,
-    ) -> Result<(), StoreError> {
-        self.change_account(account_id, |rec| rec.alert_emails = emails.clone())?;
-        self.sync().await
     }
 
     /// Every account with alert addresses, sorted by account (the tree's order).
@@ -137,5 +130,46 @@ impl SledStore {
         self.inner.trees.alert_marks.remove(hour_key(account_id))?;
         self.directory.set_plan(account_id, None);
         Ok(())
+    }
+}
+
+impl Alerts for SledStore {
+    fn alert_emails(
+        &self,
+        account_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        ready(SledStore::alert_emails(self, account_id))
+    }
+
+    fn all_alert_emails(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<String>)>, StoreError>> + Send {
+        ready(SledStore::all_alert_emails(self))
+    }
+
+    fn claim_alert(
+        &self,
+        claim: AlertClaim<'_>,
+    ) -> impl Future<Output = Result<Claimed, StoreError>> + Send {
+        ready(SledStore::claim_alert(self, &claim))
+    }
+
+    fn give_back_alert(
+        &self,
+        endpoint_id: &str,
+        after: AlertMark,
+        before: AlertMark,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        ready(SledStore::give_back_alert(self, endpoint_id, after, before))
+    }
+
+    /// Sets the account's alert addresses (empty clears them), durably; its plan stays.
+    async fn set_alert_emails(
+        &self,
+        account_id: &str,
+        emails: Vec<String>,
+    ) -> Result<(), StoreError> {
+        self.change_account(account_id, |rec| rec.alert_emails = emails.clone())?;
+        self.sync().await
     }
 }

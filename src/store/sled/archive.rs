@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::blocking;
 use super::codec::{self, Pending};
 use super::key;
 use super::keys::{self, KeyRow};
@@ -11,7 +12,10 @@ use super::{lane_of, Inner, SledStore, StoreError, IDEMPOTENCY_WINDOW_MS};
 use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::DeliveryState;
+use crate::store::contract::Archive;
 use crate::store::{EventHistory, ARCHIVE_PAGE_BYTES};
+use std::future::ready;
+use std::future::Future;
 
 impl SledStore {
     /// [`crate::store::contract::Archive::export_events`].
@@ -260,4 +264,43 @@ fn import_deliveries(
         states.push(d.state);
     }
     Ok(())
+}
+
+impl Archive for SledStore {
+    fn account_secrets(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, String, String)>, StoreError>> + Send {
+        ready(SledStore::account_secrets(self))
+    }
+
+    async fn export_events(
+        &self,
+        before: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<EventHistory>, Option<String>), StoreError> {
+        let (page, next) =
+            blocking(self, move |s| s.export_events(before.as_deref(), limit)).await?;
+        // Only what is durable: the sync ends after every commit cycle in flight at the read
+        // (fsynced, or failed and undone).
+        SledStore::sync(self).await?;
+        let page = blocking(self, move |s| s.still_stored(page)).await?;
+        Ok((page, next))
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        blocking(self, |s| s.is_empty()).await
+    }
+
+    async fn import_events(
+        &self,
+        events: Vec<EventHistory>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        blocking(self, move |s| s.import_events(events, now)).await
+    }
+
+    async fn finish_import(&self) -> Result<(), StoreError> {
+        // Lanes come back from the pending deliveries when the store opens.
+        Ok(())
+    }
 }

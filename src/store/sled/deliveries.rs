@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::blocking;
 use super::codec::{self, AttemptRecord, Pending};
 use super::key;
 use super::{
@@ -14,6 +15,11 @@ use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use crate::model::{Attempt, Delivery, DeliveryState, EventMeta};
 use crate::policy::ordering;
+use crate::store::contract::DeliveryChanges;
+use crate::store::contract::DeliveryLog;
+use crate::store::Fence;
+use std::future::ready;
+use std::future::Future;
 
 impl Inner {
     pub(super) fn pending_of(&self, delivery: u128) -> Result<Option<(Pending, Lane)>, StoreError> {
@@ -525,5 +531,100 @@ impl SledStore {
             }
         }
         Ok((out, None))
+    }
+}
+
+impl DeliveryLog for SledStore {
+    fn delivery(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Delivery>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.delivery(&id))
+    }
+
+    fn event(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes)>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.event(&id))
+    }
+
+    fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError>> + Send
+    {
+        let id = id.to_string();
+        blocking(self, move |s| s.event_with_deliveries(&id))
+    }
+
+    fn attempts(
+        &self,
+        delivery_id: &str,
+    ) -> impl Future<Output = Result<Vec<Attempt>, StoreError>> + Send {
+        let id = delivery_id.to_string();
+        blocking(self, move |s| s.attempts(&id))
+    }
+
+    fn list_deliveries(
+        &self,
+        filter: DeliveryFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> impl Future<Output = Result<(Vec<Delivery>, Option<String>), StoreError>> + Send {
+        blocking(self, move |s| {
+            s.list_deliveries(&filter, limit, cursor.as_deref())
+        })
+    }
+
+    fn endpoint_pending(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let lane = crate::store::lane_of(Some(endpoint_id));
+        ready(Ok(self.due().lane_len(lane) as u64))
+    }
+}
+
+impl DeliveryChanges for SledStore {
+    fn ordering_of(
+        &self,
+        d: &Delivery,
+    ) -> impl Future<Output = Result<Option<(String, Option<String>)>, StoreError>> + Send {
+        ready(SledStore::ordering_of(self, d))
+    }
+
+    fn change_delivery<T: Send + 'static>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&Delivery) -> Option<(Delivery, T)> + Send + 'static,
+    ) -> impl Future<Output = Result<Changed<T>, StoreError>> + Send {
+        let id = id.to_string();
+        blocking(self, move |s| s.change_delivery(&id, f))
+    }
+
+    fn record_attempt(
+        &self,
+        was: &Delivery,
+        now: &Delivery,
+        attempt: &Attempt,
+        _fence: Fence,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // The engine holds the delivery's claim for the whole attempt.
+        ready(SledStore::update_delivery(self, was, now, Some(attempt)))
+    }
+
+    fn is_held(&self, delivery_id: &str) -> bool {
+        SledStore::is_claimed(self, delivery_id)
+    }
+
+    fn expedite_endpoint(
+        &self,
+        endpoint_id: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        ready(SledStore::expedite_endpoint(self, endpoint_id, now).map(|n| n as u64))
     }
 }

@@ -11,126 +11,12 @@ use std::sync::Arc;
 
 use super::{codec, SledStore, StoreError};
 use crate::model::{ClientCertificate, Endpoint, Ordering, StoredSecret};
+use crate::store::contract::Directory;
+use crate::store::directory::DirectoryCopy;
+use std::future::ready;
+use std::future::Future;
 
 impl SledStore {
-    /// Every account with a synced plan or an endpoint, sorted.
-    pub fn account_ids(&self) -> Vec<String> {
-        self.directory.account_ids()
-    }
-
-    pub fn endpoint(&self, id: &str) -> Option<Arc<Endpoint>> {
-        self.directory.endpoint(id)
-    }
-
-    /// The account's endpoints, oldest first.
-    pub fn account_endpoints(&self, account_id: &str) -> Vec<Arc<Endpoint>> {
-        self.directory.account_endpoints(account_id)
-    }
-
-    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
-    /// Durable when this returns.
-    pub async fn create_endpoint(
-        &self,
-        ep: Endpoint,
-        max_per_account: usize,
-    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            if self.account_endpoints(&ep.account_id).len() >= max_per_account {
-                return Ok(None);
-            }
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(Some(written))
-    }
-
-    /// Changes the endpoint `id` with `f`, which sees the current endpoint and says whether it
-    /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
-    /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
-    /// endpoint. Durable when this returns. Every endpoint change (the API's
-    /// and the engine's) goes through here or [`SledStore::put_endpoint`], so none is lost to
-    /// another made at the same time, and memory and disk always agree.
-    pub async fn change_endpoint<E: From<StoreError>>(
-        &self,
-        id: &str,
-        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
-    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            let Some(current) = self.endpoint(id) else {
-                return Ok(None);
-            };
-            let mut ep = (*current).clone();
-            if !f(&mut ep)? {
-                return Ok(Some((current, false)));
-            }
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(Some((written, true)))
-    }
-
-    /// Stores an endpoint as given (created or replaced), durably.
-    pub async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            self.write_endpoint(ep)?
-        };
-        self.sync().await?;
-        Ok(written)
-    }
-
-    pub async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
-        let existed = {
-            let _w = self.lock_endpoint_writes();
-            let tree = &self.inner.trees.endpoints;
-            let existed = tree.contains_key(id.as_bytes())?;
-            let mut batch = sled::Batch::default();
-            batch.remove(id.as_bytes());
-            for item in tree.scan_prefix(secrets_prefix(id)) {
-                batch.remove(item?.0);
-            }
-            tree.apply_batch(batch)?;
-            self.write_client_certificate(id, None)?;
-            self.forget_breaker(id)?;
-            self.forget_alert_mark(id)?;
-            self.forget_bucket(id);
-            self.directory.remove_endpoint(id);
-            self.set_ordering(id, None);
-            existed
-        };
-        self.sync().await?;
-        Ok(existed)
-    }
-
-    /// Sets (or with `None` removes) the endpoint's client certificate: the PEM chain and key
-    /// go to their own tree, what the endpoint shows of them to the endpoint. `Ok(None)` if
-    /// there is no such endpoint. Durable when this returns.
-    pub async fn set_client_certificate(
-        &self,
-        id: &str,
-        pair: Option<(&str, &str, ClientCertificate)>,
-        now: crate::clock::Millis,
-    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
-        let written = {
-            let _w = self.lock_endpoint_writes();
-            let Some(current) = self.endpoint(id) else {
-                return Ok(None);
-            };
-            let mut ep = (*current).clone();
-            ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
-            ep.updated_at = now;
-            // The endpoint first: a row that would be too large is refused before anything
-            // is written.
-            let written = self.write_endpoint(ep)?;
-            self.write_client_certificate(id, pair.map(|(c, k, _)| (c, k)))?;
-            written
-        };
-        self.sync().await?;
-        Ok(Some(written))
-    }
-
     /// The endpoint's client certificate chain and key (PEM), if it has them.
     pub fn client_certificate_pem(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
         let mut value = Vec::new();
@@ -283,4 +169,125 @@ struct StoredPair {
 /// The rows of one endpoint's stored pair: its id and a NUL (never in an id).
 fn cert_prefix(id: &str) -> Vec<u8> {
     [id.as_bytes(), b"\0"].concat()
+}
+
+impl Directory for SledStore {
+    fn directory(&self) -> &DirectoryCopy {
+        &self.directory
+    }
+
+    fn fresh_directory(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        ready(Ok(()))
+    }
+
+    fn client_certificate_pem(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send {
+        ready(SledStore::client_certificate_pem(self, id))
+    }
+
+    /// Creates an endpoint unless its account has `max_per_account` already (`Ok(None)`).
+    /// Durable when this returns.
+    async fn create_endpoint(
+        &self,
+        ep: Endpoint,
+        max_per_account: usize,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            if self.account_endpoints(&ep.account_id).len() >= max_per_account {
+                return Ok(None);
+            }
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some(written))
+    }
+
+    /// Changes the endpoint `id` with `f`, which sees the current endpoint and says whether it
+    /// changed it (`Ok(false)`: nothing is written) or why not (its error is returned). Returns
+    /// the endpoint as it is now and whether `f` changed it; `Ok(None)` if there is no such
+    /// endpoint. Durable when this returns. Every endpoint change (the API's
+    /// and the engine's) goes through here or [`SledStore::put_endpoint`], so none is lost to
+    /// another made at the same time, and memory and disk always agree.
+    async fn change_endpoint<E: From<StoreError>>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut Endpoint) -> Result<bool, E>,
+    ) -> Result<Option<(Arc<Endpoint>, bool)>, E> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            let Some(current) = self.endpoint(id) else {
+                return Ok(None);
+            };
+            let mut ep = (*current).clone();
+            if !f(&mut ep)? {
+                return Ok(Some((current, false)));
+            }
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(Some((written, true)))
+    }
+
+    /// Stores an endpoint as given (created or replaced), durably.
+    async fn put_endpoint(&self, ep: Endpoint) -> Result<Arc<Endpoint>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            self.write_endpoint(ep)?
+        };
+        self.sync().await?;
+        Ok(written)
+    }
+
+    async fn delete_endpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = {
+            let _w = self.lock_endpoint_writes();
+            let tree = &self.inner.trees.endpoints;
+            let existed = tree.contains_key(id.as_bytes())?;
+            let mut batch = sled::Batch::default();
+            batch.remove(id.as_bytes());
+            for item in tree.scan_prefix(secrets_prefix(id)) {
+                batch.remove(item?.0);
+            }
+            tree.apply_batch(batch)?;
+            self.write_client_certificate(id, None)?;
+            self.forget_breaker(id)?;
+            self.forget_alert_mark(id)?;
+            self.forget_bucket(id);
+            self.directory.remove_endpoint(id);
+            self.set_ordering(id, None);
+            existed
+        };
+        self.sync().await?;
+        Ok(existed)
+    }
+
+    /// Sets (or with `None` removes) the endpoint's client certificate: the PEM chain and key
+    /// go to their own tree, what the endpoint shows of them to the endpoint. `Ok(None)` if
+    /// there is no such endpoint. Durable when this returns.
+    async fn set_client_certificate(
+        &self,
+        id: &str,
+        pair: Option<(&str, &str, ClientCertificate)>,
+        now: crate::clock::Millis,
+    ) -> Result<Option<Arc<Endpoint>>, StoreError> {
+        let written = {
+            let _w = self.lock_endpoint_writes();
+            let Some(current) = self.endpoint(id) else {
+                return Ok(None);
+            };
+            let mut ep = (*current).clone();
+            ep.client_certificate = pair.as_ref().map(|p| p.2.clone());
+            ep.updated_at = now;
+            // The endpoint first: a row that would be too large is refused before anything
+            // is written.
+            let written = self.write_endpoint(ep)?;
+            self.write_client_certificate(id, pair.map(|(c, k, _)| (c, k)))?;
+            written
+        };
+        self.sync().await?;
+        Ok(Some(written))
+    }
 }

@@ -24,7 +24,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::SledStore;
 use super::StoreError;
+use crate::clock::Millis;
+use crate::store::contract::Vitals;
+use crate::store::Node;
+use crate::store::Stats;
+use std::future::ready;
+use std::future::Future;
 
 /// Failed `stat`s in a row, otherwise than by absence, that fail the store for good.
 const TRANSIENT_TRIES: u32 = 3;
@@ -200,6 +207,38 @@ impl Health {
     /// True while the last commit succeeded and the store is [`usable`](Health::usable).
     pub(super) fn healthy(&self) -> bool {
         self.last_commit_ok.load(Ordering::Relaxed) && self.usable().is_ok()
+    }
+}
+
+impl Vitals for SledStore {
+    fn kind(&self) -> &'static str {
+        "sled"
+    }
+
+    fn healthy(&self) -> impl Future<Output = bool> + Send {
+        ready(SledStore::healthy(self))
+    }
+
+    fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send {
+        ready(Ok(SledStore::stats(self).copy()))
+    }
+
+    fn due_summary(
+        &self,
+        _now: Millis,
+    ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send {
+        // The due index knows without the time.
+        ready(Ok((self.due().len(), self.due().oldest())))
+    }
+
+    fn nodes(
+        &self,
+    ) -> impl Future<Output = Result<Option<(String, Vec<Node>)>, StoreError>> + Send {
+        ready(Ok(None))
+    }
+
+    fn size_on_disk(&self) -> impl Future<Output = u64> + Send {
+        ready(SledStore::size_on_disk(self))
     }
 }
 

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::blocking;
 use super::SledStore;
 use crate::clock::Millis;
+use crate::store::contract::Minutes;
 use crate::store::{Minute, StoreError};
 
 /// The rows of an hour sit together ([`key`]).
@@ -238,3 +240,22 @@ pub(super) fn rekey(old: &[u8]) -> Option<Vec<u8>> {
 
 /// Every old key sorts below this one ([`rekey`]).
 pub(super) const OLD_KEYS_END: [u8; 1] = [0x80];
+
+impl Minutes for SledStore {
+    async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+        blocking(self, move |s| s.add_minutes(minutes)).await
+    }
+
+    async fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let id = endpoint_id.to_string();
+        blocking(self, move |s| s.endpoint_minutes(&id, from)).await
+    }
+
+    async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+        blocking(self, move |s| s.trim_minutes(before)).await
+    }
+}

@@ -56,7 +56,6 @@ mod applications;
 mod archive;
 pub mod codec;
 mod commit;
-mod contract;
 mod counts;
 mod cycle;
 mod debounce;
@@ -75,6 +74,18 @@ mod retention;
 mod scan;
 mod sessions;
 mod sweep;
+impl Ingest for SledStore {
+    /// One box: its copy of the endpoints is the store's, a fan-out is never stale.
+    async fn ingest<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>
+    where
+        F: FnMut() -> Result<Vec<NewEvent>, E> + Send,
+        E: From<StoreError> + Send,
+    {
+        let events = fan_out()?;
+        Ok(SledStore::ingest(self, events).await?)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests;
 mod undo;
@@ -107,6 +118,7 @@ use crate::ids::{self, EVENT};
 use crate::metrics::Metrics;
 use crate::model::{Endpoint, EventMeta};
 use crate::policy::ordering;
+use crate::store::contract::Ingest;
 use codec::EventRecord;
 
 impl From<sled::Error> for StoreError {
@@ -464,7 +476,7 @@ mod meta_keys {
 }
 
 pub struct SledStore {
-    /// A handle of its own, for reads that move to a blocking thread ([`contract`]).
+    /// A handle of its own, for reads that move to a blocking thread ([`blocking`]).
     this: std::sync::Weak<SledStore>,
     inner: Arc<Inner>,
     /// The committer thread, taken by [`SledStore::take_committer`] to wait for the store to close.
@@ -484,6 +496,17 @@ pub struct SledStore {
     /// Where the retention sweep's folding goes on from ([`sweep`]).
     fold_cursor: Mutex<sweep::FoldCursor>,
     path: PathBuf,
+}
+
+/// Runs `read` on a blocking thread with a handle of the store.
+pub(super) async fn blocking<T: Send + 'static>(
+    store: &SledStore,
+    read: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.this.upgrade().ok_or(StoreError::Closed)?;
+    tokio::task::spawn_blocking(move || read(&store))
+        .await
+        .map_err(|e| StoreError::Engine(Arc::new(e)))?
 }
 
 impl SledStore {

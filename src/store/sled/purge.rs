@@ -12,53 +12,11 @@ use super::codec;
 use super::keys::{self, KeyRow};
 use super::{key, Claim, EventRecord, Inner, Lane, Place, SledStore, StoreError, NO_LANE};
 use crate::ids;
+use crate::store::contract::Purge;
+use crate::store::prelude::*;
 use crate::store::Purged;
 
 impl SledStore {
-    /// [`crate::store::contract::Accounts::purge_account`].
-    pub async fn purge_account(&self, account: &str) -> Result<Purged, StoreError> {
-        // Its endpoints first: an event that arrives meanwhile has nowhere to go.
-        let mut endpoints = 0;
-        for ep in self.account_endpoints(account) {
-            if self.delete_endpoint(&ep.id).await? {
-                endpoints += 1;
-            }
-            self.drop_minutes(&ep.id)?;
-        }
-        let owned = account.to_string();
-        let (events, deliveries) =
-            super::contract::blocking(self, move |s| s.purge_log(&owned)).await?;
-        let purged = Purged {
-            events,
-            deliveries,
-            endpoints,
-        };
-        self.forget_account(account)?;
-        self.forget_application(account)?;
-        let t = &self.inner.trees;
-        t.quota.remove(account.as_bytes())?;
-        for k in t
-            .account_secrets
-            .scan_prefix(codec::account_key(account, ""))
-            .keys()
-        {
-            t.account_secrets.remove(k?)?;
-        }
-        for item in t.portal_sessions.scan_prefix(b"h") {
-            let (k, v) = item?;
-            let s: crate::model::PortalSession = serde_json::from_slice(&v)
-                .map_err(|e| StoreError::Corrupt(format!("portal session: {e}")))?;
-            if s.account_id == account {
-                t.portal_sessions.remove(k)?;
-                t.portal_sessions
-                    .remove([b"i".as_slice(), s.id.as_bytes()].concat())?;
-            }
-        }
-        self.sync().await?;
-        self.inner.sweep_tombstones();
-        Ok(purged)
-    }
-
     /// Removes the account's events with everything of theirs; (events, deliveries) removed.
     fn purge_log(&self, account: &str) -> Result<(u64, u64), StoreError> {
         // No event moves between hot rows and folds while they go.
@@ -462,4 +420,49 @@ pub(super) fn operator_subject(account_id: &str, payload: &[u8]) -> Option<Strin
         .ok()?
         .data
         .account_id
+}
+
+impl Purge for SledStore {
+    /// [`crate::store::contract::Accounts::purge_account`].
+    async fn purge_account(&self, account: &str) -> Result<Purged, StoreError> {
+        // Its endpoints first: an event that arrives meanwhile has nowhere to go.
+        let mut endpoints = 0;
+        for ep in self.account_endpoints(account) {
+            if self.delete_endpoint(&ep.id).await? {
+                endpoints += 1;
+            }
+            self.drop_minutes(&ep.id)?;
+        }
+        let owned = account.to_string();
+        let (events, deliveries) = super::blocking(self, move |s| s.purge_log(&owned)).await?;
+        let purged = Purged {
+            events,
+            deliveries,
+            endpoints,
+        };
+        self.forget_account(account)?;
+        self.forget_application(account)?;
+        let t = &self.inner.trees;
+        t.quota.remove(account.as_bytes())?;
+        for k in t
+            .account_secrets
+            .scan_prefix(codec::account_key(account, ""))
+            .keys()
+        {
+            t.account_secrets.remove(k?)?;
+        }
+        for item in t.portal_sessions.scan_prefix(b"h") {
+            let (k, v) = item?;
+            let s: crate::model::PortalSession = serde_json::from_slice(&v)
+                .map_err(|e| StoreError::Corrupt(format!("portal session: {e}")))?;
+            if s.account_id == account {
+                t.portal_sessions.remove(k)?;
+                t.portal_sessions
+                    .remove([b"i".as_slice(), s.id.as_bytes()].concat())?;
+            }
+        }
+        self.sync().await?;
+        self.inner.sweep_tombstones();
+        Ok(purged)
+    }
 }

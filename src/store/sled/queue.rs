@@ -7,7 +7,14 @@ use super::{Claim, Due, SledStore};
 use crate::clock::Millis;
 use crate::ids;
 use crate::model::DeliveryState;
+use crate::store::contract::Intake;
+use crate::store::contract::Queue;
+use crate::store::StoreError;
+use crate::store::TakeLimits;
 use crate::store::{DueDelivery, Fence, Taken};
+use std::future::ready;
+use std::future::Future;
+use std::sync::Arc;
 
 /// How long a due delivery whose claim someone else holds (a manual retry, retention, an
 /// attempt of a stale entry) waits before it is taken again.
@@ -103,5 +110,45 @@ impl SledStore {
             Some(at) => self.due().put_back(due, Some(at)),
         }
         drop(_claim);
+    }
+}
+
+impl Queue for SledStore {
+    type Hold = SledClaim;
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn take_due(
+        &self,
+        now: Millis,
+        room: usize,
+        _limits: &TakeLimits,
+    ) -> impl Future<Output = Result<Vec<Taken<SledClaim>>, StoreError>> + Send {
+        ready(Ok(self.take_due_now(now, room)))
+    }
+
+    fn release(
+        &self,
+        hold: SledClaim,
+        until: Option<Millis>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.release_taken(hold, until);
+        ready(Ok(()))
+    }
+
+    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+        ready(Ok(self.due().next_due()))
+    }
+
+    fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.due().changed()
+    }
+
+    fn set_intake(&self, _intake: Option<Arc<dyn Intake<SledClaim>>>) {}
+
+    fn leave(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        ready(Ok(0))
     }
 }

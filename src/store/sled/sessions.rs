@@ -5,7 +5,10 @@
 use super::{SledStore, StoreError};
 use crate::clock::Millis;
 use crate::model::PortalSession;
+use crate::store::contract::Sessions;
 use crate::store::token_hash;
+use std::future::ready;
+use std::future::Future;
 
 fn by_hash(hash: &[u8; 32]) -> Vec<u8> {
     [b"h".as_slice(), hash].concat()
@@ -16,20 +19,6 @@ fn by_id(id: &str) -> Vec<u8> {
 }
 
 impl SledStore {
-    /// Stores a new session for the token whose hash is `hash`, durably.
-    pub async fn create_portal_session(
-        &self,
-        session: &PortalSession,
-        hash: [u8; 32],
-    ) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(session).map_err(|e| StoreError::Encode(e.to_string()))?;
-        let mut batch = sled::Batch::default();
-        batch.insert(by_hash(&hash), value);
-        batch.insert(by_id(&session.id), &hash[..]);
-        self.inner.trees.portal_sessions.apply_batch(batch)?;
-        self.sync().await
-    }
-
     /// The live session of a token, if it has one (`None` once it expired or was revoked).
     pub fn portal_session(
         &self,
@@ -49,17 +38,6 @@ impl SledStore {
         Ok((s.expires_at > now).then_some(s))
     }
 
-    /// Revokes a session at once; false if there was none.
-    pub async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
-        let t = &self.inner.trees.portal_sessions;
-        let Some(hash) = t.remove(by_id(id))? else {
-            return Ok(false);
-        };
-        t.remove([b"h".as_slice(), &hash].concat())?;
-        self.sync().await?;
-        Ok(true)
-    }
-
     /// Removes sessions that expired before `now`. Returns how many.
     pub fn prune_portal_sessions(&self, now: Millis) -> Result<usize, StoreError> {
         let t = &self.inner.trees.portal_sessions;
@@ -76,5 +54,40 @@ impl SledStore {
             }
         }
         Ok(n)
+    }
+}
+
+impl Sessions for SledStore {
+    fn portal_session(
+        &self,
+        token: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<PortalSession>, StoreError>> + Send {
+        ready(SledStore::portal_session(self, token, now))
+    }
+
+    /// Stores a new session for the token whose hash is `hash`, durably.
+    async fn create_portal_session(
+        &self,
+        session: &PortalSession,
+        hash: [u8; 32],
+    ) -> Result<(), StoreError> {
+        let value = serde_json::to_vec(session).map_err(|e| StoreError::Encode(e.to_string()))?;
+        let mut batch = sled::Batch::default();
+        batch.insert(by_hash(&hash), value);
+        batch.insert(by_id(&session.id), &hash[..]);
+        self.inner.trees.portal_sessions.apply_batch(batch)?;
+        self.sync().await
+    }
+
+    /// Revokes a session at once; false if there was none.
+    async fn revoke_portal_session(&self, id: &str) -> Result<bool, StoreError> {
+        let t = &self.inner.trees.portal_sessions;
+        let Some(hash) = t.remove(by_id(id))? else {
+            return Ok(false);
+        };
+        t.remove([b"h".as_slice(), &hash].concat())?;
+        self.sync().await?;
+        Ok(true)
     }
 }

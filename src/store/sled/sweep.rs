@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{SledStore, StoreError};
 use crate::clock::Millis;
+use crate::store::contract::Retention;
 use crate::store::{Retained, Swept};
 
 /// Where folding goes on from.
@@ -41,7 +42,7 @@ impl SledStore {
         &self,
         f: impl FnOnce(&SledStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Option<T> {
-        match super::contract::blocking(self, f).await {
+        match super::blocking(self, f).await {
             Ok(v) => Some(v),
             // The store is closing: the sweep ends with it.
             Err(StoreError::Closed) => None,
@@ -56,8 +57,56 @@ impl SledStore {
         self.fold_cursor.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Folds the ended events older than `fold_after_ms`, a slice at a time, then packs the
+    /// account index rows past that horizon.
+    async fn fold(&self, now: Millis, fold_after_ms: Millis, stop: &AtomicBool, swept: &mut Swept) {
+        let before = now - fold_after_ms;
+        let every_full = fold_after_ms.min(600_000);
+        let mut from = {
+            let mut c = self.lock_fold_cursor();
+            if c.full_at.is_none_or(|at| now - at >= every_full) {
+                c.full_at = Some(now);
+                None
+            } else {
+                c.after
+            }
+        };
+        while !stop.load(Ordering::Acquire) {
+            let start = from;
+            let Some(f) = self
+                .slice(move |s| s.fold_history(before, start, FOLD_SLICE))
+                .await
+            else {
+                return;
+            };
+            swept.folded += f.events as u64;
+            swept.folds += f.folds as u64;
+            if f.last.is_some() {
+                from = f.last;
+            }
+            self.lock_fold_cursor().after = from;
+            if !f.more {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let packed_before = self.index_rows_packed();
+        while !stop.load(Ordering::Acquire) {
+            let more = self
+                .slice(move |s| s.pack_account_index(before, INDEX_SLICE))
+                .await;
+            if more != Some(true) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        swept.index_rows += (self.index_rows_packed() - packed_before) as u64;
+    }
+}
+
+impl Retention for SledStore {
     /// The sweep as of `now` ([`crate::store::contract::Retention::sweep`]).
-    pub(super) async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
+    async fn sweep(&self, now: Millis, retained: Retained, stop: &AtomicBool) -> Swept {
         let mut swept = Swept::default();
         self.fold(now, retained.fold_after_ms, stop, &mut swept)
             .await;
@@ -114,51 +163,5 @@ impl SledStore {
             .await
             .unwrap_or(0) as u64;
         swept
-    }
-
-    /// Folds the ended events older than `fold_after_ms`, a slice at a time, then packs the
-    /// account index rows past that horizon.
-    async fn fold(&self, now: Millis, fold_after_ms: Millis, stop: &AtomicBool, swept: &mut Swept) {
-        let before = now - fold_after_ms;
-        let every_full = fold_after_ms.min(600_000);
-        let mut from = {
-            let mut c = self.lock_fold_cursor();
-            if c.full_at.is_none_or(|at| now - at >= every_full) {
-                c.full_at = Some(now);
-                None
-            } else {
-                c.after
-            }
-        };
-        while !stop.load(Ordering::Acquire) {
-            let start = from;
-            let Some(f) = self
-                .slice(move |s| s.fold_history(before, start, FOLD_SLICE))
-                .await
-            else {
-                return;
-            };
-            swept.folded += f.events as u64;
-            swept.folds += f.folds as u64;
-            if f.last.is_some() {
-                from = f.last;
-            }
-            self.lock_fold_cursor().after = from;
-            if !f.more {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        let packed_before = self.index_rows_packed();
-        while !stop.load(Ordering::Acquire) {
-            let more = self
-                .slice(move |s| s.pack_account_index(before, INDEX_SLICE))
-                .await;
-            if more != Some(true) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        swept.index_rows += (self.index_rows_packed() - packed_before) as u64;
     }
 }

@@ -14,6 +14,7 @@ use crate::clock::{ManualClock, Millis};
 use crate::model::{
     Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
 };
+use crate::store::prelude::*;
 
 #[path = "endpoints_tests.rs"]
 mod endpoints_tests;
