@@ -205,7 +205,7 @@ fn migrate_postgres(config: &Config) -> ExitCode {
 /// `herald copy`: a stopped sled store into an empty cluster database (docs/cluster.md).
 #[cfg(feature = "postgres")]
 fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
-    use herald::store::postgres::copy::Copied;
+    use herald::backup::copy::Copied;
 
     let (Some(path), Some(url)) = (from.strip_prefix("sled:"), to.strip_prefix("postgres:")) else {
         eprintln!("herald copy: write --from sled:PATH --to postgres:URL");
@@ -255,15 +255,16 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
     }
 }
 
-/// Opens the sled store at `source`, migrates the database and copies, showing progress on
-/// stderr.
+/// Opens the sled store at `source`, migrates the database, joins it for the copy's length and
+/// copies, showing progress on stderr.
 #[cfg(feature = "postgres")]
 async fn copy_store(
     config: &Config,
     source: &std::path::Path,
-) -> Result<herald::store::postgres::copy::Copied, String> {
-    use herald::store::postgres::copy::copy;
-    use herald::store::postgres::{migrate, Database};
+) -> Result<herald::backup::copy::Copied, String> {
+    use herald::store::postgres::{migrate, Database, PgStore};
+    use herald::store::prelude::*;
+    use herald::store::Backend;
     use std::io::IsTerminal;
 
     if !source.join("conf").exists() {
@@ -283,36 +284,49 @@ async fn copy_store(
     })?;
     let db = Database::new(config).map_err(|e| e.to_string())?;
     let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
-    migrate(&mut client, config.storage.postgres.lease.0)
+    let lease = config.storage.postgres.lease.0;
+    migrate(&mut client, lease)
         .await
         .map_err(|e| e.to_string())?;
     drop(client);
+    let target = PgStore::with_database(db, Arc::new(SystemClock), lease)
+        .await
+        .map(Arc::new)
+        .map_err(|e| e.to_string())?;
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = std::time::Instant::now();
     let now = herald::clock::Clock::now_ms(&SystemClock);
-    let copied = copy(&store, &source.display().to_string(), &db, now, |p| {
-        let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
-        let line = format!(
-            "{}/{} deliveries, {:.0}/s, {} left",
-            p.deliveries,
-            p.total,
-            p.rate,
-            humantime::format_duration(std::time::Duration::from_secs(left as u64))
-        );
-        if terminal {
-            eprint!("\r\x1b[2K{line}");
-        } else if last_line.elapsed() >= std::time::Duration::from_secs(5) {
-            eprintln!("{line}");
-            last_line = std::time::Instant::now();
-        }
-    })
+    let copied = herald::backup::copy::copy(
+        &Backend::Sled(store.clone()),
+        &Backend::Postgres(target.clone()),
+        &source.display().to_string(),
+        now,
+        |p| {
+            let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
+            let line = format!(
+                "{}/{} deliveries, {:.0}/s, {} left",
+                p.deliveries,
+                p.total,
+                p.rate,
+                humantime::format_duration(std::time::Duration::from_secs(left as u64))
+            );
+            if terminal {
+                eprint!("\r\x1b[2K{line}");
+            } else if last_line.elapsed() >= std::time::Duration::from_secs(5) {
+                eprintln!("{line}");
+                last_line = std::time::Instant::now();
+            }
+        },
+    )
     .await
     .map_err(|e| e.to_string());
     if terminal {
         eprintln!();
     }
+    // The copy joined the cluster to write: it is no node that serves, so it leaves no row.
+    let left = target.leave().await.map(|_| ()).map_err(|e| e.to_string());
     let _ = store.close();
-    copied
+    copied.and_then(|c| left.map(|()| c))
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -12,6 +12,7 @@
 //! events in one write, then the ordering lanes' places.
 
 pub mod client;
+pub mod copy;
 pub mod format;
 pub mod place;
 mod read;

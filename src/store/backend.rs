@@ -23,8 +23,8 @@ use super::directory::DirectoryCopy;
 use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
-    ApiAnswer, Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node,
-    Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
+    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -486,6 +486,24 @@ impl Archive for Backend {
 
     async fn finish_import(&self) -> Result<(), StoreError> {
         both_async!(self, Archive::finish_import, ())
+    }
+
+    async fn begin_copy(&self, source: &str, now: Millis) -> Result<CopyStart, StoreError> {
+        both_async!(self, Archive::begin_copy, (source, now))
+    }
+
+    async fn keep_copy_mark(
+        &self,
+        source: &str,
+        cursor: Option<&str>,
+        copied: u64,
+        finished: bool,
+    ) -> Result<(), StoreError> {
+        both_async!(
+            self,
+            Archive::keep_copy_mark,
+            (source, cursor, copied, finished)
+        )
     }
 }
 

@@ -28,8 +28,8 @@ use bytes::Bytes;
 
 use super::directory::DirectoryCopy;
 use super::{
-    ApiAnswer, Changed, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute, NewEvent, Node,
-    Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
+    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
 use crate::clock::Millis;
 use crate::model::{
@@ -588,6 +588,31 @@ pub trait Archive {
     /// first), after every delivery already in a lane; a cluster keeps the places a cluster's
     /// archive carries ([`super::EventHistory::lane_seqs`]).
     fn finish_import(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Where a copy of the store named `source` into this one stands (`herald copy`: the
+    /// archive's export and import page by page, resumable). A store that holds a copy of
+    /// `source` answers how far it got; one that holds nothing records the copy as begun
+    /// ([`CopyStart::Fresh`]); one that holds anything it did not copy, or a copy of another
+    /// store, refuses ([`StoreError::Format`], nothing written). A copy's pages are imported
+    /// with [`Archive::import_events`], which skips every row already there, so a page
+    /// imported again after an interruption doubles nothing. Only a cluster's store is a
+    /// copy's target: the embedded store refuses (it is restored from a backup).
+    fn begin_copy(
+        &self,
+        source: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<CopyStart, StoreError>> + Send;
+
+    /// Records, durably, that the copy of `source` imported every event before `cursor`
+    /// (`copied` deliveries in all), or with `finished` that it ended
+    /// ([`Archive::finish_import`] done).
+    fn keep_copy_mark(
+        &self,
+        source: &str,
+        cursor: Option<&str>,
+        copied: u64,
+        finished: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Each endpoint's attempts per minute over the last day (the pages' charts), kept in the store

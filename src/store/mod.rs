@@ -65,7 +65,7 @@ pub mod prelude {
 pub use error::StoreError;
 pub use types::endpoint_fields;
 pub use types::{
-    check_endpoint_json, check_endpoint_size, lane_of, token_hash, ApiAnswer, Changed,
+    check_endpoint_json, check_endpoint_size, lane_of, token_hash, ApiAnswer, Changed, CopyStart,
     DebounceRule, DeliveryFilter, DirectoryRecord, DueDelivery, EventHistory, Fence, IngestOutcome,
     Lane, Minute, NewEvent, Node, Purged, Retained, Stats, Swept, TakeLimits, Taken, FAN_OUT_TRIES,
     IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE, NO_LANE,

@@ -154,6 +154,18 @@ pub fn lane_of(endpoint_id: Option<&str>) -> Lane {
         .unwrap_or(NO_LANE)
 }
 
+/// Where a copy into a store stands ([`super::contract::Archive::begin_copy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyStart {
+    /// Nothing copied yet: the copy is recorded as begun.
+    Fresh,
+    /// An interrupted copy: every event before `cursor` (all of them with `None`: it starts
+    /// over) was imported, `copied` deliveries in all.
+    Resumed { cursor: Option<String>, copied: u64 },
+    /// The copy ended: nothing to do.
+    Finished,
+}
+
 /// A node of a cluster as the others see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {

@@ -30,8 +30,8 @@ use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
-    lane_of, token_hash, ApiAnswer, Backend, Changed, DebounceRule, DeliveryFilter, Fence, Hold,
-    IngestOutcome, Minute, NewEvent, Retained, StoreError, TakeLimits, Taken,
+    lane_of, token_hash, ApiAnswer, Backend, Changed, CopyStart, DebounceRule, DeliveryFilter,
+    Fence, Hold, IngestOutcome, Minute, NewEvent, Retained, StoreError, TakeLimits, Taken,
     IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
@@ -950,6 +950,65 @@ async fn the_archive_operations_page_import_and_finish() {
             assert_eq!(a.payload, b.payload, "{}", s.name);
             assert_eq!(a.deliveries.len(), b.deliveries.len(), "{}", s.name);
         }
+    })
+    .await;
+}
+
+/// A copy's target records how far the copy got, resumes from there, refuses another source
+/// and a store it did not fill; the embedded store is no copy's target at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_is_begun_marked_resumed_and_finished_on_a_clusters_store_only() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let begun = store.begin_copy("/srv/one", START).await;
+        if s.name == "sled" {
+            assert!(matches!(begun, Err(StoreError::Format(_))), "{begun:?}");
+            let marked = store.keep_copy_mark("/srv/one", None, 0, false).await;
+            assert!(matches!(marked, Err(StoreError::Format(_))), "{marked:?}");
+            return;
+        }
+        assert_eq!(begun.unwrap(), CopyStart::Fresh);
+        let again = store.begin_copy("/srv/one", START).await.unwrap();
+        assert_eq!(
+            again,
+            CopyStart::Resumed {
+                cursor: None,
+                copied: 0
+            },
+            "begun, nothing marked: it starts over"
+        );
+        store
+            .keep_copy_mark("/srv/one", Some("evt_01HZZZZZZZZZZZZZZZZZZZZZZZ"), 7, false)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.begin_copy("/srv/one", START).await.unwrap(),
+            CopyStart::Resumed {
+                cursor: Some("evt_01HZZZZZZZZZZZZZZZZZZZZZZZ".into()),
+                copied: 7
+            }
+        );
+        let other = store.begin_copy("/srv/two", START).await;
+        assert!(matches!(other, Err(StoreError::Format(_))), "{other:?}");
+        store
+            .keep_copy_mark("/srv/one", None, 9, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.begin_copy("/srv/one", START).await.unwrap(),
+            CopyStart::Finished
+        );
+
+        // A store that holds what no copy wrote is refused, and nothing is recorded.
+        let (used, _dir) = subject(false).await;
+        used.store
+            .set_account_plan("acct", Some("pro".into()))
+            .await
+            .unwrap();
+        let refused = used.store.begin_copy("/srv/one", START).await;
+        assert!(matches!(refused, Err(StoreError::Format(_))), "{refused:?}");
+        let still = used.store.begin_copy("/srv/one", START).await;
+        assert!(matches!(still, Err(StoreError::Format(_))), "{still:?}");
     })
     .await;
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::copy::Rows;
+use super::import::Rows;
 use super::reads::{attempt_from, delivery_from, DELIVERY_COLUMNS};
 use super::rows::ulid_from;
 use super::PgStore;
@@ -15,6 +15,7 @@ use crate::clock::Millis;
 use crate::ids::{self, EVENT};
 use crate::model::{Attempt, EventMeta};
 use crate::store::contract::Archive;
+use crate::store::CopyStart;
 use crate::store::{EventHistory, StoreError, ARCHIVE_PAGE_BYTES};
 
 /// A cluster's database held for a restore (docs/operations.md, "Restore"): the advisory lock
@@ -330,8 +331,73 @@ impl Archive for PgStore {
     async fn finish_import(&self) -> Result<(), StoreError> {
         let mut client = self.db.client().await?;
         let tx = client.transaction().await?;
-        super::copy::order_lanes(&tx).await?;
+        super::import::order_lanes(&tx).await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// The copy's mark is a row of `herald_copy`; a database with one of another source, or
+    /// with events, endpoints or accounts and none, is refused.
+    async fn begin_copy(&self, source: &str, now: Millis) -> Result<CopyStart, StoreError> {
+        let client = self.db.client().await?;
+        let marks = client
+            .query(
+                "SELECT source, cursor, copied, finished FROM herald_copy",
+                &[],
+            )
+            .await?;
+        match marks.first() {
+            Some(r) if r.get::<_, &str>(0) != source => Err(StoreError::Format(format!(
+                "the database holds a copy of another store ({}); copy into an empty database",
+                r.get::<_, &str>(0)
+            ))),
+            Some(r) if r.get::<_, bool>(3) => Ok(CopyStart::Finished),
+            Some(r) => Ok(CopyStart::Resumed {
+                cursor: r.get::<_, Option<String>>(1),
+                copied: r.get::<_, i64>(2) as u64,
+            }),
+            None => {
+                let used: bool = client
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM events) OR EXISTS (SELECT 1 FROM endpoints)
+                         OR EXISTS (SELECT 1 FROM accounts)",
+                        &[],
+                    )
+                    .await?
+                    .get(0);
+                if used {
+                    return Err(StoreError::Format(
+                        "the database is not empty (it has events, endpoints or accounts); copy \
+                     into an empty database"
+                            .into(),
+                    ));
+                }
+                client
+                    .execute(
+                        "INSERT INTO herald_copy (source, started_at) VALUES ($1, $2)",
+                        &[&source, &now],
+                    )
+                    .await?;
+                Ok(CopyStart::Fresh)
+            }
+        }
+    }
+
+    async fn keep_copy_mark(
+        &self,
+        source: &str,
+        cursor: Option<&str>,
+        copied: u64,
+        finished: bool,
+    ) -> Result<(), StoreError> {
+        self.db
+            .client()
+            .await?
+            .execute(
+                "UPDATE herald_copy SET cursor = $2, copied = $3, finished = $4 WHERE source = $1",
+                &[&source, &cursor, &(copied as i64), &finished],
+            )
+            .await?;
         Ok(())
     }
 }

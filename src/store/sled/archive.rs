@@ -13,6 +13,7 @@ use crate::clock::Millis;
 use crate::ids::{self, DELIVERY, EVENT};
 use crate::model::DeliveryState;
 use crate::store::contract::Archive;
+use crate::store::CopyStart;
 use crate::store::{EventHistory, ARCHIVE_PAGE_BYTES};
 use std::future::ready;
 use std::future::Future;
@@ -303,4 +304,28 @@ impl Archive for SledStore {
         // Lanes come back from the pending deliveries when the store opens.
         Ok(())
     }
+
+    async fn begin_copy(&self, _source: &str, _now: Millis) -> Result<CopyStart, StoreError> {
+        Err(not_a_copy_target())
+    }
+
+    async fn keep_copy_mark(
+        &self,
+        _source: &str,
+        _cursor: Option<&str>,
+        _copied: u64,
+        _finished: bool,
+    ) -> Result<(), StoreError> {
+        Err(not_a_copy_target())
+    }
+}
+
+/// The embedded store takes a whole archive at once (a restore), never a copy's pages: its
+/// import counts what it writes, and a page written twice would count twice.
+fn not_a_copy_target() -> StoreError {
+    StoreError::Format(
+        "the embedded store is not a copy's target: back up the source and restore the archive \
+         into it (herald backup, herald restore)"
+            .into(),
+    )
 }
