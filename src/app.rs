@@ -87,13 +87,8 @@ impl Running {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let committer = self.store.sled().and_then(|s| s.take_committer());
-        drop(self.store);
         drop(self.engine);
-        if let Some(c) = committer {
-            // The committer thread ends once the last store handle is gone.
-            let _ = tokio::task::spawn_blocking(move || c.join()).await;
-        }
+        self.store.end().await;
         match failure {
             Some(why) => Err(AppError::Storage(why)),
             None => Ok(()),
@@ -204,23 +199,19 @@ fn start_serving(
 ) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Option<String>>>) {
     let failure = Arc::new(Mutex::new(None));
     let store = state.store.clone();
-    // The embedded store keeps a write error for good: only a fresh start can use the disk
-    // again. A cluster's database that goes away comes back to the same node.
-    if let Some(s) = store.sled() {
-        tokio::spawn(watch_storage(
-            s.clone(),
-            shutdown.clone(),
-            trigger,
-            failure.clone(),
-        ));
-    }
+    tokio::spawn(watch_storage(
+        store.clone(),
+        shutdown.clone(),
+        trigger,
+        failure.clone(),
+    ));
     let engine_task = tokio::spawn(state.engine.clone().run(shutdown.clone(), GRACE));
     let task = tokio::spawn(serve_until_stopped(
         listener,
         state,
         shutdown,
         engine_task,
-        store.sled().cloned(),
+        store,
         failure.clone(),
     ));
     (task, failure)
@@ -261,43 +252,12 @@ async fn open_store(
     metrics: Arc<Metrics>,
     shutdown: &Shutdown,
 ) -> Result<Backend, AppError> {
-    let failed = |source| AppError::Store {
-        what: storage_label(config),
-        source,
-    };
-    match config.storage.backend {
-        StoreKind::Sled => {
-            let path = &config.storage.path;
-            let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)
-                .map_err(failed)?;
-            // Its due index hands out at most this many of an endpoint's deliveries at once.
-            store
-                .due()
-                .set_lane_limit(config.delivery.max_in_flight_per_endpoint);
-            Ok(Backend::Sled(store))
-        }
-        #[cfg(feature = "postgres")]
-        StoreKind::Postgres => {
-            use crate::store::postgres::{keep_leases, nodes, wake, PgStore};
-            let store = Arc::new(
-                PgStore::open(config, clock, metrics)
-                    .await
-                    .map_err(failed)?,
-            );
-            tokio::spawn(wake::listen(store.clone(), shutdown.clone()));
-            tokio::spawn(keep_leases(store.clone(), shutdown.clone()));
-            tokio::spawn(nodes::beat(store.clone(), shutdown.clone()));
-            Ok(Backend::Postgres(store))
-        }
-        #[cfg(not(feature = "postgres"))]
-        StoreKind::Postgres => {
-            let _ = (clock, metrics, shutdown);
-            Err(AppError::Config {
-                key: "storage.backend".into(),
-                message: "this herald was built without the `postgres` feature".into(),
-            })
-        }
-    }
+    Backend::open(config, clock, metrics, shutdown)
+        .await
+        .map_err(|source| AppError::Store {
+            what: storage_label(config),
+            source,
+        })
 }
 
 /// Where herald keeps its data, as logs and errors name it (never a database URL).
@@ -364,7 +324,7 @@ async fn serve_until_stopped(
     state: Arc<AppState>,
     shutdown: Shutdown,
     engine_task: tokio::task::JoinHandle<()>,
-    flush_store: Option<Arc<SledStore>>,
+    store: Backend,
     failure: Arc<Mutex<Option<String>>>,
 ) {
     api::serve(listener, state, shutdown, GRACE).await;
@@ -372,18 +332,16 @@ async fn serve_until_stopped(
     if let Err(e) = engine_task.await {
         tracing::error!(error = %e, "delivery engine stopped abnormally");
     }
-    let Some(flush_store) = flush_store else {
-        // Everything acknowledged was committed; the engine gave its leases back.
-        tracing::info!("left the cluster; stopped");
-        return;
-    };
-    let flushed = tokio::task::spawn_blocking(move || flush_store.close()).await;
-    let error = match flushed {
-        Ok(Ok(())) => {
+    let error = match store.close().await {
+        // Everything acknowledged was committed; a node's engine gave its leases back.
+        Ok(()) if !store.is_embedded() => {
+            tracing::info!("left the cluster; stopped");
+            return;
+        }
+        Ok(()) => {
             tracing::info!("storage flushed; stopped");
             return;
         }
-        Ok(Err(e)) => e.to_string(),
         Err(e) => e.to_string(),
     };
     tracing::error!(error = %error, "final flush failed");
@@ -403,10 +361,10 @@ pub async fn run(
     start(config, listener, clock, shutdown).await?.wait().await
 }
 
-/// Stops herald (with [`AppError::Storage`]) once storage has refused writes for
-/// [`STORAGE_DOWN_STOP`] in a row.
+/// Stops herald (with [`AppError::Storage`]) once storage has failed for good
+/// ([`Backend::failed_for_good`]) for [`STORAGE_DOWN_STOP`] in a row.
 async fn watch_storage(
-    store: Arc<SledStore>,
+    store: Backend,
     mut shutdown: Shutdown,
     trigger: Arc<Trigger>,
     failure: Arc<Mutex<Option<String>>>,
@@ -418,7 +376,7 @@ async fn watch_storage(
             _ = tick.tick() => {}
             _ = shutdown.wait() => return,
         }
-        if store.healthy() {
+        if !store.failed_for_good() {
             down_since = None;
             continue;
         }

@@ -26,7 +26,9 @@ use super::{
     ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
     NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
 };
-use crate::clock::Millis;
+use crate::clock::{Clock, Millis};
+use crate::config::{Config, StoreKind};
+use crate::metrics::Metrics;
 use crate::model::{
     Application, Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession,
     RateLimit,
@@ -34,6 +36,7 @@ use crate::model::{
 use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use crate::policy::breaker::Breaker;
 use crate::policy::quota::{Limits, Windows};
+use crate::shutdown::Shutdown;
 
 /// Which store herald runs on.
 #[derive(Clone)]
@@ -67,8 +70,93 @@ macro_rules! both_async {
 }
 
 impl Backend {
-    /// The embedded store, when herald runs on it: for `app.rs`'s wiring of what has no
-    /// counterpart in a cluster (its committer, its checkpoints).
+    /// Opens the store the config names, ready to serve until `shutdown`: the embedded store
+    /// with its due index's lane limit; a cluster's node with its schema migrated (under the
+    /// advisory lock), registered, and its notice listener, heartbeat and lease renewal running.
+    pub async fn open(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        shutdown: &Shutdown,
+    ) -> Result<Backend, StoreError> {
+        match config.storage.backend {
+            StoreKind::Sled => {
+                let path = &config.storage.path;
+                let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)?;
+                // Its due index hands out at most this many of an endpoint's deliveries at once.
+                store
+                    .due()
+                    .set_lane_limit(config.delivery.max_in_flight_per_endpoint);
+                Ok(Backend::Sled(store))
+            }
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => {
+                use super::postgres::{keep_leases, nodes, wake};
+                let store = Arc::new(PgStore::open(config, clock, metrics).await?);
+                tokio::spawn(wake::listen(store.clone(), shutdown.clone()));
+                tokio::spawn(keep_leases(store.clone(), shutdown.clone()));
+                tokio::spawn(nodes::beat(store.clone(), shutdown.clone()));
+                Ok(Backend::Postgres(store))
+            }
+            #[cfg(not(feature = "postgres"))]
+            StoreKind::Postgres => {
+                let _ = (clock, metrics, shutdown);
+                Err(StoreError::Format(
+                    "this herald was built without the `postgres` feature".into(),
+                ))
+            }
+        }
+    }
+
+    /// Whether the store failed for good: the embedded store keeps a write error until a
+    /// fresh start (the disk may be usable again then); a cluster's database that goes away
+    /// comes back to the same node, so it never has.
+    pub fn failed_for_good(&self) -> bool {
+        match self {
+            Backend::Sled(s) => !s.healthy(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => false,
+        }
+    }
+
+    /// Makes everything written durable, once the engine and the API stopped: the embedded
+    /// store's final flush; a cluster's writes are durable already (its node left with the
+    /// engine).
+    pub async fn close(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Sled(s) => {
+                let s = s.clone();
+                tokio::task::spawn_blocking(move || s.close())
+                    .await
+                    .map_err(|e| StoreError::Engine(Arc::new(e)))?
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Lets go of this handle, the last one, and waits until the store's own threads ended
+    /// (the embedded store's committer): its data directory may be opened again after this.
+    pub async fn end(self) {
+        let committer = match &self {
+            Backend::Sled(s) => s.take_committer(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+        };
+        drop(self);
+        if let Some(c) = committer {
+            // The committer thread ends once the last store handle is gone.
+            let _ = tokio::task::spawn_blocking(move || c.join()).await;
+        }
+    }
+
+    /// Whether this is the embedded store, for what only happens on one box (its log says
+    /// "storage flushed" on stop where a node says it left).
+    pub fn is_embedded(&self) -> bool {
+        matches!(self, Backend::Sled(_))
+    }
+
+    /// The embedded store, when herald runs on it: for tests that reach into its files.
     pub fn sled(&self) -> Option<&Arc<SledStore>> {
         match self {
             Backend::Sled(s) => Some(s),
