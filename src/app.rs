@@ -252,7 +252,7 @@ async fn open_store(
     metrics: Arc<Metrics>,
     shutdown: &Shutdown,
 ) -> Result<Backend, AppError> {
-    Backend::open(config, clock, metrics, shutdown)
+    Backend::open(config, clock, metrics.store.clone(), shutdown)
         .await
         .map_err(|source| AppError::Store {
             what: storage_label(config),
@@ -578,7 +578,9 @@ pub async fn restore(
         #[cfg(feature = "postgres")]
         StoreKind::Postgres => {
             use crate::store::postgres::{Database, PgStore, RestoreHold};
-            let db = Database::new(config).map_err(|e| failed(e.into()))?;
+            let db = crate::store::postgres_settings(config)
+                .and_then(|s| Database::new(&s))
+                .map_err(|e| failed(e.into()))?;
             let client = db.dedicated().await.map_err(|e| failed(e.into()))?;
             let lease = config.storage.postgres.lease.0;
             let hold = RestoreHold::take(client, now, lease.as_millis() as i64)

@@ -50,6 +50,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod filter;
+pub mod histogram;
 pub mod ids;
 pub mod metrics;
 pub mod model;

@@ -176,7 +176,7 @@ fn migrate_postgres(config: &Config) -> ExitCode {
         }
     };
     let done = rt.block_on(async {
-        let db = Database::new(config)?;
+        let db = Database::new(&herald::store::postgres_settings(config)?)?;
         let mut client = db.dedicated().await?;
         migrate(&mut client, config.storage.postgres.lease.0).await
     });
@@ -274,7 +274,7 @@ async fn copy_store(
         source,
         config.storage.cache_capacity,
         Arc::new(SystemClock),
-        Arc::new(herald::metrics::Metrics::default()),
+        Arc::default(),
     )
     .map_err(|e| {
         format!(
@@ -282,7 +282,9 @@ async fn copy_store(
             source.display()
         )
     })?;
-    let db = Database::new(config).map_err(|e| e.to_string())?;
+    let db = herald::store::postgres_settings(config)
+        .and_then(|s| Database::new(&s))
+        .map_err(|e| e.to_string())?;
     let mut client = db.dedicated().await.map_err(|e| e.to_string())?;
     let lease = config.storage.postgres.lease.0;
     migrate(&mut client, lease)

@@ -4,62 +4,11 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
 
+use crate::histogram::{Histogram, LATENCY_BUCKETS};
 use crate::model::Status;
-
-/// Upper bounds (seconds) of the latency histograms' buckets.
-const LATENCY_BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-/// Upper bounds of the commit batch size histogram (events per fsync).
-const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 512.0, 2048.0];
-
-/// A fixed-bucket histogram; `observe` is two relaxed atomic adds and a short scan.
-pub struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    /// Sum in millionths of the unit, so it fits an integer atomic.
-    sum_micros: AtomicU64,
-    count: AtomicU64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe(&self, v: f64) {
-        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.sum_micros
-            .fetch_add((v.max(0.0) * 1e6) as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn observe_duration(&self, d: Duration) {
-        self.observe(d.as_secs_f64());
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            cumulative += c.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
-    }
-}
+use crate::store::StoreMetrics;
 
 /// What became of a failure alert (docs/operations.md, "Failure alerts"): `herald_alerts_total`'s
 /// `result` label.
@@ -99,28 +48,25 @@ impl AlertResult {
 
 /// Every metric herald exports.
 pub struct Metrics {
-    pub events_ingested: AtomicU64,
+    /// What the store counts itself: events ingested, its commits and their fsyncs.
+    pub store: Arc<StoreMetrics>,
     attempts: [AtomicU64; Status::ALL.len()],
     pub attempt_duration: Histogram,
     pub ingest_to_first_attempt: Histogram,
     pub breaker_openings: AtomicU64,
     pub quota_check_failures: AtomicU64,
-    pub commit_batch_size: Histogram,
-    pub fsync_duration: Histogram,
     alerts: [AtomicU64; AlertResult::ALL.len()],
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            events_ingested: AtomicU64::new(0),
+            store: Arc::default(),
             attempts: std::array::from_fn(|_| AtomicU64::new(0)),
             attempt_duration: Histogram::new(&LATENCY_BUCKETS),
             ingest_to_first_attempt: Histogram::new(&LATENCY_BUCKETS),
             breaker_openings: AtomicU64::new(0),
             quota_check_failures: AtomicU64::new(0),
-            commit_batch_size: Histogram::new(&BATCH_BUCKETS),
-            fsync_duration: Histogram::new(&LATENCY_BUCKETS),
             alerts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -164,7 +110,7 @@ impl Metrics {
             &mut out,
             "herald_events_ingested_total",
             "Events acknowledged (stored durably) at ingest.",
-            self.events_ingested.load(Ordering::Relaxed),
+            self.store.events_ingested.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,
@@ -243,12 +189,12 @@ impl Metrics {
                 self.alerts(r)
             );
         }
-        self.commit_batch_size.render(
+        self.store.commit_batch_size.render(
             &mut out,
             "herald_commit_batch_size",
             "Events acknowledged by one group commit (one fsync).",
         );
-        self.fsync_duration.render(
+        self.store.fsync_duration.render(
             &mut out,
             "herald_fsync_duration_seconds",
             "Duration of a group commit's flush and fsync.",
@@ -264,9 +210,9 @@ mod tests {
     #[test]
     fn histogram_buckets_are_cumulative() {
         let m = Metrics::default();
-        m.fsync_duration.observe(0.003);
-        m.fsync_duration.observe(0.003);
-        m.fsync_duration.observe(7.0);
+        m.store.fsync_duration.observe(0.003);
+        m.store.fsync_duration.observe(0.003);
+        m.store.fsync_duration.observe(7.0);
         let text = m.render(&Gauges {
             deliveries_by_state: vec![("pending", 2)],
             due: 1,

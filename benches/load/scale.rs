@@ -14,7 +14,6 @@ use serde_json::Value;
 
 use herald::clock::{Clock, SystemClock};
 use herald::ids;
-use herald::metrics::Metrics;
 use herald::model::{
     Attempt, DeliveryState, Endpoint, EndpointState, SignatureKind, Status, StoredSecret,
 };
@@ -294,13 +293,8 @@ const FOLD_EVERY: u64 = 100_000;
 
 pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
-    let store = SledStore::open(
-        data,
-        cache,
-        Arc::new(SystemClock),
-        Arc::new(Metrics::default()),
-    )
-    .context("opening the store to prefill")?;
+    let store = SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
+        .context("opening the store to prefill")?;
     // Nothing here runs the engine: hand out everything at once so the index stays empty.
     store.due().set_lane_limit(usize::MAX);
     let clock = SystemClock;

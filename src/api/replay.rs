@@ -229,7 +229,6 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::metrics::Metrics;
     use crate::model::{Attempt, Status};
     use crate::store::sled::SledStore;
 
@@ -239,8 +238,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t0 = 1_796_277_600_000;
         let clock = Arc::new(ManualClock::new(t0));
-        let store =
-            SledStore::open(dir.path(), 8 << 20, clock, Arc::new(Metrics::default())).unwrap();
+        let store = SledStore::open(dir.path(), 8 << 20, clock, Arc::default()).unwrap();
         let endpoint = ids::new_id(ids::ENDPOINT, t0);
         let lane = ids::parse(ids::ENDPOINT, &endpoint).unwrap();
         for i in 0..5 {

@@ -28,7 +28,6 @@ use super::{
 };
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, StoreKind};
-use crate::metrics::Metrics;
 use crate::model::{
     Application, Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession,
     RateLimit,
@@ -76,7 +75,7 @@ impl Backend {
     pub async fn open(
         config: &Config,
         clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<super::StoreMetrics>,
         shutdown: &Shutdown,
     ) -> Result<Backend, StoreError> {
         match config.storage.backend {
@@ -92,7 +91,8 @@ impl Backend {
             #[cfg(feature = "postgres")]
             StoreKind::Postgres => {
                 use super::postgres::{keep_leases, nodes, wake};
-                let store = Arc::new(PgStore::open(config, clock, metrics).await?);
+                let settings = postgres_settings(config)?;
+                let store = Arc::new(PgStore::open(&settings, clock, metrics).await?);
                 tokio::spawn(wake::listen(store.clone(), shutdown.clone()));
                 tokio::spawn(keep_leases(store.clone(), shutdown.clone()));
                 tokio::spawn(nodes::beat(store.clone(), shutdown.clone()));
@@ -688,4 +688,32 @@ impl Applications for Backend {
     async fn api_answers(&self) -> Result<Vec<(String, String, ApiAnswer)>, StoreError> {
         both_async!(self, Applications::api_answers, ())
     }
+}
+
+/// The cluster's store's settings from herald's config: its database's URL (or URL file)
+/// parsed, TLS with the bundled roots and `storage.postgres.ca_file`, the pool, the lease and
+/// the data directory.
+#[cfg(feature = "postgres")]
+pub fn postgres_settings(
+    config: &Config,
+) -> Result<super::postgres::Settings, super::postgres::DbError> {
+    use super::postgres::DbError;
+    let url = config
+        .postgres_url()
+        .map_err(|e| DbError::Config(e.to_string()))?;
+    let database = crate::config::postgres::parse_url(&url)
+        .map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
+    let pg = &config.storage.postgres;
+    let roots = crate::tls::roots(pg.ca_file.as_deref())
+        .map_err(|e| DbError::Tls(format!("storage.postgres.ca_file: {e}")))?;
+    let tls = crate::tls::client_builder(&Arc::new(roots))
+        .map_err(|e| DbError::Tls(e.to_string()))?
+        .with_no_client_auth();
+    Ok(super::postgres::Settings {
+        database,
+        tls,
+        pool_size: pg.pool_size,
+        lease: pg.lease.0,
+        data_dir: config.storage.path.clone(),
+    })
 }

@@ -47,11 +47,14 @@ pub mod contract;
 pub mod directory;
 mod error;
 pub mod files;
+mod metrics;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sled;
 mod types;
 
+#[cfg(feature = "postgres")]
+pub use backend::postgres_settings;
 pub use backend::{Backend, Hold};
 /// The contract's traits, for calling its operations: `use crate::store::prelude::*;`.
 pub mod prelude {
@@ -63,6 +66,7 @@ pub mod prelude {
     };
 }
 pub use error::StoreError;
+pub use metrics::StoreMetrics;
 pub use types::endpoint_fields;
 pub use types::{
     check_endpoint_json, check_endpoint_size, lane_of, token_hash, ApiAnswer, Changed, CopyStart,

@@ -433,10 +433,13 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
         ))
         .unwrap();
         let clock = Arc::new(herald::clock::ManualClock::new(due_ms - 1));
-        let node =
-            herald::store::postgres::PgStore::open(&config, clock.clone(), Default::default())
-                .await
-                .unwrap();
+        let node = herald::store::postgres::PgStore::open(
+            &herald::store::postgres_settings(&config).unwrap(),
+            clock.clone(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
         // (The other pending one may fall due first: its retry's jitter.)
         let early = node.claim_due(10).await.unwrap();
         assert!(early.iter().all(|l| l.due.delivery.id != ids[5].1));

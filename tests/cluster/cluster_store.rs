@@ -95,7 +95,7 @@ fn database_at(url: &str) -> Database {
         "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 8\n"
     ))
     .expect("config");
-    Database::new(&config).expect("database")
+    Database::new(&herald::store::postgres_settings(&config).expect("settings")).expect("database")
 }
 
 fn event(account: &str, key: Option<&str>) -> NewEvent {

@@ -178,7 +178,8 @@ async fn a_node_records_its_schema_version_and_older_ones_are_told_apart() {
         toml_string(&url)
     ))
     .expect("config");
-    let db = Database::new(&config).expect("database");
+    let db = Database::new(&herald::store::postgres_settings(&config).expect("settings"))
+        .expect("database");
     let lease = Duration::from_secs(5);
     let node = PgStore::with_database(db.clone(), std::sync::Arc::new(SystemClock), lease)
         .await
@@ -249,7 +250,8 @@ async fn a_starting_node_is_registered_by_the_transaction_that_checked_the_schem
         toml_string(&url)
     ))
     .expect("config");
-    let db = Database::new(&config).expect("database");
+    let db = Database::new(&herald::store::postgres_settings(&config).expect("settings"))
+        .expect("database");
     let mut client = db.dedicated().await.expect("connect");
     let joining = Joining {
         id: "c000000000000003",

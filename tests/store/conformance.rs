@@ -17,7 +17,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use herald::clock::{Clock, ManualClock};
 use herald::config::Config;
-use herald::metrics::Metrics;
 use herald::model::{
     Application, Attempt, ClientCertificate, Delivery, DeliveryState, Endpoint, EndpointState,
     PortalSession, RateLimit, Status,
@@ -104,7 +103,7 @@ async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     match place {
         Place::Directory(path) => {
-            let store = SledStore::open(path, 8 << 20, dyn_clock, Arc::new(Metrics::default()))
+            let store = SledStore::open(path, 8 << 20, dyn_clock, Arc::default())
                 .expect("open the embedded store");
             // As herald opens it: up to `max_in_flight_per_endpoint` of an endpoint at once.
             store.due().set_lane_limit(8);
@@ -115,7 +114,8 @@ async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
                 "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {url:?}\npool_size = 4\n"
             ))
             .expect("config");
-            let db = Database::new(&config).expect("database");
+            let db = Database::new(&herald::store::postgres_settings(&config).expect("settings"))
+                .expect("database");
             migrate(
                 &mut db.dedicated().await.expect("connect"),
                 Duration::from_secs(30),

@@ -11,7 +11,6 @@ use super::ingest::{Committer, Job};
 use super::queue::Leases;
 use super::{Database, DbError};
 use crate::clock::{Clock, Millis};
-use crate::config::Config;
 use crate::store::directory::DirectoryCopy;
 use crate::store::StoreError;
 
@@ -106,13 +105,13 @@ impl PgStore {
     /// Connects, brings the schema to this herald's version and registers this node (both in
     /// one transaction under the advisory lock, [`super::migrate_and_join`]).
     pub async fn open(
-        config: &Config,
+        settings: &super::Settings,
         clock: Arc<dyn Clock>,
-        metrics: Arc<crate::metrics::Metrics>,
+        metrics: Arc<crate::store::StoreMetrics>,
     ) -> Result<PgStore, StoreError> {
-        let db = Database::new(config)?;
-        let lease = config.storage.postgres.lease.0;
-        let (node, file) = node_identity(&config.storage.path)?;
+        let db = Database::new(settings)?;
+        let lease = settings.lease;
+        let (node, file) = node_identity(&settings.data_dir)?;
         let name = host_name();
         let mut client = db.dedicated().await?;
         let joining = super::Joining {
@@ -157,7 +156,7 @@ impl PgStore {
         db: Database,
         clock: Arc<dyn Clock>,
         lease: Duration,
-        metrics: Arc<crate::metrics::Metrics>,
+        metrics: Arc<crate::store::StoreMetrics>,
         node: Option<String>,
     ) -> Result<PgStore, StoreError> {
         let node = node.unwrap_or_else(|| crate::ids::random_hex(8));

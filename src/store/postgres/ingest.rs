@@ -69,7 +69,7 @@ pub(super) struct Lessor {
 pub(super) struct Committer {
     pub(super) db: Database,
     pub(super) clock: Arc<dyn Clock>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::store::StoreMetrics>,
     lessor: Lessor,
     /// The last event id this node minted: ids grow on each node (ULIDs, unique across nodes
     /// by their random part).
@@ -84,7 +84,7 @@ impl Committer {
     pub(super) fn start(
         db: Database,
         clock: Arc<dyn Clock>,
-        metrics: Arc<crate::metrics::Metrics>,
+        metrics: Arc<crate::store::StoreMetrics>,
         lessor: Lessor,
     ) -> mpsc::Sender<Job> {
         let committer = Arc::new(Committer {

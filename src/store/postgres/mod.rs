@@ -42,8 +42,6 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::config::postgres::parse_url;
-use crate::config::Config;
 pub use archive::RestoreHold;
 pub use handle::PgStore;
 pub use migrate::{migrate, migrate_and_join, Joining, Migrated, SCHEMA_VERSION};
@@ -156,14 +154,25 @@ pub struct Database {
     target: Arc<str>,
 }
 
+/// What a cluster's store is opened with (herald's config names them: `storage.postgres`).
+#[derive(Clone)]
+pub struct Settings {
+    /// The database, as its URL names it.
+    pub database: tokio_postgres::Config,
+    /// TLS to the database (the roots it is verified with).
+    pub tls: rustls::ClientConfig,
+    /// Connections this node keeps to the database.
+    pub pool_size: usize,
+    /// How long a node's claim on a delivery lasts unless renewed.
+    pub lease: Duration,
+    /// Where the node keeps the file that names it across restarts.
+    pub data_dir: std::path::PathBuf,
+}
+
 impl Database {
-    /// Sets up the pool for the config's database; connections open on first use.
-    pub fn new(config: &Config) -> Result<Database, DbError> {
-        let url = config
-            .postgres_url()
-            .map_err(|e| DbError::Config(e.to_string()))?;
-        let mut pg =
-            parse_url(&url).map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
+    /// Sets up the pool for the database; connections open on first use.
+    pub fn new(settings: &Settings) -> Result<Database, DbError> {
+        let mut pg = settings.database.clone();
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -178,13 +187,7 @@ impl Database {
         if !options.contains("synchronous_commit") {
             pg.options(format!("{options} -c synchronous_commit=on").trim());
         }
-        let pgc = &config.storage.postgres;
-        let roots = crate::tls::roots(pgc.ca_file.as_deref())
-            .map_err(|e| DbError::Tls(format!("storage.postgres.ca_file: {e}")))?;
-        let tls = crate::tls::client_builder(&Arc::new(roots))
-            .map_err(|e| DbError::Tls(e.to_string()))?
-            .with_no_client_auth();
-        let tls = MakeRustlsConnect::new(tls);
+        let tls = MakeRustlsConnect::new(settings.tls.clone());
         let pool_of = |pg: tokio_postgres::Config| {
             let manager = Manager::from_config(
                 pg,
@@ -194,7 +197,7 @@ impl Database {
                 },
             );
             Pool::builder(manager)
-                .max_size(pgc.pool_size)
+                .max_size(settings.pool_size)
                 .runtime(Runtime::Tokio1)
                 .wait_timeout(Some(CONNECT_TIMEOUT))
                 .create_timeout(Some(CONNECT_TIMEOUT))

@@ -115,10 +115,10 @@ pub(crate) use super::{
 };
 use crate::clock::{Clock, Millis};
 use crate::ids::{self, EVENT};
-use crate::metrics::Metrics;
 use crate::model::{Endpoint, EventMeta};
 use crate::policy::ordering;
 use crate::store::contract::Ingest;
+use crate::store::StoreMetrics;
 use codec::EventRecord;
 
 impl From<sled::Error> for StoreError {
@@ -179,7 +179,7 @@ pub(crate) struct Inner {
     stats: Counts,
     fresh: Mutex<Fresh>,
     health: health::Health,
-    metrics: Arc<Metrics>,
+    metrics: Arc<StoreMetrics>,
     clock: Arc<dyn Clock>,
     /// Deliveries someone is reading, changing and writing now ([`Claim`]).
     claims: Mutex<HashSet<u128>>,
@@ -515,7 +515,7 @@ impl SledStore {
         path: &Path,
         cache_capacity: u64,
         clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<StoreMetrics>,
     ) -> Result<Arc<SledStore>, StoreError> {
         let (db, trees, data_file, keys) = open_files(path, cache_capacity, clock.now_ms())?;
         let endpoints = load_endpoints(&trees.endpoints)?;

@@ -128,7 +128,7 @@ impl Faults {
 const T0: Millis = 1_796_277_600_000;
 
 fn open(dir: &Path, clock: &Arc<ManualClock>) -> Arc<SledStore> {
-    SledStore::open(dir, 8 << 20, clock.clone(), Arc::new(Metrics::default())).expect("open store")
+    SledStore::open(dir, 8 << 20, clock.clone(), Arc::default()).expect("open store")
 }
 
 /// Closes the store the way herald does (checkpoint, sync, last handle, committer joined), so
@@ -1399,12 +1399,7 @@ async fn a_data_directory_in_use_is_refused_until_closed() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    let second = SledStore::open(
-        dir.path(),
-        8 << 20,
-        clock.clone(),
-        Arc::new(Metrics::default()),
-    );
+    let second = SledStore::open(dir.path(), 8 << 20, clock.clone(), Arc::default());
     match second {
         Err(e @ StoreError::InUse(_)) => {
             let said = e.to_string();
