@@ -5,8 +5,10 @@
 //! Data flows one way: `api` -> `store` (durable) -> `engine` (decide) -> `outbound` (send) ->
 //! `store` (record). `api` never sends HTTP, `outbound` never touches the store, `engine` decides and
 //! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`,
-//! `filter`), the pure decisions (`policy`) and `signing`; nothing there imports a module above
-//! it.
+//! `filter`), the pure decisions (`policy`) and `signing`, in the `herald-core` crate, which
+//! imports nothing above it. Storage is in crates of its own (`crates/`): the contract
+//! (`herald-store`) and its two implementations, which see neither each other nor herald;
+//! `store` here re-exports them and picks one.
 //!
 //! - [`alerts`]: failure alert mails: decided off the delivery path, sent over SMTP with
 //!   rustls, retried, counted.
@@ -25,9 +27,10 @@
 //!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, alerts.
 //! - [`signing`]: Standard Webhooks signatures and secret formats.
 //! - [`store`]: the storage contract and its two implementations (sled on one box, PostgreSQL
-//!   for a cluster): the event and delivery log, the group-commit committer, the per-endpoint
-//!   due index, per-delivery claims, the charts' per-minute counts, the storage-format
-//!   migration, the data directory's privacy.
+//!   for a cluster), from their crates, and `Backend`, the one herald runs on: the event and
+//!   delivery log, the group-commit committer, the per-endpoint due index, per-delivery
+//!   claims, the charts' per-minute counts, the storage-format migration, the data directory's
+//!   privacy.
 //! - [`api`]: the hyper 1.x HTTP API: connection limits, routing, auth, JSON errors, one file
 //!   per resource.
 //! - [`engine`]: the delivery loop, attempts, endpoint health, the charts' counts, verification,
@@ -41,24 +44,19 @@
 //! - [`tls`]: the TLS client setup deliveries and the cluster's database share (roots, CA file).
 #![forbid(unsafe_code)]
 
+// The core's modules (the `herald-core` crate), under the names the rest of herald uses.
+pub use herald_core::{clock, filter, histogram, ids, model, policy, shutdown, signing};
+
 pub mod alerts;
 pub mod api;
 pub mod app;
 pub mod backup;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod engine;
-pub mod filter;
-pub mod histogram;
-pub mod ids;
 pub mod metrics;
-pub mod model;
 pub mod outbound;
-pub mod policy;
 pub mod receive;
-pub mod shutdown;
-pub mod signing;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

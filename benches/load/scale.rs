@@ -376,7 +376,7 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
             }
         }
         store.due().take(i64::MAX, usize::MAX);
-        // As herald folds ended history older than storage.fold_after (src/store/fold.rs), a
+        // As herald folds ended history older than storage.fold_after (crates/herald-store-sled/src/fold.rs), a
         // slice at a time: the store measured is the one a herald that ran this long has.
         if opts.fold && written % FOLD_EVERY == 0 {
             let mut from = None;

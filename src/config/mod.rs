@@ -127,7 +127,7 @@ pub struct Storage {
     pub path: PathBuf,
     pub retention: Dur,
     pub cache_capacity: u64,
-    /// Ended events older than this are folded many to a row (src/store/fold.rs).
+    /// Ended events older than this are folded many to a row (the embedded store's `fold.rs`).
     pub fold_after: Dur,
     pub backend: StoreKind,
     pub postgres: Postgres,

@@ -1,4 +1,4 @@
-//! The store contract's conformance suite (src/store/contract.rs): every case runs, through
+//! The store contract's conformance suite (the `herald-store` crate's contract.rs): every case runs, through
 //! [`Backend`], against the embedded store on a temporary directory and against a real
 //! PostgreSQL this test process starts (one server, a fresh database per case). A behaviour
 //! one store has and the other lacks fails here, naming the store.

@@ -1,0 +1,261 @@
+//! Reading the log on PostgreSQL (docs/api.md): events with their payload bytes as ingested,
+//! deliveries, attempts, and delivery lists newest first with the same filters and cursors as
+//! on sled (the cursor is the last delivery id of a page).
+
+use bytes::Bytes;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::rows::ulid_from;
+use super::PgStore;
+use herald_core::ids::{self, DELIVERY, ENDPOINT, EVENT};
+use herald_core::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
+use herald_store::contract::DeliveryLog;
+use herald_store::{DeliveryFilter, StoreError};
+
+/// A delivery's columns, in the order [`delivery_from`] reads them.
+pub(super) const DELIVERY_COLUMNS: &str = "d.id, d.event_id, d.endpoint_id, d.account_id,
+    d.event_type, d.state, d.last_status, d.last_http_status, d.attempt_count,
+    d.next_attempt_at, d.created_at, d.manual, d.queued";
+
+pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
+    let state: &str = r.get(5);
+    let last_status: Option<&str> = r.get(6);
+    Ok(Delivery {
+        id: ids::format(DELIVERY, ulid_from(r.get(0))?),
+        event_id: ids::format(EVENT, ulid_from(r.get(1))?),
+        endpoint_id: r.get(2),
+        account_id: r.get(3),
+        event_type: r.get(4),
+        state: DeliveryState::parse(state)
+            .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
+        last_status: last_status.and_then(Status::parse),
+        last_http_status: r.get::<_, Option<i32>>(7).map(|s| s as u16),
+        attempt_count: r.get::<_, i32>(8) as u32,
+        next_attempt_at: r.get(9),
+        created_at: r.get(10),
+        manual: r.get(11),
+        queued: r.get(12),
+    })
+}
+
+pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
+    let status: &str = r.get(4);
+    let headers: serde_json::Value = r.get(7);
+    Ok(Attempt {
+        id: r.get(0),
+        number: r.get::<_, i32>(1) as u32,
+        at: r.get(2),
+        duration_ms: r.get::<_, i64>(3).max(0) as u64,
+        status: Status::parse(status)
+            .ok_or_else(|| StoreError::Corrupt(format!("attempt status {status:?}")))?,
+        http_status: r.get::<_, Option<i32>>(5).map(|s| s as u16),
+        error: r.get(6),
+        request_headers: serde_json::from_value(headers)
+            .map_err(|e| StoreError::Corrupt(format!("attempt headers: {e}")))?,
+        response_body: r.get(8),
+        url: r.get(9),
+        manual: r.get(10),
+    })
+}
+
+impl DeliveryLog for PgStore {
+    async fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        let Some(ulid) = ids::parse(DELIVERY, id) else {
+            return Ok(None);
+        };
+        self.db
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.id = $1"),
+                &[&ulid.to_be_bytes().to_vec()],
+            )
+            .await?
+            .map(|r| delivery_from(&r))
+            .transpose()
+    }
+
+    /// The event and its payload bytes.
+    async fn event(&self, id: &str) -> Result<Option<(EventMeta, Bytes)>, StoreError> {
+        Ok(self
+            .event_with_deliveries(id)
+            .await?
+            .map(|(meta, payload, _)| (meta, payload)))
+    }
+
+    /// The event, its payload bytes and its deliveries as they are now, in fan-out order.
+    async fn event_with_deliveries(
+        &self,
+        id: &str,
+    ) -> Result<Option<(EventMeta, Bytes, Vec<Delivery>)>, StoreError> {
+        let Some(ulid) = ids::parse(EVENT, id) else {
+            return Ok(None);
+        };
+        let key = ulid.to_be_bytes().to_vec();
+        let client = self.db.client().await?;
+        let Some(e) = client
+            .query_opt(
+                "SELECT account_id, type, received_at, idempotency_key, debounce_key,
+                        ordering_key, payload, labels
+                 FROM events WHERE id = $1",
+                &[&key],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let deliveries: Vec<Delivery> = client
+            .query(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE d.event_id = $1 ORDER BY d.id"
+                ),
+                &[&key],
+            )
+            .await?
+            .iter()
+            .map(delivery_from)
+            .collect::<Result<_, _>>()?;
+        let (channels, tags) = super::rows::labels_of(e.get(7));
+        let meta = EventMeta {
+            id: ids::format(EVENT, ulid),
+            account_id: e.get(0),
+            event_type: e.get(1),
+            received_at: e.get(2),
+            idempotency_key: e.get(3),
+            debounce_key: e.get(4),
+            ordering_key: e.get(5),
+            channels,
+            tags,
+            request_key: None,
+            deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
+        };
+        let payload: Vec<u8> = e.get(6);
+        Ok(Some((meta, Bytes::from(payload), deliveries)))
+    }
+
+    /// Every attempt of a delivery, oldest first.
+    async fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let Some(ulid) = ids::parse(DELIVERY, delivery_id) else {
+            return Ok(Vec::new());
+        };
+        self.db
+            .client()
+            .await?
+            .query(
+                "SELECT id, number, at, duration_ms, status, http_status, error, request_headers,
+                        response_body, url, manual
+                 FROM attempts WHERE delivery_id = $1 ORDER BY number",
+                &[&ulid.to_be_bytes().to_vec()],
+            )
+            .await?
+            .iter()
+            .map(attempt_from)
+            .collect()
+    }
+
+    /// Deliveries newest first, after `cursor`, matching `filter`; the next page's cursor, or
+    /// `None` at the end.
+    async fn list_deliveries(
+        &self,
+        filter: DeliveryFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
+        let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
+        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
+            params.push(value);
+            sql.push_str(&clause.replace('?', &format!("${}", params.len())));
+        };
+        if let Some(c) = &cursor {
+            match ids::parse(DELIVERY, c) {
+                Some(u) => bind(
+                    &mut sql,
+                    " AND d.id < ?",
+                    Box::new(u.to_be_bytes().to_vec()),
+                ),
+                None => return Ok((Vec::new(), None)),
+            }
+        }
+        if let Some(a) = &filter.account_id {
+            bind(&mut sql, " AND d.account_id = ?", Box::new(a.clone()));
+        }
+        if let Some(e) = &filter.endpoint_id {
+            if ids::parse(ENDPOINT, e).is_none() {
+                return Ok((Vec::new(), None));
+            }
+            bind(&mut sql, " AND d.endpoint_id = ?", Box::new(e.clone()));
+        }
+        if let Some(t) = &filter.event_type {
+            bind(&mut sql, " AND d.event_type = ?", Box::new(t.clone()));
+        }
+        if let Some(s) = filter.state {
+            bind(
+                &mut sql,
+                " AND d.state = ?",
+                Box::new(s.as_str().to_string()),
+            );
+        }
+        if let Some(s) = filter.status {
+            bind(
+                &mut sql,
+                " AND d.last_status = ?",
+                Box::new(s.as_str().to_string()),
+            );
+        }
+        // Ids carry their event's time: the time bounds are an id range (an index's).
+        if let Some(since) = filter.since {
+            bind(
+                &mut sql,
+                " AND d.id >= ?",
+                Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
+            );
+        }
+        if let Some(until) = filter.until {
+            bind(
+                &mut sql,
+                " AND d.id < ?",
+                Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
+            );
+        }
+        bind(
+            &mut sql,
+            " ORDER BY d.id DESC LIMIT ?",
+            Box::new(limit as i64),
+        );
+        let refs: Vec<&(dyn ToSql + Sync)> = params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        let items: Vec<Delivery> = self
+            .db
+            .client()
+            .await?
+            .query(&sql, &refs)
+            .await?
+            .iter()
+            .map(delivery_from)
+            .collect::<Result<_, _>>()?;
+        let next = (items.len() == limit)
+            .then(|| items.last().map(|d| d.id.clone()))
+            .flatten();
+        Ok((items, next))
+    }
+
+    /// How many of the endpoint's deliveries are pending. (Pending is exactly `due_at IS NOT
+    /// NULL`: these queries read the pending deliveries' partial indexes, not the whole log.)
+    async fn endpoint_pending(&self, endpoint_id: &str) -> Result<u64, StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_one(
+                "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND due_at IS NOT NULL",
+                &[&endpoint_id],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+}

@@ -1,0 +1,261 @@
+//! Endpoints' attempts per minute on the embedded store, for the charts: one row per endpoint
+//! and minute with attempts, holding its counts as JSON by status name. Rows are added to by
+//! the engine's flusher every few seconds and trimmed to the last day.
+//!
+//! A row's key is its hour, the endpoint id, a NUL and the minute (both times as
+//! order-preserving big-endian numbers, [`time_bytes`]): time first, so trimming the past day
+//! removes a key range (whole hours, and the rows of the one hour the cut falls in) instead of
+//! scanning every endpoint's rows, and an endpoint's minutes of one hour are one key range, so
+//! reading an endpoint's last day is a range per hour (25 of them) whatever the number of
+//! endpoints.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::blocking;
+use super::SledStore;
+use herald_core::clock::Millis;
+use herald_store::contract::Minutes;
+use herald_store::{Minute, StoreError};
+
+/// The rows of an hour sit together ([`key`]).
+const HOUR_MS: Millis = 3_600_000;
+
+#[derive(Serialize, Deserialize, Default)]
+struct Row {
+    counts: BTreeMap<String, u64>,
+    latency_sum_ms: u64,
+    latency_max_ms: u64,
+}
+
+/// A time as 8 bytes that sort as the times do (the sign bit flipped, big-endian).
+fn time_bytes(at: Millis) -> [u8; 8] {
+    ((at as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of(bytes: &[u8]) -> Option<Millis> {
+    let b: [u8; 8] = bytes.try_into().ok()?;
+    Some((u64::from_be_bytes(b) ^ (1 << 63)) as Millis)
+}
+
+/// The start of the hour `at` is in (saturating: [`Millis::MIN`] reads from the first row).
+fn hour_of(at: Millis) -> Millis {
+    at.saturating_sub(at.rem_euclid(HOUR_MS))
+}
+
+/// The row of the endpoint's minute starting at `at`: its hour, the endpoint id, a NUL, `at`.
+pub(super) fn key(endpoint_id: &str, at: Millis) -> Vec<u8> {
+    let mut k = endpoint_prefix(hour_of(at), endpoint_id);
+    k.extend_from_slice(&time_bytes(at));
+    k
+}
+
+/// The start of the endpoint's rows in the hour starting at `hour`.
+fn endpoint_prefix(hour: Millis, endpoint_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(endpoint_id.len() + 17);
+    k.extend_from_slice(&time_bytes(hour));
+    k.extend_from_slice(endpoint_id.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The minute's start from a key (`None` for a key that is not one of this tree's).
+pub(super) fn at_of(key: &[u8]) -> Option<Millis> {
+    time_of(key.get(key.len().checked_sub(8)?..)?)
+}
+
+/// The hour from a key.
+fn hour_of_key(key: &[u8]) -> Option<Millis> {
+    time_of(key.get(..8)?)
+}
+
+fn decode(at: Millis, bytes: &[u8]) -> Result<Minute, StoreError> {
+    let row: Row = serde_json::from_slice(bytes)
+        .map_err(|e| StoreError::Corrupt(format!("minute row: {e}")))?;
+    let mut m = Minute {
+        at,
+        latency_sum_ms: row.latency_sum_ms,
+        latency_max_ms: row.latency_max_ms,
+        ..Minute::default()
+    };
+    for (name, n) in &row.counts {
+        m.set_named(name, *n);
+    }
+    Ok(m)
+}
+
+fn encode(m: &Minute) -> Result<Vec<u8>, StoreError> {
+    let row = Row {
+        counts: m
+            .named_counts()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), u64::from(v)))
+            .collect(),
+        latency_sum_ms: m.latency_sum_ms,
+        latency_max_ms: m.latency_max_ms,
+    };
+    serde_json::to_vec(&row).map_err(|e| StoreError::Encode(e.to_string()))
+}
+
+/// Rows removed per sled batch when trimming.
+const TRIM_BATCH: usize = 1000;
+
+impl SledStore {
+    pub fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+        let tree = &self.inner.trees.minutes;
+        // Only endpoints that exist, looked at under the lock their deletes take: a delete (a
+        // purge) comes after, and its account's minutes are dropped after it, or before, and
+        // none is added.
+        let _endpoints = self.lock_endpoint_writes();
+        for (endpoint_id, m) in minutes {
+            if self.directory.endpoint(&endpoint_id).is_none() {
+                continue;
+            }
+            let k = key(&endpoint_id, m.at);
+            // Read, add, write back only if nobody wrote meanwhile (one flusher per process
+            // writes; the loop only guards against a purge or a trim in between).
+            loop {
+                let old = tree.get(&k)?;
+                let mut sum = match &old {
+                    Some(v) => decode(m.at, v)?,
+                    None => Minute {
+                        at: m.at,
+                        ..Minute::default()
+                    },
+                };
+                sum.add(&m);
+                let new = encode(&sum)?;
+                if tree.compare_and_swap(&k, old, Some(new))?.is_ok() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let mut out = Vec::new();
+        self.each_endpoint_row(endpoint_id, from, |k, v| {
+            if let Some(at) = at_of(k) {
+                out.push(decode(at, v)?);
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each of the endpoint's rows from the minute starting at `from` on, oldest
+    /// first: for each hour that has rows (found by one seek), the endpoint's range in it.
+    fn each_endpoint_row(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let tree = &self.inner.trees.minutes;
+        let mut hour = hour_of(from);
+        loop {
+            let Some(item) = tree.range(time_bytes(hour)..).next() else {
+                return Ok(());
+            };
+            let (first, _) = item?;
+            hour =
+                hour_of_key(&first).ok_or_else(|| StoreError::Corrupt("minute row key".into()))?;
+            let prefix = endpoint_prefix(hour, endpoint_id);
+            let mut start = prefix.clone();
+            start.extend_from_slice(&time_bytes(from.max(hour)));
+            let mut end = prefix;
+            if let Some(nul) = end.last_mut() {
+                *nul = 1;
+            }
+            for item in tree.range(start..end) {
+                let (k, v) = item?;
+                f(&k, &v)?;
+            }
+            match hour.checked_add(HOUR_MS) {
+                Some(next) => hour = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    pub fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+        let tree = &self.inner.trees.minutes;
+        let cut = hour_of(before);
+        let mut gone = 0;
+        // Whole hours before the cut's, then the rows of the cut's hour that start before it.
+        let whole = tree.range(..time_bytes(cut));
+        let part = tree
+            .range(time_bytes(cut)..time_bytes(cut.saturating_add(HOUR_MS)))
+            .filter(|item| {
+                item.as_ref()
+                    .map_or(true, |(k, _)| at_of(k).is_some_and(|at| at < before))
+            });
+        let mut batch = sled::Batch::default();
+        let mut in_batch = 0;
+        for item in whole.chain(part) {
+            let (k, _) = item?;
+            batch.remove(k);
+            in_batch += 1;
+            gone += 1;
+            if in_batch == TRIM_BATCH {
+                tree.apply_batch(std::mem::take(&mut batch))?;
+                in_batch = 0;
+            }
+        }
+        tree.apply_batch(batch)?;
+        Ok(gone)
+    }
+
+    /// Drops an endpoint's minutes (its account was purged).
+    pub(super) fn drop_minutes(&self, endpoint_id: &str) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        self.each_endpoint_row(endpoint_id, Millis::MIN, |k, _| {
+            batch.remove(k);
+            Ok(())
+        })?;
+        self.inner.trees.minutes.apply_batch(batch)?;
+        Ok(())
+    }
+}
+
+/// Format 9 to 10 ([`super::migrate`]): a row keyed the old way (the endpoint id, a NUL and the
+/// minute's start as a big-endian number) as today's key, `None` for a key of neither kind. An
+/// old key starts with an id (ASCII), a new one with an hour whose first byte is 0x80 or more
+/// (any time after 1970), so [`OLD_KEYS_END`] parts them.
+pub(super) fn rekey(old: &[u8]) -> Option<Vec<u8>> {
+    let nul = old.len().checked_sub(9)?;
+    if old.get(nul) != Some(&0) {
+        return None;
+    }
+    let id = std::str::from_utf8(&old[..nul]).ok()?;
+    let at = Millis::from_be_bytes(old[nul + 1..].try_into().ok()?);
+    Some(key(id, at))
+}
+
+/// Every old key sorts below this one ([`rekey`]).
+pub(super) const OLD_KEYS_END: [u8; 1] = [0x80];
+
+impl Minutes for SledStore {
+    async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
+        blocking(self, move |s| s.add_minutes(minutes)).await
+    }
+
+    async fn endpoint_minutes(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let id = endpoint_id.to_string();
+        blocking(self, move |s| s.endpoint_minutes(&id, from)).await
+    }
+
+    async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
+        blocking(self, move |s| s.trim_minutes(before)).await
+    }
+}
