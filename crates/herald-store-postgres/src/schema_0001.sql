@@ -1,4 +1,4 @@
--- herald's cluster schema, version 1 (SPEC §16). Applied by migrate.rs in one
+-- herald's cluster schema, version 1 (SPEC §16). Applied by src/store/postgres/migrate.rs in one
 -- transaction under an advisory lock. Conventions:
 --   * ids minted by herald (events, deliveries) are ULIDs stored as 16 big-endian bytes, so
 --     `ORDER BY id` is the order of time and a 16-byte key is what every index holds;
