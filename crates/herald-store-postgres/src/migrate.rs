@@ -5,6 +5,10 @@
 //! migration differs from this binary's, or that has one this binary does not know (a newer herald
 //! migrated it), is refused with a sentence saying so, never used half-understood. A migration
 //! never runs while a live node of an older herald serves the database ([`super::versions`]).
+//!
+//! So a released `schema_00NN.sql` is never edited, not even a comment: every database it
+//! migrated would be refused (the first lines still name where the files lived before the
+//! storage crates, `src/store/postgres/`).
 
 use std::time::Duration;
 
