@@ -543,80 +543,101 @@ pub async fn restore(
     progress: impl FnMut(&crate::backup::format::Totals),
 ) -> Result<crate::backup::format::Totals, String> {
     let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
-    let now = clock.now_ms();
-    let failed = |e: StoreError| format!("cannot open storage at {}: {e}", storage_label(config));
     match config.storage.backend {
-        StoreKind::Sled => {
-            let place = crate::backup::place::Place::prepare(&config.storage.path)?;
-            // A restore writes and reads nothing back: a small cache is enough.
-            let restored = match SledStore::open(
-                place.dir(),
-                config.storage.cache_capacity.min(RESTORE_CACHE),
-                clock,
-                Arc::default(),
-            ) {
-                Ok(store) => {
-                    let restored =
-                        crate::backup::restore(&Backend::Sled(store.clone()), input, now, progress)
-                            .await
-                            .map_err(|e| e.to_string());
-                    let closed = store
-                        .close()
-                        .map_err(|e| format!("cannot sync the restored store: {e}"));
-                    restored.and_then(|t| closed.map(|()| t))
-                }
-                Err(e) => Err(failed(e)),
-            };
-            match restored {
-                Ok(t) => place.commit().map(|()| t),
-                Err(e) => match place.abandon() {
-                    Ok(()) => Err(e),
-                    Err(left) => Err(format!("{e}; and {left}")),
-                },
-            }
-        }
+        StoreKind::Sled => restore_into_sled(config, clock, input, progress).await,
         #[cfg(feature = "postgres")]
-        StoreKind::Postgres => {
-            use crate::store::postgres::{Database, PgStore, RestoreHold};
-            let db = crate::store::postgres_settings(config)
-                .and_then(|s| Database::new(&s))
-                .map_err(|e| failed(e.into()))?;
-            let client = db.dedicated().await.map_err(|e| failed(e.into()))?;
-            let lease = config.storage.postgres.lease.0;
-            let hold = RestoreHold::take(client, now, lease.as_millis() as i64)
-                .await
-                .map_err(|e| format!("cannot restore into {}: {e}", storage_label(config)))?;
-            let restored = match PgStore::with_database(db, clock, lease).await {
-                Ok(store) => {
-                    let store = Arc::new(store);
-                    let restored = crate::backup::restore(
-                        &Backend::Postgres(store.clone()),
-                        input,
-                        now,
-                        progress,
-                    )
-                    .await
-                    .map_err(|e| e.to_string());
-                    // The store registered as a node to read the database: the restore is no
-                    // node that serves, so it leaves no row behind.
-                    let left = store.leave().await.map(|_| ()).map_err(failed);
-                    restored.and_then(|t| left.map(|()| t))
-                }
-                Err(e) => Err(failed(e)),
-            };
-            if let Err(e) = &restored {
-                if let Err(left) = hold.undo().await {
-                    hold.release().await;
-                    return Err(format!(
-                        "{e}; and emptying what it wrote failed ({left}): drop and create the \
-                         database before restoring again"
-                    ));
-                }
-            }
-            hold.release().await;
-            restored
-        }
+        StoreKind::Postgres => restore_into_postgres(config, clock, input, progress).await,
         #[cfg(not(feature = "postgres"))]
         StoreKind::Postgres => Err("this herald was built without the `postgres` feature".into()),
     }
+}
+
+fn open_failed(config: &Config, e: StoreError) -> String {
+    format!("cannot open storage at {}: {e}", storage_label(config))
+}
+
+/// A restore into a new data directory beside the configured one, renamed into place once
+/// whole and synced ([`crate::backup::place`]).
+async fn restore_into_sled(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    input: impl std::io::Read + Send + 'static,
+    progress: impl FnMut(&crate::backup::format::Totals),
+) -> Result<crate::backup::format::Totals, String> {
+    let now = clock.now_ms();
+    let failed = |e: StoreError| open_failed(config, e);
+    let place = crate::backup::place::Place::prepare(&config.storage.path)?;
+    // A restore writes and reads nothing back: a small cache is enough.
+    let restored = match SledStore::open(
+        place.dir(),
+        config.storage.cache_capacity.min(RESTORE_CACHE),
+        clock,
+        Arc::default(),
+    ) {
+        Ok(store) => {
+            let restored =
+                crate::backup::restore(&Backend::Sled(store.clone()), input, now, progress)
+                    .await
+                    .map_err(|e| e.to_string());
+            let closed = store
+                .close()
+                .map_err(|e| format!("cannot sync the restored store: {e}"));
+            restored.and_then(|t| closed.map(|()| t))
+        }
+        Err(e) => Err(failed(e)),
+    };
+    match restored {
+        Ok(t) => place.commit().map(|()| t),
+        Err(e) => match place.abandon() {
+            Ok(()) => Err(e),
+            Err(left) => Err(format!("{e}; and {left}")),
+        },
+    }
+}
+
+/// A restore into the cluster's database, under the hold that keeps nodes out, emptied again
+/// if it fails.
+#[cfg(feature = "postgres")]
+async fn restore_into_postgres(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    input: impl std::io::Read + Send + 'static,
+    progress: impl FnMut(&crate::backup::format::Totals),
+) -> Result<crate::backup::format::Totals, String> {
+    use crate::store::postgres::{Database, PgStore, RestoreHold};
+    let now = clock.now_ms();
+    let failed = |e: StoreError| open_failed(config, e);
+    let db = crate::store::postgres_settings(config)
+        .and_then(|s| Database::new(&s))
+        .map_err(|e| failed(e.into()))?;
+    let client = db.dedicated().await.map_err(|e| failed(e.into()))?;
+    let lease = config.storage.postgres.lease.0;
+    let hold = RestoreHold::take(client, now, lease.as_millis() as i64)
+        .await
+        .map_err(|e| format!("cannot restore into {}: {e}", storage_label(config)))?;
+    let restored = match PgStore::with_database(db, clock, lease).await {
+        Ok(store) => {
+            let store = Arc::new(store);
+            let restored =
+                crate::backup::restore(&Backend::Postgres(store.clone()), input, now, progress)
+                    .await
+                    .map_err(|e| e.to_string());
+            // The store registered as a node to read the database: the restore is no
+            // node that serves, so it leaves no row behind.
+            let left = store.leave().await.map(|_| ()).map_err(failed);
+            restored.and_then(|t| left.map(|()| t))
+        }
+        Err(e) => Err(failed(e)),
+    };
+    if let Err(e) = &restored {
+        if let Err(left) = hold.undo().await {
+            hold.release().await;
+            return Err(format!(
+                "{e}; and emptying what it wrote failed ({left}): drop and create the \
+                 database before restoring again"
+            ));
+        }
+    }
+    hold.release().await;
+    restored
 }

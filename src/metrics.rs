@@ -100,14 +100,17 @@ impl Metrics {
     /// The text exposition format (version 0.0.4).
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(8 * 1024);
-        let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        };
+        self.render_deliveries(&mut out);
+        render_gauges(&mut out, g);
+        self.render_failures(&mut out);
+        self.render_store(&mut out);
+        out
+    }
+
+    /// Events ingested, attempts by status and their timings.
+    fn render_deliveries(&self, out: &mut String) {
         counter(
-            &mut out,
+            out,
             "herald_events_ingested_total",
             "Events acknowledged (stored durably) at ingest.",
             self.store.events_ingested.load(Ordering::Relaxed),
@@ -126,52 +129,27 @@ impl Metrics {
             );
         }
         self.attempt_duration.render(
-            &mut out,
+            out,
             "herald_attempt_duration_seconds",
             "Duration of sent attempts, connect to response.",
         );
         self.ingest_to_first_attempt.render(
-            &mut out,
+            out,
             "herald_ingest_to_first_attempt_seconds",
             "Time from ingest to a delivery's first attempt.",
         );
-        let _ = writeln!(
-            out,
-            "# HELP herald_deliveries Deliveries by state (the queue is `pending`).\n\
-             # TYPE herald_deliveries gauge"
-        );
-        for (state, n) in &g.deliveries_by_state {
-            let _ = writeln!(out, "herald_deliveries{{state=\"{state}\"}} {n}");
-        }
-        let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        gauge(
-            &mut out,
-            "herald_due_deliveries",
-            "Pending deliveries in the in-memory due index.",
-            g.due as u64,
-        );
-        gauge(
-            &mut out,
-            "herald_in_flight_attempts",
-            "Attempts running now.",
-            g.in_flight as u64,
-        );
-        gauge(
-            &mut out,
-            "herald_storage_bytes",
-            "Size of the data directory's store on disk.",
-            g.storage_bytes,
-        );
+    }
+
+    /// Breakers opened, quota checks failed open, alert mails by result.
+    fn render_failures(&self, out: &mut String) {
         counter(
-            &mut out,
+            out,
             "herald_breaker_openings_total",
             "Times an endpoint's circuit breaker opened.",
             self.breaker_openings.load(Ordering::Relaxed),
         );
         counter(
-            &mut out,
+            out,
             "herald_quota_check_failures_total",
             "Quota checks that failed on a storage error and were allowed (fail open).",
             self.quota_check_failures.load(Ordering::Relaxed),
@@ -189,18 +167,62 @@ impl Metrics {
                 self.alerts(r)
             );
         }
+    }
+
+    /// The store's commits and their syncs.
+    fn render_store(&self, out: &mut String) {
         self.store.commit_batch_size.render(
-            &mut out,
+            out,
             "herald_commit_batch_size",
             "Events acknowledged by one group commit (one fsync).",
         );
         self.store.fsync_duration.render(
-            &mut out,
+            out,
             "herald_fsync_duration_seconds",
             "Duration of a group commit's flush and fsync.",
         );
-        out
     }
+}
+
+/// Deliveries by state, the due index, attempts in flight and the store's size.
+fn render_gauges(out: &mut String, g: &Gauges) {
+    let _ = writeln!(
+        out,
+        "# HELP herald_deliveries Deliveries by state (the queue is `pending`).\n\
+         # TYPE herald_deliveries gauge"
+    );
+    for (state, n) in &g.deliveries_by_state {
+        let _ = writeln!(out, "herald_deliveries{{state=\"{state}\"}} {n}");
+    }
+    gauge(
+        out,
+        "herald_due_deliveries",
+        "Pending deliveries in the in-memory due index.",
+        g.due as u64,
+    );
+    gauge(
+        out,
+        "herald_in_flight_attempts",
+        "Attempts running now.",
+        g.in_flight as u64,
+    );
+    gauge(
+        out,
+        "herald_storage_bytes",
+        "Size of the data directory's store on disk.",
+        g.storage_bytes,
+    );
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 
 #[cfg(test)]

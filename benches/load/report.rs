@@ -300,362 +300,14 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
         machine.cpu
     );
     println!();
-    let verdict = |name: &str| {
-        r.verdicts()
-            .into_iter()
-            .find(|v| v.0 == name)
-            .map(|v| (v.1, mark(v.3)))
-    };
-    let mut rows: Vec<[String; 4]> = Vec::new();
-    let mut row = |figure: String, measured: String, v: Option<(String, &str)>| {
-        let (t, m) = v.unwrap_or_default();
-        rows.push([figure, measured, t, m.to_string()]);
-    };
-    if let Some(i) = &r.single {
-        row(
-            format!("single ingest, {} clients (202/s)", opts.clients),
-            format!("{}/s", thousands(i.events_per_s)),
-            verdict("single_ingest_per_s"),
-        );
-        row(
-            "  ack latency p50 / p99".into(),
-            format!("{:.1} / {:.1} ms", i.ack_p50_ms, i.ack_p99_ms),
-            None,
-        );
-        row(
-            "  deliveries meanwhile".into(),
-            format!("{}/s", thousands(i.arrived_per_s)),
-            None,
-        );
-    }
-    if let Some(i) = &r.single_no_endpoint {
-        row(
-            "  same, account without endpoint".into(),
-            format!("{}/s", thousands(i.events_per_s)),
-            None,
-        );
-    }
-    if let Some(i) = &r.batch {
-        row(
-            format!(
-                "batch ingest, {}×{} (events/s)",
-                opts.batch_clients, opts.batch_size
-            ),
-            format!("{}/s", thousands(i.events_per_s)),
-            verdict("batch_ingest_per_s"),
-        );
-        row(
-            "  deliveries meanwhile".into(),
-            format!("{}/s", thousands(i.arrived_per_s)),
-            None,
-        );
-    }
-    if let Some(i) = &r.batch_no_endpoint {
-        row(
-            "  same, account without endpoint".into(),
-            format!("{}/s", thousands(i.events_per_s)),
-            None,
-        );
-    }
-    if let Some(e) = &r.e2e {
-        row(
-            "end-to-end deliveries/s, one receiver".into(),
-            format!("{}/s", thousands(e.deliveries_per_s)),
-            verdict("end_to_end_per_s"),
-        );
-        row(
-            format!(
-                "  ingest meanwhile (offered {}/s in batches of {})",
-                thousands(opts.e2e_rate),
-                opts.e2e_batch
-            ),
-            format!("{}/s", thousands(e.ingest_per_s)),
-            None,
-        );
-        row(
-            "  backlog when ingest stopped".into(),
-            thousands(e.backlog as f64),
-            None,
-        );
-        if let Some(n) = e.statements_per_delivery {
-            row(
-                "  SQL statements per delivered event".into(),
-                format!("{n:.2}"),
-                None,
-            );
-        }
-        if let Some(d) = e.drain_per_s {
-            row(
-                "  drain rate, no ingest".into(),
-                format!("{}/s", thousands(d)),
-                None,
-            );
-        }
-    }
-    if let Some(l) = &r.latency {
-        row(
-            format!(
-                "ingest→arrival @ {}/s: p50 / p90",
-                thousands(l.offered_per_s)
-            ),
-            format!("{:.1} / {:.1} ms", l.ms[0], l.ms[1]),
-            None,
-        );
-        row(
-            "  p99".into(),
-            format!("{:.1} ms", l.ms[2]),
-            verdict("latency_p99_ms"),
-        );
-        row(
-            "  p99.9 / max".into(),
-            format!("{:.1} / {:.1} ms", l.ms[3], l.ms[4]),
-            None,
-        );
-        row(
-            "  measured / missing / errors".into(),
-            format!("{} / {} / {}", l.measured, l.missing, l.errors),
-            None,
-        );
-    }
-    if let Some(rss) = r.peak_rss() {
-        row("herald peak RSS (max over phases)".into(), mib(rss), None);
-    }
-    if let (Some(d), Some(e)) = (r.disk_per_event(), &r.e2e) {
-        let of = format!(
-            "{} of {} delivered",
-            thousands(e.delivered as f64),
-            thousands(e.ingested as f64)
-        );
-        row(
-            format!("disk bytes per delivered event ({of})"),
-            thousands(d),
-            None,
-        );
-    }
-    if let (Some(base), Some(dead)) = (&r.e2e, &r.isolation) {
-        row(
-            "isolation: healthy e2e without / with dead".into(),
-            format!(
-                "{}/s / {}/s",
-                thousands(base.deliveries_per_s),
-                thousands(dead.deliveries_per_s)
-            ),
-            None,
-        );
-        if let Some(ratio) = r.isolation_ratio() {
-            row(
-                "  ratio".into(),
-                format!("{:.0} %", ratio * 100.0),
-                verdict("isolation_ratio"),
-            );
-        }
-        if let Some(control) = &r.isolation_control {
-            let c = control.deliveries_per_s;
-            let vs = if c > 0.0 {
-                format!(
-                    " ({:.0} % of it with dead)",
-                    dead.deliveries_per_s / c * 100.0
-                )
-            } else {
-                String::new()
-            };
-            row(
-                "  control: with a second healthy endpoint".into(),
-                format!("{}/s{vs}", thousands(c)),
-                None,
-            );
-        }
-    }
-    if let Some(o) = &r.ordered_keys {
-        row(
-            "ordered endpoint, 100 keys: deliveries/s".into(),
-            format!("{}/s", thousands(o.deliveries_per_s)),
-            verdict("ordered_100_keys_per_s"),
-        );
-    }
-    if let Some(o) = &r.ordered_one {
-        // Offered more than one sequence carries: its pace is one delivery per round trip
-        // (attempt, record, next), under ingest and in the drain without it.
-        let rtt = |pace: f64| if pace > 0.0 { 1000.0 / pace } else { 0.0 };
-        let under = o.deliveries_per_s;
-        row(
-            "ordered endpoint, one key: deliveries/s (ms each)".into(),
-            format!("{}/s ({:.2} ms)", thousands(under), rtt(under)),
-            None,
-        );
-        if let Some(d) = o.drain_per_s {
-            row(
-                "  drain, no ingest".into(),
-                format!("{}/s ({:.2} ms)", thousands(d), rtt(d)),
-                None,
-            );
-        }
-    }
-    if let Some(b) = &r.backlog {
-        row(
-            format!(
-                "backlog: peak RSS with {} pending",
-                thousands(b.pending as f64)
-            ),
-            b.peak_rss.map_or("?".into(), mib),
-            verdict("backlog_peak_rss_bytes"),
-        );
-        row(
-            "  ingest rate while it piled up".into(),
-            format!("{}/s", thousands(b.ingest_per_s)),
-            None,
-        );
-        row(
-            "  after kill -9: /healthz 200 after".into(),
-            format!("{:.2} s", b.healthz_after_restart.as_secs_f64()),
-            verdict("healthz_after_restart_s"),
-        );
-        row(
-            "  pending found / peak RSS after the restart".into(),
-            format!(
-                "{} / {}",
-                thousands(b.pending_after_restart as f64),
-                b.peak_rss_after_restart.map_or("?".into(), mib)
-            ),
-            None,
-        );
-    }
-    if let Some(h) = &r.history {
-        row(
-            format!(
-                "history: {} attempts in the log ({} on disk)",
-                thousands(h.attempts as f64),
-                mib(h.disk_bytes)
-            ),
-            format!("prefilled in {:.0} s", h.prefill_s),
-            None,
-        );
-        let ratios = r.history_ratios();
-        let vs = |empty: f64, full: f64, ratio: Option<f64>| {
-            let pct = ratio.map_or(String::new(), |x| format!(" ({:.0} %)", x * 100.0));
-            format!("{}/s → {}/s{pct}", thousands(empty), thousands(full))
-        };
-        row(
-            format!("  single ingest, {} clients: empty → full", opts.clients),
-            vs(
-                h.empty.0.events_per_s,
-                h.full.0.events_per_s,
-                ratios.map(|r| r.0),
-            ),
-            verdict("history_single_ratio"),
-        );
-        row(
-            format!(
-                "  end-to-end (offered {}/s): empty → full",
-                thousands(h.e2e_rate)
-            ),
-            vs(
-                h.empty.1.deliveries_per_s,
-                h.full.1.deliveries_per_s,
-                ratios.map(|r| r.1),
-            ),
-            verdict("history_e2e_ratio"),
-        );
-        if let Some(log) = &h.account_log {
-            row(
-                format!(
-                    "  an account's log ({} of them), first page: p50 / p95",
-                    log.deliveries
-                ),
-                format!(
-                    "{:.1} / {:.1} ms (max {:.1})",
-                    log.p50_ms, log.p95_ms, log.max_ms
-                ),
-                verdict("account_log_p95_ms"),
-            );
-        }
-    }
-    if let Some(ret) = &r.retention {
-        if let Some((from, to, growth)) = r.retention_growth() {
-            row(
-                format!(
-                    "retention {} s, {}/s: disk at 1.5× / {}× retention",
-                    ret.retention_s,
-                    thousands(ret.rate),
-                    crate::scale::RETENTION_SPAN
-                ),
-                format!(
-                    "{} / {} ({:+.1} %, without retention {:+.0} %)",
-                    mib(from),
-                    mib(to),
-                    growth * 100.0,
-                    (crate::scale::RETENTION_SPAN / 1.5 - 1.0) * 100.0
-                ),
-                verdict("retention_disk_growth"),
-            );
-        }
-    }
-    if let Some(k) = &r.keys {
-        if let Some((t, disk, rss)) = k.soak.last() {
-            row(
-                format!(
-                    "every event keyed, retention {} s, {}/s: data dir after {t:.0} s",
-                    k.soak.retention_s,
-                    thousands(k.soak.rate)
-                ),
-                format!("{:.0} MB", disk as f64 / 1e6),
-                verdict("keys_disk_bytes"),
-            );
-            row(
-                "  herald RSS then".into(),
-                mib(rss),
-                verdict("keys_rss_bytes"),
-            );
-        }
-        if let Some(marginal) = k.bytes_per_key() {
-            row(
-                format!(
-                    "  data dir per key ({} keyed events vs as many unkeyed)",
-                    thousands(k.keyed.acked as f64)
-                ),
-                format!("{marginal:.0} bytes"),
-                None,
-            );
-        }
-        if let Some(per_key) = k.keys_db_per_key() {
-            row(
-                format!(
-                    "  disk per live idempotency key (keys' tables / {} keys)",
-                    thousands(k.keyed.acked as f64)
-                ),
-                format!("{per_key:.0} bytes"),
-                verdict("idempotency_key_bytes"),
-            );
-            row(
-                format!(
-                    "  24 h of keys at {}/s (a retention of a day or more keeps them 24 h)",
-                    thousands(k.keyed.rate)
-                ),
-                format!("{:.1} GB", per_key * k.keyed.rate * 86_400.0 / 1e9),
-                None,
-            );
-        }
-    }
-    let widths: Vec<usize> = (0..4)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let pad = |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
-    println!(
-        "{}  {}  target",
-        pad("figure", widths[0]),
-        pad("measured", widths[1])
-    );
-    println!("{}", "-".repeat(widths.iter().sum::<usize>() + 8));
-    for r in &rows {
-        let target = format!("{} {}", r[2], r[3]);
-        println!(
-            "{}  {}  {}",
-            pad(&r[0], widths[0]),
-            pad(&r[1], widths[1]),
-            target.trim_end()
-        );
-    }
-    println!();
+    let mut t = Table::new(r);
+    ingest_rows(&mut t, opts, r);
+    delivery_rows(&mut t, opts, r);
+    resource_rows(&mut t, r);
+    ordering_rows(&mut t, r);
+    history_rows(&mut t, opts, r);
+    retention_rows(&mut t, r);
+    t.print();
     println!(
         "CPU during each phase (cores busy; the machine has {}):",
         machine.cores
@@ -701,6 +353,413 @@ pub fn print_table(opts: &Opts, machine: &Machine, r: &Results) {
         "targets met: {met} of {judged} judged   (total {:.0} s)",
         r.elapsed_s
     );
+}
+
+/// The table's rows: (figure, measured, target, whether met), and the verdicts they show.
+struct Table {
+    rows: Vec<[String; 4]>,
+    verdicts: Vec<(&'static str, String, f64, Option<bool>)>,
+}
+
+impl Table {
+    fn new(r: &Results) -> Table {
+        Table {
+            rows: Vec::new(),
+            verdicts: r.verdicts(),
+        }
+    }
+
+    /// The target of the verdict `name` and its mark.
+    fn verdict(&self, name: &str) -> Option<(String, &'static str)> {
+        self.verdicts
+            .iter()
+            .find(|v| v.0 == name)
+            .map(|v| (v.1.clone(), mark(v.3)))
+    }
+
+    fn row(&mut self, figure: String, measured: String, v: Option<(String, &str)>) {
+        let (t, m) = v.unwrap_or_default();
+        self.rows.push([figure, measured, t, m.to_string()]);
+    }
+
+    fn print(&self) {
+        let widths: Vec<usize> = (0..4)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let pad =
+            |s: &str, w: usize| format!("{s}{}", " ".repeat(w.saturating_sub(s.chars().count())));
+        println!(
+            "{}  {}  target",
+            pad("figure", widths[0]),
+            pad("measured", widths[1])
+        );
+        println!("{}", "-".repeat(widths.iter().sum::<usize>() + 8));
+        for r in &self.rows {
+            let target = format!("{} {}", r[2], r[3]);
+            println!(
+                "{}  {}  {}",
+                pad(&r[0], widths[0]),
+                pad(&r[1], widths[1]),
+                target.trim_end()
+            );
+        }
+        println!();
+    }
+}
+
+/// Ingest, one event a request and in batches.
+fn ingest_rows(t: &mut Table, opts: &Opts, r: &Results) {
+    if let Some(i) = &r.single {
+        t.row(
+            format!("single ingest, {} clients (202/s)", opts.clients),
+            format!("{}/s", thousands(i.events_per_s)),
+            t.verdict("single_ingest_per_s"),
+        );
+        t.row(
+            "  ack latency p50 / p99".into(),
+            format!("{:.1} / {:.1} ms", i.ack_p50_ms, i.ack_p99_ms),
+            None,
+        );
+        t.row(
+            "  deliveries meanwhile".into(),
+            format!("{}/s", thousands(i.arrived_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.single_no_endpoint {
+        t.row(
+            "  same, account without endpoint".into(),
+            format!("{}/s", thousands(i.events_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.batch {
+        t.row(
+            format!(
+                "batch ingest, {}×{} (events/s)",
+                opts.batch_clients, opts.batch_size
+            ),
+            format!("{}/s", thousands(i.events_per_s)),
+            t.verdict("batch_ingest_per_s"),
+        );
+        t.row(
+            "  deliveries meanwhile".into(),
+            format!("{}/s", thousands(i.arrived_per_s)),
+            None,
+        );
+    }
+    if let Some(i) = &r.batch_no_endpoint {
+        t.row(
+            "  same, account without endpoint".into(),
+            format!("{}/s", thousands(i.events_per_s)),
+            None,
+        );
+    }
+}
+
+/// Deliveries end to end, and the latency from ingest to arrival.
+fn delivery_rows(t: &mut Table, opts: &Opts, r: &Results) {
+    if let Some(e) = &r.e2e {
+        t.row(
+            "end-to-end deliveries/s, one receiver".into(),
+            format!("{}/s", thousands(e.deliveries_per_s)),
+            t.verdict("end_to_end_per_s"),
+        );
+        t.row(
+            format!(
+                "  ingest meanwhile (offered {}/s in batches of {})",
+                thousands(opts.e2e_rate),
+                opts.e2e_batch
+            ),
+            format!("{}/s", thousands(e.ingest_per_s)),
+            None,
+        );
+        t.row(
+            "  backlog when ingest stopped".into(),
+            thousands(e.backlog as f64),
+            None,
+        );
+        if let Some(n) = e.statements_per_delivery {
+            t.row(
+                "  SQL statements per delivered event".into(),
+                format!("{n:.2}"),
+                None,
+            );
+        }
+        if let Some(d) = e.drain_per_s {
+            t.row(
+                "  drain rate, no ingest".into(),
+                format!("{}/s", thousands(d)),
+                None,
+            );
+        }
+    }
+    if let Some(l) = &r.latency {
+        t.row(
+            format!(
+                "ingest→arrival @ {}/s: p50 / p90",
+                thousands(l.offered_per_s)
+            ),
+            format!("{:.1} / {:.1} ms", l.ms[0], l.ms[1]),
+            None,
+        );
+        t.row(
+            "  p99".into(),
+            format!("{:.1} ms", l.ms[2]),
+            t.verdict("latency_p99_ms"),
+        );
+        t.row(
+            "  p99.9 / max".into(),
+            format!("{:.1} / {:.1} ms", l.ms[3], l.ms[4]),
+            None,
+        );
+        t.row(
+            "  measured / missing / errors".into(),
+            format!("{} / {} / {}", l.measured, l.missing, l.errors),
+            None,
+        );
+    }
+}
+
+/// Memory, disk, and a dead endpoint's effect on the others.
+fn resource_rows(t: &mut Table, r: &Results) {
+    if let Some(rss) = r.peak_rss() {
+        t.row("herald peak RSS (max over phases)".into(), mib(rss), None);
+    }
+    if let (Some(d), Some(e)) = (r.disk_per_event(), &r.e2e) {
+        let of = format!(
+            "{} of {} delivered",
+            thousands(e.delivered as f64),
+            thousands(e.ingested as f64)
+        );
+        t.row(
+            format!("disk bytes per delivered event ({of})"),
+            thousands(d),
+            None,
+        );
+    }
+    if let (Some(base), Some(dead)) = (&r.e2e, &r.isolation) {
+        t.row(
+            "isolation: healthy e2e without / with dead".into(),
+            format!(
+                "{}/s / {}/s",
+                thousands(base.deliveries_per_s),
+                thousands(dead.deliveries_per_s)
+            ),
+            None,
+        );
+        if let Some(ratio) = r.isolation_ratio() {
+            t.row(
+                "  ratio".into(),
+                format!("{:.0} %", ratio * 100.0),
+                t.verdict("isolation_ratio"),
+            );
+        }
+        if let Some(control) = &r.isolation_control {
+            let c = control.deliveries_per_s;
+            let vs = if c > 0.0 {
+                format!(
+                    " ({:.0} % of it with dead)",
+                    dead.deliveries_per_s / c * 100.0
+                )
+            } else {
+                String::new()
+            };
+            t.row(
+                "  control: with a second healthy endpoint".into(),
+                format!("{}/s{vs}", thousands(c)),
+                None,
+            );
+        }
+    }
+}
+
+/// Ordered deliveries and a backlog's drain.
+fn ordering_rows(t: &mut Table, r: &Results) {
+    if let Some(o) = &r.ordered_keys {
+        t.row(
+            "ordered endpoint, 100 keys: deliveries/s".into(),
+            format!("{}/s", thousands(o.deliveries_per_s)),
+            t.verdict("ordered_100_keys_per_s"),
+        );
+    }
+    if let Some(o) = &r.ordered_one {
+        // Offered more than one sequence carries: its pace is one delivery per round trip
+        // (attempt, record, next), under ingest and in the drain without it.
+        let rtt = |pace: f64| if pace > 0.0 { 1000.0 / pace } else { 0.0 };
+        let under = o.deliveries_per_s;
+        t.row(
+            "ordered endpoint, one key: deliveries/s (ms each)".into(),
+            format!("{}/s ({:.2} ms)", thousands(under), rtt(under)),
+            None,
+        );
+        if let Some(d) = o.drain_per_s {
+            t.row(
+                "  drain, no ingest".into(),
+                format!("{}/s ({:.2} ms)", thousands(d), rtt(d)),
+                None,
+            );
+        }
+    }
+    if let Some(b) = &r.backlog {
+        t.row(
+            format!(
+                "backlog: peak RSS with {} pending",
+                thousands(b.pending as f64)
+            ),
+            b.peak_rss.map_or("?".into(), mib),
+            t.verdict("backlog_peak_rss_bytes"),
+        );
+        t.row(
+            "  ingest rate while it piled up".into(),
+            format!("{}/s", thousands(b.ingest_per_s)),
+            None,
+        );
+        t.row(
+            "  after kill -9: /healthz 200 after".into(),
+            format!("{:.2} s", b.healthz_after_restart.as_secs_f64()),
+            t.verdict("healthz_after_restart_s"),
+        );
+        t.row(
+            "  pending found / peak RSS after the restart".into(),
+            format!(
+                "{} / {}",
+                thousands(b.pending_after_restart as f64),
+                b.peak_rss_after_restart.map_or("?".into(), mib)
+            ),
+            None,
+        );
+    }
+}
+
+/// The log with a large history: ingest, deliveries and an account's log.
+fn history_rows(t: &mut Table, opts: &Opts, r: &Results) {
+    if let Some(h) = &r.history {
+        t.row(
+            format!(
+                "history: {} attempts in the log ({} on disk)",
+                thousands(h.attempts as f64),
+                mib(h.disk_bytes)
+            ),
+            format!("prefilled in {:.0} s", h.prefill_s),
+            None,
+        );
+        let ratios = r.history_ratios();
+        let vs = |empty: f64, full: f64, ratio: Option<f64>| {
+            let pct = ratio.map_or(String::new(), |x| format!(" ({:.0} %)", x * 100.0));
+            format!("{}/s → {}/s{pct}", thousands(empty), thousands(full))
+        };
+        t.row(
+            format!("  single ingest, {} clients: empty → full", opts.clients),
+            vs(
+                h.empty.0.events_per_s,
+                h.full.0.events_per_s,
+                ratios.map(|r| r.0),
+            ),
+            t.verdict("history_single_ratio"),
+        );
+        t.row(
+            format!(
+                "  end-to-end (offered {}/s): empty → full",
+                thousands(h.e2e_rate)
+            ),
+            vs(
+                h.empty.1.deliveries_per_s,
+                h.full.1.deliveries_per_s,
+                ratios.map(|r| r.1),
+            ),
+            t.verdict("history_e2e_ratio"),
+        );
+        if let Some(log) = &h.account_log {
+            t.row(
+                format!(
+                    "  an account's log ({} of them), first page: p50 / p95",
+                    log.deliveries
+                ),
+                format!(
+                    "{:.1} / {:.1} ms (max {:.1})",
+                    log.p50_ms, log.p95_ms, log.max_ms
+                ),
+                t.verdict("account_log_p95_ms"),
+            );
+        }
+    }
+}
+
+/// Disk under retention, and idempotency keys over time.
+fn retention_rows(t: &mut Table, r: &Results) {
+    if let Some(ret) = &r.retention {
+        if let Some((from, to, growth)) = r.retention_growth() {
+            t.row(
+                format!(
+                    "retention {} s, {}/s: disk at 1.5× / {}× retention",
+                    ret.retention_s,
+                    thousands(ret.rate),
+                    crate::scale::RETENTION_SPAN
+                ),
+                format!(
+                    "{} / {} ({:+.1} %, without retention {:+.0} %)",
+                    mib(from),
+                    mib(to),
+                    growth * 100.0,
+                    (crate::scale::RETENTION_SPAN / 1.5 - 1.0) * 100.0
+                ),
+                t.verdict("retention_disk_growth"),
+            );
+        }
+    }
+    if let Some(k) = &r.keys {
+        if let Some((after, disk, rss)) = k.soak.last() {
+            t.row(
+                format!(
+                    "every event keyed, retention {} s, {}/s: data dir after {after:.0} s",
+                    k.soak.retention_s,
+                    thousands(k.soak.rate)
+                ),
+                format!("{:.0} MB", disk as f64 / 1e6),
+                t.verdict("keys_disk_bytes"),
+            );
+            t.row(
+                "  herald RSS then".into(),
+                mib(rss),
+                t.verdict("keys_rss_bytes"),
+            );
+        }
+        if let Some(marginal) = k.bytes_per_key() {
+            t.row(
+                format!(
+                    "  data dir per key ({} keyed events vs as many unkeyed)",
+                    thousands(k.keyed.acked as f64)
+                ),
+                format!("{marginal:.0} bytes"),
+                None,
+            );
+        }
+        if let Some(per_key) = k.keys_db_per_key() {
+            t.row(
+                format!(
+                    "  disk per live idempotency key (keys' tables / {} keys)",
+                    thousands(k.keyed.acked as f64)
+                ),
+                format!("{per_key:.0} bytes"),
+                t.verdict("idempotency_key_bytes"),
+            );
+            t.row(
+                format!(
+                    "  24 h of keys at {}/s (a retention of a day or more keeps them 24 h)",
+                    thousands(k.keyed.rate)
+                ),
+                format!("{:.1} GB", per_key * k.keyed.rate * 86_400.0 / 1e9),
+                None,
+            );
+        }
+    }
 }
 
 fn usage_json(u: &Usage) -> Value {

@@ -96,23 +96,7 @@ pub async fn send_test(
     let b: TestBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     let ep = super::endpoints::find(state, scope, id)?;
     let now = state.clock.now_ms();
-    let (event_type, payload) = match b.event_type {
-        Some(ty) => {
-            validate::event_type("type", &ty)?;
-            let payload = match state.config.catalog.events.get(&ty).and_then(sample) {
-                Some(s) => s,
-                None if ty == TEST_TYPE => generic(now),
-                None => {
-                    return Err(ApiError::field(
-                        "type",
-                        format!("type {ty:?} has no sample in the catalog"),
-                    ))
-                }
-            };
-            (ty, payload)
-        }
-        None => (TEST_TYPE.to_string(), generic(now)),
-    };
+    let (event_type, payload) = test_event(state, b.event_type, now)?;
     let payload = Bytes::from(payload.to_string());
     let fan_out = || {
         // The endpoint as the copy in memory has it (again, after another node changed it).
@@ -140,32 +124,7 @@ pub async fn send_test(
     let Some(delivery_id) = deliveries.first().map(|d| d.id.clone()) else {
         return Err(ApiError::unavailable());
     };
-    // The engine takes it at once; wait for its first attempt, bounded by the delivery limits.
-    let limit = state.config.delivery.connect_timeout.0
-        + state.config.delivery.timeout.0
-        + Duration::from_secs(2);
-    let waited = tokio::time::timeout(limit, async {
-        loop {
-            match attempted.recv().await {
-                Ok(id) if id == delivery_id => return true,
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    // Missed some announcements: look at the delivery itself.
-                    if state
-                        .store
-                        .attempts(&delivery_id)
-                        .await
-                        .is_ok_and(|a| !a.is_empty())
-                    {
-                        return true;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
-            }
-        }
-    })
-    .await
-    .unwrap_or(false);
+    let waited = first_attempt(state, &mut attempted, &delivery_id).await;
     let attempt = state
         .store
         .attempts(&delivery_id)
@@ -181,6 +140,64 @@ pub async fn send_test(
         status,
         &json!({"event_id": event_id, "delivery_id": delivery_id, "attempt": attempt}),
     ))
+}
+
+/// The test event's type and payload: the catalog's sample of `event_type`, or the generic
+/// `webhook.test` one.
+fn test_event(
+    state: &AppState,
+    event_type: Option<String>,
+    now: i64,
+) -> Result<(String, Value), ApiError> {
+    let Some(ty) = event_type else {
+        return Ok((TEST_TYPE.to_string(), generic(now)));
+    };
+    validate::event_type("type", &ty)?;
+    let payload = match state.config.catalog.events.get(&ty).and_then(sample) {
+        Some(s) => s,
+        None if ty == TEST_TYPE => generic(now),
+        None => {
+            return Err(ApiError::field(
+                "type",
+                format!("type {ty:?} has no sample in the catalog"),
+            ))
+        }
+    };
+    Ok((ty, payload))
+}
+
+/// Waits for the delivery's first attempt (the engine takes it at once), bounded by the
+/// delivery limits; whether it came.
+async fn first_attempt(
+    state: &AppState,
+    attempted: &mut tokio::sync::broadcast::Receiver<String>,
+    delivery_id: &str,
+) -> bool {
+    let limit = state.config.delivery.connect_timeout.0
+        + state.config.delivery.timeout.0
+        + Duration::from_secs(2);
+    tokio::time::timeout(limit, async {
+        loop {
+            match attempted.recv().await {
+                Ok(id) if id == delivery_id => return true,
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Missed some announcements: look at the delivery itself.
+                    if state
+                        .store
+                        .attempts(delivery_id)
+                        .await
+                        .is_ok_and(|a| !a.is_empty())
+                    {
+                        return true;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false)
 }
 
 fn generic(now: i64) -> Value {

@@ -129,10 +129,15 @@ type Spec<'a> = (&'a str, Vec<Value>, Option<Value>, Vec<(String, Value)>);
 /// the test checks every route is in).
 fn operation(route: &Route) -> Option<Value> {
     let (summary, params, req, mut responses) = server_spec(route.id)
+        .or_else(|| page_spec(route.id))
         .or_else(|| ingest_spec(route.id))
         .or_else(|| account_spec(route.id))
+        .or_else(|| portal_spec(route.id))
         .or_else(|| endpoint_spec(route.id))
-        .or_else(|| log_spec(route.id))?;
+        .or_else(|| endpoint_action_spec(route.id))
+        .or_else(|| endpoint_test_spec(route.id))
+        .or_else(|| log_spec(route.id))
+        .or_else(|| event_spec(route.id))?;
     // What any route may answer besides its own.
     match route.access {
         Access::Public => {}
@@ -278,6 +283,13 @@ fn server_spec(id: Id) -> Option<Spec<'static>> {
                 ok("The OpenAPI 3.1 document.", json!({"type": "object"})),
             )],
         ),
+        _ => return None,
+    })
+}
+
+/// The pages, their assets, the session, the status and backups.
+fn page_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
         Id::Portal | Id::Console => (
             if id == Id::Portal {
                 "The customer's portal page (it reads its token from the URL fragment)."
@@ -434,6 +446,13 @@ fn account_spec(id: Id) -> Option<Spec<'static>> {
                 e(422, "An invalid name or value."),
             ],
         ),
+        _ => return None,
+    })
+}
+
+/// Filter tests, portal sessions, the catalog's event types and the retry policies.
+fn portal_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
         Id::FilterTest => (
             "Tests a payload filter against a stored event of the account, or a type and payload.",
             vec![account()],
@@ -513,13 +532,19 @@ fn endpoint_spec(id: Id) -> Option<Spec<'static>> {
             "The account's endpoints, newest first.",
             vec![account()],
             None,
-            vec![("200".into(), ok("Endpoints.", list_of("Endpoint"))), e(422, "An invalid account id.")],
+            vec![
+                ("200".into(), ok("Endpoints.", list_of("Endpoint"))),
+                e(422, "An invalid account id."),
+            ],
         ),
         Id::EndpointGet => (
             "An endpoint with its health.",
             vec![id_param("endpoint")],
             None,
-            vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
+            vec![
+                ("200".into(), ok("The endpoint.", r("Endpoint"))),
+                e(404, "No such endpoint."),
+            ],
         ),
         Id::EndpointPatch => (
             "Changes an endpoint (a new URL clears `verified`).",
@@ -537,8 +562,18 @@ fn endpoint_spec(id: Id) -> Option<Spec<'static>> {
             "Deletes an endpoint; its pending deliveries end.",
             vec![id_param("endpoint")],
             None,
-            vec![("204".into(), json!({"description": "Deleted."})), e(404, "No such endpoint.")],
+            vec![
+                ("204".into(), json!({"description": "Deleted."})),
+                e(404, "No such endpoint."),
+            ],
         ),
+        _ => return None,
+    })
+}
+
+/// What is done to an endpoint: verification, secret rotation, pause and resume, tests, recovery, its figures.
+fn endpoint_action_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
         Id::EndpointVerify => (
             "Runs the verification handshake now.",
             vec![id_param("endpoint")],
@@ -586,6 +621,13 @@ fn endpoint_spec(id: Id) -> Option<Spec<'static>> {
             None,
             vec![("200".into(), ok("The endpoint.", r("Endpoint"))), e(404, "No such endpoint.")],
         ),
+        _ => return None,
+    })
+}
+
+/// An endpoint's test events, recovery and figures.
+fn endpoint_test_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
         Id::EndpointTest => (
             "Sends a test event (a catalog sample, or a generic `webhook.test`) now.",
             vec![id_param("endpoint")],
@@ -699,6 +741,13 @@ fn log_spec(id: Id) -> Option<Spec<'static>> {
                 e(409, "An attempt of it is running now."),
             ],
         ),
+        _ => return None,
+    })
+}
+
+/// Events, their replays, and incidents.
+fn event_spec(id: Id) -> Option<Spec<'static>> {
+    Some(match id {
         Id::EventGet => (
             "An event, its payload and its deliveries.",
             vec![id_param("event")],
@@ -753,9 +802,19 @@ fn list_of(item: &str) -> Value {
 }
 
 fn schemas() -> Value {
-    let states = DeliveryState::ALL.map(|s| s.as_str());
-    let statuses = Status::ALL.map(|s| s.as_str());
     let mut m = Map::new();
+    request_schemas(&mut m);
+    account_schemas(&mut m);
+    endpoint_schemas(&mut m);
+    endpoint_action_schemas(&mut m);
+    log_schemas(&mut m);
+    examples(&mut m);
+    Value::Object(m)
+}
+
+/// Errors, health, ingest (one event and a batch), the session and the status.
+fn request_schemas(m: &mut Map<String, Value>) {
+    let states = DeliveryState::ALL.map(|s| s.as_str());
     m.insert(
         "RetryPolicy".into(),
         json!({"type": "object", "required": ["name", "delays", "attempts", "default"], "properties": {
@@ -802,6 +861,10 @@ fn schemas() -> Value {
             "oldest_pending_at": {"type": ["string", "null"]},
             "attempts": {"type": "object"}, "attempts_by_minute": {"type": "array"},
             "open_breakers": {"type": "array"}, "endpoints_last_hour": {"type": "array"}}}));
+}
+
+/// Accounts, their secrets, purges, portal sessions and event types.
+fn account_schemas(m: &mut Map<String, Value>) {
     m.insert("AccountRequest".into(), json!({"type": "object", "minProperties": 1, "additionalProperties": false, "properties": {
             "plan": {"type": ["string", "null"]},
             "alert_emails": {"type": "array", "maxItems": 5, "items": {"type": "string", "format": "email"}}}}));
@@ -831,6 +894,11 @@ fn schemas() -> Value {
             "replaced_by": {"type": ["string", "null"], "description": "The type that replaces a deprecated one (docs/api.md, \"Versioning\")."},
             "debounce": {"type": ["object", "null"]}}}),
     );
+}
+
+/// Endpoints: their requests and answers, rate limits, ordering, filters, verification,
+/// certificates, secrets, tests, recovery and replay.
+fn endpoint_schemas(m: &mut Map<String, Value>) {
     m.insert(
         "EndpointRequest".into(),
         json!({"type": "object", "properties": {
@@ -849,7 +917,7 @@ fn schemas() -> Value {
             "additionalProperties": false,
             "properties": {"per_second": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000}}}]}),
     );
-    filter_schemas(&mut m);
+    filter_schemas(m);
     m.insert(
         "Ordering".into(),
         json!({"description": "Deliveries with the same key go one at a time in commit order; \
@@ -878,6 +946,10 @@ fn schemas() -> Value {
             "pending": {"type": "integer"}}}));
     m.insert("EndpointCreated".into(), json!({"type": "object", "required": ["endpoint"], "properties": {
             "endpoint": r("Endpoint"), "secret": {"type": "string"}, "public_key": {"type": ["string", "null"]}}}));
+}
+
+/// What is done to an endpoint: verification, certificates, secrets, tests, recovery, replay.
+fn endpoint_action_schemas(m: &mut Map<String, Value>) {
     m.insert(
         "VerifyResult".into(),
         json!({"type": "object", "required": ["verified"], "properties": {
@@ -912,6 +984,12 @@ fn schemas() -> Value {
     m.insert("ReplayResult".into(), json!({"type": "object", "required": ["event_id", "replay_of", "deliveries"], "properties": {
             "event_id": {"type": "string"}, "replay_of": {"type": "string"}, "deliveries": {"type": "array"}}}));
     m.insert("DryRun".into(), json!({"type": "object", "required": ["dry_run", "deliveries"], "properties": {"dry_run": {"type": "boolean"}, "deliveries": {"type": "integer"}}}));
+}
+
+/// The delivery log: attempts, deliveries, events, an endpoint's figures and incidents.
+fn log_schemas(m: &mut Map<String, Value>) {
+    let states = DeliveryState::ALL.map(|s| s.as_str());
+    let statuses = Status::ALL.map(|s| s.as_str());
     m.insert(
         "Attempt".into(),
         json!({"type": "object", "required": ["id", "number", "at", "status"], "properties": {
@@ -966,8 +1044,11 @@ fn schemas() -> Value {
                 "pending": {"type": "integer"}, "first_at": time(), "last_at": time(),
                 "examples": {"type": "array", "items": {"type": "string"}}}}}}}),
     );
-    // Examples of the request bodies: what a well-formed request looks like (testers start
-    // from them).
+}
+
+/// Examples of the request bodies: what a well-formed request looks like (testers start from
+/// them).
+fn examples(m: &mut Map<String, Value>) {
     for (name, example) in [
         (
             "IngestRequest",
@@ -998,7 +1079,6 @@ fn schemas() -> Value {
             schema["example"] = example;
         }
     }
-    Value::Object(m)
 }
 
 /// The OpenAPI schemas of a filter and of the filter-test route.

@@ -55,24 +55,7 @@ pub async fn download(
             String::from_utf8_lossy(&body).trim()
         ));
     }
-    // The file written is read back and synced through this same handle, never by its name.
-    let (mut out, temp, written): (Box<dyn Write>, Option<PathBuf>, Option<std::fs::File>) =
-        match target {
-            Target::File(path) => {
-                let temp = temp_name(path);
-                let file = private_file(&temp)?;
-                let again = file.try_clone().map_err(|e| {
-                    let _ = std::fs::remove_file(&temp);
-                    format!("cannot write {}: {e}", temp.display())
-                })?;
-                (
-                    Box::new(std::io::BufWriter::new(file)),
-                    Some(temp),
-                    Some(again),
-                )
-            }
-            Target::Stdout => (Box::new(std::io::stdout().lock()), None, None),
-        };
+    let (mut out, temp, written) = output(target)?;
     let removing = |e: String| {
         if let Some(t) = &temp {
             let _ = std::fs::remove_file(t);
@@ -106,19 +89,53 @@ pub async fn download(
             "the backup was cut short (herald stopped or failed; see its log)".into(),
         ));
     }
-    let (Target::File(path), Some(temp), Some(mut file)) = (target, &temp, written) else {
+    let (Target::File(path), Some(temp), Some(file)) = (target, &temp, written) else {
         return Ok(super::format::Totals {
             events: tally.events,
             deliveries: tally.deliveries,
             ..Default::default()
         });
     };
-    std::io::Seek::rewind(&mut file).map_err(|e| removing(e.to_string()))?;
+    keep(file, temp, path).map_err(removing)
+}
+
+/// Where the archive is written: stdout, or the target file's temporary name (with a second
+/// handle of it, through which it is read back and synced, never by its name).
+#[allow(clippy::type_complexity)]
+fn output(
+    target: &Target,
+) -> Result<(Box<dyn Write>, Option<PathBuf>, Option<std::fs::File>), String> {
+    Ok(match target {
+        Target::File(path) => {
+            let temp = temp_name(path);
+            let file = private_file(&temp)?;
+            let again = file.try_clone().map_err(|e| {
+                let _ = std::fs::remove_file(&temp);
+                format!("cannot write {}: {e}", temp.display())
+            })?;
+            (
+                Box::new(std::io::BufWriter::new(file)),
+                Some(temp),
+                Some(again),
+            )
+        }
+        Target::Stdout => (Box::new(std::io::stdout().lock()), None, None),
+    })
+}
+
+/// Checks the archive written to `temp` (read back through `file`), syncs it and renames it
+/// to `path`; its counts.
+fn keep(
+    mut file: std::fs::File,
+    temp: &Path,
+    path: &Path,
+) -> Result<super::format::Totals, String> {
+    std::io::Seek::rewind(&mut file).map_err(|e| e.to_string())?;
     let totals = super::format::Reader::new(std::io::BufReader::new(&file))
         .and_then(super::format::Reader::skim)
-        .map_err(|e| removing(format!("the archive received does not check: {e}")))?;
-    file.sync_all().map_err(|e| removing(e.to_string()))?;
-    std::fs::rename(temp, path).map_err(|e| removing(format!("cannot rename the archive: {e}")))?;
+        .map_err(|e| format!("the archive received does not check: {e}"))?;
+    file.sync_all().map_err(|e| e.to_string())?;
+    std::fs::rename(temp, path).map_err(|e| format!("cannot rename the archive: {e}"))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }

@@ -551,75 +551,83 @@ impl<R: Read> Reader<R> {
                 self.end_checked(index, &totals, &seen)?;
                 Ok(Some(Part::End(totals)))
             }
-            "directory" => {
-                let mut rows: Vec<DirectoryRecord> = Vec::new();
-                let mut bytes = 0;
-                while rows.len() < ARCHIVE_PAGE_EVENTS && bytes < ARCHIVE_PAGE_BYTES {
-                    let Some(line) = self.record()? else {
-                        self.close()?;
-                        break;
-                    };
-                    bytes += line.len();
-                    let row: DirectoryRecord = serde_json::from_slice(&line).map_err(|e| {
-                        Self::damaged(index, &kind, format!("a record cannot be read ({e})"))
-                    })?;
-                    check_row(&row).map_err(|why| Self::damaged(index, &kind, why))?;
-                    self.totals.directory += 1;
-                    rows.push(row);
-                }
-                if rows.is_empty() && self.open.is_none() {
-                    return self.next_part();
-                }
-                Ok(Some(Part::Directory(rows)))
-            }
-            _ => {
-                let mut events: Vec<EventHistory> = Vec::new();
-                let mut bytes = 0;
-                while events.len() < self.batch_events && bytes < self.batch_bytes {
-                    let Some(line) = self.record()? else {
-                        self.close()?;
-                        break;
-                    };
-                    let archived: ArchivedEvent = serde_json::from_slice(&line).map_err(|e| {
-                        Self::damaged(index, &kind, format!("a record cannot be read ({e})"))
-                    })?;
-                    // A batch is bounded by the records' sizes: a payload and its attempts.
-                    bytes += line.len();
-                    drop(line);
-                    let event = archived
-                        .into_history()
-                        .map_err(|why| Self::damaged(index, &kind, why))?;
-                    let id = check_event(&event).map_err(|why| Self::damaged(index, &kind, why))?;
-                    if self.last_event.is_some_and(|last| id >= last) {
-                        return Err(Self::damaged(
-                            index,
-                            &kind,
-                            format!(
-                                "event {} is out of order (events come in strictly \
-                                 descending id order, each once)",
-                                event.meta.id
-                            ),
-                        ));
-                    }
-                    self.last_event = Some(id);
-                    let deliveries = event.deliveries.len() as u64;
-                    if let Some(o) = self.open.as_mut() {
-                        o.deliveries += deliveries;
-                    }
-                    self.totals.events += 1;
-                    self.totals.deliveries += deliveries;
-                    self.totals.attempts += event
-                        .deliveries
-                        .iter()
-                        .map(|(_, a)| a.len() as u64)
-                        .sum::<u64>();
-                    events.push(event);
-                }
-                if events.is_empty() && self.open.is_none() {
-                    return self.next_part();
-                }
-                Ok(Some(Part::Events(events)))
-            }
+            "directory" => self.directory_part(index, &kind),
+            _ => self.events_part(index, &kind),
         }
+    }
+
+    /// The next rows of a `directory` part, at most a page of them (the next part's when this
+    /// one has ended).
+    fn directory_part(&mut self, index: u64, kind: &str) -> Result<Option<Part>, ArchiveError> {
+        let mut rows: Vec<DirectoryRecord> = Vec::new();
+        let mut bytes = 0;
+        while rows.len() < ARCHIVE_PAGE_EVENTS && bytes < ARCHIVE_PAGE_BYTES {
+            let Some(line) = self.record()? else {
+                self.close()?;
+                break;
+            };
+            bytes += line.len();
+            let row: DirectoryRecord = serde_json::from_slice(&line).map_err(|e| {
+                Self::damaged(index, kind, format!("a record cannot be read ({e})"))
+            })?;
+            check_row(&row).map_err(|why| Self::damaged(index, kind, why))?;
+            self.totals.directory += 1;
+            rows.push(row);
+        }
+        if rows.is_empty() && self.open.is_none() {
+            return self.next_part();
+        }
+        Ok(Some(Part::Directory(rows)))
+    }
+
+    /// The next batch of an `events` part, each event checked and counted (the next part's when
+    /// this one has ended).
+    fn events_part(&mut self, index: u64, kind: &str) -> Result<Option<Part>, ArchiveError> {
+        let mut events: Vec<EventHistory> = Vec::new();
+        let mut bytes = 0;
+        while events.len() < self.batch_events && bytes < self.batch_bytes {
+            let Some(line) = self.record()? else {
+                self.close()?;
+                break;
+            };
+            let archived: ArchivedEvent = serde_json::from_slice(&line).map_err(|e| {
+                Self::damaged(index, kind, format!("a record cannot be read ({e})"))
+            })?;
+            // A batch is bounded by the records' sizes: a payload and its attempts.
+            bytes += line.len();
+            drop(line);
+            let event = archived
+                .into_history()
+                .map_err(|why| Self::damaged(index, kind, why))?;
+            let id = check_event(&event).map_err(|why| Self::damaged(index, kind, why))?;
+            if self.last_event.is_some_and(|last| id >= last) {
+                return Err(Self::damaged(
+                    index,
+                    kind,
+                    format!(
+                        "event {} is out of order (events come in strictly \
+                         descending id order, each once)",
+                        event.meta.id
+                    ),
+                ));
+            }
+            self.last_event = Some(id);
+            let deliveries = event.deliveries.len() as u64;
+            if let Some(o) = self.open.as_mut() {
+                o.deliveries += deliveries;
+            }
+            self.totals.events += 1;
+            self.totals.deliveries += deliveries;
+            self.totals.attempts += event
+                .deliveries
+                .iter()
+                .map(|(_, a)| a.len() as u64)
+                .sum::<u64>();
+            events.push(event);
+        }
+        if events.is_empty() && self.open.is_none() {
+            return self.next_part();
+        }
+        Ok(Some(Part::Events(events)))
     }
 }

@@ -36,36 +36,10 @@ impl Config {
                 }
             }
             for (k, t) in &out {
-                if t.trim() != t {
+                if let Some(message) = self.token_problem(t) {
                     errors.push(ConfigError {
                         key: k.clone(),
-                        message: "has leading or trailing whitespace, so no request could ever \
-                                  match it"
-                            .into(),
-                    });
-                } else if !t.bytes().all(|b| b.is_ascii_graphic()) {
-                    errors.push(ConfigError {
-                        key: k.clone(),
-                        message: "may hold only visible ASCII characters (no spaces, control \
-                                  characters or non-ASCII letters): an Authorization header \
-                                  carrying any other could never match it"
-                            .into(),
-                    });
-                } else if self.svix.enabled && t.contains('.') {
-                    errors.push(ConfigError {
-                        key: k.clone(),
-                        message: "holds a '.', which svix.enabled does not allow: the Svix client \
-                                  libraries read what follows a dot in a token as a region and \
-                                  may send the token elsewhere; use a token without dots"
-                            .into(),
-                    });
-                } else if t.chars().count() < MIN_TOKEN_LEN {
-                    errors.push(ConfigError {
-                        key: k.clone(),
-                        message: format!(
-                            "is shorter than {MIN_TOKEN_LEN} characters; use a long random \
-                             token (e.g. openssl rand -hex 32)"
-                        ),
+                        message,
                     });
                 }
             }
@@ -93,6 +67,39 @@ impl Config {
             Ok((admin, ingest))
         } else {
             Err(errors)
+        }
+    }
+
+    /// What makes a token unusable, if anything: surrounding whitespace, characters a header
+    /// cannot carry, a '.' with the Svix-compatible API on, or too few characters.
+    fn token_problem(&self, t: &str) -> Option<String> {
+        if t.trim() != t {
+            Some(
+                "has leading or trailing whitespace, so no request could ever \
+                          match it"
+                    .into(),
+            )
+        } else if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            Some(
+                "may hold only visible ASCII characters (no spaces, control \
+                          characters or non-ASCII letters): an Authorization header \
+                          carrying any other could never match it"
+                    .into(),
+            )
+        } else if self.svix.enabled && t.contains('.') {
+            Some(
+                "holds a '.', which svix.enabled does not allow: the Svix client \
+                          libraries read what follows a dot in a token as a region and \
+                          may send the token elsewhere; use a token without dots"
+                    .into(),
+            )
+        } else if t.chars().count() < MIN_TOKEN_LEN {
+            Some(format!(
+                "is shorter than {MIN_TOKEN_LEN} characters; use a long random \
+                     token (e.g. openssl rand -hex 32)"
+            ))
+        } else {
+            None
         }
     }
 

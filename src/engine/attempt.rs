@@ -388,35 +388,14 @@ impl Engine {
             _ => DeliveryState::Failed,
         };
         if let (Some(o), Some(ep), false) = (&outcome, &endpoint, d.manual) {
-            if retry::is_retryable(status, o.http_status) {
-                let retry_after = match o.http_status {
-                    Some(429 | 503) => o
-                        .retry_after
-                        .as_deref()
-                        .and_then(|v| retry::parse_retry_after(v, now)),
-                    _ => None,
-                };
-                let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
-                let policy = self.cfg.policy(&ep.retry_policy);
-                if let Some(wait) = retry::next_delay(policy, attempt.number, jitter, retry_after) {
-                    d.state = DeliveryState::Pending;
-                    d.next_attempt_at = Some(now + wait.as_millis() as Millis);
-                    d.queued = true;
-                }
+            if let Some(at) = self.retry_at(ep, o, &attempt, now) {
+                d.state = DeliveryState::Pending;
+                d.next_attempt_at = Some(at);
+                d.queued = true;
             }
         }
         d.manual = false;
-        self.recent.record(now, status);
-        self.metrics.attempt(status);
-        if sent {
-            self.metrics
-                .attempt_duration
-                .observe(attempt.duration_ms as f64 / 1000.0);
-        }
-        if attempt.number == 1 {
-            let waited = (attempt.at - d.created_at).max(0) as f64 / 1000.0;
-            self.metrics.ingest_to_first_attempt.observe(waited);
-        }
+        self.count(&attempt, &d, sent, now);
         tracing::info!(
             delivery_id = %d.id,
             endpoint_id = d.endpoint_id.as_deref().unwrap_or("-"),
@@ -449,6 +428,47 @@ impl Engine {
         }
         if d.state == DeliveryState::Failed {
             self.report_failed(&d, now).await;
+        }
+    }
+
+    /// When a sent attempt that failed is tried again, by the endpoint's retry policy (and
+    /// the receiver's `Retry-After` on a 429 or 503); `None` when it is not.
+    fn retry_at(
+        &self,
+        ep: &Endpoint,
+        o: &Outcome,
+        attempt: &Attempt,
+        now: Millis,
+    ) -> Option<Millis> {
+        if !retry::is_retryable(attempt.status, o.http_status) {
+            return None;
+        }
+        let retry_after = match o.http_status {
+            Some(429 | 503) => o
+                .retry_after
+                .as_deref()
+                .and_then(|v| retry::parse_retry_after(v, now)),
+            _ => None,
+        };
+        let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+        let policy = self.cfg.policy(&ep.retry_policy);
+        retry::next_delay(policy, attempt.number, jitter, retry_after)
+            .map(|wait| now + wait.as_millis() as Millis)
+    }
+
+    /// Counts the attempt: the recent figures, its status, its duration if sent, and the wait
+    /// from ingest to a first attempt.
+    fn count(&self, attempt: &Attempt, d: &Delivery, sent: bool, now: Millis) {
+        self.recent.record(now, attempt.status);
+        self.metrics.attempt(attempt.status);
+        if sent {
+            self.metrics
+                .attempt_duration
+                .observe(attempt.duration_ms as f64 / 1000.0);
+        }
+        if attempt.number == 1 {
+            let waited = (attempt.at - d.created_at).max(0) as f64 / 1000.0;
+            self.metrics.ingest_to_first_attempt.observe(waited);
         }
     }
 }

@@ -267,45 +267,7 @@ impl Client {
                 Exchange::Done(fail(start, status, describe_hyper_error(&e)), false)
             }
             Ok(Ok(Ok((head, body, complete, body_err)))) => {
-                let code = head.status.as_u16();
-                if let Some(e) = body_err {
-                    return Exchange::Done(
-                        Outcome {
-                            http_status: Some(code),
-                            body,
-                            ..fail(start, Status::ConnectionError, e)
-                        },
-                        false,
-                    );
-                }
-                let status = if head.status.is_success() {
-                    Status::Delivered
-                } else {
-                    Status::HttpError
-                };
-                let error = (!head.status.is_success()).then(|| {
-                    if head.status.is_redirection() {
-                        format!("HTTP {code}: redirects are not followed")
-                    } else {
-                        format!("HTTP {code}")
-                    }
-                });
-                let retry_after = head
-                    .headers
-                    .get(hyper::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                Exchange::Done(
-                    Outcome {
-                        status,
-                        http_status: Some(code),
-                        retry_after,
-                        error,
-                        body,
-                        duration: start.elapsed(),
-                    },
-                    complete,
-                )
+                answered(start, &head, body, complete, body_err)
             }
         }
     }
@@ -371,6 +333,57 @@ fn build_request(req: &Request) -> Result<HttpRequest<Full<Bytes>>, String> {
     builder
         .body(Full::new(req.body.clone()))
         .map_err(|e| format!("cannot build the request: {e}"))
+}
+
+/// The outcome of a request the endpoint answered: delivered on a 2xx, an HTTP error
+/// otherwise (its `Retry-After` kept), a connection error if the body broke off; `complete`:
+/// whether the connection may be used again.
+fn answered(
+    start: Instant,
+    head: &hyper::http::response::Parts,
+    body: Vec<u8>,
+    complete: bool,
+    body_err: Option<String>,
+) -> Exchange {
+    let code = head.status.as_u16();
+    if let Some(e) = body_err {
+        return Exchange::Done(
+            Outcome {
+                http_status: Some(code),
+                body,
+                ..fail(start, Status::ConnectionError, e)
+            },
+            false,
+        );
+    }
+    let status = if head.status.is_success() {
+        Status::Delivered
+    } else {
+        Status::HttpError
+    };
+    let error = (!head.status.is_success()).then(|| {
+        if head.status.is_redirection() {
+            format!("HTTP {code}: redirects are not followed")
+        } else {
+            format!("HTTP {code}")
+        }
+    });
+    let retry_after = head
+        .headers
+        .get(hyper::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    Exchange::Done(
+        Outcome {
+            status,
+            http_status: Some(code),
+            retry_after,
+            error,
+            body,
+            duration: start.elapsed(),
+        },
+        complete,
+    )
 }
 
 /// Reads at most `limit` body bytes. Returns the head, the bytes, whether the body was read to

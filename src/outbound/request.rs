@@ -41,9 +41,52 @@ pub fn build(
 ) -> Result<Built, String> {
     let url =
         url::Url::parse(&endpoint.url).map_err(|e| format!("endpoint url is invalid: {e}"))?;
+    let mut headers = protocol_headers(endpoint, msg, &payload, at, hex_header);
+    let mut recorded: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+        .collect();
+    let mut warnings = Vec::new();
+    for (k, v) in &endpoint.headers {
+        let Ok(name) = HeaderName::from_bytes(k.as_bytes()) else {
+            continue;
+        };
+        let (value, missing) = expand_macros(v, &secret);
+        for m in missing {
+            warnings.push(format!("header {k}: account secret {m:?} is not set"));
+        }
+        recorded.push((k.clone(), v.clone()));
+        headers.push((name, value));
+    }
+    let headers = headers
+        .into_iter()
+        .filter_map(|(k, v)| HeaderValue::from_str(&v).ok().map(|v| (k, v)))
+        .collect();
+    Ok(Built {
+        request: Request {
+            url,
+            headers,
+            body: payload,
+            identity: None,
+        },
+        recorded,
+        warnings,
+    })
+}
+
+/// The headers herald sets on every request: the content type, its user agent, the Standard
+/// Webhooks trio (and Svix's names for it when the endpoint asks), herald's own, and the
+/// `sha256-hex` scheme's header when that scheme is on.
+fn protocol_headers(
+    endpoint: &Endpoint,
+    msg: &Message<'_>,
+    payload: &Bytes,
+    at: Millis,
+    hex_header: Option<&HeaderName>,
+) -> Vec<(HeaderName, String)> {
     let timestamp = at.div_euclid(1000);
     let signature =
-        sign::signature_header(endpoint.signing_secrets(at), msg.id, timestamp, &payload);
+        sign::signature_header(endpoint.signing_secrets(at), msg.id, timestamp, payload);
     let mut headers: Vec<(HeaderName, String)> = vec![
         (CONTENT_TYPE, "application/json".into()),
         (USER_AGENT, format!("herald/{}", crate::VERSION)),
@@ -86,39 +129,10 @@ pub fn build(
         .signing_secrets(at)
         .find(|s| !s.starts_with(sign::SIGNING_KEY_PREFIX));
     if let (Some(name), Some(s)) = (hex_header, symmetric) {
-        let hex = sign::hex_hmac(&sign::secret_key(s), &payload);
+        let hex = sign::hex_hmac(&sign::secret_key(s), payload);
         headers.push((name.clone(), format!("sha256={hex}")));
     }
-    let mut recorded: Vec<(String, String)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), v.clone()))
-        .collect();
-    let mut warnings = Vec::new();
-    for (k, v) in &endpoint.headers {
-        let Ok(name) = HeaderName::from_bytes(k.as_bytes()) else {
-            continue;
-        };
-        let (value, missing) = expand_macros(v, &secret);
-        for m in missing {
-            warnings.push(format!("header {k}: account secret {m:?} is not set"));
-        }
-        recorded.push((k.clone(), v.clone()));
-        headers.push((name, value));
-    }
-    let headers = headers
-        .into_iter()
-        .filter_map(|(k, v)| HeaderValue::from_str(&v).ok().map(|v| (k, v)))
-        .collect();
-    Ok(Built {
-        request: Request {
-            url,
-            headers,
-            body: payload,
-            identity: None,
-        },
-        recorded,
-        warnings,
-    })
+    headers
 }
 
 /// The account secrets the endpoint's header macros name (each once).

@@ -96,67 +96,11 @@ impl Alerts for PgStore {
                 Ok(next) => next,
                 Err(no) => return Ok(no),
             };
-            let marked = match mark {
-                None => tx
-                    .execute(
-                        "INSERT INTO alert_marks (endpoint_id, failing_at, told)
-                         VALUES ($1, $2, $3) ON CONFLICT (endpoint_id) DO NOTHING",
-                        &[&c.endpoint_id, &after.failing_at, &after.told],
-                    )
-                    .await
-                    .map_err(|e| {
-                        // The endpoint went after the read: its mark is refused.
-                        if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) {
-                            Ok(Claimed::Gone)
-                        } else {
-                            Err(StoreError::from(e))
-                        }
-                    }),
-                Some(was) => tx
-                    .execute(
-                        "UPDATE alert_marks SET failing_at = $2, told = $3
-                         WHERE endpoint_id = $1
-                           AND failing_at IS NOT DISTINCT FROM $4 AND told = $5",
-                        &[
-                            &c.endpoint_id,
-                            &after.failing_at,
-                            &after.told,
-                            &was.failing_at,
-                            &was.told,
-                        ],
-                    )
-                    .await
-                    .map_err(|e| Err(StoreError::from(e))),
-            };
-            let marked = match marked {
+            let marked = match write_mark(&tx, &c, mark, after).await {
                 Ok(n) => n,
                 Err(gone_or_error) => return gone_or_error,
             };
-            let mails = i32::try_from(counted.mails).unwrap_or(i32::MAX);
-            let hour_written = match hour {
-                None => {
-                    tx.execute(
-                        "INSERT INTO alert_hours (account_id, hour, mails) VALUES ($1, $2, $3)
-                         ON CONFLICT (account_id) DO NOTHING",
-                        &[&c.account_id, &counted.hour, &mails],
-                    )
-                    .await?
-                }
-                Some(was) => {
-                    tx.execute(
-                        "UPDATE alert_hours SET hour = $2, mails = $3
-                         WHERE account_id = $1 AND hour = $4 AND mails = $5",
-                        &[
-                            &c.account_id,
-                            &counted.hour,
-                            &mails,
-                            &was.hour,
-                            &i32::try_from(was.mails).unwrap_or(i32::MAX),
-                        ],
-                    )
-                    .await?
-                }
-            };
+            let hour_written = write_hour(&tx, &c, hour, counted).await?;
             if marked == 1 && hour_written == 1 {
                 tx.commit().await?;
                 return Ok(Claimed::Send { before, after });
@@ -192,4 +136,82 @@ impl Alerts for PgStore {
             .await?;
         Ok(n == 1)
     }
+}
+
+/// Writes the endpoint's alert mark as `after`, only if it is still as read (`mark`): how many
+/// rows it wrote (0: another node changed it first), or the claim's answer when the endpoint
+/// went meanwhile.
+async fn write_mark(
+    tx: &tokio_postgres::Transaction<'_>,
+    c: &AlertClaim<'_>,
+    mark: Option<AlertMark>,
+    after: AlertMark,
+) -> Result<u64, Result<Claimed, StoreError>> {
+    match mark {
+        None => tx
+            .execute(
+                "INSERT INTO alert_marks (endpoint_id, failing_at, told)
+                 VALUES ($1, $2, $3) ON CONFLICT (endpoint_id) DO NOTHING",
+                &[&c.endpoint_id, &after.failing_at, &after.told],
+            )
+            .await
+            .map_err(|e| {
+                // The endpoint went after the read: its mark is refused.
+                if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) {
+                    Ok(Claimed::Gone)
+                } else {
+                    Err(StoreError::from(e))
+                }
+            }),
+        Some(was) => tx
+            .execute(
+                "UPDATE alert_marks SET failing_at = $2, told = $3
+                 WHERE endpoint_id = $1
+                   AND failing_at IS NOT DISTINCT FROM $4 AND told = $5",
+                &[
+                    &c.endpoint_id,
+                    &after.failing_at,
+                    &after.told,
+                    &was.failing_at,
+                    &was.told,
+                ],
+            )
+            .await
+            .map_err(|e| Err(StoreError::from(e))),
+    }
+}
+
+/// Writes the account's count of mails this hour as `counted`, only if it is still as read
+/// (`hour`): how many rows it wrote (0: another node counted first).
+async fn write_hour(
+    tx: &tokio_postgres::Transaction<'_>,
+    c: &AlertClaim<'_>,
+    hour: Option<AlertHour>,
+    counted: AlertHour,
+) -> Result<u64, StoreError> {
+    let mails = i32::try_from(counted.mails).unwrap_or(i32::MAX);
+    Ok(match hour {
+        None => {
+            tx.execute(
+                "INSERT INTO alert_hours (account_id, hour, mails) VALUES ($1, $2, $3)
+                 ON CONFLICT (account_id) DO NOTHING",
+                &[&c.account_id, &counted.hour, &mails],
+            )
+            .await?
+        }
+        Some(was) => {
+            tx.execute(
+                "UPDATE alert_hours SET hour = $2, mails = $3
+                 WHERE account_id = $1 AND hour = $4 AND mails = $5",
+                &[
+                    &c.account_id,
+                    &counted.hour,
+                    &mails,
+                    &was.hour,
+                    &i32::try_from(was.mails).unwrap_or(i32::MAX),
+                ],
+            )
+            .await?
+        }
+    })
 }

@@ -764,6 +764,9 @@ async fn claim_keys(
 /// falling due later included); not when this node leased every one. Nothing when the batch
 /// holds only duplicates. With a `mark`, it writes only while the directory's version is the
 /// mark, and answers `false` (nothing written) otherwise ([`super::version`]).
+///
+/// Longer than most functions on purpose: it is one SQL statement (a data-modifying CTE per
+/// table) and its parameters, column by column; split, the statement and its `$n` would part.
 async fn write_rows(
     c: &impl GenericClient,
     staged: &Staged<'_>,

@@ -89,30 +89,9 @@ pub async fn migrate(
     migrate_and_join(client, lease, None).await
 }
 
-/// [`migrate`], and for a node that starts, its `nodes` row with the schema version it knows,
-/// written by the same transaction, under the advisory lock: a newer herald that migrates later
-/// finds it live and waits for it; one that migrated first makes this one refuse. (Registered
-/// after the commit, a node of an older herald could start serving a schema a newer one
-/// migrated meanwhile, between its check and its row.)
-pub async fn migrate_and_join(
-    client: &mut tokio_postgres::Client,
-    lease: Duration,
-    node: Option<Joining<'_>>,
-) -> Result<Migrated, DbError> {
-    let version: i32 = client
-        .query_one("SELECT current_setting('server_version_num')::integer", &[])
-        .await?
-        .get(0);
-    if version < MIN_SERVER_VERSION {
-        return Err(DbError::Schema(format!(
-            "the database runs PostgreSQL {}.{}; herald needs 13 or later",
-            version / 10000,
-            version % 10000 / 100
-        )));
-    }
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
-        .await?;
+/// The schema version the database is at (0: none), creating the table that records it;
+/// refuses a version this herald does not know, or one applied from another definition.
+async fn applied_version(tx: &tokio_postgres::Transaction<'_>) -> Result<i32, DbError> {
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS herald_schema (
              version    integer     PRIMARY KEY,
@@ -153,6 +132,34 @@ pub async fn migrate_and_join(
             Some(_) => from = from.max(v),
         }
     }
+    Ok(from)
+}
+
+/// [`migrate`], and for a node that starts, its `nodes` row with the schema version it knows,
+/// written by the same transaction, under the advisory lock: a newer herald that migrates later
+/// finds it live and waits for it; one that migrated first makes this one refuse. (Registered
+/// after the commit, a node of an older herald could start serving a schema a newer one
+/// migrated meanwhile, between its check and its row.)
+pub async fn migrate_and_join(
+    client: &mut tokio_postgres::Client,
+    lease: Duration,
+    node: Option<Joining<'_>>,
+) -> Result<Migrated, DbError> {
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::integer", &[])
+        .await?
+        .get(0);
+    if version < MIN_SERVER_VERSION {
+        return Err(DbError::Schema(format!(
+            "the database runs PostgreSQL {}.{}; herald needs 13 or later",
+            version / 10000,
+            version % 10000 / 100
+        )));
+    }
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+        .await?;
+    let from = applied_version(&tx).await?;
     // An empty database has no nodes; under the lock, no node of this herald migrates meanwhile.
     if from > 0 && from < SCHEMA_VERSION {
         super::versions::wait_for_older_nodes(

@@ -19,6 +19,78 @@ pub(super) const DELIVERY_COLUMNS: &str = "d.id, d.event_id, d.endpoint_id, d.ac
     d.event_type, d.state, d.last_status, d.last_http_status, d.attempt_count,
     d.next_attempt_at, d.created_at, d.manual, d.queued";
 
+/// A query's parameters, each boxed.
+type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+
+/// The log's list query for `filter` (a page of `limit` below `cursor`, newest first) and its
+/// parameters; `None` when nothing can match (a cursor or an endpoint id that is not one).
+fn list_query(
+    filter: &DeliveryFilter,
+    limit: usize,
+    cursor: Option<&str>,
+) -> Option<(String, Params)> {
+    let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
+    let mut params: Params = Vec::new();
+    let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
+        params.push(value);
+        sql.push_str(&clause.replace('?', &format!("${}", params.len())));
+    };
+    if let Some(c) = cursor {
+        let u = ids::parse(DELIVERY, c)?;
+        bind(
+            &mut sql,
+            " AND d.id < ?",
+            Box::new(u.to_be_bytes().to_vec()),
+        );
+    }
+    if let Some(a) = &filter.account_id {
+        bind(&mut sql, " AND d.account_id = ?", Box::new(a.clone()));
+    }
+    if let Some(e) = &filter.endpoint_id {
+        // An endpoint id that is not one matches nothing.
+        ids::parse(ENDPOINT, e)?;
+        bind(&mut sql, " AND d.endpoint_id = ?", Box::new(e.clone()));
+    }
+    if let Some(t) = &filter.event_type {
+        bind(&mut sql, " AND d.event_type = ?", Box::new(t.clone()));
+    }
+    if let Some(s) = filter.state {
+        bind(
+            &mut sql,
+            " AND d.state = ?",
+            Box::new(s.as_str().to_string()),
+        );
+    }
+    if let Some(s) = filter.status {
+        bind(
+            &mut sql,
+            " AND d.last_status = ?",
+            Box::new(s.as_str().to_string()),
+        );
+    }
+    // Ids carry their event's time: the time bounds are an id range (an index's).
+    if let Some(since) = filter.since {
+        bind(
+            &mut sql,
+            " AND d.id >= ?",
+            Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
+        );
+    }
+    if let Some(until) = filter.until {
+        bind(
+            &mut sql,
+            " AND d.id < ?",
+            Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
+        );
+    }
+    bind(
+        &mut sql,
+        " ORDER BY d.id DESC LIMIT ?",
+        Box::new(limit as i64),
+    );
+    Some((sql, params))
+}
+
 pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
     let state: &str = r.get(5);
     let last_status: Option<&str> = r.get(6);
@@ -163,68 +235,9 @@ impl DeliveryLog for PgStore {
         limit: usize,
         cursor: Option<String>,
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
-        let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
-        let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
-        let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
-            params.push(value);
-            sql.push_str(&clause.replace('?', &format!("${}", params.len())));
+        let Some((sql, params)) = list_query(&filter, limit, cursor.as_deref()) else {
+            return Ok((Vec::new(), None));
         };
-        if let Some(c) = &cursor {
-            match ids::parse(DELIVERY, c) {
-                Some(u) => bind(
-                    &mut sql,
-                    " AND d.id < ?",
-                    Box::new(u.to_be_bytes().to_vec()),
-                ),
-                None => return Ok((Vec::new(), None)),
-            }
-        }
-        if let Some(a) = &filter.account_id {
-            bind(&mut sql, " AND d.account_id = ?", Box::new(a.clone()));
-        }
-        if let Some(e) = &filter.endpoint_id {
-            if ids::parse(ENDPOINT, e).is_none() {
-                return Ok((Vec::new(), None));
-            }
-            bind(&mut sql, " AND d.endpoint_id = ?", Box::new(e.clone()));
-        }
-        if let Some(t) = &filter.event_type {
-            bind(&mut sql, " AND d.event_type = ?", Box::new(t.clone()));
-        }
-        if let Some(s) = filter.state {
-            bind(
-                &mut sql,
-                " AND d.state = ?",
-                Box::new(s.as_str().to_string()),
-            );
-        }
-        if let Some(s) = filter.status {
-            bind(
-                &mut sql,
-                " AND d.last_status = ?",
-                Box::new(s.as_str().to_string()),
-            );
-        }
-        // Ids carry their event's time: the time bounds are an id range (an index's).
-        if let Some(since) = filter.since {
-            bind(
-                &mut sql,
-                " AND d.id >= ?",
-                Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
-            );
-        }
-        if let Some(until) = filter.until {
-            bind(
-                &mut sql,
-                " AND d.id < ?",
-                Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
-            );
-        }
-        bind(
-            &mut sql,
-            " ORDER BY d.id DESC LIMIT ?",
-            Box::new(limit as i64),
-        );
         let refs: Vec<&(dyn ToSql + Sync)> = params
             .iter()
             .map(|p| p.as_ref() as &(dyn ToSql + Sync))

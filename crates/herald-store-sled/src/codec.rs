@@ -301,6 +301,12 @@ const EVENT_LABELS: u8 = 8;
 /// The event has a request key (docs/svix.md), a string written after the labels.
 const EVENT_REQUEST_KEY: u8 = 16;
 
+/// An event's record (its layout is the storage format: docs/operations.md, "Backup, restore,
+/// upgrade").
+///
+/// Longer than most functions on purpose: it writes the record field by field in the order
+/// the format fixes, beside `decode_event`'s reading of the same order; split, the one order
+/// would be spread over several functions.
 pub fn encode_event(
     meta: &EventMeta,
     targets: &[u128],

@@ -83,6 +83,11 @@ pub(super) fn run(inner: &Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
     }
 }
 
+/// One group commit: every job's events into one batch, applied and synced once, then each
+/// job answered.
+///
+/// Longer than most functions on purpose: durability rests on the order of its steps (write,
+/// sync, then acknowledge; undo on a failed sync), which one function keeps in view.
 fn commit(inner: &Arc<Inner>, jobs: Vec<Job>) {
     let mut cycle = Cycle {
         now: inner.clock.now_ms(),
@@ -260,6 +265,11 @@ impl Inner {
     }
 }
 
+/// One event of a commit cycle: its idempotency key and debounce window decided, its rows and
+/// index entries written into the cycle's batch, its counts and its undo record kept.
+///
+/// Longer than most functions on purpose: each step reads what the one before decided, and
+/// the order is what makes a failed commit's undo exact; it reads best as one sequence.
 fn store_event(
     inner: &Arc<Inner>,
     cycle: &mut Cycle,

@@ -450,47 +450,10 @@ impl SledStore {
         (lower, upper): (u128, u128),
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
         let inner = &self.inner;
-        let log = &inner.trees.log;
-        let events: Box<dyn Iterator<Item = Result<(u128, sled::IVec, Place), StoreError>>> =
-            match &filter.account_id {
-                Some(account) => Box::new(
-                    log.range(key::account_event(account, 0)..=key::account_event(account, upper))
-                        .rev()
-                        .map(move |item| -> Result<Vec<u128>, StoreError> {
-                            let (_, v) = item?;
-                            let mut events = Vec::new();
-                            codec::decode_targets(&v, &mut events)?;
-                            Ok(events)
-                        })
-                        .flat_map(
-                            move |row| -> Box<dyn Iterator<Item = Result<u128, StoreError>>> {
-                                match row {
-                                    Ok(events) => Box::new(
-                                        events
-                                            .into_iter()
-                                            .rev()
-                                            .filter(move |e| *e <= upper)
-                                            .map(Ok),
-                                    ),
-                                    Err(e) => Box::new(std::iter::once(Err(e))),
-                                }
-                            },
-                        )
-                        .take_while(move |e| e.as_ref().map_or(true, |e| *e >= lower))
-                        .filter_map(move |e| {
-                            let event = match e {
-                                Ok(e) => e,
-                                Err(e) => return Some(Err(e)),
-                            };
-                            // An entry whose event is gone (pruned a moment ago) is skipped.
-                            inner
-                                .locate(event)
-                                .transpose()
-                                .map(|found| found.map(|(row, place)| (event, row, place)))
-                        }),
-                ),
-                None => Box::new(inner.newest_first(lower, upper)),
-            };
+        let events: EventRows<'_> = match &filter.account_id {
+            Some(account) => inner.account_newest_first(account, lower, upper),
+            None => Box::new(inner.newest_first(lower, upper)),
+        };
         let mut out = Vec::new();
         let mut last_seen = None;
         let mut scanned = 0;
@@ -531,6 +494,58 @@ impl SledStore {
             }
         }
         Ok((out, None))
+    }
+}
+
+/// Events read newest first: each with its row and where the row is.
+type EventRows<'a> = Box<dyn Iterator<Item = Result<(u128, sled::IVec, Place), StoreError>> + 'a>;
+
+impl Inner {
+    /// The account's events from `upper` down to `lower`, newest first, through its index; an
+    /// entry whose event is gone (pruned a moment ago) is skipped.
+    fn account_newest_first<'a>(
+        &'a self,
+        account: &str,
+        lower: u128,
+        upper: u128,
+    ) -> EventRows<'a> {
+        Box::new(
+            self.trees
+                .log
+                .range(key::account_event(account, 0)..=key::account_event(account, upper))
+                .rev()
+                .map(move |item| -> Result<Vec<u128>, StoreError> {
+                    let (_, v) = item?;
+                    let mut events = Vec::new();
+                    codec::decode_targets(&v, &mut events)?;
+                    Ok(events)
+                })
+                .flat_map(
+                    move |row| -> Box<dyn Iterator<Item = Result<u128, StoreError>>> {
+                        match row {
+                            Ok(events) => Box::new(
+                                events
+                                    .into_iter()
+                                    .rev()
+                                    .filter(move |e| *e <= upper)
+                                    .map(Ok),
+                            ),
+                            Err(e) => Box::new(std::iter::once(Err(e))),
+                        }
+                    },
+                )
+                .take_while(move |e| e.as_ref().map_or(true, |e| *e >= lower))
+                .filter_map(move |e| {
+                    let event = match e {
+                        Ok(e) => e,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    // An entry whose event is gone (pruned a moment ago) is skipped.
+                    self.locate(event)
+                        .transpose()
+                        .map(|found| found.map(|(row, place)| (event, row, place)))
+                }),
+        )
     }
 }
 

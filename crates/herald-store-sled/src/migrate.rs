@@ -92,6 +92,9 @@ struct OldWindow {
     candidate: Vec<String>,
 }
 
+/// Format 2 to 3 (docs/operations.md, "Backup, restore, upgrade"): a frozen step, tested on a
+/// store format 2 wrote (tests/fixtures/format2). Longer than most functions: it is kept as it
+/// was written and tested, since the format it reads never changes again.
 pub(super) fn from_format_2(
     db: &sled::Db,
     trees: &Trees,

@@ -101,27 +101,7 @@ impl SledStore {
             }
             #[cfg(test)]
             self.inner.faults.hold_pruning();
-            // Every row of the event in one batch: sled applies a batch whole or not at all,
-            // after a crash too, so an event is never left without some of its rows (its
-            // attempts gone, it would read as pending for ever; its chunks gone, unreadable).
-            let mut batch = sled::Batch::default();
-            let mut attempts = 0;
-            for i in 0..deliveries.len() {
-                for a in t
-                    .log
-                    .scan_prefix(key::attempts(ids::delivery_of(event, i)))
-                    .keys()
-                {
-                    batch.remove(a?);
-                    attempts += 1;
-                }
-            }
-            for kind in [key::CHUNK, key::TARGETS] {
-                for r in t.log.scan_prefix(key::of(kind, event)).keys() {
-                    batch.remove(r?);
-                }
-            }
-            batch.remove(&k[..]);
+            let (batch, attempts) = self.event_rows_removed(event, &k, deliveries.len())?;
             #[cfg(test)]
             self.inner.faults.check(&self.inner.faults.prune_write)?;
             t.log.apply_batch(batch)?;
@@ -139,6 +119,39 @@ impl SledStore {
         }
         out.next = None;
         Ok(out)
+    }
+
+    /// A batch removing every row of the event at key `k` (its `deliveries` deliveries'
+    /// attempts, its chunks and targets, its own row), and how many attempts it removes.
+    fn event_rows_removed(
+        &self,
+        event: u128,
+        k: &[u8],
+        deliveries: usize,
+    ) -> Result<(sled::Batch, usize), StoreError> {
+        let t = &self.inner.trees;
+        // Every row of the event in one batch: sled applies a batch whole or not at all,
+        // after a crash too, so an event is never left without some of its rows (its
+        // attempts gone, it would read as pending for ever; its chunks gone, unreadable).
+        let mut batch = sled::Batch::default();
+        let mut attempts = 0;
+        for i in 0..deliveries {
+            for a in t
+                .log
+                .scan_prefix(key::attempts(ids::delivery_of(event, i)))
+                .keys()
+            {
+                batch.remove(a?);
+                attempts += 1;
+            }
+        }
+        for kind in [key::CHUNK, key::TARGETS] {
+            for r in t.log.scan_prefix(key::of(kind, event)).keys() {
+                batch.remove(r?);
+            }
+        }
+        batch.remove(k);
+        Ok((batch, attempts))
     }
 
     /// Removes up to `max` expired idempotency keys (every day before yesterday's) and closed

@@ -168,28 +168,7 @@ fn apply(
         ep.metadata = apps::metadata(v)?;
     }
     if let Some(v) = m.get("uid") {
-        ep.uid = match v {
-            Value::Null => None,
-            Value::String(s)
-                if !s.is_empty()
-                    && s.len() <= MAX_UID
-                    && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                    && ids::parse(ENDPOINT, s).is_none() =>
-            {
-                Some(s.clone())
-            }
-            _ => {
-                return Err(SvixError::field(
-                    "uid",
-                    "value_error",
-                    format!(
-                        "uid must be 1 to {MAX_UID} letters, digits or - _ . and not look like \
-                         an endpoint id"
-                    ),
-                ))
-            }
-        };
+        ep.uid = uid(v)?;
     }
     if let Some(v) = m.get("disabled") {
         ep.state = match v {
@@ -204,6 +183,47 @@ fn apply(
             }
         };
     }
+    rate_limit(ep, m, app_rate, creating)?;
+    if let Some(v) = m.get("headers") {
+        if !v.is_null() {
+            ep.headers = crate::api::endpoints::headers(v)?;
+        }
+    }
+    Ok(())
+}
+
+/// An endpoint's `uid`: letters, digits or `-_.`, never an endpoint id (null clears it).
+fn uid(v: &Value) -> Result<Option<String>, SvixError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s)
+            if !s.is_empty()
+                && s.len() <= MAX_UID
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && ids::parse(ENDPOINT, s).is_none() =>
+        {
+            Ok(Some(s.clone()))
+        }
+        _ => Err(SvixError::field(
+            "uid",
+            "value_error",
+            format!(
+                "uid must be 1 to {MAX_UID} letters, digits or - _ . and not look like \
+                     an endpoint id"
+            ),
+        )),
+    }
+}
+
+/// `throttleRate` (or 1.x `rateLimit`): attempts a second, 1 to 100000 (null: none); an
+/// endpoint created without one takes its application's.
+fn rate_limit(
+    ep: &mut Endpoint,
+    m: &Map<String, Value>,
+    app_rate: Option<u32>,
+    creating: bool,
+) -> Result<(), SvixError> {
     let mut rate_given = false;
     for name in ["throttleRate", "rateLimit"] {
         if let Some(v) = m.get(name) {
@@ -236,11 +256,6 @@ fn apply(
         ep.rate_limit = app_rate.map(|r| RateLimit {
             per_second: f64::from(r),
         });
-    }
-    if let Some(v) = m.get("headers") {
-        if !v.is_null() {
-            ep.headers = crate::api::endpoints::headers(v)?;
-        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
@@ -93,38 +94,10 @@ pub async fn create(
             "herald does not schedule messages for later: leave deliverAt out",
         ));
     }
-    let account = match apps::existing(state, app).await {
-        Ok(a) => a,
-        Err(e) if e.status == StatusCode::NOT_FOUND => match &m.application {
-            Some(Value::Object(a)) => {
-                let mut a = a.clone();
-                a.entry("uid")
-                    .or_insert_with(|| Value::String(app.to_string()));
-                apps::create_from(state, &a, true).await?.0.id
-            }
-            _ => return Err(e),
-        },
-        Err(e) => return Err(e),
-    };
+    let account = account_for(state, app, m.application.as_ref()).await?;
     let channels = names("channels", m.channels.as_ref(), MAX_CHANNELS)?;
     let tags = names("tags", m.tags.as_ref(), MAX_TAGS)?;
-    let event_type = match m.event_type {
-        Some(v @ Value::String(_)) => v,
-        Some(_) => {
-            return Err(SvixError::field(
-                "eventType",
-                "type_error",
-                "eventType must be a string",
-            ))
-        }
-        None => {
-            return Err(SvixError::field(
-                "eventType",
-                "value_error.missing",
-                "eventType is required",
-            ))
-        }
-    };
+    let event_type = event_type_of(m.event_type)?;
     if m.payload.is_none() {
         return Err(SvixError::field(
             "payload",
@@ -162,7 +135,41 @@ pub async fn create(
     };
     let payload = checked.payload.clone();
     let outcome = ingest::store(state, vec![checked], now).await?;
-    match outcome.first() {
+    let created = Created {
+        meta,
+        payload,
+        account,
+        now,
+        with_content,
+    };
+    answer(state, q, outcome.first(), created).await
+}
+
+/// A message stored (or found stored), as its answer needs it.
+struct Created {
+    meta: EventMeta,
+    payload: Bytes,
+    account: String,
+    now: Millis,
+    with_content: bool,
+}
+
+/// The answer to a message's creation: the message, the first request's answer again, or a
+/// conflict with the message of the same `eventId`.
+async fn answer(
+    state: &Arc<AppState>,
+    q: &Query,
+    outcome: Option<&IngestOutcome>,
+    created: Created,
+) -> Answer {
+    let Created {
+        meta,
+        payload,
+        account,
+        now,
+        with_content,
+    } = created;
+    match outcome {
         Some(IngestOutcome::Created {
             event_id,
             deliveries,
@@ -208,6 +215,44 @@ pub async fn create(
             "a message with this eventId exists already in this application ({event_id})"
         ))),
         None => Err(crate::api::error::ApiError::unavailable().into()),
+    }
+}
+
+/// The application's account, made from the message's `application` when there is none.
+async fn account_for(
+    state: &Arc<AppState>,
+    app: &str,
+    application: Option<&Value>,
+) -> Result<String, SvixError> {
+    match apps::existing(state, app).await {
+        Ok(a) => Ok(a),
+        Err(e) if e.status == StatusCode::NOT_FOUND => match application {
+            Some(Value::Object(a)) => {
+                let mut a = a.clone();
+                a.entry("uid")
+                    .or_insert_with(|| Value::String(app.to_string()));
+                Ok(apps::create_from(state, &a, true).await?.0.id)
+            }
+            _ => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// The message's `eventType`: a string, required.
+fn event_type_of(v: Option<Value>) -> Result<Value, SvixError> {
+    match v {
+        Some(v @ Value::String(_)) => Ok(v),
+        Some(_) => Err(SvixError::field(
+            "eventType",
+            "type_error",
+            "eventType must be a string",
+        )),
+        None => Err(SvixError::field(
+            "eventType",
+            "value_error.missing",
+            "eventType is required",
+        )),
     }
 }
 
@@ -512,7 +557,16 @@ pub async fn attempts_by_endpoint(
     let (resume, below) = parse_iterator(q);
     let below: Option<u32> = below.and_then(|n| n.parse().ok());
     let mut cursor = resume.clone();
-    let mut data = Vec::new();
+    let mut page = AttemptPage {
+        data: Vec::new(),
+        limit,
+        with_msg,
+        needs_meta,
+        filters: &filters,
+        attempt_filters: &f,
+        resume: resume.as_deref(),
+        below,
+    };
     let mut next = None;
     let mut scanned_all = false;
     'pages: for page_no in 0..SCAN_PAGES {
@@ -526,43 +580,15 @@ pub async fn attempts_by_endpoint(
             _ => None,
         };
         for d in again.iter().chain(&listed) {
-            let meta = if needs_meta {
-                match state.store.event(&d.event_id).await? {
-                    Some((m, _)) => Some(m),
-                    None => continue,
-                }
-            } else {
-                None
-            };
-            let mut attempts = if meta.as_ref().is_some_and(|m| !filters.takes(m)) {
-                Vec::new()
-            } else {
-                state.store.attempts(&d.id).await?
-            };
-            attempts.reverse();
-            let resumed = Some(&d.id) == resume.as_ref();
-            for a in attempts {
-                if resumed && below.is_some_and(|n| a.number >= n) {
-                    continue;
-                }
-                if filters.before.is_some_and(|b| a.at >= b)
-                    || filters.after.is_some_and(|x| a.at <= x)
-                    || !f.takes(&a)
-                {
-                    continue;
-                }
-                if data.len() == limit {
-                    next = Some(iterator(&d.id, &(a.number + 1).to_string()));
+            match page.add(state, d).await? {
+                Added::Full(stop) => {
+                    next = Some(stop);
                     break 'pages;
                 }
-                let msg = if with_msg {
-                    meta.as_ref().map(shapes::message_value)
-                } else {
-                    None
-                };
-                data.push(shapes::attempt(&a, d, f.expanded, msg));
+                // Its event is gone (purged meanwhile): the cursor stays before it.
+                Added::Gone => continue,
+                Added::All => cursor = Some(d.id.clone()),
             }
-            cursor = Some(d.id.clone());
         }
         if more.is_none() {
             scanned_all = true;
@@ -574,8 +600,75 @@ pub async fn attempts_by_endpoint(
     }
     ok(
         StatusCode::OK,
-        &list_of(data, next, q.get("iterator").map(str::to_string)),
+        &list_of(page.data, next, q.get("iterator").map(str::to_string)),
     )
+}
+
+/// A page of an endpoint's attempts being filled, newest first.
+struct AttemptPage<'a> {
+    data: Vec<Value>,
+    limit: usize,
+    with_msg: bool,
+    /// Whether each delivery's event is read (to filter on it, or to show it).
+    needs_meta: bool,
+    filters: &'a Filters,
+    attempt_filters: &'a AttemptFilters,
+    /// The delivery the last page stopped in, and the attempt number it stopped below.
+    resume: Option<&'a str>,
+    below: Option<u32>,
+}
+
+impl AttemptPage<'_> {
+    /// Adds the delivery's attempts that the filters take.
+    async fn add(&mut self, state: &AppState, d: &Delivery) -> Result<Added, SvixError> {
+        let meta = if self.needs_meta {
+            match state.store.event(&d.event_id).await? {
+                Some((m, _)) => Some(m),
+                None => return Ok(Added::Gone),
+            }
+        } else {
+            None
+        };
+        let mut attempts = if meta.as_ref().is_some_and(|m| !self.filters.takes(m)) {
+            Vec::new()
+        } else {
+            state.store.attempts(&d.id).await?
+        };
+        attempts.reverse();
+        let resumed = Some(d.id.as_str()) == self.resume;
+        for a in attempts {
+            if resumed && self.below.is_some_and(|n| a.number >= n) {
+                continue;
+            }
+            if self.filters.before.is_some_and(|b| a.at >= b)
+                || self.filters.after.is_some_and(|x| a.at <= x)
+                || !self.attempt_filters.takes(&a)
+            {
+                continue;
+            }
+            if self.data.len() == self.limit {
+                return Ok(Added::Full(iterator(&d.id, &(a.number + 1).to_string())));
+            }
+            let msg = if self.with_msg {
+                meta.as_ref().map(shapes::message_value)
+            } else {
+                None
+            };
+            self.data
+                .push(shapes::attempt(&a, d, self.attempt_filters.expanded, msg));
+        }
+        Ok(Added::All)
+    }
+}
+
+/// What [`AttemptPage::add`] did with a delivery.
+enum Added {
+    /// Every attempt it had to give.
+    All,
+    /// None: its event is gone.
+    Gone,
+    /// The page filled up before its attempt numbered below this iterator's.
+    Full(String),
 }
 
 /// `POST …/msg/{msg}/endpoint/{ep}/resend`: herald's manual retry of that delivery.

@@ -370,22 +370,9 @@ async fn route(
     method: &Method,
     segs: &[&str],
 ) -> Answer {
-    let Some(allowed) = methods(segs) else {
+    if let Err(e) = served(method, segs) {
         super::body::discard_body(req).await;
-        return Err(SvixError::new(
-            StatusCode::NOT_FOUND,
-            "not_supported",
-            "herald does not serve this route of the Svix API (docs/svix.md lists what it serves)",
-        ));
-    };
-    if !allowed.contains(method) {
-        super::body::discard_body(req).await;
-        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
-        return Err(SvixError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!("this route takes {}", names.join(", ")),
-        ));
+        return Err(e);
     }
     if segs == ["health"] {
         super::body::discard_body(req).await;
@@ -449,27 +436,59 @@ async fn route(
         None => None,
     };
     let answer = dispatch(state, &caller, req, method, segs, &q).await;
-    if let Some((scope, k)) = keyed {
-        // Only answers that changed something, or refused to, are kept: a 5xx may be retried.
-        // A message's creation kept its answer in its own commit already (or found the first).
-        let resp = match answer {
-            Ok(r) if r.extensions().get::<AnswerKept>().is_some() => return Ok(r),
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        };
-        // A message's creation refused before its commit: the key's first answer, if it has
-        // one, still wins.
-        if creates_message && !resp.status().is_server_error() {
-            let now = state.clock.now_ms();
-            if let Some(a) = state.store.api_answer(&scope, &k, now).await? {
-                if let Some(first) = replay(state, a, &q).await? {
-                    return Ok(first);
-                }
+    match keyed {
+        Some((scope, k)) => kept(state, &scope, &k, creates_message, answer, &q).await,
+        None => answer,
+    }
+}
+
+/// Whether herald serves the route, and with this method: the error to answer if not.
+fn served(method: &Method, segs: &[&str]) -> Result<(), SvixError> {
+    let Some(allowed) = methods(segs) else {
+        return Err(SvixError::new(
+            StatusCode::NOT_FOUND,
+            "not_supported",
+            "herald does not serve this route of the Svix API (docs/svix.md lists what it serves)",
+        ));
+    };
+    if !allowed.contains(method) {
+        let names: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+        return Err(SvixError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("this route takes {}", names.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// The answer to a request with a request key, kept under it (`scope`, `k`) when it changed
+/// something or refused to; a message's creation refused before its commit answers the key's
+/// first answer instead, if it has one.
+async fn kept(
+    state: &Arc<AppState>,
+    scope: &str,
+    k: &str,
+    creates_message: bool,
+    answer: Answer,
+    q: &Query,
+) -> Answer {
+    // Only answers that changed something, or refused to, are kept: a 5xx may be retried.
+    // A message's creation kept its answer in its own commit already (or found the first).
+    let resp = match answer {
+        Ok(r) if r.extensions().get::<AnswerKept>().is_some() => return Ok(r),
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    if creates_message && !resp.status().is_server_error() {
+        let now = state.clock.now_ms();
+        if let Some(a) = state.store.api_answer(scope, k, now).await? {
+            if let Some(first) = replay(state, a, q).await? {
+                return Ok(first);
             }
         }
-        return keep_answer(state, &scope, &k, resp).await;
     }
-    answer
+    keep_answer(state, scope, k, resp).await
 }
 
 /// Marks an answer whose request key's answer the store kept already (with the message).
