@@ -23,7 +23,6 @@ use crate::outbound::client::{Client, ClientConfig, ClientSetupError, Proxy};
 use crate::policy::ssrf::Guard;
 use crate::shutdown::{self, Shutdown, Trigger, GRACE};
 use crate::store::prelude::*;
-use crate::store::sled::SledStore;
 use crate::store::{Backend, StoreError};
 
 /// The file holding the generated admin token when the config names none.
@@ -557,7 +556,8 @@ fn open_failed(config: &Config, e: StoreError) -> String {
 }
 
 /// A restore into a new data directory beside the configured one, renamed into place once
-/// whole and synced ([`crate::backup::place`]).
+/// whole and synced ([`crate::backup::place`]). A restore opens the store of its own kind.
+#[allow(clippy::disallowed_types)]
 async fn restore_into_sled(
     config: &Config,
     clock: Arc<dyn Clock>,
@@ -568,7 +568,7 @@ async fn restore_into_sled(
     let failed = |e: StoreError| open_failed(config, e);
     let place = crate::backup::place::Place::prepare(&config.storage.path)?;
     // A restore writes and reads nothing back: a small cache is enough.
-    let restored = match SledStore::open(
+    let restored = match crate::store::sled::SledStore::open(
         place.dir(),
         config.storage.cache_capacity.min(RESTORE_CACHE),
         clock,
@@ -596,8 +596,9 @@ async fn restore_into_sled(
 }
 
 /// A restore into the cluster's database, under the hold that keeps nodes out, emptied again
-/// if it fails.
+/// if it fails. A restore opens the store of its own kind.
 #[cfg(feature = "postgres")]
+#[allow(clippy::disallowed_types)]
 async fn restore_into_postgres(
     config: &Config,
     clock: Arc<dyn Clock>,

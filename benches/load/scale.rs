@@ -17,7 +17,6 @@ use herald::ids;
 use herald::model::{
     Attempt, DeliveryState, Endpoint, EndpointState, SignatureKind, Status, StoredSecret,
 };
-use herald::store::sled::SledStore;
 use herald::store::{IngestOutcome, NewEvent};
 
 use crate::drive::{self, Counters};
@@ -291,10 +290,13 @@ async fn ingest_then_e2e(
 /// Attempts written between two rounds of folding in the prefill.
 const FOLD_EVERY: u64 = 100_000;
 
+// The prefill writes through the embedded store's own code, as herald would.
+#[allow(clippy::disallowed_types)]
 pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
-    let store = SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
-        .context("opening the store to prefill")?;
+    let store =
+        herald::store::sled::SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
+            .context("opening the store to prefill")?;
     // Nothing here runs the engine: hand out everything at once so the index stays empty.
     store.due().set_lane_limit(usize::MAX);
     let clock = SystemClock;

@@ -224,6 +224,8 @@ async fn recoverable(
 }
 
 #[cfg(test)]
+// The recovery's bound is tested on the embedded store itself.
+#[allow(clippy::disallowed_types)]
 mod tests {
     use std::sync::Arc;
 

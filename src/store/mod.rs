@@ -1,8 +1,9 @@
 //! Storage as herald runs it: the contract and its values (the `herald-store` crate, re-exported
 //! here), its two implementations (`herald-store-sled` as [`sled`], `herald-store-postgres` as
 //! [`postgres`]) and [`Backend`], the one herald runs on, which opens, dispatches to and closes
-//! whichever the config names. The engine and the API name only the contract: the crates keep
-//! them apart (see `herald-store`'s documentation for the layout and for adding an operation).
+//! whichever the config names. The engine and the API name only the contract: `clippy.toml`
+//! refuses `SledStore` and `PgStore` anywhere else in herald (see `herald-store`'s
+//! documentation for the layout and for adding an operation).
 
 mod backend;
 
