@@ -44,6 +44,9 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+/// A PostgreSQL error in one line, as the contract's error says it.
+use herald_store::describe_postgres as describe;
+
 pub use archive::RestoreHold;
 pub use handle::PgStore;
 pub use migrate::{migrate, migrate_and_join, Joining, Migrated, SCHEMA_VERSION};
@@ -105,12 +108,6 @@ impl From<deadpool_postgres::PoolError> for DbError {
             other => DbError::Postgres(other.to_string()),
         }
     }
-}
-
-/// A PostgreSQL error in one line: the server's own message when it sent one (with its
-/// SQLSTATE), else the client's (which names the cause, never the connection string).
-fn describe(e: &tokio_postgres::Error) -> String {
-    herald_store::describe_postgres(e)
 }
 
 /// `host:port/database` of a connection config (every host, if it names several).
