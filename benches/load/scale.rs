@@ -297,8 +297,6 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let store =
         herald::store::sled::SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
             .context("opening the store to prefill")?;
-    // Nothing here runs the engine: hand out everything at once so the index stays empty.
-    store.due().set_lane_limit(usize::MAX);
     let clock = SystemClock;
     let now = clock.now_ms();
     let endpoint = |account: &str| Endpoint {
@@ -377,9 +375,11 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
                 written += 1;
             }
         }
-        store.due().take(i64::MAX, usize::MAX);
-        // As herald folds ended history older than storage.fold_after (crates/herald-store-sled/src/fold.rs), a
-        // slice at a time: the store measured is the one a herald that ran this long has.
+        // Nothing here runs the engine: the index hands out everything, so it stays empty.
+        store.due().take(i64::MAX, usize::MAX, |_| usize::MAX);
+        // As herald folds ended history older than storage.fold_after
+        // (crates/herald-store-sled/src/fold.rs), a slice at a time: the store measured is the
+        // one a herald that ran this long has.
         if opts.fold && written % FOLD_EVERY == 0 {
             let mut from = None;
             loop {

@@ -63,14 +63,13 @@ impl Engine {
     }
 
     /// Attempts a due delivery: conditions, breaker, rate, quota, send, record. `fence` entitles
-    /// the record; `slot`, a cluster node's sending slot of the endpoint, is given back once the
-    /// request is over (not once the result is written: writing it is no request to the
-    /// endpoint).
+    /// the record; `slot`, one of the endpoint's sending slots, is given back once the request is
+    /// over (not once the result is written: writing it is no request to the endpoint).
     pub(super) async fn attempt_due(
         self: &Arc<Self>,
         found: DueDelivery,
         fence: Fence,
-        slot: Option<OwnedSemaphorePermit>,
+        slot: OwnedSemaphorePermit,
     ) -> Handled {
         let DueDelivery {
             delivery,

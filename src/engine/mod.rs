@@ -1,18 +1,17 @@
 //! Stored -> sent: the delivery loop.
 //!
-//! The scheduler takes what the store's queue says is due and starts an attempt for each. On one
-//! box the queue keeps one lane per endpoint and hands out at most `max_in_flight_per_endpoint`
-//! of a lane at once; in a cluster ([`cluster`]) the node bounds what it takes of each endpoint.
-//! The engine's semaphore bounds all attempts together at `max_in_flight`. A lane that is full,
-//! or held by its circuit breaker, only keeps its own deliveries waiting, so a slow or dead
-//! endpoint never delays another one. Each attempt ([`attempt`]) checks the conditions, sends,
-//! decides what comes next (retry, fail, done) and records it through the store; the delivery
-//! then goes back to the queue.
+//! The scheduler ([`scheduler`]) takes what the store's queue says is due and starts an attempt
+//! for each, on one box and in a cluster alike. It bounds what it holds of each endpoint and
+//! sends at most `max_in_flight_per_endpoint` of one at once; the engine's semaphore bounds all
+//! attempts together at `max_in_flight`. An endpoint that is full, or held by its circuit
+//! breaker, only keeps its own deliveries waiting, so a slow or dead endpoint never delays
+//! another one. Each attempt ([`attempt`]) checks the conditions, sends, decides what comes next
+//! (retry, fail, done) and records it through the store; the delivery then goes back to the
+//! queue.
 
 mod attempt;
-#[cfg(feature = "postgres")]
-mod cluster;
 mod retention;
+mod scheduler;
 pub use attempt::RetryError;
 pub mod health;
 pub mod minutes;
@@ -26,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::header::HeaderName;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, Plan};
@@ -35,10 +34,7 @@ use crate::metrics::Metrics;
 use crate::outbound::client::{Client, ClientIdentity};
 use crate::shutdown::Shutdown;
 use crate::store::prelude::*;
-use crate::store::{Backend, Hold, TakeLimits, Taken};
-
-/// Due deliveries taken per turn at most, on one box.
-const POP_BATCH: usize = 1024;
+use crate::store::{Backend, Hold};
 
 /// What the engine needs from the config.
 #[derive(Debug, Clone)]
@@ -179,80 +175,10 @@ impl Engine {
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown, grace: Duration) {
         tokio::spawn(self.clone().keep_minutes(shutdown.clone()));
-        #[cfg(feature = "postgres")]
-        if self.store.shared() {
-            self.clone().run_cluster(shutdown, grace).await;
-        } else {
-            self.clone().run_local(shutdown, grace).await;
-        }
-        #[cfg(not(feature = "postgres"))]
-        self.clone().run_local(shutdown, grace).await;
+        self.clone().schedule(shutdown, grace).await;
         self.flush_minutes().await;
         // Before the store closes: alert mails still being tried give their claims back.
         self.alerts.stopped().await;
-    }
-
-    /// The scheduler of one box, whose queue is in memory: it takes what is due whenever the
-    /// queue changes or an entry falls due.
-    async fn run_local(self: Arc<Self>, mut shutdown: Shutdown, grace: Duration) {
-        let mut next_sweep = self.clock.now_ms();
-        let limits = TakeLimits::default();
-        loop {
-            // Checked every turn: with a large backlog the loop below keeps dispatching without
-            // reaching the `select!`, and a stop must not wait for the backlog.
-            if shutdown.is_fired() {
-                break;
-            }
-            let now = self.clock.now_ms();
-            // Finished attempts' tasks leave the set.
-            while lock(&self.attempts).try_join_next().is_some() {}
-            if now >= next_sweep && self.clone().start_sweep(now) {
-                next_sweep =
-                    now + retention::sweep_every(self.cfg.retention_ms, self.cfg.fold_after_ms);
-            }
-            let room = self.global.available_permits().min(POP_BATCH);
-            let taken = match self.store.take_due(now, room, &limits).await {
-                Ok(taken) => taken,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot take due deliveries");
-                    Vec::new()
-                }
-            };
-            let got = taken.len();
-            for t in taken {
-                // Only this loop takes permits: there are `room`.
-                let Ok(permit) = self.global.clone().acquire_owned().await else {
-                    break;
-                };
-                self.start(t, permit);
-            }
-            if got == POP_BATCH {
-                tokio::task::yield_now().await;
-                continue;
-            }
-            // With every permit out, only a finished attempt (which changes the queue) can
-            // make room: no timer then.
-            let wait = if self.global.available_permits() == 0 {
-                None
-            } else {
-                let until = self
-                    .store
-                    .next_due()
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(Millis::MAX)
-                    .min(next_sweep.max(now + retention::SWEEP_RETRY_MS));
-                Some(Duration::from_millis((until - now).max(0) as u64))
-            };
-            if !self
-                .idle_until(wait, self.store.queue_changed(), &mut shutdown)
-                .await
-            {
-                break;
-            }
-        }
-        self.drain(grace).await;
     }
 
     /// A scheduler's sleep: until `wait` has passed (never, if `None`), `woken` resolves or the
@@ -305,21 +231,6 @@ impl Engine {
         }
         let mut attempts = std::mem::take(&mut *lock(&self.attempts));
         attempts.shutdown().await;
-    }
-
-    /// Runs a taken delivery's attempt on its own task, holding it throughout; then gives it
-    /// back.
-    fn start(self: &Arc<Self>, taken: Taken<Hold>, permit: OwnedSemaphorePermit) {
-        self.running.fetch_add(1, Ordering::Relaxed);
-        let engine = self.clone();
-        lock(&self.attempts).spawn(async move {
-            let Taken { due, fence, hold } = taken;
-            let handled = engine.attempt_due(due, fence, None).await;
-            engine.running.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-            engine.release(hold, handled).await;
-            engine.idle.notify_waiters();
-        });
     }
 
     /// Gives a delivery back to the queue once its attempt is over (or it was held).

@@ -27,7 +27,7 @@ use super::postgres::{PgLease, PgStore};
 use super::sled::{SledClaim, SledStore};
 use super::{
     ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
-    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken, Taking,
 };
 use crate::clock::{Clock, Millis};
 use crate::config::{Config, StoreKind};
@@ -72,9 +72,9 @@ macro_rules! both_async {
 }
 
 impl Backend {
-    /// Opens the store the config names, ready to serve until `shutdown`: the embedded store
-    /// with its due index's lane limit; a cluster's node with its schema migrated (under the
-    /// advisory lock), registered, and its notice listener, heartbeat and lease renewal running.
+    /// Opens the store the config names, ready to serve until `shutdown`: the embedded store;
+    /// a cluster's node with its schema migrated (under the advisory lock), registered, and its
+    /// notice listener, heartbeat and lease renewal running.
     pub async fn open(
         config: &Config,
         clock: Arc<dyn Clock>,
@@ -85,10 +85,6 @@ impl Backend {
             StoreKind::Sled => {
                 let path = &config.storage.path;
                 let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)?;
-                // Its due index hands out at most this many of an endpoint's deliveries at once.
-                store
-                    .due()
-                    .set_lane_limit(config.delivery.max_in_flight_per_endpoint);
                 Ok(Backend::Sled(store))
             }
             #[cfg(feature = "postgres")]
@@ -488,15 +484,15 @@ pub enum Hold {
 impl Queue for Backend {
     type Hold = Hold;
 
-    fn shared(&self) -> bool {
-        both!(self, Queue::shared, ())
+    fn taking(&self) -> Taking {
+        both!(self, Queue::taking, ())
     }
 
     async fn take_due(
         &self,
         now: Millis,
         room: usize,
-        limits: &TakeLimits,
+        limits: &dyn TakeLimits,
     ) -> Result<Vec<Taken<Hold>>, StoreError> {
         Ok(match self {
             Backend::Sled(s) => Queue::take_due(&**s, now, room, limits)
@@ -523,8 +519,8 @@ impl Queue for Backend {
         }
     }
 
-    async fn next_due(&self) -> Result<Option<Millis>, StoreError> {
-        both_async!(self, Queue::next_due, ())
+    async fn next_due(&self, limits: &dyn TakeLimits) -> Result<Option<Millis>, StoreError> {
+        both_async!(self, Queue::next_due, (limits))
     }
 
     async fn queue_changed(&self) {

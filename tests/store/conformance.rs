@@ -30,7 +30,7 @@ use herald::store::prelude::*;
 use herald::store::sled::SledStore;
 use herald::store::{
     lane_of, token_hash, ApiAnswer, Backend, Changed, CopyStart, DebounceRule, DeliveryFilter,
-    Fence, Hold, IngestOutcome, Minute, NewEvent, Retained, StoreError, TakeLimits, Taken,
+    Fence, FixedLimits, Hold, IngestOutcome, Minute, NewEvent, Retained, StoreError, Taken,
     IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
 };
 
@@ -105,8 +105,6 @@ async fn open(place: &Place, clock: &Arc<ManualClock>) -> Backend {
         Place::Directory(path) => {
             let store = SledStore::open(path, 8 << 20, dyn_clock, Arc::default())
                 .expect("open the embedded store");
-            // As herald opens it: up to `max_in_flight_per_endpoint` of an endpoint at once.
-            store.due().set_lane_limit(8);
             Backend::Sled(store)
         }
         Place::Database(url) => {
@@ -185,10 +183,10 @@ impl Subject {
 }
 
 /// Limits that take whatever is due.
-fn everything() -> TakeLimits {
-    TakeLimits {
+fn everything() -> FixedLimits {
+    FixedLimits {
         others: 1_000,
-        ..TakeLimits::default()
+        ..FixedLimits::default()
     }
 }
 
@@ -2037,14 +2035,13 @@ async fn deliver(s: &Subject, taken: Taken<Hold>) {
 
 /// Takes whatever is due now, sorted by delivery id.
 async fn take_all(s: &Subject) -> Vec<Taken<Hold>> {
-    let now = s.clock.now_ms();
-    let mut taken = s
-        .store
-        .take_due(now, 1_000, &everything())
-        .await
-        .unwrap_or_else(|e| panic!("{}: take: {e}", s.name));
-    taken.sort_by(|a, b| a.due.delivery.id.cmp(&b.due.delivery.id));
-    taken
+    take_within(s, 1_000, &everything()).await
+}
+
+/// Asserts that nothing will fall due.
+async fn assert_nothing_due(s: &Subject) {
+    let next = s.store.next_due(&everything()).await.unwrap();
+    assert_eq!(next, None, "{}: nothing due", s.name);
 }
 
 fn ids(taken: &[Taken<Hold>]) -> Vec<&str> {
@@ -2083,7 +2080,7 @@ async fn a_due_delivery_is_taken_once_and_a_held_one_comes_back_at_its_time() {
         deliver(&s, b).await;
         assert!(!store.is_held(&held_id), "{}", s.name);
         assert_eq!(
-            store.next_due().await.unwrap(),
+            store.next_due(&everything()).await.unwrap(),
             Some(START + 5_000),
             "{}: due again when the hold ends",
             s.name
@@ -2097,8 +2094,70 @@ async fn a_due_delivery_is_taken_once_and_a_held_one_comes_back_at_its_time() {
         for t in again {
             deliver(&s, t).await;
         }
-        assert_eq!(store.next_due().await.unwrap(), None, "{}", s.name);
+        assert_nothing_due(&s).await;
         assert!(take_all(&s).await.is_empty(), "{}", s.name);
+    })
+    .await;
+}
+
+/// Takes what is due at `now` within `room` and `limits`, sorted by delivery id.
+async fn take_within(s: &Subject, room: usize, limits: &FixedLimits) -> Vec<Taken<Hold>> {
+    let mut taken = s
+        .store
+        .take_due(s.clock.now_ms(), room, limits)
+        .await
+        .unwrap_or_else(|e| panic!("{}: take: {e}", s.name));
+    taken.sort_by(|a, b| a.due.delivery.id.cmp(&b.due.delivery.id));
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_hands_out_no_more_of_an_endpoint_than_its_limits_allow() {
+    on_both(|s| async move {
+        let store = &s.store;
+        let mut to_a = Vec::new();
+        for i in 0..3 {
+            s.clock.set(START + i);
+            let mut e = event_to("acct", EP_A, None);
+            e.received_at = START + i;
+            let out = store.ingest_events(vec![e]).await.unwrap();
+            to_a.push(created(&out[0]).1[0].id.clone());
+        }
+        let out = store
+            .ingest_events(vec![event_to("acct", EP_B, None)])
+            .await
+            .unwrap();
+        let to_b = created(&out[0]).1[0].id.clone();
+        s.clock.set(START + 10);
+        let limits = |a: usize, others: usize| FixedLimits {
+            named: vec![(EP_A.to_string(), a)],
+            others,
+        };
+
+        let first = take_within(&s, 100, &limits(2, 1)).await;
+        assert_eq!(
+            ids(&first),
+            vec![to_a[0].as_str(), to_a[1].as_str(), to_b.as_str()],
+            "{}: A's two earliest and B's one",
+            s.name
+        );
+        assert!(
+            take_within(&s, 100, &limits(0, 5)).await.is_empty(),
+            "{}: none more of A, and B has none left",
+            s.name
+        );
+        assert_eq!(
+            store.next_due(&limits(1, 5)).await.unwrap(),
+            Some(START + 2),
+            "{}: A's third is what a take that allows A would hand out",
+            s.name
+        );
+        let third = take_within(&s, 1, &limits(5, 5)).await;
+        assert_eq!(ids(&third), vec![to_a[2].as_str()], "{}", s.name);
+        for t in first.into_iter().chain(third) {
+            deliver(&s, t).await;
+        }
+        assert_nothing_due(&s).await;
     })
     .await;
 }
@@ -2176,14 +2235,14 @@ async fn a_leaving_node_gives_back_what_it_took() {
         let taken = take_all(&s).await;
         assert_eq!(taken.len(), deliveries.len(), "{}", s.name);
         let left = store.leave().await.unwrap();
-        if store.shared() {
+        if !store.is_embedded() {
             // Due at once for the other nodes: the store holds nothing for this one now.
             assert_eq!(left, 2, "{}: both leases given back", s.name);
             for d in &deliveries {
                 assert!(!store.is_held(&d.id), "{}", s.name);
             }
             assert_eq!(
-                store.next_due().await.unwrap(),
+                store.next_due(&everything()).await.unwrap(),
                 Some(START),
                 "{}: due as they were",
                 s.name
@@ -2231,7 +2290,7 @@ async fn ingest_hands_fresh_deliveries_to_the_intake_or_queues_them_never_both()
         seen.sort();
         let want: Vec<&str> = deliveries.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(seen, want, "{}: each delivery exactly once", s.name);
-        if store.shared() {
+        if !store.is_embedded() {
             assert_eq!(handed.len(), 2, "{}: taken at ingest", s.name);
         } else {
             assert!(handed.is_empty(), "{}: one box queues them", s.name);

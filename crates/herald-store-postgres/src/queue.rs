@@ -33,8 +33,8 @@ use herald_core::ids::{self, DELIVERY};
 use herald_core::model::{Attempt, Delivery, EventMeta};
 use herald_store::contract::Intake;
 use herald_store::contract::Queue;
-use herald_store::TakeLimits;
 use herald_store::{DueDelivery, Fence, StoreError, Taken};
+use herald_store::{TakeLimits, Taking};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -389,28 +389,37 @@ impl PgStore {
     }
 }
 
-/// A delivery id's key column (its ULID's 16 bytes).
+/// Taking is a query that locks rows; other nodes' changes come by notice, which can be
+/// missed while the connection that listens is down.
+const TAKING: Taking = Taking {
+    batch: 256,
+    hold_per_slot: 4,
+    idle_poll: Some(std::time::Duration::from_secs(2)),
+    gather: true,
+};
+
 impl Queue for PgStore {
     type Hold = PgLease;
 
-    fn shared(&self) -> bool {
-        true
+    fn taking(&self) -> Taking {
+        TAKING
     }
 
     fn take_due(
         &self,
         now: Millis,
         room: usize,
-        limits: &TakeLimits,
+        limits: &dyn TakeLimits,
     ) -> impl Future<Output = Result<Vec<Taken<PgLease>>, StoreError>> + Send {
-        PgStore::claim_due_within(
-            self,
-            now,
-            room as i64,
-            &limits.endpoints,
-            &limits.allowed,
-            limits.others as i64,
-        )
+        let (endpoints, allowed): (Vec<String>, Vec<i32>) = limits
+            .named()
+            .into_iter()
+            .map(|(endpoint, n)| (endpoint, n.min(i32::MAX as usize) as i32))
+            .unzip();
+        let others = limits.others().min(i64::MAX as usize) as i64;
+        async move {
+            PgStore::claim_due_within(self, now, room as i64, &endpoints, &allowed, others).await
+        }
     }
 
     async fn release(&self, hold: PgLease, until: Option<Millis>) -> Result<(), StoreError> {
@@ -421,7 +430,11 @@ impl Queue for PgStore {
         }
     }
 
-    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+    /// The earliest due time of all: what this node may not take of it, another may.
+    fn next_due(
+        &self,
+        _limits: &dyn TakeLimits,
+    ) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
         PgStore::next_due(self)
     }
 

@@ -4,18 +4,20 @@
 //! would cost a scan per tick. The index is rebuilt from sled at start-up and then fed by
 //! whoever makes a delivery due (the committer after an fsync, the engine after an attempt).
 //!
-//! Entries are grouped by *lane* (the endpoint they go to), so the index also does the
-//! per-endpoint isolation: [`DueIndex::take`] hands out the earliest due entries across lanes,
-//! but never more than the lane limit from one lane at once, and a lane held by its circuit
-//! breaker hands out nothing until its hold ends. A dead endpoint's backlog therefore waits in its
-//! own lane, costs nothing per tick, and never delays another endpoint's deliveries.
+//! Entries are grouped by *lane* (the endpoint they go to): [`DueIndex::take`] hands out the
+//! earliest due entries across lanes, never more of a lane than its caller allows (the
+//! scheduler's per-endpoint limit, less what it holds), and a lane held by its circuit breaker
+//! hands out nothing until its hold ends. A dead endpoint's backlog therefore waits in its own
+//! lane, costs nothing per tick, and never delays another endpoint's deliveries. The index only
+//! counts what it handed out (a purge and the ordering need to know); how many of a lane may
+//! be out at once is not its decision.
 //!
 //! Ordered endpoints (docs/delivery-contract.md): an entry may belong to a *sequence* of its lane
 //! (the deliveries with one ordering key). Only a sequence's head is in the lane's queues; the
 //! others wait in the sequence, in commit (ULID) order, and the next goes into the queues when the
 //! head ends ([`DueIndex::ended`]): retries of the head hold back only its own key, and different
-//! keys of a lane go in parallel within the lane limit. Lanes without sequences pay nothing for
-//! them.
+//! keys of a lane go in parallel (as many as a take allows). Lanes without sequences pay nothing
+//! for them.
 //!
 //! Memory: an entry is 24 bytes (due time and delivery ULID). First attempts, which arrive in
 //! time order, sit in a deque; retries and other later attempts in an ordered set. A sequence's
@@ -39,7 +41,7 @@ use tokio::sync::Notify;
 
 use herald_core::clock::Millis;
 use herald_core::ids;
-use herald_store::Lane;
+use herald_store::{Lane, NO_LANE};
 
 /// The most fresh entries one lane keeps in memory: 4096 × 24 bytes.
 const LANE_FRESH: usize = 4096;
@@ -126,7 +128,7 @@ struct LaneQueue {
     fresh_max: u128,
     spill: Option<Spill>,
     later: BTreeSet<(Millis, u128)>,
-    /// The deliveries handed out and not yet given back (at most the lane limit).
+    /// The deliveries handed out and not yet given back.
     running: Vec<u128>,
     held_until: Option<Millis>,
     /// This lane's key in `ready`, if it has one.
@@ -228,10 +230,9 @@ impl LaneQueue {
 #[derive(Default)]
 struct Inner {
     lanes: HashMap<Lane, LaneQueue>,
-    /// Each lane that has entries and room to run one: (when its earliest entry is due, lane).
+    /// Each lane that has entries: (when its earliest entry may go, lane).
     ready: BTreeSet<(Millis, Lane)>,
     len: usize,
-    lane_limit: usize,
     /// Fresh entries in memory, all lanes.
     fresh_total: usize,
     /// Refills to hand out ([`DueIndex::refills`]).
@@ -325,16 +326,14 @@ impl Inner {
         }
     }
 
-    /// Puts the lane's `ready` key in line with its queue, its running count and its hold.
+    /// Puts the lane's `ready` key in line with its queue and its hold.
     fn refresh(&mut self, lane: Lane) {
-        let limit = self.lane_limit.max(1);
         let Some(q) = self.lanes.get_mut(&lane) else {
             return;
         };
-        let want = match q.earliest() {
-            Some(at) if q.running.len() < limit => Some(q.held_until.map_or(at, |h| h.max(at))),
-            _ => None,
-        };
+        let want = q
+            .earliest()
+            .map(|at| q.held_until.map_or(at, |h| h.max(at)));
         if want != q.ready_at {
             if let Some(old) = q.ready_at {
                 self.ready.remove(&(old, lane));
@@ -428,16 +427,6 @@ pub struct DueIndex {
 }
 
 impl DueIndex {
-    /// Sets how many entries of one lane may be out (running) at once.
-    pub fn set_lane_limit(&self, limit: usize) {
-        let mut inner = self.lock();
-        inner.lane_limit = limit;
-        let lanes: Vec<Lane> = inner.lanes.keys().copied().collect();
-        for lane in lanes {
-            inner.refresh(lane);
-        }
-    }
-
     /// Adds a due delivery. `fresh`: its first attempt, due since ingest. A delivery in a
     /// sequence stays in it.
     pub fn insert(&self, lane: Lane, at: Millis, delivery: u128, fresh: bool) {
@@ -604,18 +593,28 @@ impl DueIndex {
     }
 
     /// Takes up to `max` entries due at or before `now`, earliest first across lanes, at most
-    /// the lane limit from one lane; each counts as running in its lane until [`Self::done`] or
+    /// `allowed(lane)` from a lane; each counts as running in its lane until [`Self::done`] or
     /// [`Self::put_back`].
-    pub fn take(&self, now: Millis, max: usize) -> Vec<Due> {
+    pub fn take(&self, now: Millis, max: usize, allowed: impl Fn(Lane) -> usize) -> Vec<Due> {
         let mut inner = self.lock();
         let mut out = Vec::new();
+        // What this take handed out of each lane it took from.
+        let mut given: HashMap<Lane, usize> = HashMap::new();
+        // Lanes before this key are used up for this take (or not due): taking from a lane
+        // only moves its own key later, so the walk never goes back.
+        let mut from = (Millis::MIN, NO_LANE);
         while out.len() < max {
-            let Some(&(at, lane)) = inner.ready.first() else {
+            let next = inner
+                .ready
+                .range(from..)
+                .take_while(|(at, _)| *at <= now)
+                .find(|(_, lane)| given.get(lane).copied().unwrap_or(0) < allowed(*lane))
+                .copied();
+            let Some((at, lane)) = next else {
                 break;
             };
-            if at > now {
-                break;
-            }
+            from = (at, lane);
+            *given.entry(lane).or_default() += 1;
             let total = inner.fresh_total;
             let q = inner.lanes.get_mut(&lane).expect("a ready lane exists");
             if let Some((due, delivery, fresh)) = q.pop() {
@@ -723,9 +722,14 @@ impl DueIndex {
             .min()
     }
 
-    /// When the earliest entry that [`Self::take`] could hand out is due.
-    pub fn next_due(&self) -> Option<Millis> {
-        self.lock().ready.first().map(|(at, _)| *at)
+    /// When the earliest entry that [`Self::take`] could hand out is due, of the lanes it may
+    /// take from (`allowed(lane) > 0`).
+    pub fn next_due(&self, allowed: impl Fn(Lane) -> usize) -> Option<Millis> {
+        self.lock()
+            .ready
+            .iter()
+            .find(|(_, lane)| allowed(*lane) > 0)
+            .map(|(at, _)| *at)
     }
 
     /// Refills due now: lanes whose fresh entries in memory ran low while newer ones wait in
@@ -840,10 +844,9 @@ impl DueIndex {
 mod tests {
     use super::*;
 
-    fn index(limit: usize) -> DueIndex {
-        let d = DueIndex::default();
-        d.set_lane_limit(limit);
-        d
+    /// A take's allowance that limits no lane.
+    fn any(_: Lane) -> usize {
+        usize::MAX
     }
 
     fn ids(v: &[Due]) -> Vec<u128> {
@@ -890,7 +893,7 @@ mod tests {
     fn drain(d: &DueIndex, sled: &mut Sled, now: Millis) -> Vec<u128> {
         let mut out = Vec::new();
         loop {
-            let got = d.take(now, 500);
+            let got = d.take(now, 500, any);
             for e in &got {
                 d.done(e.lane, e.delivery);
                 // Attempted: no longer fresh.
@@ -905,7 +908,7 @@ mod tests {
 
     #[test]
     fn a_backlog_spills_past_the_lane_limit_and_comes_back_in_order() {
-        let d = index(1_000_000);
+        let d = DueIndex::default();
         let n = LANE_FRESH as u128 * 3 + 77;
         // Delivery i: a ULID of millisecond i, due then.
         let ulid = |i: u128| i << 80;
@@ -920,7 +923,7 @@ mod tests {
         assert_eq!(d.oldest(), Some(1));
 
         // Taken past the low mark: a refill job, from the oldest spilled to the newest.
-        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW);
+        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW, any);
         assert_eq!(first.len(), LANE_FRESH - LANE_LOW);
         let jobs = d.refills();
         assert_eq!(
@@ -960,7 +963,7 @@ mod tests {
     /// back: all 5,010 come out once each.
     #[test]
     fn a_spilled_backlog_comes_back_after_the_lane_gets_sequences() {
-        let d = index(1_000_000);
+        let d = DueIndex::default();
         let mut sled = Sled::new();
         for i in 1..=5_000u128 {
             sled.entry(7).or_default().insert(i, 0);
@@ -970,7 +973,7 @@ mod tests {
         d.insert_many((5_001..=5_010u128).map(|i| seq(7, 0, i, i as u64)));
         let mut out = Vec::new();
         loop {
-            let got = d.take(0, 500);
+            let got = d.take(0, 500, any);
             for e in &got {
                 if e.delivery > 5_000 {
                     d.ended(7, e.delivery);
@@ -991,7 +994,7 @@ mod tests {
 
     #[test]
     fn lanes_together_keep_a_bounded_number_in_memory() {
-        let d = index(1_000_000);
+        let d = DueIndex::default();
         let lanes = 100u128;
         let per = 4_000u128;
         let mut sled = Sled::new();
@@ -1019,7 +1022,7 @@ mod tests {
 
     #[test]
     fn sequences_and_put_back_entries_never_spill() {
-        let d = index(8);
+        let d = DueIndex::default();
         for i in 1..=LANE_FRESH as u128 {
             d.insert(1, 0, i, true);
         }
@@ -1032,7 +1035,7 @@ mod tests {
         );
         d.insert(1, 0, over + 1, true);
         assert_eq!(d.fresh_in_memory(), LANE_FRESH + 1, "spilled");
-        let e = d.take(0, 1)[0];
+        let e = d.take(0, 1, any)[0];
         d.put_back(e, None);
         assert_eq!(d.fresh_in_memory(), LANE_FRESH + 1);
         assert_eq!(d.len(), LANE_FRESH + 2);
@@ -1040,47 +1043,52 @@ mod tests {
 
     #[test]
     fn hands_out_only_what_is_due_earliest_first() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert(1, 30, 3, false);
         d.insert(1, 10, 1, true);
         d.insert(2, 20, 2, true);
-        assert_eq!(d.next_due(), Some(10));
-        assert_eq!(ids(&d.take(20, 10)), vec![1, 2]);
-        assert_eq!(d.take(20, 10), vec![]);
+        assert_eq!(d.next_due(any), Some(10));
+        assert_eq!(ids(&d.take(20, 10, any)), vec![1, 2]);
+        assert_eq!(d.take(20, 10, any), vec![]);
         assert_eq!(d.len(), 1);
         d.remove(1, 30, 3);
         assert!(d.is_empty());
     }
 
     #[test]
-    fn a_full_lane_waits_while_others_go_on() {
-        let d = index(2);
-        for i in 0..5 {
+    fn a_lane_the_caller_allows_nothing_is_passed_over_by_take_and_next_due() {
+        let d = DueIndex::default();
+        for i in 0..3 {
             d.insert(1, 0, 10 + i, true);
         }
         d.insert(2, 5, 99, true);
-        let got = d.take(10, 100);
+        d.insert(3, 7, 77, true);
+        let only_one_of_1 = |lane: Lane| if lane == 1 { 1 } else { usize::MAX };
+        assert_eq!(ids(&d.take(10, 100, only_one_of_1)), vec![10, 99, 77]);
+        let none_of_1 = |lane: Lane| if lane == 1 { 0 } else { usize::MAX };
+        d.insert(2, 20, 98, true);
+        assert_eq!(d.next_due(any), Some(0), "lane 1 waits, due since 0");
         assert_eq!(
-            ids(&got),
-            vec![10, 11, 99],
-            "lane 1 stops at its limit of 2"
+            d.next_due(none_of_1),
+            Some(20),
+            "past lane 1 to lane 2's next"
         );
-        assert_eq!(d.take(10, 100), vec![]);
-        d.done(1, 10);
-        assert_eq!(ids(&d.take(10, 100)), vec![12]);
+        assert_eq!(d.take(20, 100, none_of_1).len(), 1);
+        assert_eq!(d.next_due(none_of_1), None);
+        assert_eq!(ids(&d.take(20, 100, any)), vec![11, 12]);
     }
 
     #[test]
     fn a_held_lane_hands_out_nothing_until_released_or_the_hold_ends() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert(1, 0, 1, true);
         d.insert(1, 0, 2, true);
-        let first = d.take(0, 1)[0];
+        let first = d.take(0, 1, any)[0];
         d.put_back(first, Some(1_000));
-        assert_eq!(d.take(999, 10), vec![]);
-        assert_eq!(d.next_due(), Some(1_000));
+        assert_eq!(d.take(999, 10, any), vec![]);
+        assert_eq!(d.next_due(any), Some(1_000));
         d.release(1);
-        assert_eq!(ids(&d.take(0, 10)), vec![1, 2]);
+        assert_eq!(ids(&d.take(0, 10, any)), vec![1, 2]);
     }
 
     fn seq(lane: Lane, at: Millis, delivery: u128, sequence: u64) -> Entry {
@@ -1095,7 +1103,7 @@ mod tests {
 
     #[test]
     fn a_sequence_hands_out_its_head_only_and_keys_go_in_parallel() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert_many([
             seq(1, 0, 1, 7),
             seq(1, 0, 2, 7),
@@ -1106,20 +1114,20 @@ mod tests {
         assert_eq!((d.len(), d.lane_len(1)), (5, 5));
         assert_eq!(d.ahead_of(1, 3), Some(2));
         assert_eq!(d.ahead_of(1, 1), None);
-        assert_eq!(ids(&d.take(0, 10)), vec![1, 4, 5]);
-        assert_eq!(d.take(0, 10), vec![], "2 waits for 1");
+        assert_eq!(ids(&d.take(0, 10, any)), vec![1, 4, 5]);
+        assert_eq!(d.take(0, 10, any), vec![], "2 waits for 1");
         // The head's retry keeps its key waiting.
         d.insert(1, 50, 1, false);
         d.done(1, 1);
-        assert_eq!(d.take(49, 10), vec![]);
-        assert_eq!(ids(&d.take(50, 10)), vec![1]);
+        assert_eq!(d.take(49, 10, any), vec![]);
+        assert_eq!(ids(&d.take(50, 10, any)), vec![1]);
         d.ended(1, 1);
         d.done(1, 1);
-        assert_eq!(ids(&d.take(50, 10)), vec![2]);
+        assert_eq!(ids(&d.take(50, 10, any)), vec![2]);
         assert_eq!(d.ahead_of(1, 3), Some(2));
         d.ended(1, 2);
         d.done(1, 2);
-        assert_eq!(ids(&d.take(50, 10)), vec![3]);
+        assert_eq!(ids(&d.take(50, 10, any)), vec![3]);
         for x in [3, 4, 5] {
             d.ended(1, x);
             d.done(1, x);
@@ -1135,10 +1143,10 @@ mod tests {
     /// sequence and the deliveries behind it waited for ever.
     #[test]
     fn dropped_deliveries_leave_their_sequences_and_the_next_goes() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert_many([seq(1, 0, 1, 7), seq(1, 0, 2, 7), seq(1, 0, 3, 7)]);
         d.insert_many([seq(1, 0, 10, 8), seq(1, 0, 11, 8)]);
-        let running = d.take(0, 10);
+        let running = d.take(0, 10, any);
         assert_eq!(ids(&running), vec![1, 10]);
         // 11 waits behind 10 (running); 10 ends; 11 is dropped while in the queues.
         d.ended(1, 10);
@@ -1149,11 +1157,11 @@ mod tests {
         d.drop_deliveries(1, &[2, 1]);
         assert!(d.holds_any(1, &[1]), "1 is out");
         assert!(!d.holds_any(1, &[2]), "2 left its sequence");
-        assert_eq!(d.take(0, 10), vec![], "3 waits for 1 to come back");
+        assert_eq!(d.take(0, 10, any), vec![], "3 waits for 1 to come back");
         // The attempt of 1 comes back (its breaker held it, say): it is dropped, 3 goes.
         d.put_back(running[0], None);
         assert!(!d.holds_any(1, &[1, 2, 11]));
-        assert_eq!(ids(&d.take(0, 10)), vec![3]);
+        assert_eq!(ids(&d.take(0, 10, any)), vec![3]);
         d.ended(1, 3);
         d.done(1, 3);
         assert!(d.is_empty(), "{} left", d.len());
@@ -1166,7 +1174,7 @@ mod tests {
     /// instead of counting it out a second time.
     #[test]
     fn a_refill_takes_in_no_dropped_delivery() {
-        let d = index(1_000_000);
+        let d = DueIndex::default();
         let n = LANE_FRESH as u128 + 10;
         let ulid = |i: u128| i << 80;
         let mut sled = Sled::new();
@@ -1174,7 +1182,7 @@ mod tests {
             sled.entry(7).or_default().insert(ulid(i), i as Millis);
             d.insert(7, i as Millis, ulid(i), true);
         }
-        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW);
+        let first = d.take(i64::MAX, LANE_FRESH - LANE_LOW, any);
         let jobs = d.refills();
         assert_eq!(jobs.len(), 1);
         // The refill reads its rows; then the purge drops one of them.
@@ -1199,18 +1207,18 @@ mod tests {
 
     #[test]
     fn a_waiting_member_that_ends_leaves_its_sequence_and_keeps_its_place_when_rescheduled() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert_many([seq(1, 0, 10, 7), seq(1, 0, 11, 7), seq(1, 0, 12, 7)]);
         // Rescheduled while waiting (a manual retry of a pending one): it stays in line.
         d.insert(1, 5, 12, false);
         assert_eq!(d.len(), 3);
-        assert_eq!(ids(&d.take(100, 10)), vec![10]);
+        assert_eq!(ids(&d.take(100, 10, any)), vec![10]);
         assert_eq!(d.len(), 2);
         d.ended(1, 11); // superseded while waiting
         assert_eq!(d.len(), 1);
         d.ended(1, 10);
         d.done(1, 10);
-        let next = d.take(100, 10);
+        let next = d.take(100, 10, any);
         assert_eq!(ids(&next), vec![12]);
         assert_eq!((next[0].at, next[0].fresh), (5, false));
         // Ending a delivery in no sequence, or twice, changes nothing.
@@ -1221,7 +1229,7 @@ mod tests {
 
     #[test]
     fn out_of_order_arrivals_take_their_place_behind_the_head() {
-        let d = index(8);
+        let d = DueIndex::default();
         d.insert_many([seq(1, 0, 20, 7), seq(1, 0, 40, 7), seq(1, 0, 30, 7)]);
         assert_eq!(d.ahead_of(1, 40), Some(30));
         assert_eq!(d.ahead_of(1, 30), Some(20));

@@ -10,8 +10,7 @@ use herald_core::model::DeliveryState;
 use herald_store::contract::Intake;
 use herald_store::contract::Queue;
 use herald_store::StoreError;
-use herald_store::TakeLimits;
-use herald_store::{DueDelivery, Fence, Taken};
+use herald_store::{DueDelivery, Fence, TakeLimits, Taken, Taking};
 use std::future::ready;
 use std::future::Future;
 use std::sync::Arc;
@@ -30,11 +29,16 @@ pub struct SledClaim {
 }
 
 impl SledStore {
-    /// Takes up to `room` entries due at `now` from the index, claims each and reads its
-    /// delivery; an entry found stale (its delivery was rescheduled or has ended since) is
-    /// dropped.
-    pub(super) fn take_due_now(&self, now: Millis, room: usize) -> Vec<Taken<SledClaim>> {
-        let entries = self.due().take(now, room);
+    /// Takes up to `room` entries due at `now` from the index, within `limits`, claims each
+    /// and reads its delivery; an entry found stale (its delivery was rescheduled or has ended
+    /// since) is dropped.
+    pub(super) fn take_due_now(
+        &self,
+        now: Millis,
+        room: usize,
+        limits: &dyn TakeLimits,
+    ) -> Vec<Taken<SledClaim>> {
+        let entries = self.due().take(now, room, |lane| limits.allowed(lane));
         if entries.is_empty() {
             return Vec::new();
         }
@@ -113,20 +117,28 @@ impl SledStore {
     }
 }
 
+/// Taking is a look at memory, and every change to the index wakes the scheduler.
+const TAKING: Taking = Taking {
+    batch: 1024,
+    hold_per_slot: 1,
+    idle_poll: None,
+    gather: false,
+};
+
 impl Queue for SledStore {
     type Hold = SledClaim;
 
-    fn shared(&self) -> bool {
-        false
+    fn taking(&self) -> Taking {
+        TAKING
     }
 
     fn take_due(
         &self,
         now: Millis,
         room: usize,
-        _limits: &TakeLimits,
+        limits: &dyn TakeLimits,
     ) -> impl Future<Output = Result<Vec<Taken<SledClaim>>, StoreError>> + Send {
-        ready(Ok(self.take_due_now(now, room)))
+        ready(Ok(self.take_due_now(now, room, limits)))
     }
 
     fn release(
@@ -138,8 +150,11 @@ impl Queue for SledStore {
         ready(Ok(()))
     }
 
-    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
-        ready(Ok(self.due().next_due()))
+    fn next_due(
+        &self,
+        limits: &dyn TakeLimits,
+    ) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send {
+        ready(Ok(self.due().next_due(|lane| limits.allowed(lane))))
     }
 
     fn queue_changed(&self) -> impl Future<Output = ()> + Send + '_ {

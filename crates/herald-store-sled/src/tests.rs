@@ -127,6 +127,19 @@ impl Faults {
 /// 2026-12-03T06:00:00Z.
 const T0: Millis = 1_796_277_600_000;
 
+/// A take's allowance that limits no lane.
+fn any(_: Lane) -> usize {
+    usize::MAX
+}
+
+/// Limits that take whatever is due.
+fn everything() -> herald_store::FixedLimits {
+    herald_store::FixedLimits {
+        others: usize::MAX,
+        ..Default::default()
+    }
+}
+
 fn open(dir: &Path, clock: &Arc<ManualClock>) -> Arc<SledStore> {
     SledStore::open(dir, 8 << 20, clock.clone(), Arc::default()).expect("open store")
 }
@@ -402,7 +415,7 @@ async fn a_failed_commit_whose_undo_fails_in_sled_is_undone_at_the_next_start() 
         "an applied undo file is removed"
     );
     assert_eq!(store.due().len(), 1, "only the acknowledged event is due");
-    let due = store.due().take(T0 + 1, 10);
+    let due = store.due().take(T0 + 1, 10, any);
     let found = store.due_delivery(due[0].delivery).unwrap().unwrap();
     assert_eq!(found.event.id, created(&kept[0]).0);
     let again = store.ingest(vec![ev]).await.unwrap();
@@ -505,7 +518,7 @@ async fn a_failed_commit_whose_undo_cannot_be_recorded_stays_deliverable() {
         1,
         "the event that reached sled is due again"
     );
-    let due = store.due().take(T0 + 1, 10);
+    let due = store.due().take(T0 + 1, 10, any);
     assert!(store.due_delivery(due[0].delivery).unwrap().is_some());
     close(store);
 }
@@ -697,7 +710,7 @@ async fn a_kept_undo_never_puts_back_what_was_delivered_after_it() {
 fn all_due(store: &SledStore, now: Millis) -> Vec<u128> {
     let mut out = Vec::new();
     loop {
-        let got = store.due().take(now, 100);
+        let got = store.due().take(now, 100, any);
         if got.is_empty() {
             return out;
         }
@@ -1211,7 +1224,6 @@ async fn ordered_sequences_are_rebuilt_oldest_first() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
     let id = ids::new_id(ids::ENDPOINT, T0);
     let lane = lane_of(Some(&id));
     let mut ep = endpoint(&id, "a");
@@ -1231,7 +1243,7 @@ async fn ordered_sequences_are_rebuilt_oldest_first() {
     }
     let ulid = |d: &Delivery| ids::parse(ids::DELIVERY, &d.id).unwrap();
     // Only the heads of x and y are handed out; x's second waits behind its first.
-    let due = store.due().take(T0 + 10, 10);
+    let due = store.due().take(T0 + 10, 10, any);
     let taken: Vec<u128> = due.iter().map(|d| d.delivery).collect();
     assert_eq!(taken, vec![ulid(&ids_of[0]), ulid(&ids_of[1])]);
     assert_eq!(
@@ -1253,8 +1265,7 @@ async fn ordered_sequences_are_rebuilt_oldest_first() {
     close(store);
 
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
-    let due = store.due().take(T0 + 1_000, 10);
+    let due = store.due().take(T0 + 1_000, 10, any);
     let taken: Vec<u128> = due.iter().map(|d| d.delivery).collect();
     assert_eq!(
         taken,
@@ -1283,7 +1294,7 @@ async fn ordered_sequences_are_rebuilt_oldest_first() {
         )
         .unwrap();
     drop(_c);
-    let due = store.due().take(T0 + 1_000, 10);
+    let due = store.due().take(T0 + 1_000, 10, any);
     assert_eq!(due.len(), 1);
     assert_eq!(
         (due[0].delivery, due[0].at, due[0].fresh),
@@ -1530,17 +1541,19 @@ async fn expediting_an_endpoint_releases_its_lane_hold() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
     let events = vec![event("a", &[LANE], T0), event("a", &[LANE], T0)];
     store.ingest(events).await.unwrap();
-    let mut due = store.due().take(T0, 1);
+    let mut due = store.due().take(T0, 1, any);
     assert_eq!(due.len(), 1);
     store.due().put_back(due.remove(0), Some(T0 + 600_000));
-    assert!(store.due().take(T0 + 1, 10).is_empty(), "the lane is held");
+    assert!(
+        store.due().take(T0 + 1, 10, any).is_empty(),
+        "the lane is held"
+    );
     store
         .expedite_endpoint(&ids::format(ids::ENDPOINT, LANE), T0 + 1)
         .unwrap();
-    assert_eq!(store.due().take(T0 + 1, 10).len(), 2);
+    assert_eq!(store.due().take(T0 + 1, 10, any).len(), 2);
     close(store);
 }
 
@@ -1603,7 +1616,7 @@ async fn a_spilled_backlog_comes_back_whole_after_a_restart() {
             got.len(),
             total - 1
         );
-        let due = store.due().take(T0 + 100_000, 300);
+        let due = store.due().take(T0 + 100_000, 300, any);
         store.refill_due();
         if due.is_empty() {
             let _ =
@@ -1648,7 +1661,6 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
     // The purged account's lane sorts first, so it is taken first.
     let (purged_lane, other_lane) = (LANE, LANE + 1);
     let out = store
@@ -1661,7 +1673,7 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     let other = created(&out[1]).1[0].clone();
 
     // The engine takes the purged account's delivery and attempts it.
-    let mut taken = store.take_due_now(T0, 1);
+    let mut taken = store.take_due_now(T0, 1, &everything());
     assert_eq!(taken.len(), 1);
     let hold = taken.remove(0);
     assert_eq!(hold.due.delivery.account_id, "purged");
@@ -1671,7 +1683,7 @@ async fn a_purge_racing_the_scheduler_strands_no_other_delivery() {
     // Its breaker opened meanwhile: the entry goes back, its lane held a second.
     store.release_taken(hold.hold, Some(T0 + 1_000));
     clock.set(T0 + 1_000);
-    let again = store.take_due_now(T0 + 1_000, 10);
+    let again = store.take_due_now(T0 + 1_000, 10, &everything());
     assert!(
         again.iter().all(|t| t.due.delivery.account_id != "purged"),
         "nothing of the purged account is attempted"
@@ -1715,7 +1727,6 @@ async fn an_operator_delivery_taken_during_a_purge_strands_no_other_delivery() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
     // The operator endpoint's lane sorts first, so it is taken first.
     let (operator_lane, other_lane) = (LANE, LANE + 1);
     let mut about = event(herald_core::model::OPERATOR_ACCOUNT, &[operator_lane], T0);
@@ -1727,7 +1738,7 @@ async fn an_operator_delivery_taken_during_a_purge_strands_no_other_delivery() {
     let other = created(&out[1]).1[0].clone();
 
     // The scheduler takes the operator delivery; its claim is not asked for yet.
-    let taken = store.due().take(T0, 1);
+    let taken = store.due().take(T0, 1, any);
     assert_eq!(taken.len(), 1);
     assert_eq!(taken[0].lane, operator_lane);
     store.purge_account("purged").await.unwrap();
@@ -1959,14 +1970,13 @@ async fn a_retried_no_endpoint_delivery_purged_strands_no_other_delivery() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(T0));
     let store = open(dir.path(), &clock);
-    store.due().set_lane_limit(8);
     let out = store
         .ingest(vec![event("a", &[NO_LANE], T0), event("b", &[LANE], T0)])
         .await
         .unwrap();
     let (a, b) = (created(&out[0]).1[0].clone(), created(&out[1]).1[0].clone());
     // The engine takes both; a's is recorded `no_endpoint`, b's is not attempted yet.
-    for t in store.take_due_now(T0, 10) {
+    for t in store.take_due_now(T0, 10, &everything()) {
         if t.due.delivery.id == a.id {
             let mut skipped = a.clone();
             skipped.state = DeliveryState::Skipped;
@@ -1993,7 +2003,7 @@ async fn a_retried_no_endpoint_delivery_purged_strands_no_other_delivery() {
     }
     store.purge_account("a").await.unwrap();
     clock.set(T0 + 1_000);
-    let due = store.take_due_now(T0 + 1_000, 10);
+    let due = store.take_due_now(T0 + 1_000, 10, &everything());
     assert!(due.iter().all(|t| t.due.delivery.account_id == "b"));
     for t in due {
         store.release_taken(t.hold, None);
@@ -2106,7 +2116,7 @@ async fn a_no_endpoint_delivery_attempted_during_a_purge_leaves_the_counts() {
         .ingest(vec![event("a", &[NO_LANE], T0)])
         .await
         .unwrap();
-    let mut taken = store.take_due_now(T0, 1);
+    let mut taken = store.take_due_now(T0, 1, &everything());
     assert_eq!(taken.len(), 1);
     let t = taken.remove(0);
     store.purge_account("a").await.unwrap();

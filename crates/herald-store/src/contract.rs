@@ -29,7 +29,7 @@ use bytes::Bytes;
 use super::directory::DirectoryCopy;
 use super::{
     ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
-    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken,
+    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken, Taking,
 };
 use herald_core::clock::Millis;
 use herald_core::model::{
@@ -437,20 +437,20 @@ pub trait Queue {
     /// cluster.
     type Hold: Send + 'static;
 
-    /// Whether other nodes take from this queue (a cluster): taking then costs a query, and the
-    /// scheduler takes in batches; on one box taking is a look at memory.
-    fn shared(&self) -> bool;
+    /// How the scheduler takes from this queue: its batch and polling. On one box taking is a
+    /// look at memory and every change is told; in a cluster taking costs a query and other
+    /// nodes' changes come by notice.
+    fn taking(&self) -> Taking;
 
     /// Takes up to `room` deliveries due at `now`, earliest first, each held for this node until
-    /// released; within `limits` in a cluster (on one box its index already takes at most
-    /// `max_in_flight_per_endpoint` of an endpoint). A due delivery that cannot be attempted
-    /// now (held by a change, or the store failed for good) stays in the queue, due again a
-    /// moment later; one found ended meanwhile is dropped.
+    /// released, never more of an endpoint than `limits` allows. A due delivery that cannot be
+    /// attempted now (held by a change, or the store failed for good) stays in the queue, due
+    /// again a moment later; one found ended meanwhile is dropped.
     fn take_due(
         &self,
         now: Millis,
         room: usize,
-        limits: &TakeLimits,
+        limits: &dyn TakeLimits,
     ) -> impl Future<Output = Result<Vec<Taken<Self::Hold>>, StoreError>> + Send;
 
     /// Gives back a taken delivery. With `None` its attempt ended it, or recorded when it is due
@@ -463,8 +463,13 @@ pub trait Queue {
         until: Option<Millis>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// When the next delivery falls due (in a cluster, also when a lease lapses), if any does.
-    fn next_due(&self) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
+    /// When the next delivery a take within `limits` could hand out falls due (in a cluster,
+    /// also when a lease lapses), if any does. A store may answer earlier than that (a
+    /// cluster's answer ignores `limits`); never later.
+    fn next_due(
+        &self,
+        limits: &dyn TakeLimits,
+    ) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
 
     /// Resolves when the queue may have changed: new or released deliveries (in a cluster, on
     /// any node, by notice).

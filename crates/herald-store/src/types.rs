@@ -207,13 +207,64 @@ impl<H> Taken<H> {
 }
 
 /// How many deliveries of each endpoint a take may hand this node
-/// ([`super::contract::Queue::take_due`]): `allowed[i]` of `endpoints[i]` (those it works on
-/// already), `others` of any other.
+/// ([`super::contract::Queue::take_due`]): the scheduler's per-endpoint limit less what it
+/// holds of the endpoint. The scheduler answers from what it holds as the take asks (a take
+/// on one box asks about the few lanes it looks at, and never pays for all the endpoints a
+/// node holds); a store only obeys.
+pub trait TakeLimits: Sync {
+    /// How many more deliveries to `lane`'s endpoint ([`lane_of`]) a take may hand out.
+    fn allowed(&self, lane: Lane) -> usize;
+    /// The endpoints with a limit of their own, each with what a take may hand out of it, for
+    /// a store that must name them (a cluster's query). Every other endpoint has
+    /// [`Self::others`].
+    fn named(&self) -> Vec<(String, usize)>;
+    /// What a take may hand out of an endpoint that is not [`Self::named`].
+    fn others(&self) -> usize;
+}
+
+/// Limits written out: `others` of each endpoint, and of those named, what is named.
 #[derive(Debug, Default, Clone)]
-pub struct TakeLimits {
-    pub endpoints: Vec<String>,
-    pub allowed: Vec<i32>,
+pub struct FixedLimits {
+    pub named: Vec<(String, usize)>,
     pub others: usize,
+}
+
+impl TakeLimits for FixedLimits {
+    fn allowed(&self, lane: Lane) -> usize {
+        self.named
+            .iter()
+            .find(|(endpoint, _)| lane_of(Some(endpoint)) == lane)
+            .map_or(self.others, |(_, n)| *n)
+    }
+
+    fn named(&self) -> Vec<(String, usize)> {
+        self.named.clone()
+    }
+
+    fn others(&self) -> usize {
+        self.others
+    }
+}
+
+/// How the scheduler takes from a store's queue ([`super::contract::Queue::taking`]): the
+/// only things a store kind tunes, batch size and polling. The loop, the per-endpoint limit
+/// and what is held are the scheduler's, the same for every store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taking {
+    /// Deliveries taken per turn at most.
+    pub batch: usize,
+    /// Of one endpoint, the scheduler holds at most this many times
+    /// `max_in_flight_per_endpoint` (sending, or waiting for one of the endpoint's sending
+    /// slots): 1 where taking is a look at memory; more where it costs a query, to keep the
+    /// slots busy between takes.
+    pub hold_per_slot: usize,
+    /// The longest an idle scheduler sleeps without taking again; `None` where
+    /// [`super::contract::Queue::queue_changed`] tells of every change (one process).
+    pub idle_poll: Option<std::time::Duration>,
+    /// Whether taking costs a query: the scheduler then takes again only once several of its
+    /// attempts have finished, and gathers notices of new work for a moment, instead of
+    /// taking at each.
+    pub gather: bool,
 }
 
 /// What a retention sweep keeps ([`super::contract::Retention::sweep`]).
