@@ -329,11 +329,11 @@ impl Engine {
     /// Resolves when the node should take again, `held` being the attempts it held when it
     /// went idle and `freed` the notice of the next one to finish.
     ///
-    /// Where a take is a look at memory, at every change of the queue and every finished
-    /// attempt. Where it is a query (`gather`), taking for each finished attempt would lock and
-    /// scan the queue for a single row: the node takes again once `refill` attempts have
-    /// finished, or at once when it holds no more than that (an ordered lane's next delivery
-    /// can be taken as soon as the one ahead ends). Notices of new work come with every other
+    /// Where a take is a look at memory, at every change of the queue (a finished attempt's
+    /// hold given back is one). Where it is a query (`gather`), taking for each finished
+    /// attempt would lock and scan the queue for a single row: the node takes again once
+    /// `refill` attempts have finished, or at once when it holds no more than that (an ordered
+    /// lane's next delivery can be taken as soon as the one ahead ends). Notices of new work come with every other
     /// node's ingest; a node that is not ready does not take at each (that took a few rows per
     /// take, as often as they came) but once, within [`UNCLAIMABLE_POLL`] of the first, for
     /// all of them.
@@ -343,11 +343,13 @@ impl Engine {
         mut freed: std::pin::Pin<&mut tokio::sync::futures::Notified<'a>>,
         taking: &Taking,
     ) {
+        if !taking.gather {
+            return self.store.queue_changed().await;
+        }
         let refill = self.cfg.max_in_flight_per_endpoint.clamp(1, taking.batch);
-        let gather = taking.gather;
         let ready = || {
             let now_held = self.running.load(Ordering::Relaxed);
-            !gather || now_held <= refill || held.saturating_sub(now_held) >= refill
+            now_held <= refill || held.saturating_sub(now_held) >= refill
         };
         let noticed = tokio::time::sleep(Duration::MAX);
         tokio::pin!(noticed);
@@ -468,11 +470,16 @@ impl Engine {
             // (An endpoint's slots are never closed: acquiring cannot fail.)
             if let Ok(slot) = slots.acquire_owned().await {
                 let handled = engine.attempt_due(due, fence, slot).await;
+                // Its room is free before the hold is given back: giving it back tells the
+                // queue, which wakes the scheduler, and then the room is there to take into.
+                lock(&running).count_out(lane);
+                drop(permit);
                 engine.release(hold, handled).await;
+            } else {
+                lock(&running).count_out(lane);
+                drop(permit);
             }
-            lock(&running).count_out(lane);
             engine.running.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
             engine.idle.notify_waiters();
         });
     }

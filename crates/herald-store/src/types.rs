@@ -263,7 +263,8 @@ pub struct Taking {
     pub idle_poll: Option<std::time::Duration>,
     /// Whether taking costs a query: the scheduler then takes again only once several of its
     /// attempts have finished, and gathers notices of new work for a moment, instead of
-    /// taking at each.
+    /// taking at each. Where it does not, [`super::contract::Queue::queue_changed`] also tells
+    /// of every hold given back, and the scheduler takes again at each change.
     pub gather: bool,
 }
 
