@@ -165,6 +165,9 @@ impl Backend {
     }
 }
 
+/// Every operation of the contract, each forwarded to the store herald runs on.
+impl super::contract::Store for Backend {}
+
 impl Ingest for Backend {
     async fn ingest<F, E>(&self, fan_out: F) -> Result<Vec<IngestOutcome>, E>
     where

@@ -95,6 +95,10 @@ pub struct PgStore {
     _identity: Option<std::fs::File>,
 }
 
+/// Every operation of the contract, each in the file of its concern (`herald-store`'s lib.rs
+/// has the table).
+impl herald_store::contract::Store for PgStore {}
+
 impl PgStore {
     /// Connects, brings the schema to this herald's version and registers this node (both in
     /// one transaction under the advisory lock, [`super::migrate_and_join`]).

@@ -76,6 +76,10 @@ mod retention;
 mod scan;
 mod sessions;
 mod sweep;
+/// Every operation of the contract, each in the file of its concern (`herald-store`'s lib.rs
+/// has the table).
+impl herald_store::contract::Store for SledStore {}
+
 impl Ingest for SledStore {
     /// One box: its copy of the endpoints is the store's, a fan-out is never stale.
     async fn ingest<F, E>(&self, mut fan_out: F) -> Result<Vec<IngestOutcome>, E>

@@ -11,9 +11,7 @@ use super::codec::MAX_ROW;
 use super::key;
 use super::*;
 use herald_core::clock::{ManualClock, Millis};
-use herald_core::model::{
-    Attempt, Delivery, DeliveryState, Endpoint, EndpointState, SignatureKind, Status,
-};
+use herald_core::model::{Attempt, Delivery, DeliveryState, Endpoint, Status};
 use herald_store::prelude::*;
 
 #[path = "endpoints_tests.rs"]
@@ -229,29 +227,7 @@ fn deliver(store: &SledStore, d: &Delivery, at: Millis) {
 }
 
 pub(crate) fn endpoint(id: &str, account: &str) -> Endpoint {
-    Endpoint {
-        id: id.into(),
-        account_id: account.into(),
-        url: "https://example.com/hook".into(),
-        description: String::new(),
-        event_types: Vec::new(),
-        headers: Default::default(),
-        retry_policy: "standard".into(),
-        signature: SignatureKind::Hmac,
-        state: EndpointState::Active,
-        verified: true,
-        created_at: T0,
-        updated_at: T0,
-        secrets: Vec::new(),
-        ordering: None,
-        rate_limit: None,
-        client_certificate: None,
-        filter: None,
-        uid: None,
-        metadata: Default::default(),
-        channels: Vec::new(),
-        signature_headers: Default::default(),
-    }
+    herald_store::conformance::endpoint_at(id, account, T0)
 }
 
 const LANE: Lane = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;

@@ -1,6 +1,7 @@
 //! The store contract: what the engine and the API may ask of storage, by concern, and what
-//! each answer guarantees. The embedded store (`sled/`) and the cluster's (`postgres/`) both
-//! implement every trait; `tests/store/conformance.rs` runs the same cases against both.
+//! each answer guarantees. The embedded store (`herald-store-sled`) and the cluster's
+//! (`herald-store-postgres`) both implement every trait; each runs the same cases, this crate's
+//! conformance kit, in its tests.
 //!
 //! Words used below:
 //! - *durable*: written and synced (an fsync on one box, a synchronous commit in a cluster)
@@ -39,6 +40,30 @@ use herald_core::model::{
 use herald_core::policy::alerts::{AlertClaim, AlertMark, Claimed};
 use herald_core::policy::breaker::Breaker;
 use herald_core::policy::quota::{Limits, Windows};
+
+/// Every operation of the contract together: what a store is, to the conformance kit and to
+/// herald's choice of store. Each store says it is one (`impl Store for … {}`) beside its
+/// `lib.rs`; the compiler names any trait it lacks.
+pub trait Store:
+    Ingest
+    + Directory
+    + Accounts
+    + Quotas
+    + Breakers
+    + RateLimits
+    + Alerts
+    + Sessions
+    + Purge
+    + DeliveryLog
+    + DeliveryChanges
+    + Queue
+    + Retention
+    + Vitals
+    + Archive
+    + Minutes
+    + Applications
+{
+}
 
 /// Taking events in.
 pub trait Ingest {

@@ -12,6 +12,8 @@
 //! - [`directory`]: the endpoints and plans every store keeps in memory.
 //! - [`StoreMetrics`]: what a store counts itself, for herald's metrics.
 //! - [`files`]: the data directory's privacy (files only their owner reads).
+//! - `conformance` (with the `conformance` feature): the contract's conformance suite, as a
+//!   kit each store's tests run.
 //!
 //! Where each trait is implemented:
 //!
@@ -30,6 +32,7 @@
 //! | `Archive` | `archive.rs` | `archive.rs` |
 //! | `Minutes` | `minutes.rs` | `minutes.rs` |
 //! | `Applications` | `applications.rs` | `applications.rs` |
+//! | `Store` (all of the above) | `lib.rs` | `handle.rs` |
 //!
 //! The embedded store's point reads are synchronous functions of its own (its tests and its
 //! blocking readers call them); its `impl` answers them as ready futures beside them.
@@ -44,9 +47,12 @@
 //!    each engine's own error are in `error.rs`, behind the `sled` and `postgres` features:
 //!    the orphan rule puts them beside [`StoreError`]).
 //! 3. Let herald's `store::Backend` call it (one line: the compiler names the missing arm).
-//! 4. Add its cases to the conformance suite (`tests/store/conformance.rs`), which runs every
-//!    case against both stores: a behaviour one store has and the other lacks fails there.
+//! 4. Add its cases to the conformance kit (`conformance/`, the file of its concern, and the
+//!    list in `conformance_tests!`), which each store's crate runs in its tests: a behaviour one
+//!    store has and the other lacks fails in that store's tests.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod contract;
 pub mod directory;
 mod error;
