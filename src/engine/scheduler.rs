@@ -64,9 +64,10 @@ struct Held {
 }
 
 impl Holding {
-    /// Counts one more delivery of `endpoint` held; returns the endpoint's sending slots.
-    fn count_in(&mut self, endpoint: Option<&str>, slots: usize) -> Arc<Semaphore> {
-        let held = self.lanes.entry(lane_of(endpoint)).or_insert_with(|| Held {
+    /// Counts one more delivery of `endpoint` (whose lane is `lane`) held; returns the
+    /// endpoint's sending slots.
+    fn count_in(&mut self, lane: Lane, endpoint: Option<&str>, slots: usize) -> Arc<Semaphore> {
+        let held = self.lanes.entry(lane).or_insert_with(|| Held {
             taken: 0,
             slots: Arc::new(Semaphore::new(slots)),
             endpoint: endpoint.unwrap_or_default().to_string(),
@@ -152,7 +153,7 @@ impl Intake<Hold> for NodeIntake {
         let Ok(permit) = self.global.clone().try_acquire_owned() else {
             return false;
         };
-        running.count_in(Some(endpoint), self.slots);
+        running.count_in(lane, Some(endpoint), self.slots);
         lock(&self.reserved).push(permit);
         true
     }
@@ -414,7 +415,7 @@ impl Engine {
                     let mut running = lock(&running);
                     match running.get(lane) {
                         Some(held) => held.slots.clone(),
-                        None => running.count_in(endpoint, intake.slots),
+                        None => running.count_in(lane, endpoint, intake.slots),
                     }
                 };
                 engine.spawn_taken(&running, lane, slots, l, permit);
@@ -448,8 +449,9 @@ impl Engine {
         permit: OwnedSemaphorePermit,
     ) {
         let endpoint = leased.due.delivery.endpoint_id.as_deref();
-        let slots = lock(running).count_in(endpoint, self.cfg.max_in_flight_per_endpoint);
-        self.spawn_taken(running, lane_of(endpoint), slots, leased, permit);
+        let lane = lane_of(endpoint);
+        let slots = lock(running).count_in(lane, endpoint, self.cfg.max_in_flight_per_endpoint);
+        self.spawn_taken(running, lane, slots, leased, permit);
     }
 
     /// Runs one taken delivery's attempt on its own task, counted in `running` already.
