@@ -251,12 +251,14 @@ async fn open_store(
     metrics: Arc<Metrics>,
     shutdown: &Shutdown,
 ) -> Result<Backend, AppError> {
-    Backend::open(config, clock, metrics.store.clone(), shutdown)
+    let failed = |source| AppError::Store {
+        what: storage_label(config),
+        source,
+    };
+    let settings = crate::store::settings(config).map_err(failed)?;
+    Backend::open(&settings, clock, metrics.store.clone(), shutdown)
         .await
-        .map_err(|source| AppError::Store {
-            what: storage_label(config),
-            source,
-        })
+        .map_err(failed)
 }
 
 /// Where herald keeps its data, as logs and errors name it (never a database URL).
@@ -557,7 +559,6 @@ fn open_failed(config: &Config, e: StoreError) -> String {
 
 /// A restore into a new data directory beside the configured one, renamed into place once
 /// whole and synced ([`crate::backup::place`]). A restore opens the store of its own kind.
-#[allow(clippy::disallowed_types)]
 async fn restore_into_sled(
     config: &Config,
     clock: Arc<dyn Clock>,
@@ -568,20 +569,20 @@ async fn restore_into_sled(
     let failed = |e: StoreError| open_failed(config, e);
     let place = crate::backup::place::Place::prepare(&config.storage.path)?;
     // A restore writes and reads nothing back: a small cache is enough.
-    let restored = match crate::store::sled::SledStore::open(
+    let restored = match Backend::open_embedded(
         place.dir(),
         config.storage.cache_capacity.min(RESTORE_CACHE),
         clock,
-        Arc::default(),
     ) {
         Ok(store) => {
-            let restored =
-                crate::backup::restore(&Backend::Sled(store.clone()), input, now, progress)
-                    .await
-                    .map_err(|e| e.to_string());
+            let restored = crate::backup::restore(&store, input, now, progress)
+                .await
+                .map_err(|e| e.to_string());
             let closed = store
                 .close()
+                .await
                 .map_err(|e| format!("cannot sync the restored store: {e}"));
+            store.end().await;
             restored.and_then(|t| closed.map(|()| t))
         }
         Err(e) => Err(failed(e)),
@@ -598,14 +599,13 @@ async fn restore_into_sled(
 /// A restore into the cluster's database, under the hold that keeps nodes out, emptied again
 /// if it fails. A restore opens the store of its own kind.
 #[cfg(feature = "postgres")]
-#[allow(clippy::disallowed_types)]
 async fn restore_into_postgres(
     config: &Config,
     clock: Arc<dyn Clock>,
     input: impl std::io::Read + Send + 'static,
     progress: impl FnMut(&crate::backup::format::Totals),
 ) -> Result<crate::backup::format::Totals, String> {
-    use crate::store::postgres::{Database, PgStore, RestoreHold};
+    use crate::store::postgres::{Database, RestoreHold};
     let now = clock.now_ms();
     let failed = |e: StoreError| open_failed(config, e);
     let db = crate::store::postgres_settings(config)
@@ -616,13 +616,11 @@ async fn restore_into_postgres(
     let hold = RestoreHold::take(client, now, lease.as_millis() as i64)
         .await
         .map_err(|e| format!("cannot restore into {}: {e}", storage_label(config)))?;
-    let restored = match PgStore::with_database(db, clock, lease).await {
+    let restored = match Backend::join(db, clock, lease).await {
         Ok(store) => {
-            let store = Arc::new(store);
-            let restored =
-                crate::backup::restore(&Backend::Postgres(store.clone()), input, now, progress)
-                    .await
-                    .map_err(|e| e.to_string());
+            let restored = crate::backup::restore(&store, input, now, progress)
+                .await
+                .map_err(|e| e.to_string());
             // The store registered as a node to read the database: the restore is no
             // node that serves, so it leaves no row behind.
             let left = store.leave().await.map(|_| ()).map_err(failed);

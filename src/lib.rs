@@ -7,8 +7,9 @@
 //! `store` remembers. Below them all sit the shared vocabulary (`model`, `ids`, `clock`,
 //! `filter`), the pure decisions (`policy`) and `signing`, in the `herald-core` crate, which
 //! imports nothing above it. Storage is in crates of its own (`crates/`): the contract
-//! (`herald-store`) and its two implementations, which see neither each other nor herald;
-//! `store` here re-exports them and picks one.
+//! (`herald-store`), its two implementations, which see neither each other nor herald, and
+//! `herald-backend`, which opens the one the config names. herald depends on the contract and
+//! `herald-backend` only, so nothing here can name a store's own type.
 //!
 //! - [`alerts`]: failure alert mails: decided off the delivery path, sent over SMTP with
 //!   rustls, retried, counted.
@@ -26,11 +27,10 @@
 //! - [`policy`]: pure decisions: breaker, conditions, debounce windows, quota windows, retry
 //!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, alerts.
 //! - [`signing`]: Standard Webhooks signatures and secret formats.
-//! - [`store`]: the storage contract and its two implementations (sled on one box, PostgreSQL
-//!   for a cluster), from their crates, and `Backend`, the one herald runs on: the event and
-//!   delivery log, the group-commit committer, the per-endpoint due index, per-delivery
-//!   claims, the charts' per-minute counts, the storage-format migration, the data directory's
-//!   privacy.
+//! - [`store`]: the storage contract (`herald-store`) and `Backend` (`herald-backend`), the
+//!   store herald runs on (sled on one box, PostgreSQL for a cluster), and the store's
+//!   settings from the config: the event and delivery log, the queue, the directory, the
+//!   charts' per-minute counts, the data directory's privacy.
 //! - [`api`]: the hyper 1.x HTTP API: connection limits, routing, auth, JSON errors, one file
 //!   per resource.
 //! - [`engine`]: the delivery loop, attempts, endpoint health, the charts' counts, verification,

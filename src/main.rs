@@ -257,14 +257,12 @@ fn copy(from: &str, to: &str, ca_file: Option<PathBuf>) -> ExitCode {
 
 /// Opens the sled store at `source`, migrates the database, joins it for the copy's length and
 /// copies, showing progress on stderr.
-// A copy opens both stores itself (clippy.toml keeps the engine and the API from it).
-#[allow(clippy::disallowed_types)]
 #[cfg(feature = "postgres")]
 async fn copy_store(
     config: &Config,
     source: &std::path::Path,
 ) -> Result<herald::backup::copy::Copied, String> {
-    use herald::store::postgres::{migrate, Database, PgStore};
+    use herald::store::postgres::{migrate, Database};
     use herald::store::prelude::*;
     use herald::store::Backend;
     use std::io::IsTerminal;
@@ -272,18 +270,14 @@ async fn copy_store(
     if !source.join("conf").exists() {
         return Err(format!("{} holds no herald store", source.display()));
     }
-    let store = herald::store::sled::SledStore::open(
-        source,
-        config.storage.cache_capacity,
-        Arc::new(SystemClock),
-        Arc::default(),
-    )
-    .map_err(|e| {
-        format!(
-            "cannot open the store at {} (stop the herald that runs on it first): {e}",
-            source.display()
-        )
-    })?;
+    let store =
+        Backend::open_embedded(source, config.storage.cache_capacity, Arc::new(SystemClock))
+            .map_err(|e| {
+                format!(
+                    "cannot open the store at {} (stop the herald that runs on it first): {e}",
+                    source.display()
+                )
+            })?;
     let db = herald::store::postgres_settings(config)
         .and_then(|s| Database::new(&s))
         .map_err(|e| e.to_string())?;
@@ -293,19 +287,14 @@ async fn copy_store(
         .await
         .map_err(|e| e.to_string())?;
     drop(client);
-    let target = PgStore::with_database(db, Arc::new(SystemClock), lease)
+    let target = Backend::join(db, Arc::new(SystemClock), lease)
         .await
-        .map(Arc::new)
         .map_err(|e| e.to_string())?;
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = std::time::Instant::now();
     let now = herald::clock::Clock::now_ms(&SystemClock);
-    let copied = herald::backup::copy::copy(
-        &Backend::Sled(store.clone()),
-        &Backend::Postgres(target.clone()),
-        &source.display().to_string(),
-        now,
-        |p| {
+    let copied =
+        herald::backup::copy::copy(&store, &target, &source.display().to_string(), now, |p| {
             let left = (p.total - p.deliveries) as f64 / p.rate.max(1.0);
             let line = format!(
                 "{}/{} deliveries, {:.0}/s, {} left",
@@ -320,16 +309,16 @@ async fn copy_store(
                 eprintln!("{line}");
                 last_line = std::time::Instant::now();
             }
-        },
-    )
-    .await
-    .map_err(|e| e.to_string());
+        })
+        .await
+        .map_err(|e| e.to_string());
     if terminal {
         eprintln!();
     }
     // The copy joined the cluster to write: it is no node that serves, so it leaves no row.
     let left = target.leave().await.map(|_| ()).map_err(|e| e.to_string());
-    let _ = store.close();
+    let _ = store.close().await;
+    store.end().await;
     copied.and_then(|c| left.map(|()| c))
 }
 

@@ -291,11 +291,10 @@ async fn ingest_then_e2e(
 const FOLD_EVERY: u64 = 100_000;
 
 // The prefill writes through the embedded store's own code, as herald would.
-#[allow(clippy::disallowed_types)]
 pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
     let cache = opts.cache_capacity.unwrap_or(64 << 20);
     let store =
-        herald::store::sled::SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
+        herald_store_sled::SledStore::open(data, cache, Arc::new(SystemClock), Arc::default())
             .context("opening the store to prefill")?;
     let clock = SystemClock;
     let now = clock.now_ms();

@@ -224,15 +224,15 @@ async fn recoverable(
 }
 
 #[cfg(test)]
-// The recovery's bound is tested on the embedded store itself.
-#[allow(clippy::disallowed_types)]
+// The recovery's bound is tested on the embedded store itself (its failed deliveries written
+// directly).
 mod tests {
     use std::sync::Arc;
 
     use super::*;
     use crate::clock::ManualClock;
     use crate::model::{Attempt, Status};
-    use crate::store::sled::SledStore;
+    use herald_store_sled::SledStore;
 
     /// Recover is bounded: past `max` deliveries it stops and says there are more.
     #[tokio::test]
@@ -281,7 +281,7 @@ mod tests {
             };
             store.update_delivery(&d, &failed, Some(&a)).unwrap();
         }
-        let store = Backend::Sled(store);
+        let store = Backend::of_sled(store);
         let (found, more) = recoverable(&store, &endpoint, t0, 3).await.unwrap();
         assert_eq!((found.len(), more), (3, true));
         let (found, more) = recoverable(&store, &endpoint, t0, 5).await.unwrap();

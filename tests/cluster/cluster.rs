@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::herald::herald_bin;
 use common::postgres::{PgOptions, Postgres};
 use common::{behaviour, toml_string, Receiver, Reply, TestCa, World};
-use herald::store::postgres::SCHEMA_VERSION;
 use herald::store::prelude::*;
+use herald_store_postgres::SCHEMA_VERSION;
 use serde_json::json;
 
 /// A config file in `dir` for a node of the cluster on `url`, plus `extra` keys of
@@ -433,7 +433,7 @@ async fn copy_moves_a_stopped_store_and_never_doubles_a_row() {
         ))
         .unwrap();
         let clock = Arc::new(herald::clock::ManualClock::new(due_ms - 1));
-        let node = herald::store::postgres::PgStore::open(
+        let node = herald_store_postgres::PgStore::open(
             &herald::store::postgres_settings(&config).unwrap(),
             clock.clone(),
             Default::default(),
@@ -822,7 +822,7 @@ async fn node_migrating(pg: &Postgres, url: &str) -> common::Herald {
     );
     assert_eq!(
         pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        herald::store::postgres::SCHEMA_VERSION.to_string()
+        herald_store_postgres::SCHEMA_VERSION.to_string()
     );
     node
 }

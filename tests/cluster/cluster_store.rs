@@ -18,9 +18,9 @@ use herald::config::Config;
 use herald::model::{Attempt, DeliveryState, Endpoint, EndpointState, PortalSession, Status};
 use herald::policy::breaker::{Breaker, Change, Gate, Phase};
 use herald::policy::quota::{windows, Limits};
-use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
 use herald::store::{lane_of, Backend, IngestOutcome, NewEvent, StoreError};
+use herald_store_postgres::{migrate, Database, PgStore};
 
 const START: i64 = 1_800_000_000_000;
 const LEASE: Duration = Duration::from_secs(30);
@@ -376,7 +376,7 @@ async fn an_idle_node_is_woken_by_another_nodes_ingest() {
     let (a, b) = (c.node().await, c.node().await);
     let (trigger, shutdown) = herald::shutdown::channel();
     let wake = b.wake();
-    let listener = tokio::spawn(herald::store::postgres::wake::listen(b.clone(), shutdown));
+    let listener = tokio::spawn(herald_store_postgres::wake::listen(b.clone(), shutdown));
     // The listener wakes once when it starts listening (news may have been missed before).
     tokio::time::timeout(Duration::from_secs(10), wake.notified())
         .await
@@ -447,10 +447,7 @@ fn endpoint(id: &str, account: &str) -> Endpoint {
 async fn listening(c: &Cluster) -> (Arc<PgStore>, herald::shutdown::Trigger) {
     let node = c.node().await;
     let (trigger, shutdown) = herald::shutdown::channel();
-    tokio::spawn(herald::store::postgres::wake::listen(
-        node.clone(),
-        shutdown,
-    ));
+    tokio::spawn(herald_store_postgres::wake::listen(node.clone(), shutdown));
     (node, trigger)
 }
 
@@ -1319,7 +1316,7 @@ async fn a_node_renews_the_leases_of_attempts_still_running() {
     a.finish(held[0].hold.claim(), &done, None).await.unwrap();
 
     let (trigger, shutdown) = herald::shutdown::channel();
-    let keeper = tokio::spawn(herald::store::postgres::keep_leases(a.clone(), shutdown));
+    let keeper = tokio::spawn(herald_store_postgres::keep_leases(a.clone(), shutdown));
     for step in 1..=5 {
         c.clock.advance(Duration::from_millis(400));
         let until = c.clock.now_ms() + 600;
@@ -1602,7 +1599,7 @@ async fn a_restored_ordered_backlog_keeps_its_commit_order() {
 
     // Backed up (pages of 8 MiB or 1,000 events) and restored into an empty database.
     let mut archive = Vec::new();
-    herald::backup::write(&Backend::Postgres(source.clone()), START, |part| {
+    herald::backup::write(&Backend::of_postgres(source.clone()), START, |part| {
         archive.extend_from_slice(&part);
         std::future::ready(true)
     })
@@ -1610,7 +1607,7 @@ async fn a_restored_ordered_backlog_keeps_its_commit_order() {
     .unwrap();
     let target = c.node_on_new_database("restored").await;
     herald::backup::restore(
-        &Backend::Postgres(target.clone()),
+        &Backend::of_postgres(target.clone()),
         std::io::Cursor::new(archive),
         START,
         |_| {},
@@ -1699,7 +1696,7 @@ async fn a_flush_of_minutes_racing_the_delete_of_their_endpoint_adds_none() {
 }
 
 /// The nodes `store` lists (its own node's id aside).
-async fn listed(store: &herald::store::postgres::PgStore) -> Vec<herald::store::Node> {
+async fn listed(store: &herald_store_postgres::PgStore) -> Vec<herald::store::Node> {
     store
         .nodes()
         .await

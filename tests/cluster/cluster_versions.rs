@@ -14,8 +14,8 @@ use crate::common::postgres::Postgres;
 use crate::common::toml_string;
 use herald::clock::{Clock, SystemClock};
 use herald::config::Config;
-use herald::store::postgres::versions::{live_span, older_live_nodes, OlderNode};
-use herald::store::postgres::{migrate_and_join, Database, Joining, PgStore, SCHEMA_VERSION};
+use herald_store_postgres::versions::{live_span, older_live_nodes, OlderNode};
+use herald_store_postgres::{migrate_and_join, Database, Joining, PgStore, SCHEMA_VERSION};
 
 /// The shortest lease the config takes: a migration waits up to two heartbeats (10 s) then.
 const LEASE: &str = "lease = \"5s\"\n";

@@ -1,7 +1,5 @@
 //! Cluster mode on a real PostgreSQL each test starts itself: migrations and fixtures, the
 //! store's shared state, and several herald processes as one cluster.
-// These tests open the stores themselves (clippy.toml keeps the engine and the API from it).
-#![allow(clippy::disallowed_types)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -17,9 +17,7 @@ use herald::model::{Attempt, ClientCertificate, DeliveryState, Status};
 use herald::policy::alerts::{AlertKind, Claimed};
 use herald::policy::breaker::{Breaker, Phase};
 use herald::policy::quota::{windows, Limits};
-use herald::store::postgres::{migrate, Database, PgStore};
 use herald::store::prelude::*;
-use herald::store::sled::SledStore;
 use herald::store::{lane_of, token_hash, Backend, IngestOutcome, NewEvent};
 use herald_store::conformance::accounts::{answer, application, claim_for, claim_of};
 use herald_store::conformance::log::minute;
@@ -27,6 +25,8 @@ use herald_store::conformance::{
     created, deliver, endpoint, event, event_to, failed_first, ids, session, take_all, Harness,
     IngestEvents, Subject, EP_A, EP_B, START,
 };
+use herald_store_postgres::{migrate, Database, PgStore};
+use herald_store_sled::SledStore;
 
 /// The embedded store in a temporary directory, as herald runs it.
 struct SledBackend {
@@ -51,7 +51,7 @@ impl Harness for SledBackend {
             Arc::default(),
         )
         .expect("open the embedded store");
-        Arc::new(Backend::Sled(store))
+        Arc::new(Backend::of_sled(store))
     }
 
     async fn close(&self, store: Arc<Backend>) {
@@ -104,7 +104,7 @@ impl Harness for PgBackend {
         let store = PgStore::with_database(db, clock, Duration::from_secs(30))
             .await
             .expect("node");
-        Arc::new(Backend::Postgres(Arc::new(store)))
+        Arc::new(Backend::of_postgres(Arc::new(store)))
     }
 
     async fn close(&self, store: Arc<Backend>) {

@@ -2,8 +2,6 @@
 //! embedded store's own files under faults: a full disk or a file-size limit, a power cut under
 //! herald, and the stores older versions wrote (migrated in place). The contract's conformance
 //! suite is `herald-store`'s kit, run by each store's crate.
-// These tests open the stores themselves (clippy.toml keeps the engine and the API from it).
-#![allow(clippy::disallowed_types)]
 
 #[path = "../common/mod.rs"]
 mod common;

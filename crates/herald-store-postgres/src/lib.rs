@@ -7,8 +7,6 @@
 //! database is verified with the roots and CA file we choose, not a second TLS stack's), and
 //! hands out a plain connection for `LISTEN`, whose notifications arrive on the connection
 //! itself. See docs/cluster.md for the choice and the layout of the tables.
-// A store names its own type (`PgStore`); clippy.toml keeps herald's engine and API from it.
-#![allow(clippy::disallowed_types)]
 
 mod accounts;
 mod alerts;

@@ -1,8 +1,6 @@
 //! The contract's conformance suite (herald-store's kit) on the cluster's store: each case on a
 //! fresh database of a real PostgreSQL this test process starts, from the harness herald's own
 //! tests use (one server for the process).
-// The store's own tests open it (clippy.toml keeps the engine and the API from its type).
-#![allow(clippy::disallowed_types)]
 
 use std::sync::Arc;
 use std::time::Duration;

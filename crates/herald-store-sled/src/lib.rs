@@ -49,8 +49,6 @@
 //! memory by bucketing fresh deliveries by second and written to `meta` every second, with the
 //! counts of ended deliveries (after a crash they miss at most the last second's changes; a
 //! clean stop saves them exactly). Pending deliveries are counted at start.
-// A store names its own type (`SledStore`); clippy.toml keeps herald's engine and API from it.
-#![allow(clippy::disallowed_types)]
 
 mod accounts;
 mod alerts;

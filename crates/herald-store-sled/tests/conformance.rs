@@ -1,7 +1,5 @@
 //! The contract's conformance suite (herald-store's kit) on the embedded store: each case on a
 //! store of its own in a temporary directory.
-// The store's own tests open it (clippy.toml keeps the engine and the API from its type).
-#![allow(clippy::disallowed_types)]
 
 use std::sync::Arc;
 

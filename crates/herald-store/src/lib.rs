@@ -1,8 +1,9 @@
 //! herald's storage contract: what the engine and the API may ask of storage ([`contract`]),
 //! the values it is written in, and the one error it answers with. Two crates implement it:
 //! `herald-store-sled`, the embedded store of one box, and `herald-store-postgres`, the store a
-//! cluster of nodes shares (docs/cluster.md). herald itself picks one (its `store::Backend`)
-//! and sees nothing else of either: this crate is all the engine and the API can name.
+//! cluster of nodes shares (docs/cluster.md). `herald-backend` opens the one the config names
+//! and serves this contract from it; herald depends on that crate and this one, not on the
+//! stores': this crate is all the engine and the API can name.
 //!
 //! # Layout
 //!
@@ -46,7 +47,7 @@
 //!    engine become a [`StoreError`] there and nowhere else (the conversions `?` needs from
 //!    each engine's own error are in `error.rs`, behind the `sled` and `postgres` features:
 //!    the orphan rule puts them beside [`StoreError`]).
-//! 3. Let herald's `store::Backend` call it (one line: the compiler names the missing arm).
+//! 3. Let `herald-backend`'s `Backend` call it (one line: the compiler names the missing arm).
 //! 4. Add its cases to the conformance kit (`conformance/`, the file of its concern, and the
 //!    list in `conformance_tests!`), which each store's crate runs in its tests: a behaviour one
 //!    store has and the other lacks fails in that store's tests.

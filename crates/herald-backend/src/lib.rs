@@ -1,6 +1,14 @@
 //! The store herald runs on: the embedded store of one box or the store a cluster of nodes
-//! shares (docs/cluster.md). Each operation is the contract's ([`super::contract`]), asked of
-//! whichever store this is; its documentation is there.
+//! shares (docs/cluster.md). [`Backend`] opens whichever the settings name, serves every
+//! operation of the contract (`herald-store`) from it, and closes it; its documentation is the
+//! contract's.
+//!
+//! This is the one crate that depends on the stores' own crates. herald depends on it and on
+//! the contract only, so the engine and the API cannot name `SledStore` or `PgStore`: a compile
+//! error, not a convention. What herald does with a store beyond the contract (open one for a
+//! restore or a copy, migrate a cluster's schema) it asks of [`Backend`] and of [`postgres`].
+//! The stores underneath are reachable only with the `inspect` feature, which herald's tests
+//! turn on as a dev-dependency (herald's own build never has it).
 //!
 //! A `match` rather than a trait object: the contract's operations return futures of their own
 //! types, and some take a change as a closure typed by its caller, which a trait object could
@@ -8,41 +16,62 @@
 //! 4.8 ns and the same call through a boxed future 12.9 ns (one allocation more; a ready future
 //! polled 20 million times, release build, this machine), against the microseconds of any store
 //! operation.
-//!
-//! The one place herald names the stores' own types (clippy.toml forbids it elsewhere).
-#![allow(clippy::disallowed_types)]
 
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::contract::{
-    Accounts, Alerts, Applications, Archive, Breakers, DeliveryChanges, DeliveryLog, Directory,
-    Ingest, Intake, Minutes, Purge, Queue, Quotas, RateLimits, Retention, Sessions, Vitals,
-};
-use super::directory::DirectoryCopy;
-#[cfg(feature = "postgres")]
-use super::postgres::{PgLease, PgStore};
-use super::sled::{SledClaim, SledStore};
-use super::{
-    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
-    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken, Taking,
-};
-use crate::clock::{Clock, Millis};
-use crate::config::{Config, StoreKind};
-use crate::model::{
+use herald_core::clock::{Clock, Millis};
+use herald_core::model::{
     Application, Attempt, ClientCertificate, Delivery, Endpoint, EventMeta, PortalSession,
     RateLimit,
 };
-use crate::policy::alerts::{AlertClaim, AlertMark, Claimed};
-use crate::policy::breaker::Breaker;
-use crate::policy::quota::{Limits, Windows};
-use crate::shutdown::Shutdown;
+use herald_core::policy::alerts::{AlertClaim, AlertMark, Claimed};
+use herald_core::policy::breaker::Breaker;
+use herald_core::policy::quota::{Limits, Windows};
+use herald_core::shutdown::Shutdown;
+use herald_store::contract::{
+    Accounts, Alerts, Applications, Archive, Breakers, DeliveryChanges, DeliveryLog, Directory,
+    Ingest, Intake, Minutes, Purge, Queue, Quotas, RateLimits, Retention, Sessions, Vitals,
+};
+use herald_store::directory::DirectoryCopy;
+use herald_store::{
+    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
+    NewEvent, Node, Purged, Retained, Stats, StoreError, StoreMetrics, Swept, TakeLimits, Taken,
+    Taking,
+};
+#[cfg(feature = "postgres")]
+use herald_store_postgres::{PgLease, PgStore};
+use herald_store_sled::{SledClaim, SledStore};
 
-/// Which store herald runs on.
+/// What herald asks of a cluster's database beyond the contract: its settings, the schema's
+/// migration, the hold a restore takes, and how logs name the database.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use herald_store_postgres::{
+        migrate, target_of, Database, DbError, Migrated, RestoreHold, Settings, SCHEMA_VERSION,
+    };
+}
+
+/// Which store to open, and with what.
+pub enum Settings {
+    /// The embedded store in its data directory, with sled's page cache of that many bytes.
+    Sled { path: PathBuf, cache_capacity: u64 },
+    /// A node of the cluster on its PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<postgres::Settings>),
+}
+
+/// The store herald runs on.
 #[derive(Clone)]
-pub enum Backend {
+pub struct Backend(Engine);
+
+#[derive(Clone)]
+enum Engine {
     Sled(Arc<SledStore>),
     #[cfg(feature = "postgres")]
     Postgres(Arc<PgStore>),
@@ -52,10 +81,10 @@ pub enum Backend {
 /// has inherent methods of the same names, which a method call would pick).
 macro_rules! both {
     ($self:ident, $op:path, ($($arg:expr),*)) => {
-        match $self {
-            Backend::Sled(s) => $op(&**s, $($arg),*),
+        match &$self.0 {
+            Engine::Sled(s) => $op(&**s, $($arg),*),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => $op(&**s, $($arg),*),
+            Engine::Postgres(s) => $op(&**s, $($arg),*),
         }
     };
 }
@@ -63,58 +92,78 @@ macro_rules! both {
 /// An async contract operation: the two stores' futures are of different types.
 macro_rules! both_async {
     ($self:ident, $op:path, ($($arg:expr),*)) => {
-        match $self {
-            Backend::Sled(s) => $op(&**s, $($arg),*).await,
+        match &$self.0 {
+            Engine::Sled(s) => $op(&**s, $($arg),*).await,
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => $op(&**s, $($arg),*).await,
+            Engine::Postgres(s) => $op(&**s, $($arg),*).await,
         }
     };
 }
 
 impl Backend {
-    /// Opens the store the config names, ready to serve until `shutdown`: the embedded store;
+    /// Opens the store the settings name, ready to serve until `shutdown`: the embedded store;
     /// a cluster's node with its schema migrated (under the advisory lock), registered, and its
     /// notice listener, heartbeat and lease renewal running.
     pub async fn open(
-        config: &Config,
+        settings: &Settings,
         clock: Arc<dyn Clock>,
-        metrics: Arc<super::StoreMetrics>,
+        metrics: Arc<StoreMetrics>,
         shutdown: &Shutdown,
     ) -> Result<Backend, StoreError> {
-        match config.storage.backend {
-            StoreKind::Sled => {
-                let path = &config.storage.path;
-                let store = SledStore::open(path, config.storage.cache_capacity, clock, metrics)?;
-                Ok(Backend::Sled(store))
+        #[cfg(not(feature = "postgres"))]
+        let _ = shutdown;
+        match settings {
+            Settings::Sled {
+                path,
+                cache_capacity,
+            } => {
+                let store = SledStore::open(path, *cache_capacity, clock, metrics)?;
+                Ok(Backend(Engine::Sled(store)))
             }
             #[cfg(feature = "postgres")]
-            StoreKind::Postgres => {
-                use super::postgres::{keep_leases, nodes, wake};
-                let settings = postgres_settings(config)?;
-                let store = Arc::new(PgStore::open(&settings, clock, metrics).await?);
+            Settings::Postgres(settings) => {
+                use herald_store_postgres::{keep_leases, nodes, wake};
+                let store = Arc::new(PgStore::open(settings, clock, metrics).await?);
                 tokio::spawn(wake::listen(store.clone(), shutdown.clone()));
                 tokio::spawn(keep_leases(store.clone(), shutdown.clone()));
                 tokio::spawn(nodes::beat(store.clone(), shutdown.clone()));
-                Ok(Backend::Postgres(store))
-            }
-            #[cfg(not(feature = "postgres"))]
-            StoreKind::Postgres => {
-                let _ = (clock, metrics, shutdown);
-                Err(StoreError::Format(
-                    "this herald was built without the `postgres` feature".into(),
-                ))
+                Ok(Backend(Engine::Postgres(store)))
             }
         }
+    }
+
+    /// The embedded store at `path` (created if missing), for work that is no running herald:
+    /// a restore into it, a copy out of it. Nothing runs beside it but its committer.
+    pub fn open_embedded(
+        path: &Path,
+        cache_capacity: u64,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Backend, StoreError> {
+        let store = SledStore::open(path, cache_capacity, clock, Arc::default())?;
+        Ok(Backend(Engine::Sled(store)))
+    }
+
+    /// A node on a cluster's database already migrated, for work that is no serving node (a
+    /// restore into it, a copy into it): no listener, heartbeat or lease renewal; it should
+    /// [`Queue::leave`] when done, so no node row stays behind.
+    #[cfg(feature = "postgres")]
+    pub async fn join(
+        db: postgres::Database,
+        clock: Arc<dyn Clock>,
+        lease: std::time::Duration,
+    ) -> Result<Backend, StoreError> {
+        let store = PgStore::with_database(db, clock, lease).await?;
+        Ok(Backend(Engine::Postgres(Arc::new(store))))
     }
 
     /// Whether the store failed for good: the embedded store keeps a write error until a
     /// fresh start (the disk may be usable again then); a cluster's database that goes away
     /// comes back to the same node, so it never has.
     pub fn failed_for_good(&self) -> bool {
-        match self {
-            Backend::Sled(s) => !s.healthy(),
+        match &self.0 {
+            Engine::Sled(s) => !s.healthy(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => false,
+            Engine::Postgres(_) => false,
         }
     }
 
@@ -122,25 +171,25 @@ impl Backend {
     /// store's final flush; a cluster's writes are durable already (its node left with the
     /// engine).
     pub async fn close(&self) -> Result<(), StoreError> {
-        match self {
-            Backend::Sled(s) => {
+        match &self.0 {
+            Engine::Sled(s) => {
                 let s = s.clone();
                 tokio::task::spawn_blocking(move || s.close())
                     .await
                     .map_err(|e| StoreError::Engine(Arc::new(e)))?
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => Ok(()),
+            Engine::Postgres(_) => Ok(()),
         }
     }
 
     /// Lets go of this handle, the last one, and waits until the store's own threads ended
     /// (the embedded store's committer): its data directory may be opened again after this.
     pub async fn end(self) {
-        let committer = match &self {
-            Backend::Sled(s) => s.take_committer(),
+        let committer = match &self.0 {
+            Engine::Sled(s) => s.take_committer(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => None,
+            Engine::Postgres(_) => None,
         };
         drop(self);
         if let Some(c) = committer {
@@ -152,21 +201,36 @@ impl Backend {
     /// Whether this is the embedded store, for what only happens on one box (its log says
     /// "storage flushed" on stop where a node says it left).
     pub fn is_embedded(&self) -> bool {
-        matches!(self, Backend::Sled(_))
+        matches!(self.0, Engine::Sled(_))
+    }
+}
+
+/// The stores underneath, for tests that reach into them (the `inspect` feature).
+#[cfg(feature = "inspect")]
+impl Backend {
+    /// The embedded store, when herald runs on it.
+    pub fn sled(&self) -> Option<&Arc<SledStore>> {
+        match &self.0 {
+            Engine::Sled(s) => Some(s),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(_) => None,
+        }
     }
 
-    /// The embedded store, when herald runs on it: for tests that reach into its files.
-    pub fn sled(&self) -> Option<&Arc<SledStore>> {
-        match self {
-            Backend::Sled(s) => Some(s),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => None,
-        }
+    /// Serves the contract from this embedded store.
+    pub fn of_sled(store: Arc<SledStore>) -> Backend {
+        Backend(Engine::Sled(store))
+    }
+
+    /// Serves the contract from this cluster's store.
+    #[cfg(feature = "postgres")]
+    pub fn of_postgres(store: Arc<PgStore>) -> Backend {
+        Backend(Engine::Postgres(store))
     }
 }
 
 /// Every operation of the contract, each forwarded to the store herald runs on.
-impl super::contract::Store for Backend {}
+impl herald_store::contract::Store for Backend {}
 
 impl Ingest for Backend {
     async fn ingest<F, E>(&self, fan_out: F) -> Result<Vec<IngestOutcome>, E>
@@ -478,7 +542,9 @@ impl Retention for Backend {
 }
 
 /// What holds a delivery taken from the queue of the store herald runs on.
-pub enum Hold {
+pub struct Hold(Held);
+
+enum Held {
     Sled(SledClaim),
     #[cfg(feature = "postgres")]
     Postgres(PgLease),
@@ -497,26 +563,26 @@ impl Queue for Backend {
         room: usize,
         limits: &dyn TakeLimits,
     ) -> Result<Vec<Taken<Hold>>, StoreError> {
-        Ok(match self {
-            Backend::Sled(s) => Queue::take_due(&**s, now, room, limits)
+        Ok(match &self.0 {
+            Engine::Sled(s) => Queue::take_due(&**s, now, room, limits)
                 .await?
                 .into_iter()
-                .map(|t| t.map_hold(Hold::Sled))
+                .map(|t| t.map_hold(|h| Hold(Held::Sled(h))))
                 .collect(),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => Queue::take_due(&**s, now, room, limits)
+            Engine::Postgres(s) => Queue::take_due(&**s, now, room, limits)
                 .await?
                 .into_iter()
-                .map(|t| t.map_hold(Hold::Postgres))
+                .map(|t| t.map_hold(|h| Hold(Held::Postgres(h))))
                 .collect(),
         })
     }
 
     async fn release(&self, hold: Hold, until: Option<Millis>) -> Result<(), StoreError> {
-        match (self, hold) {
-            (Backend::Sled(s), Hold::Sled(h)) => Queue::release(&**s, h, until).await,
+        match (&self.0, hold.0) {
+            (Engine::Sled(s), Held::Sled(h)) => Queue::release(&**s, h, until).await,
             #[cfg(feature = "postgres")]
-            (Backend::Postgres(s), Hold::Postgres(h)) => Queue::release(&**s, h, until).await,
+            (Engine::Postgres(s), Held::Postgres(h)) => Queue::release(&**s, h, until).await,
             #[cfg(feature = "postgres")]
             _ => unreachable!("a hold is given back to the store it came from"),
         }
@@ -531,13 +597,13 @@ impl Queue for Backend {
     }
 
     fn set_intake(&self, intake: Option<Arc<dyn Intake<Hold>>>) {
-        match self {
-            Backend::Sled(s) => {
+        match &self.0 {
+            Engine::Sled(s) => {
                 drop(intake);
                 Queue::set_intake(&**s, None)
             }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => Queue::set_intake(
+            Engine::Postgres(s) => Queue::set_intake(
                 &**s,
                 intake.map(|i| Arc::new(PgIntake(i)) as Arc<dyn Intake<PgLease>>),
             ),
@@ -633,7 +699,7 @@ impl Intake<PgLease> for PgIntake {
         self.0.take(
             taken
                 .into_iter()
-                .map(|t| t.map_hold(Hold::Postgres))
+                .map(|t| t.map_hold(|h| Hold(Held::Postgres(h))))
                 .collect(),
         )
     }
@@ -690,32 +756,4 @@ impl Applications for Backend {
     async fn api_answers(&self) -> Result<Vec<(String, String, ApiAnswer)>, StoreError> {
         both_async!(self, Applications::api_answers, ())
     }
-}
-
-/// The cluster's store's settings from herald's config: its database's URL (or URL file)
-/// parsed, TLS with the bundled roots and `storage.postgres.ca_file`, the pool, the lease and
-/// the data directory.
-#[cfg(feature = "postgres")]
-pub fn postgres_settings(
-    config: &Config,
-) -> Result<super::postgres::Settings, super::postgres::DbError> {
-    use super::postgres::DbError;
-    let url = config
-        .postgres_url()
-        .map_err(|e| DbError::Config(e.to_string()))?;
-    let database = crate::config::postgres::parse_url(&url)
-        .map_err(|e| DbError::Config(format!("storage.postgres.url {e}")))?;
-    let pg = &config.storage.postgres;
-    let roots = crate::tls::roots(pg.ca_file.as_deref())
-        .map_err(|e| DbError::Tls(format!("storage.postgres.ca_file: {e}")))?;
-    let tls = crate::tls::client_builder(&Arc::new(roots))
-        .map_err(|e| DbError::Tls(e.to_string()))?
-        .with_no_client_auth();
-    Ok(super::postgres::Settings {
-        database,
-        tls,
-        pool_size: pg.pool_size,
-        lease: pg.lease.0,
-        data_dir: config.storage.path.clone(),
-    })
 }
