@@ -63,7 +63,10 @@ export async function viewEndpointForm(ctx, id) {
     ep && ep.ordering ? (ep.ordering.key === null ? "all" : "key") : "", { id: "f-ordering" });
   const ordKey = h("input", { type: "text", id: "f-ordering-key", class: "mono", value: ep && ep.ordering && ep.ordering.key ? ep.ordering.key : "", placeholder: "order_id", spellcheck: "false" });
   const rate = h("input", { type: "number", id: "f-rate_limit", min: "0", step: "any", value: ep && ep.rate_limit ? String(ep.rate_limit.per_second) : "", placeholder: "no limit" });
-  const flt = filterEditor(ep, ep ? ep.account_id : acc);
+  // The event types as the form has them now (the filter test decides with them).
+  const chosenTypes = () => boxes.map((b) => b.querySelector("input")).filter((c) => c.checked).map((c) => c.value)
+    .concat(other.value.split(",").map((s) => s.trim()).filter(Boolean));
+  const flt = filterEditor(ep, ep ? ep.account_id : acc, chosenTypes);
   const submit = button(ep ? "Save" : "Create endpoint", null, { type: "submit", kind: "primary" });
   const form = h("form", { class: "card form", novalidate: true },
     field("URL", url, operatorOwned
@@ -87,11 +90,15 @@ export async function viewEndpointForm(ctx, id) {
     flt.node,
     h("div", { class: "actions" }, submit, h("a", { href: ep ? `#/endpoints/${enc(ep.id)}` : href("/endpoints"), class: "btn" }, "Cancel")),
     out);
+  // A message answers the Save that made it: editing the field it points at takes it away
+  // (seen on the way down, before the field's own listener unmarks it).
+  form.addEventListener("input", (e) => {
+    if (e.target.getAttribute && e.target.getAttribute("aria-invalid") === "true") { markField(form, null); put(out); }
+  }, true);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     markField(form, null);
-    const types = [...form.querySelectorAll("fieldset input[type=checkbox]:checked")].map((c) => c.value)
-      .concat(other.value.split(",").map((s) => s.trim()).filter(Boolean));
+    const types = chosenTypes();
     const hdrs = {};
     for (const row of headerRows.children) {
       const [n, v] = row.querySelectorAll("input");

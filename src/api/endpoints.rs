@@ -337,34 +337,40 @@ pub(super) fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
         .map_err(|p| ApiError::field("url", p.0))
 }
 
+/// An endpoint's `event_types`: at most [`MAX_EVENT_TYPES`] exact types, `prefix.*` patterns
+/// or `*` (the filter test takes the same list).
+pub(super) fn event_types(v: &Value) -> Result<Vec<String>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(ApiError::field(
+            "event_types",
+            "event_types must be a list of type patterns",
+        ));
+    };
+    if items.len() > MAX_EVENT_TYPES {
+        return Err(ApiError::field(
+            "event_types",
+            format!("event_types takes at most {MAX_EVENT_TYPES} patterns"),
+        ));
+    }
+    let mut types = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("event_types[{i}]");
+        let Value::String(p) = item else {
+            return Err(ApiError::field(&field, format!("{field} must be a string")));
+        };
+        validate::type_pattern(&field, p)?;
+        types.push(p.clone());
+    }
+    Ok(types)
+}
+
 /// The fields create and patch share.
 fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), ApiError> {
     if let Some(v) = &f.description {
         ep.description = validate::bounded_string("description", v, MAX_DESCRIPTION)?;
     }
     if let Some(v) = &f.event_types {
-        let Value::Array(items) = v else {
-            return Err(ApiError::field(
-                "event_types",
-                "event_types must be a list of type patterns",
-            ));
-        };
-        if items.len() > MAX_EVENT_TYPES {
-            return Err(ApiError::field(
-                "event_types",
-                format!("event_types takes at most {MAX_EVENT_TYPES} patterns"),
-            ));
-        }
-        let mut types = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let field = format!("event_types[{i}]");
-            let Value::String(p) = item else {
-                return Err(ApiError::field(&field, format!("{field} must be a string")));
-            };
-            validate::type_pattern(&field, p)?;
-            types.push(p.clone());
-        }
-        ep.event_types = types;
+        ep.event_types = event_types(v)?;
     }
     if let Some(v) = &f.headers {
         ep.headers = headers(v)?;

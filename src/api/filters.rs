@@ -1,6 +1,7 @@
 //! `POST /v1/accounts/{account_id}/filter-test`: whether a payload filter takes an event, and
-//! why not (docs/api.md, "Payload filters"). It changes nothing, so read-only portal sessions
-//! may call it too.
+//! why not (docs/api.md, "Payload filters"). Given an endpoint's event types (and channels), it
+//! decides as fan-out does, through the same [`Route`]. It changes nothing, so read-only portal
+//! sessions may call it too.
 
 use std::sync::Arc;
 
@@ -12,9 +13,13 @@ use serde_json::{json, Value};
 use super::body::{self, read_json_body};
 use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
-use crate::filter::{Filter, Subject};
+use crate::filter::Filter;
 use crate::ids::{self, EVENT};
+use crate::policy::routing::{Event, Route};
 use crate::store::prelude::*;
+
+/// The most channels a test names, as an endpoint may list.
+const MAX_CHANNELS: usize = 10;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +31,17 @@ struct TestBody {
     #[serde(rename = "type")]
     event_type: Option<Value>,
     payload: Option<Value>,
+    /// The endpoint's event types (absent: the filter alone decides).
+    event_types: Option<Value>,
+    /// The endpoint's channels (absent: none, which takes every channel).
+    channels: Option<Value>,
+}
+
+/// The event a test decides on.
+struct Subject {
+    event_type: String,
+    channels: Vec<String>,
+    payload: Value,
 }
 
 pub async fn test(
@@ -43,8 +59,25 @@ pub async fn test(
         ));
     };
     let filter = Filter::parse(filter).map_err(|e| ApiError::field(&e.field, e.message))?;
+    let event_types = match &b.event_types {
+        Some(v) => super::endpoints::event_types(v)?,
+        None => Vec::new(),
+    };
+    let channels = match &b.channels {
+        Some(v) => channels(v)?,
+        None => Vec::new(),
+    };
     let subject = subject(state, account_id, &b).await?;
-    let reason = filter.and_then(|f| f.explain(&subject));
+    let route = Route {
+        event_types: &event_types,
+        channels: &channels,
+        filter: filter.as_ref(),
+    };
+    let event = Event::parsed(&subject.event_type, &subject.channels, subject.payload);
+    // Parsed already: explaining cannot fail on the payload.
+    let reason = route
+        .explain(&event)
+        .map_err(|e| ApiError::field("payload", format!("payload: {e}")))?;
     Ok(json(
         StatusCode::OK,
         &json!({"matches": reason.is_none(), "reason": reason}),
@@ -78,12 +111,20 @@ async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Sub
                     ),
                 )
             })?;
-            Ok(Subject::new(&meta.event_type, payload))
+            Ok(Subject {
+                event_type: meta.event_type,
+                channels: meta.channels,
+                payload,
+            })
         }
         (Some(_), None, None) => Err(ApiError::field("event_id", "event_id must be a string")),
         (None, Some(Value::String(t)), Some(p @ Value::Object(_))) => {
             validate::event_type("type", t)?;
-            Ok(Subject::new(t, p.clone()))
+            Ok(Subject {
+                event_type: t.clone(),
+                channels: Vec::new(),
+                payload: p.clone(),
+            })
         }
         (None, Some(_), Some(Value::Object(_))) => {
             Err(ApiError::field("type", "type must be a string"))
@@ -98,4 +139,34 @@ async fn subject(state: &AppState, account_id: &str, b: &TestBody) -> Result<Sub
             "give event_id, or type and payload",
         )),
     }
+}
+
+/// The endpoint's channels a test names: a list of at most [`MAX_CHANNELS`] strings.
+fn channels(v: &Value) -> Result<Vec<String>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(ApiError::field(
+            "channels",
+            "channels must be a list of channel names",
+        ));
+    };
+    if items.len() > MAX_CHANNELS {
+        return Err(ApiError::field(
+            "channels",
+            format!("channels takes at most {MAX_CHANNELS} names"),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(c) if !c.is_empty() => Ok(c.clone()),
+            _ => {
+                let field = format!("channels[{i}]");
+                Err(ApiError::field(
+                    &field,
+                    format!("{field} must be a channel name (a non-empty string)"),
+                ))
+            }
+        })
+        .collect()
 }

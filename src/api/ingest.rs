@@ -15,9 +15,9 @@ use super::error::ApiError;
 use super::{json, validate, AppState, Resp};
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::filter::Subject;
 use crate::model::{Delivery, Endpoint};
 use crate::policy::debounce;
+use crate::policy::routing::{Event, Route};
 use crate::policy::schema;
 use crate::store::prelude::*;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
@@ -326,21 +326,12 @@ pub fn takers<'a>(
     channels: &[String],
     payload: &[u8],
 ) -> Result<Vec<&'a Arc<Endpoint>>, serde_json::Error> {
-    let mut subject: Option<Subject> = None;
+    let event = Event::new(event_type, channels, payload);
     let mut out = Vec::new();
     for ep in endpoints {
-        if !ep.accepts(event_type) || !ep.takes_channels(channels) {
-            continue;
+        if Route::of(ep).decide(&event)?.is_none() {
+            out.push(ep);
         }
-        if let Some(filter) = &ep.filter {
-            if subject.is_none() {
-                subject = Some(Subject::new(event_type, serde_json::from_slice(payload)?));
-            }
-            if !subject.as_ref().is_some_and(|s| filter.matches(s)) {
-                continue;
-            }
-        }
-        out.push(ep);
     }
     Ok(out)
 }

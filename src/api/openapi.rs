@@ -1119,16 +1119,24 @@ fn filter_schemas(m: &mut serde_json::Map<String, Value>) {
     m.insert(
         "FilterTestRequest".into(),
         json!({"type": "object", "required": ["filter"], "additionalProperties": false,
-            "description": "filter, and either event_id (an event of the account) or type and payload.",
+            "description": "filter, and either event_id (an event of the account) or type and \
+                payload; with event_types (and channels) it decides as fan-out does: types, then \
+                channels, then the filter.",
             "properties": {"filter": r("Filter"), "event_id": {"type": "string"},
-                "type": {"type": "string"}, "payload": {"type": "object"}}}),
+                "type": {"type": "string"}, "payload": {"type": "object"},
+                "event_types": {"type": "array", "maxItems": 100, "items": {"type": "string"},
+                    "description": "The endpoint's event types (exact types, prefix.* or *)."},
+                "channels": {"type": "array", "maxItems": 10,
+                    "items": {"type": "string", "minLength": 1},
+                    "description": "The endpoint's channels."}}}),
     );
     m.insert(
         "FilterTestResult".into(),
         json!({"type": "object", "required": ["matches", "reason"], "properties": {
             "matches": {"type": "boolean"},
             "reason": {"type": ["string", "null"],
-                "description": "The first test that failed: payload.amount: 50 is not >= 100"}}}),
+                "description": "The step that left the event out: its type, its channels, or \
+                    the first test of the filter that failed (payload.amount: 50 is not >= 100)"}}}),
     );
 }
 

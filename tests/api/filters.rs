@@ -333,6 +333,113 @@ async fn filter_test_answers_whether_and_why_not() {
     assert_eq!(status, 404);
 }
 
+/// With the endpoint's event types, the filter test decides as fan-out does: an event of a type
+/// the endpoint does not take never "matches", whatever its payload, and the reason names the
+/// step (types, then the filter) that left it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_test_with_event_types_decides_as_fan_out_does_and_names_the_step() {
+    let w = World::start("", "").await;
+    let recv = Receiver::ok_https(&w.ca);
+    let types = json!(["order.created", "order.refunded"]);
+    let filter = json!({"payload": {"amount": {"$gte": 1000}}});
+    let (ep, _) = w
+        .endpoint(
+            "acme",
+            &recv.url("/orders"),
+            json!({"event_types": types, "filter": filter}),
+        )
+        .await;
+    let test = |body: Value| {
+        let h = &w.herald;
+        async move {
+            h.admin("POST", "/v1/accounts/acme/filter-test", Some(body))
+                .await
+        }
+    };
+    let cases = [
+        (
+            "invoice.paid.v2",
+            5000,
+            "type invoice.paid.v2 is not one of this endpoint's",
+        ),
+        ("order.created", 50, "payload.amount: 50 is not >= 1000"),
+        ("order.refunded", 5000, ""),
+    ];
+    for (kind, amount, reason) in cases {
+        let answer = w.ingest("acme", kind, json!({ "amount": amount })).await;
+        let delivered = targets(&answer) == vec![Some(ep.clone())];
+        let event = answer["event_id"].as_str().expect("event id");
+        let (status, t) =
+            test(json!({"filter": filter, "event_types": types, "event_id": event})).await;
+        assert_eq!(status, 200, "{t}");
+        assert_eq!(
+            t["matches"],
+            json!(delivered),
+            "{kind} {amount}: {t} vs {answer}"
+        );
+        assert_eq!(
+            t["reason"].as_str().unwrap_or(""),
+            reason,
+            "{kind} {amount}"
+        );
+        // The same type and payload given inline decide the same.
+        let (_, inline) = test(json!({"filter": filter, "event_types": types,
+                                      "type": kind, "payload": {"amount": amount}}))
+        .await;
+        assert_eq!(inline, t, "{kind} {amount}");
+    }
+    // Without event types the filter alone decides, as before; no filter and no type taken is
+    // still a mismatch, by type.
+    let (_, t) =
+        test(json!({"filter": filter, "type": "invoice.paid.v2", "payload": {"amount": 5000}}))
+            .await;
+    assert_eq!(t, json!({"matches": true, "reason": null}));
+    let (_, t) = test(
+        json!({"filter": null, "event_types": ["order.*"], "type": "invoice.paid",
+                             "payload": {}}),
+    )
+    .await;
+    assert_eq!(
+        t,
+        json!({"matches": false, "reason": "type invoice.paid is not one of this endpoint's"})
+    );
+    // An endpoint that lists channels takes only events sent on one of them.
+    let (_, t) = test(
+        json!({"filter": null, "channels": ["eu"], "type": "order.created",
+                             "payload": {}}),
+    )
+    .await;
+    assert_eq!(t["matches"], false, "{t}");
+    assert!(
+        t["reason"].as_str().is_some_and(|r| r.contains("channel")),
+        "{t}"
+    );
+    // Wrong lists name their field and decide nothing.
+    let wrong = [
+        (
+            json!({"filter": null, "event_types": "order.*", "type": "x", "payload": {}}),
+            "event_types",
+        ),
+        (
+            json!({"filter": null, "event_types": ["order.**"], "type": "x", "payload": {}}),
+            "event_types[0]",
+        ),
+        (
+            json!({"filter": null, "channels": [""], "type": "x", "payload": {}}),
+            "channels[0]",
+        ),
+        (
+            json!({"filter": null, "channels": {}, "type": "x", "payload": {}}),
+            "channels",
+        ),
+    ];
+    for (body, field) in wrong {
+        let (status, e) = test(body.clone()).await;
+        assert_eq!(status, 422, "{body}: {e}");
+        assert_eq!(e["error"]["field"], field, "{body}: {e}");
+    }
+}
+
 /// Payloads that are valid JSON but not I-JSON: a lone surrogate escape, a number past a float's
 /// range, a 400-digit integer. serde_json cannot read them into values.
 fn not_i_json() -> Vec<String> {

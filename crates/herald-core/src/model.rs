@@ -262,17 +262,6 @@ pub struct ClientCertificate {
 }
 
 impl Endpoint {
-    /// True if the endpoint takes an event of these channels: it lists none, or one of them.
-    pub fn takes_channels(&self, channels: &[String]) -> bool {
-        self.channels.is_empty() || self.channels.iter().any(|c| channels.contains(c))
-    }
-
-    /// True if this endpoint's filter takes events of `event_type`: an exact type, a `prefix.*`
-    /// pattern, or `*`; an empty filter takes everything.
-    pub fn accepts(&self, event_type: &str) -> bool {
-        self.event_types.is_empty() || self.event_types.iter().any(|p| type_matches(p, event_type))
-    }
-
     /// Makes `value` the current secret at `now`: the secrets signing until later than
     /// `now + grace_ms` (the current one among them) sign until then, those past it go (all of
     /// them at a grace of 0), and at most [`MAX_SECRETS`] sign at once (the oldest go first:

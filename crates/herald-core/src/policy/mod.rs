@@ -11,6 +11,7 @@
 //! - [`ordering`]: which sequence of an ordered endpoint a delivery joins.
 //! - [`quota`]: the fixed per-minute and per-day windows.
 //! - [`retry`]: which outcomes are retried and the delay before the next attempt.
+//! - [`routing`]: which endpoints take an event (types, channels, payload filter), and why not.
 //! - [`schema`]: catalog payload schemas (JSON Schema 2020-12).
 //! - [`ssrf`]: which addresses herald may connect to.
 //! - [`tokens`]: the token bucket of an endpoint's rate limit.
@@ -24,6 +25,7 @@ pub mod debounce;
 pub mod ordering;
 pub mod quota;
 pub mod retry;
+pub mod routing;
 pub mod schema;
 pub mod ssrf;
 pub mod tokens;
