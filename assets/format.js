@@ -104,6 +104,7 @@ export function waitingText(w) {
     case "breaker": return h("span", { class: "waiting breaker" }, "endpoint failing: held until its next probe ", at);
     case "paused": return h("span", { class: "waiting" }, "endpoint paused: it will be skipped ", at, " unless resumed");
     case "disabled": return h("span", { class: "waiting" }, "endpoint disabled: it will be skipped ", at, " unless resumed");
+    case "rate_limit": return h("span", { class: "waiting" }, `rate limit${w.per_second ? ` ${w.per_second}/s` : ""}: next `, at);
     case "retry": return h("span", null, "retry ", at);
     case "scheduled": return h("span", null, "first attempt ", at);
     default: return h("span", null, "due now: goes when the endpoint has room");

@@ -9,13 +9,22 @@ import { render, takeFlash, viewShell } from "./shell.js";
 import { S, STATUSES, main } from "./state.js";
 
 
+// What the pending deliveries wait for: due now and free to go, then what holds the others.
+function pendingNote(st) {
+  const held = st.held || {};
+  const parts = [`${num(st.due_now ?? st.due)} due now`];
+  const by = [["breaker", "held by breakers"], ["paused", "paused"], ["rate_limit", "rate-limited"], ["ordering", "behind an earlier one of their key"]];
+  for (const [k, text] of by) if (held[k]) parts.push(`${num(held[k])} ${text}`);
+  return parts.join(" · ");
+}
+
 export async function viewOverview(ctx) {
   viewShell("Overview", loading());
   const st = await api("GET", "/v1/status");
   if (ctx.stale()) return;
   const q = st.queue || {};
   const cards = h("div", { class: "cards" },
-    card("Pending", num(q.pending), `${num(st.due)} due now`),
+    card("Pending", num(q.pending), pendingNote(st)),
     card("In flight", num(st.in_flight), "attempts running"),
     card("Oldest pending", st.oldest_pending_at ? age(st.oldest_pending_at) : "—", st.oldest_pending_at ? when(st.oldest_pending_at) : "nothing waiting"),
     card("Dead letters", num(st.dead_letters), link("failed deliveries", "/deliveries", { state: "failed" })),

@@ -130,6 +130,13 @@ async fn view(state: &AppState, d: &Delivery) -> Value {
             },
             Some(due.max(now)),
         )
+    } else if let Some(t) = d
+        .endpoint_id
+        .as_deref()
+        .and_then(|ep| state.engine.rate_held_until(ep, now))
+        .filter(|&t| due <= t)
+    {
+        ("rate_limit", Some(t))
     } else if due > now && d.attempt_count > 0 {
         ("retry", Some(due))
     } else if due > now {
@@ -143,6 +150,11 @@ async fn view(state: &AppState, d: &Delivery) -> Value {
     }
     let mut v = d.view();
     v["waiting"] = json!({"reason": reason, "until": until.map(rfc3339)});
+    if reason == "rate_limit" {
+        if let Some(limit) = endpoint.as_ref().and_then(|e| e.rate_limit) {
+            v["waiting"]["per_second"] = json!(limit.per_second);
+        }
+    }
     v
 }
 

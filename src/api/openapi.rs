@@ -857,6 +857,10 @@ fn request_schemas(m: &mut Map<String, Value>) {
             "version": {"type": "string"}, "uptime_seconds": {"type": "integer"},
             "queue": {"type": "object", "additionalProperties": {"type": "integer"}},
             "due": {"type": "integer"}, "in_flight": {"type": "integer"},
+            "due_now": {"type": "integer", "description": "Due now and free to go: nothing holds its endpoint."},
+            "held": {"type": "object", "description": "Waiting deliveries a hold keeps back, by what holds them.",
+                "properties": {"breaker": {"type": "integer"}, "paused": {"type": "integer"},
+                    "rate_limit": {"type": "integer"}, "ordering": {"type": "integer"}}},
             "dead_letters": {"type": "integer"}, "storage_bytes": {"type": "integer"},
             "oldest_pending_at": {"type": ["string", "null"]},
             "attempts": {"type": "object"}, "attempts_by_minute": {"type": "array"},
@@ -1009,8 +1013,9 @@ fn log_schemas(m: &mut Map<String, Value>) {
             "created_at": time(),
             "waiting": {"description": "Why a pending delivery waits (null once it ended).",
                 "oneOf": [{"type": "null"}, {"type": "object", "required": ["reason", "until"], "properties": {
-                    "reason": {"enum": ["in_flight", "breaker", "paused", "disabled", "retry", "scheduled", "due"]},
-                    "until": {"type": ["string", "null"]}}}]}}}));
+                    "reason": {"enum": ["in_flight", "breaker", "paused", "disabled", "rate_limit", "retry", "scheduled", "due"]},
+                    "until": {"type": ["string", "null"]},
+                    "per_second": {"type": "number", "description": "With rate_limit: the endpoint's limit."}}}]}}}));
     m.insert(
         "DeliveryDetail".into(),
         json!({"allOf": [r("Delivery"), {"type": "object", "required": ["attempts"], "properties": {

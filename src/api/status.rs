@@ -10,9 +10,12 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
 
 use super::{json, AppState, Resp};
-use crate::clock::rfc3339;
+use std::collections::HashSet;
+
+use crate::clock::{rfc3339, Millis};
 use crate::metrics::Gauges;
-use crate::model::DeliveryState;
+use crate::model::{DeliveryState, EndpointState};
+use crate::policy::breaker::Breaker;
 use crate::store::prelude::*;
 
 pub async fn healthz(state: &Arc<AppState>) -> Resp {
@@ -33,6 +36,7 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
     let storage_bytes = state.store.size_on_disk().await;
     let nodes = state.store.nodes().await?;
     let open_breakers = state.engine.open_breakers().await?;
+    let (due_now, held) = due_now(state, now, &open_breakers).await?;
     let queue: Map<String, Value> = DeliveryState::ALL
         .iter()
         .map(|s| (s.as_str().to_string(), json!(stats.get(*s).max(0))))
@@ -51,6 +55,8 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
         "uptime_seconds": state.started.elapsed().as_secs(),
         "queue": queue,
         "due": due,
+        "due_now": due_now,
+        "held": held,
         "in_flight": state.engine.in_flight(),
         "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
         "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
@@ -89,6 +95,44 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
         v["cluster"] = json!({"node": node, "nodes": nodes});
     }
     Ok(json(StatusCode::OK, &v))
+}
+
+/// What is due now and would go, and what waits because something holds its endpoint
+/// (docs/api.md, "Health and status"): an open circuit breaker (every waiting delivery of the
+/// endpoint, until its probe), a pause or a disabling (every waiting one), the rate limit (every
+/// waiting one not behind another, while this node last found no token), an earlier delivery
+/// of the same ordering key (the due ones behind it). The first that applies counts a delivery.
+async fn due_now(
+    state: &AppState,
+    now: Millis,
+    open_breakers: &[(String, Breaker)],
+) -> Result<(u64, Value), super::ApiError> {
+    let breaker_holds: HashSet<&str> = open_breakers
+        .iter()
+        .filter(|(_, b)| b.next_probe_at.is_some_and(|t| t > now))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let (mut due_now, mut breaker, mut paused, mut rate_limit, mut ordering) = (0, 0, 0, 0, 0);
+    for w in state.store.waiting_by_endpoint(now).await? {
+        let id = w.endpoint_id.as_deref().unwrap_or_default();
+        let endpoint = state.store.endpoint(id);
+        if breaker_holds.contains(id) {
+            breaker += w.waiting;
+        } else if endpoint.is_some_and(|e| e.state != EndpointState::Active) {
+            paused += w.waiting;
+        } else {
+            ordering += w.behind;
+            if state.engine.rate_held_until(id, now).is_some() {
+                // What the limit gave back waits for its token, no longer due.
+                rate_limit += w.waiting - w.behind;
+            } else {
+                due_now += w.due;
+            }
+        }
+    }
+    let held = json!({"breaker": breaker, "paused": paused, "rate_limit": rate_limit,
+                      "ordering": ordering});
+    Ok((due_now, held))
 }
 
 /// `GET /metrics`: the Prometheus text format (no token, like `/healthz`: it holds counts, never

@@ -99,6 +99,7 @@ impl Engine {
             probe = gate == Gate::Probe;
             // Over the endpoint's rate: the delivery waits for the next token (not an attempt).
             if let Err(next) = self.rate_token(ep, started).await {
+                self.rate_hold(&ep.id, next);
                 if probe {
                     self.release_probe(&ep.id, started).await;
                 }

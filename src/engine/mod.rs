@@ -108,6 +108,9 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub recent: recent::Recent,
     rates: Mutex<rates::Rates>,
+    /// Each endpoint whose rate limit last held a delivery on this node, and until when (the
+    /// next token): what `/v1/status` and a waiting delivery say of it.
+    rate_held: Mutex<HashMap<String, Millis>>,
     /// Attempts per minute not yet added to the store ([`minutes`]).
     unflushed: Mutex<minutes::Unflushed>,
     /// Each mutual-TLS endpoint's client certificate, ready to present (by endpoint id; the
@@ -151,6 +154,7 @@ impl Engine {
             recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
             rates: Mutex::new(rates::Rates::default()),
+            rate_held: Mutex::new(HashMap::new()),
             unflushed: Mutex::new(minutes::Unflushed::default()),
             identities: Mutex::new(HashMap::new()),
             alerts,
@@ -170,6 +174,26 @@ impl Engine {
     /// Whether an attempt of the delivery is running now (or something else holds its claim).
     pub fn is_in_flight(&self, delivery_id: &str) -> bool {
         self.store.is_held(delivery_id)
+    }
+
+    /// Until when the endpoint's rate limit holds its deliveries on this node (the next token),
+    /// if it held one and that time is after `now`.
+    pub fn rate_held_until(&self, endpoint_id: &str, now: Millis) -> Option<Millis> {
+        lock(&self.rate_held)
+            .get(endpoint_id)
+            .copied()
+            .filter(|&t| t > now)
+    }
+
+    /// Notes that the endpoint's rate limit holds its deliveries until `until`.
+    fn rate_hold(&self, endpoint_id: &str, until: Millis) {
+        let mut held = lock(&self.rate_held);
+        match held.get_mut(endpoint_id) {
+            Some(t) => *t = until,
+            None => {
+                held.insert(endpoint_id.to_string(), until);
+            }
+        }
     }
 
     /// The scheduler: runs until shutdown, then waits up to `grace` for running attempts.

@@ -375,3 +375,69 @@ async fn chart_counts_are_kept_in_the_store_through_a_restart_by_hour_or_day() {
         "{e}"
     );
 }
+
+/// `/v1/status` says how many deliveries are due now and free to go, and what holds the others:
+/// an open breaker, the rate limit, an earlier delivery of the same ordering key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_what_is_due_now_and_what_holds_the_rest() {
+    let w = World::start_manual("", "", T0).await;
+    let failing = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    w.endpoint(
+        "acc",
+        &failing.url("/hook"),
+        json!({"retry_policy": "none"}),
+    )
+    .await;
+    open_breaker(&w).await;
+    for _ in 0..3 {
+        w.ingest("acc", "t.x", json!({})).await;
+    }
+    let hung = Receiver::https(&w.ca, behaviour(|_, _| Reply::hang()));
+    w.endpoint(
+        "ord",
+        &hung.url("/ordered"),
+        json!({"ordering": {"key": "k"}}),
+    )
+    .await;
+    for _ in 0..3 {
+        w.ingest("ord", "t.x", json!({"k": "one"})).await;
+    }
+    let ok = Receiver::ok_https(&w.ca);
+    let (slow, _) = w
+        .endpoint(
+            "slow",
+            &ok.url("/slow"),
+            json!({"rate_limit": {"per_second": 0.001}}),
+        )
+        .await;
+    let mut limited = Vec::new();
+    for _ in 0..3 {
+        limited.push(first_delivery(&w.ingest("slow", "t.x", json!({})).await));
+    }
+    let want = json!({"breaker": 3, "paused": 0, "rate_limit": 2, "ordering": 2});
+    common::wait_until(SETTLE, "the holds are counted", || async {
+        let (_, st) = w.herald.admin("GET", "/v1/status", None).await;
+        st["held"] == want && st["due_now"] == 0
+    })
+    .await;
+    let (_, st) = w.herald.admin("GET", "/v1/status", None).await;
+    assert_eq!(
+        st["due"], 2,
+        "due, whatever holds it: the two behind their key's first: {st}"
+    );
+    // A delivery the rate limit holds says so, with the limit and when its token comes.
+    let mut reasons = Vec::new();
+    for id in &limited {
+        reasons.push(w.delivery(id).await["waiting"].clone());
+    }
+    let held: Vec<&Value> = reasons
+        .iter()
+        .filter(|r| r["reason"] == "rate_limit")
+        .collect();
+    assert_eq!(held.len(), 2, "{reasons:?}");
+    for r in held {
+        assert_eq!(r["per_second"], 0.001, "{r}");
+        assert_eq!(r["until"], "2026-12-02T12:16:40.000Z", "{r}");
+    }
+    assert_eq!(ok.count(), 1, "one token, one request to {slow}");
+}

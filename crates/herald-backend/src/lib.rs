@@ -40,9 +40,9 @@ use herald_store::contract::{
 };
 use herald_store::directory::DirectoryCopy;
 use herald_store::{
-    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
-    NewEvent, Node, Purged, Retained, Stats, StoreError, StoreMetrics, Swept, TakeLimits, Taken,
-    Taking,
+    ApiAnswer, Changed, CopyStart, DeliveryFilter, EndpointWaiting, EventHistory, Fence,
+    IngestOutcome, Minute, NewEvent, Node, Purged, Retained, Stats, StoreError, StoreMetrics,
+    Swept, TakeLimits, Taken, Taking,
 };
 #[cfg(feature = "postgres")]
 use herald_store_postgres::{PgLease, PgStore};
@@ -528,6 +528,10 @@ impl Vitals for Backend {
 
     async fn nodes(&self) -> Result<Option<(String, Vec<Node>)>, StoreError> {
         both_async!(self, Vitals::nodes, ())
+    }
+
+    async fn waiting_by_endpoint(&self, now: Millis) -> Result<Vec<EndpointWaiting>, StoreError> {
+        both_async!(self, Vitals::waiting_by_endpoint, (now))
     }
 
     async fn size_on_disk(&self) -> u64 {

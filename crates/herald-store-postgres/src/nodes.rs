@@ -10,7 +10,7 @@ use herald_core::clock::Millis;
 use herald_core::model::DeliveryState;
 use herald_store::contract::Vitals;
 use herald_store::Stats;
-use herald_store::{Node, StoreError};
+use herald_store::{EndpointWaiting, Node, StoreError};
 
 /// How often a node refreshes its row.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -121,6 +121,38 @@ impl Vitals for PgStore {
             )
             .await?;
         Ok((row.get::<_, i64>(0) as usize, row.get(1)))
+    }
+
+    /// What waits for each endpoint: a delivery is behind when an earlier one of its lane (its
+    /// endpoint and ordering key) is still unfinished, as a claim sees it.
+    async fn waiting_by_endpoint(&self, now: Millis) -> Result<Vec<EndpointWaiting>, StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT endpoint_id,
+                        count(*) FILTER (WHERE leased_by IS NULL),
+                        count(*) FILTER (WHERE leased_by IS NULL AND due_at <= $1 AND NOT behind),
+                        count(*) FILTER (WHERE leased_by IS NULL AND due_at <= $1 AND behind)
+                 FROM (SELECT endpoint_id, leased_by, due_at,
+                              lane IS NOT NULL
+                              AND lane_seq > min(lane_seq) OVER (PARTITION BY lane) AS behind
+                       FROM deliveries WHERE due_at IS NOT NULL) d
+                 GROUP BY endpoint_id",
+                &[&now],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| EndpointWaiting {
+                endpoint_id: r.get(0),
+                waiting: r.get::<_, i64>(1).max(0) as u64,
+                due: r.get::<_, i64>(2).max(0) as u64,
+                behind: r.get::<_, i64>(3).max(0) as u64,
+            })
+            .filter(|w| w.waiting > 0)
+            .collect())
     }
 
     /// The database's size on disk (the cluster's, not this node's).

@@ -74,6 +74,15 @@ pub struct Due {
     pub fresh: bool,
 }
 
+/// What waits in one lane ([`DueIndex::waiting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneWaiting {
+    pub lane: Lane,
+    pub waiting: u64,
+    pub due: u64,
+    pub behind: u64,
+}
+
 /// A fresh entry: (due time, delivery) in 24 bytes, not the 32 a `(Millis, u128)` takes (its
 /// 16-byte alignment pads it): a million pending first attempts are a million of these.
 #[derive(Clone, Copy)]
@@ -815,6 +824,36 @@ impl DueIndex {
     /// Entries waiting (not running), those behind a sequence's head included.
     pub fn len(&self) -> usize {
         self.lock().len
+    }
+
+    /// What waits in each lane that has anything waiting at `now`: entries not handed out (in
+    /// the queues, spilled, or behind their sequence's head), of which due at `now` and not
+    /// behind a head (none while the lane is held: take hands out nothing of it), and behind
+    /// a head. Spilled entries are first attempts, due since ingest.
+    pub fn waiting(&self, now: Millis) -> Vec<LaneWaiting> {
+        let inner = self.lock();
+        inner
+            .lanes
+            .iter()
+            .filter_map(|(&lane, q)| {
+                let spilled = q.spill.as_ref().map_or(0, |s| s.out) as u64;
+                let behind = q.waiting() as u64;
+                let fresh_due = q.fresh.iter().filter(|e| e.at <= now).count() as u64;
+                let later_due = q.later.range(..=(now, u128::MAX)).count() as u64;
+                let held = q.held_until.is_some_and(|h| h > now);
+                let w = LaneWaiting {
+                    lane,
+                    waiting: (q.fresh.len() + q.later.len()) as u64 + spilled + behind,
+                    due: if held {
+                        0
+                    } else {
+                        fresh_due + later_due + spilled
+                    },
+                    behind,
+                };
+                (w.waiting > 0).then_some(w)
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

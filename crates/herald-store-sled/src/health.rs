@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 use super::SledStore;
 use super::StoreError;
 use herald_core::clock::Millis;
+use herald_core::ids;
 use herald_store::contract::Vitals;
-use herald_store::Node;
 use herald_store::Stats;
+use herald_store::{EndpointWaiting, Node, NO_LANE};
 use std::future::ready;
 use std::future::Future;
 
@@ -225,10 +226,29 @@ impl Vitals for SledStore {
 
     fn due_summary(
         &self,
-        _now: Millis,
+        now: Millis,
     ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send {
-        // The due index knows without the time.
-        ready(Ok((self.due().len(), self.due().oldest())))
+        let due = self.due().waiting(now);
+        let n = due.iter().map(|w| w.due + w.behind).sum::<u64>() as usize;
+        ready(Ok((n, self.due().oldest())))
+    }
+
+    fn waiting_by_endpoint(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<EndpointWaiting>, StoreError>> + Send {
+        // A lane is its endpoint's ULID.
+        let waiting = self
+            .due()
+            .waiting(now)
+            .into_iter()
+            .map(|w| EndpointWaiting {
+                endpoint_id: (w.lane != NO_LANE).then(|| ids::format(ids::ENDPOINT, w.lane)),
+                waiting: w.waiting,
+                due: w.due,
+                behind: w.behind,
+            });
+        ready(Ok(waiting.collect()))
     }
 
     fn nodes(

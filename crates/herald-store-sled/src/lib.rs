@@ -105,7 +105,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use counts::Counts;
 use counts::Fresh;
-pub use due::{Due, DueIndex, Entry, Refill};
+pub use due::{Due, DueIndex, Entry, LaneWaiting, Refill};
 pub use fold::Folded;
 use fold::Place;
 pub use queue::SledClaim;

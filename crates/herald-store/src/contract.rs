@@ -29,8 +29,9 @@ use bytes::Bytes;
 
 use super::directory::DirectoryCopy;
 use super::{
-    ApiAnswer, Changed, CopyStart, DeliveryFilter, EventHistory, Fence, IngestOutcome, Minute,
-    NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits, Taken, Taking,
+    ApiAnswer, Changed, CopyStart, DeliveryFilter, EndpointWaiting, EventHistory, Fence,
+    IngestOutcome, Minute, NewEvent, Node, Purged, Retained, Stats, StoreError, Swept, TakeLimits,
+    Taken, Taking,
 };
 use herald_core::clock::Millis;
 use herald_core::model::{
@@ -553,11 +554,23 @@ pub trait Vitals {
     /// Deliveries by state.
     fn stats(&self) -> impl Future<Output = Result<Stats, StoreError>> + Send;
 
-    /// How many deliveries are due at `now`, and when the oldest pending one fell due.
+    /// How many deliveries are due at `now` (not taken, whether or not behind an earlier
+    /// delivery of their ordering key), and when the oldest pending one fell due.
     fn due_summary(
         &self,
         now: Millis,
     ) -> impl Future<Output = Result<(usize, Option<Millis>), StoreError>> + Send;
+
+    /// What waits for each endpoint that has anything waiting at `now`, in no order: how many
+    /// pending deliveries are not being attempted, how many of them are due and would be handed
+    /// out now (one given back until a time is not due before it), how many are due but behind
+    /// an earlier delivery of their ordering key. Read without a snapshot (counts that move
+    /// while it reads are off by what moved); whether a circuit breaker, a pause or a rate
+    /// limit holds an endpoint is the engine's to say.
+    fn waiting_by_endpoint(
+        &self,
+        now: Millis,
+    ) -> impl Future<Output = Result<Vec<EndpointWaiting>, StoreError>> + Send;
 
     /// In a cluster: this node's id and every node seen lately (`None` on one box).
     fn nodes(&self)

@@ -293,6 +293,21 @@ pub struct Swept {
     pub index_rows: u64,
 }
 
+/// What waits for one endpoint, as the queue sees it at a time ([`crate::contract::Vitals::
+/// waiting_by_endpoint`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EndpointWaiting {
+    /// `None` for deliveries whose endpoint the store no longer knows.
+    pub endpoint_id: Option<String>,
+    /// Pending deliveries not being attempted now (not taken, not leased), whenever due.
+    pub waiting: u64,
+    /// Of those, the ones due now that the queue would hand out: not behind an earlier
+    /// delivery of their ordering key.
+    pub due: u64,
+    /// Of those, the ones due now that wait behind an earlier delivery of their ordering key.
+    pub behind: u64,
+}
+
 /// Deliveries by state, as counted when asked.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {

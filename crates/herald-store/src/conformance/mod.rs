@@ -412,6 +412,7 @@ macro_rules! conformance_tests {
             queue::a_due_delivery_is_taken_once_and_a_held_one_comes_back_at_its_time,
             queue::a_take_hands_out_no_more_of_an_endpoint_than_its_limits_allow,
             queue::an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order,
+            queue::what_waits_is_counted_per_endpoint_due_behind_and_not_taken,
             queue::a_leaving_node_gives_back_what_it_took,
             queue::ingest_hands_fresh_deliveries_to_the_intake_or_queues_them_never_both,
             archive::the_archive_operations_page_import_and_finish,

@@ -132,25 +132,32 @@ pub async fn a_take_hands_out_no_more_of_an_endpoint_than_its_limits_allow<H: Ha
     assert_nothing_due(&s).await;
 }
 
-pub async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order<H: Harness>(
-    s: Subject<H>,
-) {
-    let store = &*s.store;
+/// EP_A ordered by the payload's `k`, and three events to it, keyed x, y, x, a millisecond
+/// apart from START: their deliveries.
+async fn ordered_x_y_x<H: Harness>(s: &Subject<H>) -> Vec<Delivery> {
     let mut ep = endpoint(EP_A, "acct");
     ep.ordering = Some(herald_core::model::Ordering {
         key: Some("k".into()),
     });
-    store.create_endpoint(ep, 100).await.unwrap();
-    let keyed = |k: &str, at: i64| NewEvent {
-        targets: vec![lane_of(Some(EP_A))],
-        payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
-        ..event("acct", None, at)
-    };
+    s.store.create_endpoint(ep, 100).await.unwrap();
     let mut made = Vec::new();
     for (i, k) in ["x", "y", "x"].iter().enumerate() {
-        let out = store.ingest_events(vec![keyed(k, START + i as i64)]).await;
-        made.push(created(&out.unwrap()[0]).1[0].clone());
+        let e = NewEvent {
+            targets: vec![lane_of(Some(EP_A))],
+            payload: Bytes::from(format!(r#"{{"k": "{k}"}}"#)),
+            ..event("acct", None, START + i as i64)
+        };
+        let out = s.store.ingest_events(vec![e]).await.unwrap();
+        made.push(created(&out[0]).1[0].clone());
     }
+    made
+}
+
+pub async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order<H: Harness>(
+    s: Subject<H>,
+) {
+    let store = &*s.store;
+    let made = ordered_x_y_x(&s).await;
     let order: Vec<String> = made.iter().map(|d| d.id.clone()).collect();
     let ordering = |d: Delivery| async move { store.ordering_of(&d).await.unwrap() };
     assert_eq!(
@@ -193,6 +200,66 @@ pub async fn an_ordered_lane_hands_out_one_delivery_at_a_time_in_commit_order<H:
     for t in next.into_iter().chain(heads) {
         deliver(&s, t).await;
     }
+}
+
+pub async fn what_waits_is_counted_per_endpoint_due_behind_and_not_taken<H: Harness>(
+    s: Subject<H>,
+) {
+    let store = &*s.store;
+    ordered_x_y_x(&s).await;
+    for _ in 0..2 {
+        store
+            .ingest_events(vec![event_to("acct", EP_B, None)])
+            .await
+            .unwrap();
+    }
+    s.clock.set(START + 10);
+    let only_b = FixedLimits {
+        named: vec![(EP_A.to_string(), 0)],
+        others: 10,
+    };
+    let mut taken = take_within(&s, 100, &only_b).await;
+    assert_eq!(taken.len(), 2, "{}: B's two", s.name);
+    let kept = taken.pop().unwrap();
+    let given_back = taken.pop().unwrap();
+    store
+        .release(given_back.hold, Some(START + 100))
+        .await
+        .unwrap();
+    let counts = |now: i64| async move {
+        let mut w = store.waiting_by_endpoint(now).await.unwrap();
+        w.sort_by(|a, b| a.endpoint_id.cmp(&b.endpoint_id));
+        w.into_iter()
+            .map(|w| {
+                (
+                    w.endpoint_id.unwrap_or_default(),
+                    w.waiting,
+                    w.due,
+                    w.behind,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts(START + 10).await,
+        vec![(EP_A.to_string(), 3, 2, 1), (EP_B.to_string(), 1, 0, 0)],
+        "{}: A's heads of x and y are due and x's second is behind; B's taken one is not \
+         waiting and the one given back is not due before its time",
+        s.name
+    );
+    assert_eq!(
+        s.store.due_summary(START + 10).await.unwrap().0,
+        3,
+        "{}: due, behind or not",
+        s.name
+    );
+    assert_eq!(
+        counts(START + 100).await[1],
+        (EP_B.to_string(), 1, 1, 0),
+        "{}",
+        s.name
+    );
+    deliver(&s, kept).await;
 }
 
 pub async fn a_leaving_node_gives_back_what_it_took<H: Harness>(s: Subject<H>) {
