@@ -2,7 +2,7 @@
 // bars), optionally mean latency (a line).
 
 import { h, svg } from "./dom.js";
-import { mono } from "./format.js";
+import { mono, plural } from "./format.js";
 import { main } from "./state.js";
 
 
@@ -13,18 +13,18 @@ const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFracti
 
 // `bucket`: minutes per entry (1: the last hour by minute; 15: the last day by quarter hour).
 export function minuteChart(minutes, { latency = false, title, bucket = 1 }) {
-  const count = bucket === 1 ? 60 : Math.round(24 * 60 / bucket);
+  const nSlots = bucket === 1 ? 60 : Math.round(24 * 60 / bucket);
   const span = bucket === 1 ? "the last hour" : "the last 24 hours";
   // Drawn at the width it is shown at (text stays readable on a phone and on a wide screen).
   const W = Math.round(Math.max(300, Math.min(1100, main.clientWidth - 64)));
   const H = W < 500 ? 180 : 220, R = latency ? 56 : 10, T = 12, B = 24;
   const ms = bucket * 60000;
   const nowSlot = Math.floor(Date.now() / ms);
-  const slots = Array.from({ length: count }, (_, i) => ({ at: (nowSlot - (count - 1) + i) * ms, counts: {}, total: 0, mean: null, max: null }));
+  const slots = Array.from({ length: nSlots }, (_, i) => ({ at: (nowSlot - (nSlots - 1) + i) * ms, counts: {}, total: 0, mean: null, max: null }));
   const totals = {};
   for (const m of minutes || []) {
-    const i = (count - 1) - (nowSlot - Math.floor(Date.parse(m.at) / ms));
-    if (i < 0 || i > count - 1) continue;
+    const i = (nSlots - 1) - (nowSlot - Math.floor(Date.parse(m.at) / ms));
+    if (i < 0 || i > nSlots - 1) continue;
     const slot = slots[i];
     for (const [st, n] of Object.entries(m.attempts || {})) {
       const k = chartKey(st);
@@ -38,12 +38,12 @@ export function minuteChart(minutes, { latency = false, title, bucket = 1 }) {
   const maxLat = niceMax(Math.max(1, ...slots.map((s) => s.mean || 0)));
   // The left axis is as wide as its longest label (7 px a character at the axis' font size).
   const L = Math.max(40, 12 + 7 * compact.format(maxCount).length);
-  const pw = W - L - R, ph = H - T - B, bw = pw / count;
+  const pw = W - L - R, ph = H - T - B, bw = pw / nSlots;
   const mid = W < 500 ? "" : bucket === 1 ? "30 min ago" : "12 h ago";
   const y = (v) => T + ph - (v / maxCount) * ph;
   const all = Object.values(totals).reduce((a, b) => a + b, 0);
   const summary = all
-    ? `${title}: ${all} attempts in ${span} — ${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(", ")}`
+    ? `${title}: ${all} ${plural(all, "attempt")} in ${span} — ${Object.entries(totals).map(([k, v]) => `${k} ${v}`).join(", ")}`
     : `${title}: no attempts in ${span}`;
   const g = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": summary });
   g.append(svg("title", null, summary));

@@ -28,9 +28,11 @@ export function when(iso, empty = "—") {
   return h("time", { datetime: iso, title: utc(iso), "data-rel": "" }, relText(iso));
 }
 
-setInterval(() => {
+// Relative times ("52 s ago") move on their own, and at once after an action ([`tick`]).
+export function tick() {
   for (const t of document.querySelectorAll("time[data-rel]")) t.textContent = relText(t.dateTime);
-}, 20000);
+}
+setInterval(tick, 20000);
 
 export function bytes(n) {
   if (typeof n !== "number") return "—";
@@ -57,6 +59,15 @@ export function age(iso) {
 
 export const pct = (x) => (typeof x === "number" ? `${Math.round(x * 1000) / 10}%` : "—");
 export const num = (n) => (typeof n === "number" ? n.toLocaleString("en") : "—");
+
+// `n` things, in the plural English takes for that number: count(1, "attempt") is
+// "1 attempt", count(2, "delivery", "deliveries") "2 deliveries".
+const PLURAL = new Intl.PluralRules("en");
+export const plural = (n, one, many = `${one}s`) => (PLURAL.select(n) === "one" ? one : many);
+export const count = (n, one, many) => `${num(n)} ${plural(n, one, many)}`;
+
+// A sentence that starts with a lower-case word (an API's reason) made to start a sentence.
+export const sentence = (s) => (s ? s[0].toUpperCase() + s.slice(1) : s);
 
 export function kindOf(s) {
   switch (s) {

@@ -2,7 +2,7 @@
 
 import { ApiError, enc } from "./api.js";
 import { append, h, nextId } from "./dom.js";
-import { mono, shortUrl } from "./format.js";
+import { mono, shortUrl, tick } from "./format.js";
 import { APP, S } from "./state.js";
 
 
@@ -90,16 +90,25 @@ export function button(text, onclick, { kind = "", disabled = false, type = "but
   return h("button", { type, class: `btn ${kind}`.trim(), onclick, disabled }, text);
 }
 
-// A button that runs an async action once at a time, showing it is busy.
+// A button that runs an async action once at a time, showing it is busy. A message an earlier
+// action left at the top goes when this one starts (a message answers the action that made it);
+// relative times move when it ends; and focus stays with the action: on the button, or, when
+// the action drew the page again, on the message that answers it or the button of the same name
+// (see `render`).
 export function action(text, fn, opts = {}) {
   const b = button(text, null, opts);
   b.addEventListener("click", async () => {
     if (b.getAttribute("aria-busy") === "true") return;
     b.setAttribute("aria-busy", "true");
     b.classList.add("busy");
+    for (const f of document.querySelectorAll("main [data-flash]")) f.remove();
+    S.refocus = text;
     try { await fn(b); } finally {
+      S.refocus = null;
       b.removeAttribute("aria-busy");
       b.classList.remove("busy");
+      tick();
+      if (b.isConnected && (document.activeElement === document.body || !document.activeElement)) b.focus();
     }
   });
   return b;

@@ -138,7 +138,11 @@ export function viewShell(title, ...kids) {
 // the loaded states of the view both show it).
 export function takeFlash() {
   const f = S.shown;
-  return f ? msg(f.kind, ...f.kids.map((k) => (k instanceof Node ? k.cloneNode(true) : k))) : null;
+  if (!f) return null;
+  const m = msg(f.kind, ...f.kids.map((k) => (k instanceof Node ? k.cloneNode(true) : k)));
+  m.dataset.flash = "";
+  m.tabIndex = -1;
+  return m;
 }
 
 export let lastPath = null;
@@ -146,6 +150,9 @@ export async function render() {
   const gen = ++S.gen;
   S.shown = S.flash;
   S.flash = null;
+  // The action that draws the page again, if one does: focus goes back to it at the end.
+  const refocus = S.refocus;
+  S.refocus = null;
   const route = parseRoute();
   const { parts, q } = route;
   if (APP === "console") {
@@ -190,6 +197,11 @@ export async function render() {
     const h1 = main.querySelector("h1");
     if (h1 && !main.contains(document.activeElement)) h1.focus({ preventScroll: true });
     window.scrollTo(0, 0);
+  } else if (refocus && !ctx.stale() && !main.contains(document.activeElement)) {
+    // Drawn again after an action: the message that answers it, else its button.
+    const to = main.querySelector("[data-flash]")
+      || [...main.querySelectorAll("button")].find((x) => x.textContent === refocus);
+    if (to) to.focus({ preventScroll: true });
   }
 }
 

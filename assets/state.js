@@ -30,6 +30,7 @@ export const S = {
   catalog: null,
   flash: null, // a message for the next render (after an action that navigates)
   shown: null, // the message the current render shows
+  refocus: null, // the label of the action under way, whose render gives focus back to it
   accounts: null,
 };
 

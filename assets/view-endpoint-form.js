@@ -2,7 +2,7 @@
 
 import { api, catalog, enc } from "./api.js";
 import { h, nextId, put } from "./dom.js";
-import { mono } from "./format.js";
+import { count, mono } from "./format.js";
 import { account, button, errorBox, field, href, link, loading, msg, readOnly, secretBox, select } from "./pieces.js";
 import { setTitle, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
@@ -55,8 +55,9 @@ export async function viewEndpointForm(ctx, id) {
   // The config's retry policies, each with its schedule; the endpoint's own stays listed.
   const known_ = policies.map((p) => p.name);
   const current = ep ? ep.retry_policy : "";
-  const policyText = (p) => (p.delays ? `${p.name}: ${p.attempts} attempts${p.delays.length ? ` (${p.delays.join(", ")})` : ""}` : p.name);
-  const retry = select([["", "The default policy"], ...policies.map((p) => [p.name, policyText(p)]),
+  const policyText = (p) => (p.delays ? `${p.name}: ${count(p.attempts, "attempt")}${p.delays.length ? ` (${p.delays.join(", ")})` : ""}` : p.name);
+  const dflt = policies.find((p) => p.default);
+  const retry = select([["", dflt ? `The default policy (${policyText(dflt)})` : "The default policy"], ...policies.map((p) => [p.name, policyText(p)]),
     ...(current && !known_.includes(current) ? [[current, current]] : [])], current, { id: "f-retry_policy" });
   const sig = ep ? null : select([["hmac", "HMAC-SHA256 (v1, shared secret)"], ["ed25519", "Ed25519 (v1a, public key)"]], "hmac", { id: "f-signature" });
   const ordMode = select([["", "Best effort (no order)"], ["key", "In order per payload field"], ["all", "Whole endpoint in order"]],

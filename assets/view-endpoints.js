@@ -3,7 +3,7 @@
 import { api, catalog, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
-import { mono, num, pct, pill, pretty, utc, when } from "./format.js";
+import { count, mono, num, pct, pill, pretty, sentence, utc, when } from "./format.js";
 import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
 import { parseRoute, render, renderTop, section, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
@@ -101,10 +101,13 @@ export async function viewEndpoint(ctx, id) {
   const fillFacts = (ep) => put(facts, factsOf(ep));
   fillFacts(ep);
   const chart = chartSection(ep, stats);
-  // After an action that sends (a test event), the figures and the chart are read again.
+  // After an action that sends (a test event), the figures, the recent deliveries and the
+  // chart are read again.
   const reread = async () => {
     const fresh = await api("GET", `/v1/endpoints/${enc(ep.id)}`).catch(() => null);
     if (fresh && !ctx.stale()) fillFacts(fresh);
+    const list = await recentDeliveries(ep, ctx);
+    if (list && !ctx.stale()) put(recent, list);
     await chart.redraw();
   };
   const headers = Object.entries(ep.headers || {});
@@ -116,7 +119,8 @@ export async function viewEndpoint(ctx, id) {
       ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: herald sends a challenge your receiver answers (the Advanced tab has the code), and deliveries start once it does.")
     : null;
   if (unverified) unverified.classList.add("banner");
-  const recent = await recentDeliveries(ep, ctx);
+  const recent = h("div");
+  put(recent, await recentDeliveries(ep, ctx));
   if (ctx.stale()) return;
   // One page, four tabs: how it is doing, what it got, how it is set up, and the tools.
   put(main, h1, takeFlash(), unverified, header, actions, out,
@@ -136,10 +140,10 @@ export async function viewEndpoint(ctx, id) {
 // How the endpoint is doing (the Overview tab).
 function factsOf(ep) {
   return dl([
-    ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${num(ep.attempts_1h)} attempts` : "no attempts in the last hour"],
+    ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${count(ep.attempts_1h, "attempt")}` : "no attempts in the last hour"],
     ["Last success", when(ep.last_success_at, "never")],
     ["Pending", num(ep.pending)],
-    ["Breaker", ep.breaker ? h("span", null, pill(ep.breaker.state), ep.breaker.consecutive_failures ? ` ${ep.breaker.consecutive_failures} failures in a row` : "",
+    ["Breaker", ep.breaker ? h("span", null, pill(ep.breaker.state), ep.breaker.consecutive_failures ? ` ${count(ep.breaker.consecutive_failures, "failure")} in a row` : "",
       ep.breaker.next_probe_at ? h("span", null, ", next probe ", when(ep.breaker.next_probe_at)) : "") : "—"],
   ]);
 }
@@ -192,7 +196,7 @@ export async function verify(ep, out) {
       render();
       return;
     }
-    put(out, msg("error", h("strong", null, "Not verified. "), v.reason || "",
+    put(out, msg("error", h("strong", null, "Not verified. "), sentence(v.reason || ""),
       h("div", { class: "kv" }, pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", typeof a.duration_ms === "number" ? ` in ${a.duration_ms} ms` : ""),
       a.response_body ? h("pre", { class: "code small" }, a.response_body) : null));
   } catch (err) {
@@ -331,7 +335,7 @@ export async function recentDeliveries(ep, ctx) {
   const more = link("All deliveries of this endpoint", "/deliveries", { endpoint_id: ep.id, account_id: APP === "console" ? ep.account_id : undefined });
   return h("section", { class: "card", "aria-labelledby": "ep-recent" },
     h("h2", { id: "ep-recent" }, "Recent deliveries"),
-    items.length ? deliveriesTable(items, new Map([[ep.id, ep]]), { endpoint: false }) : h("p", { class: "empty" }, "Nothing delivered to this endpoint yet — send a test event above."),
+    items.length ? deliveriesTable(items, new Map([[ep.id, ep]]), { endpoint: false }) : h("p", { class: "empty" }, "Nothing delivered to this endpoint yet — send a test event from the Advanced tab."),
     h("p", null, more));
 }
 

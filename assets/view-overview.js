@@ -3,7 +3,7 @@
 import { api, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
-import { age, bytes, duration, mono, num, pct, pill, utc, when } from "./format.js";
+import { age, bytes, count, duration, mono, num, pct, pill, utc, when } from "./format.js";
 import { action, button, confirmDialog, copyButton, endpointLink, errorBox, field, link, loading, select, table } from "./pieces.js";
 import { render, takeFlash, viewShell } from "./shell.js";
 import { S, STATUSES, main } from "./state.js";
@@ -122,7 +122,7 @@ export async function purgeDialog(accountId, out) {
     const r = await api("DELETE", `/v1/accounts/${enc(accountId)}`);
     if (S.account === accountId) S.account = null;
     const p = r.purged;
-    S.flash = { kind: "ok", kids: [`Account ${accountId} purged: ${num(p.events)} events, ${num(p.deliveries)} deliveries and ${num(p.endpoints)} endpoints deleted.`] };
+    S.flash = { kind: "ok", kids: [`Account ${accountId} purged: ${count(p.events, "event")}, ${count(p.deliveries, "delivery", "deliveries")} and ${count(p.endpoints, "endpoint")} deleted.`] };
     await render();
   } catch (err) {
     put(out, errorBox(err));

@@ -136,8 +136,26 @@ def shot(page, name, full=True):
 
 
 def settle(page):
-    """Waits until the view has loaded (no loading indicator left)."""
+    """Waits until the view has loaded (no loading indicator left), and checks its words: one
+    of a thing is never in the plural ("1 attempts")."""
     expect(page.locator("main .loading")).to_have_count(0, timeout=TIMEOUT_MS)
+    no_false_plurals(page)
+
+
+# "1 attempts", "1 failures": a count of one before a plural noun (three letters at least:
+# "1 ms" is a unit). Payloads, code and addresses (pre, code, inputs) are the customer's own
+# text, not the pages' words.
+FALSE_PLURAL = re.compile(r"(?<![\d.,])\b1 (?:[a-z]{2,}s)\b")
+
+
+def no_false_plurals(page):
+    text = page.evaluate("""() => {
+        const m = document.querySelector('main').cloneNode(true);
+        for (const x of m.querySelectorAll('pre, code, input, textarea, select, .mono')) x.remove();
+        return m.innerText;
+    }""")
+    found = sorted(set(FALSE_PLURAL.findall(text)))
+    check(not found, f"a count of one reads in the plural: {found} on {page.url}")
 
 
 def goto(page, hash_path):
@@ -342,6 +360,11 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     result = page.locator("section", has=page.get_by_role("heading", name="Send a test event")).get_by_role("status")
     expect(result).to_contain_text("delivered", timeout=20_000)
     expect(page.locator("pre", has_text="standardwebhooks").first).to_be_attached()
+    # The Deliveries tab reads again too: the test event's delivery is listed, no reload.
+    tab(page, "Deliveries")
+    recent = page.locator("section", has=page.get_by_role("heading", name="Recent deliveries"))
+    expect(recent.locator("tbody tr")).to_have_count(1)
+    expect(recent).not_to_contain_text("Nothing delivered")
     endpoint_id = page.url.split("?")[0].rsplit("/", 1)[1]
     # The page reads its figures again after the test event (no reload), and the chart picks
     # its window: the test event's attempt is in both, counted by the store.
@@ -349,9 +372,9 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     facts = page.locator("section", has=page.get_by_role("heading", name="Health", exact=True))
     expect(facts).not_to_contain_text("never")
     chart = page.locator("section", has=page.get_by_role("heading", name="Attempts", exact=True)).locator("svg.chart")
-    expect(chart).to_have_attribute("aria-label", re.compile(r"attempts in the last hour — delivered \d"))
+    expect(chart).to_have_attribute("aria-label", re.compile(r"1 attempt in the last hour — delivered 1"))
     page.get_by_label("Chart window").select_option("24h")
-    expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes .*attempts in the last 24 hours — delivered \d"))
+    expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes .*1 attempt in the last 24 hours — delivered 1"))
     shot(page, "portal-endpoint-page")
     shot(page, "doc-portal-endpoint", full=False)
 
@@ -515,9 +538,14 @@ def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     settle(page)
     button(page, "Pause").click()
     expect(page.locator(".obj-head")).to_contain_text("paused")
+    # The page is drawn again; focus goes to the message that answers the press, not <body>.
+    expect(page.locator("[data-flash]")).to_contain_text("Paused")
+    expect(page.locator("[data-flash]")).to_be_focused()
     button(page, "Resume").click()
     expect(page.locator(".obj-head")).to_contain_text("active")
     expect(button(page, "Pause")).to_be_visible()
+    expect(page.locator("[data-flash]")).to_contain_text("Resumed")
+    expect(page.locator("[data-flash]")).to_be_focused()
 
     page.get_by_role("link", name="Edit", exact=True).click()
     expect(page.get_by_role("heading", name="Edit endpoint", exact=True)).to_be_visible()
@@ -532,6 +560,8 @@ def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     page.get_by_role("dialog").get_by_role("button", name="Rotate secret").click()
     expect(page.locator(".secret-value")).to_contain_text("whsec_")
     expect(page.locator(".secret")).to_contain_text("will not be shown again")
+    # "Saved." answered the Save, not the rotation: it went when the rotation began.
+    expect(page.locator("main")).not_to_contain_text("Saved.")
 
     # The receiver answers "ok", not the challenge's HMAC: herald says why it is not verified.
     button(page, "Verify").click()
@@ -853,7 +883,7 @@ def operator_purges_an_account_once_its_id_is_typed(b):
     shot(page, "console-purge-confirm")
     confirm.click()
     expect(page.locator(".msg.ok")).to_contain_text(
-        f"Account {PURGE_ACCOUNT} purged: 1 events, 1 deliveries and 1 endpoints deleted.")
+        f"Account {PURGE_ACCOUNT} purged: 1 event, 1 delivery and 1 endpoint deleted.")
     expect(page.locator(".msg.ok")).to_have_attribute("role", "status")
     expect(page.locator("tr", has=page.get_by_role("link", name=PURGE_ACCOUNT, exact=True))).to_have_count(0)
     status, accounts, _ = api("GET", "/v1/accounts")
