@@ -33,7 +33,7 @@ export async function api(method, path, body, token) {
   try {
     resp = await fetch(path, init);
   } catch (_) {
-    throw new ApiError(0, "network", "herald did not answer. Check the connection and try again.");
+    throw new ApiError(0, "network", "The server did not answer. Check the connection and try again.");
   }
   const text = await resp.text();
   let data = null;
@@ -43,7 +43,7 @@ export async function api(method, path, body, token) {
   if (!resp.ok) {
     const e = (data && data.error) || {};
     const err = new ApiError(resp.status, e.code || `http_${resp.status}`,
-      e.message || `herald answered ${resp.status}`, e.field);
+      e.message || `The server answered ${resp.status}`, e.field);
     // Only the page's current token: an old link's late 401 must not end a newer link's session.
     if (resp.status === 401 && !token && used === S.token) unauthorized();
     throw err;

@@ -354,7 +354,7 @@ export async function boot() {
       else expired();
       return;
     }
-    put(main, h("h1", null, "herald is not answering"), errorBox(err),
+    put(main, h("h1", null, APP === "console" ? "herald is not answering" : "The webhooks page is not answering"), errorBox(err),
       button("Try again", () => boot(), { kind: "primary" }));
     return;
   }

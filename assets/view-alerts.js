@@ -11,7 +11,7 @@ import { needAccount } from "./view-endpoints.js";
 // At most this many addresses per account (the API refuses more).
 const MAX = 5;
 
-const ABOUT = "herald mails these addresses when an endpoint of this account starts failing, " +
+const ABOUT = "We mail these addresses when an endpoint of this account starts failing, " +
   "is disabled, and recovers — at most one “failing” mail per endpoint in the interval the " +
   "operator sets. A mail names the endpoint, its last error and how many deliveries wait; " +
   "never a secret, a header or a payload.";

@@ -57,7 +57,7 @@ export async function viewIncidents(ctx) {
     partial ? msg("info", h("strong", null, "Partial: "), `only the newest ${num(data.scanned)} deliveries of this period were looked at; the counts below leave out older failures.`) : null,
     held.length ? h("section", { class: "card", "aria-labelledby": "inc-held" },
       h("h2", { id: "inc-held" }, `Held by their circuit breaker: ${held.length} ${held.length === 1 ? "endpoint" : "endpoints"}, ${num(waiting)} ${waiting === 1 ? "delivery" : "deliveries"} waiting`),
-      h("p", { class: "hint" }, "These endpoints kept failing: herald sends them nothing until the next probe succeeds. Their deliveries wait; none is lost."),
+      h("p", { class: "hint" }, "These endpoints kept failing: nothing is sent to them until the next probe succeeds. Their deliveries wait; none is lost."),
       table(["Endpoint", "Breaker", "Failures in a row", "Next probe", "Waiting"], heldRows, { caption: "Endpoints held by their circuit breaker" })) : null,
     items.length
       ? table(["Endpoint", "Status", "HTTP", "Deliveries", "Pending", "First", "Last", "Examples", ""], rows, { caption: "Incidents" })
@@ -71,7 +71,7 @@ export async function viewEventTypes(ctx) {
   if (ctx.stale()) return;
   if (!items.length) {
     put(main, main.querySelector("h1"),
-      h("p", { class: "empty" }, "No event types in the catalog yet — the operator declares them under [catalog.events] in herald's config."));
+      h("p", { class: "empty" }, APP === "console" ? "No event types in the catalog yet — declare them under [catalog.events] in herald's config." : "No event types in the catalog yet."));
     return;
   }
   const toc = h("nav", { class: "toc", "aria-label": "Event types" }, h("ul", { class: "chips" }, items.map((t) =>
@@ -95,12 +95,12 @@ export async function viewEventTypes(ctx) {
       : next ? mono(next) : null;
     const p = to
       ? h("p", { class: "deprecation" }, "Deprecated — use ", to, " instead.")
-      : h("p", { class: "deprecation" }, "Deprecated — herald will stop sending this type; move your endpoints off it.");
+      : h("p", { class: "deprecation" }, "Deprecated — this type will stop being sent; move your endpoints off it.");
     p.addEventListener("click", jump);
     return p;
   };
   put(main, main.querySelector("h1"),
-    h("p", { class: "sub" }, "Every type herald may send, with its payload schema and a sample."), toc,
+    h("p", { class: "sub" }, "Every event type that may be sent, with its payload schema and a sample."), toc,
     items.map((t) => h("section", { class: "card", id: `et-${t.type}`, tabindex: "-1", "aria-labelledby": `eth-${t.type}` },
       h("h2", { id: `eth-${t.type}`, class: "mono" }, t.type, t.deprecated ? h("span", { class: "pill warn" }, "deprecated") : null),
       replacement(t),

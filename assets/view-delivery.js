@@ -59,7 +59,7 @@ export async function viewDelivery(ctx, id) {
         d = await api("GET", `/v1/deliveries/${enc(d.id)}`);
         if (ctx.stale()) return;
         fill(d);
-        put(out, msg("info", "Retry queued. The endpoint keeps failing, so herald holds its deliveries until the next probe ",
+        put(out, msg("info", "Retry queued. The endpoint keeps failing, so its deliveries are held until the next probe ",
           when(r.waiting.until), ": this retry goes then (same webhook-id), or when the endpoint recovers."));
         return;
       }
@@ -157,7 +157,7 @@ export function attemptDetail(a) {
 export async function replayDialog(ev, endpointId, out) {
   const to = select([...(endpointId ? [["one", "Only this delivery's endpoint"]] : []), ["all", "Every endpoint subscribed to this type"]], endpointId ? "one" : "all", { id: nextId("to") });
   const ok = await confirmDialog("Replay this event as a new event?",
-    h("div", null, h("p", null, "herald ingests the same payload again with a new event id (and a new webhook-id), and delivers it now. Receivers that dedupe on webhook-id process it again."),
+    h("div", null, h("p", null, "The same payload is sent again as a new event, with a new event id (and a new webhook-id), now. Receivers that dedupe on webhook-id process it again."),
       field("Send to", to)), "Replay");
   if (!ok) return;
   put(out, loading("Replaying…"));

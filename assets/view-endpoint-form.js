@@ -72,7 +72,7 @@ export async function viewEndpointForm(ctx, id) {
   const form = h("form", { class: "card form", novalidate: true },
     field("URL", url, operatorOwned
       ? "This endpoint sends a secret set by your platform in its headers, so only the platform's operator can change its URL."
-      : "Where herald POSTs the webhooks (https)."),
+      : "Where we POST the webhooks (https)."),
     field("Description", desc),
     h("fieldset", null, h("legend", null, "Event types"),
       h("p", { class: "hint" }, "Check none to receive every type."),
@@ -197,7 +197,7 @@ export function createdView(r) {
   put(main, h("h1", { tabindex: "-1" }, "Endpoint created"),
     h("p", { class: "mono url-line" }, ep.url),
     r.public_key
-      ? secretBox("Public key", r.public_key, "Verify requests with this public key (Ed25519, v1a). herald keeps the private key; the key is also shown on the endpoint's page.")
+      ? secretBox("Public key", r.public_key, "Verify requests with this public key (Ed25519, v1a). We keep the private key; the key is also shown on the endpoint's page.")
       : secretBox("Signing secret", r.secret, "This secret will not be shown again. Copy it now and give it to your receiver; if you lose it, rotate the secret."),
     h("div", { class: "actions" }, h("a", { class: "btn primary", href: `#/endpoints/${enc(ep.id)}` }, "Open endpoint"),
       link("Back to endpoints", "/endpoints", { account_id: APP === "console" ? ep.account_id : undefined }, "btn")));

@@ -116,7 +116,7 @@ export async function viewEndpoint(ctx, id) {
   const unverified = !ep.verified && S.session && S.session.require_verification
     ? msg("error", h("strong", null, "This endpoint receives nothing yet: it is not verified. "),
       "Every delivery to it is skipped (status unverified) until it passes verification. ",
-      ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: herald sends a challenge your receiver answers (the Advanced tab has the code), and deliveries start once it does.")
+      ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: we send a challenge your receiver answers (the Advanced tab has the code), and deliveries start once it does.")
     : null;
   if (unverified) unverified.classList.add("banner");
   const recent = h("div");
@@ -206,7 +206,7 @@ export async function verify(ep, out) {
 
 export async function rotate(ep, out) {
   const ok = await confirmDialog("Rotate the signing secret?",
-    h("p", null, "herald makes a new secret and signs with it from now on. The current one keeps signing beside it for the rotation grace period (24 h by default), so update your receiver within that time."),
+    h("p", null, "A new secret signs from now on. The current one keeps signing beside it for the rotation grace period (24 h by default), so update your receiver within that time."),
     "Rotate secret");
   if (!ok) return;
   put(out, loading("Rotating…"));
@@ -262,7 +262,7 @@ export function testSection(ep, cat, onSent = async () => {}) {
       const a = r.attempt;
       put(out, msg(a && a.status === "delivered" ? "ok" : a ? "error" : "info",
         a ? h("span", null, "Sent: ", pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", ` in ${a.duration_ms} ms`, a.error ? ` — ${a.error}` : "", ". ")
-          : "Queued: the attempt had not finished when herald answered. ",
+          : "Queued: the attempt had not finished yet. ",
         h("a", { href: `#/deliveries/${enc(r.delivery_id)}` }, "Open the delivery")));
       await onSent();
     } catch (err) {
@@ -376,7 +376,7 @@ def handle(body: bytes, headers: dict) -> int:
         # Checks webhook-id, webhook-timestamp (within 5 min) and webhook-signature (v1,...).
         event = webhook.verify(body, headers)
     except WebhookVerificationError:
-        return 401  # not from herald: herald does not retry a 401
+        return 401  # not signed by us: a 401 is not retried
     # Answer 2xx within 5 s and queue the work; dedupe on headers["webhook-id"].
     return 200
 `;
@@ -410,7 +410,7 @@ export function handle(body, headers) {
     // Checks webhook-id, webhook-timestamp (within 5 min) and webhook-signature (v1,...).
     const event = webhook.verify(body, headers);
   } catch {
-    return 401; // not from herald: herald does not retry a 401
+    return 401; // not signed by us: a 401 is not retried
   }
   // Answer 2xx within 5 s and queue the work; dedupe on headers["webhook-id"].
   return 200;
@@ -419,8 +419,8 @@ export function handle(body, headers) {
   return h("section", { class: "card", "aria-labelledby": "ep-snip" },
     h("h2", { id: "ep-snip" }, "Verify the signature"),
     h("p", { class: "sub" }, ed
-      ? ["herald signs each request with Ed25519 (Standard Webhooks ", mono("v1a,"), "): the signature of ", mono("{webhook-id}.{webhook-timestamp}.{raw body}"), " in ", mono("webhook-signature"), "."]
-      : ["herald signs each request as Standard Webhooks does: ", mono("webhook-signature: v1,<base64 HMAC-SHA256>"), " of ", mono("{webhook-id}.{webhook-timestamp}.{raw body}"), ", keyed by the base64-decoded secret after ", mono("whsec_"), ". During a rotation there is one value per secret, space-separated."]),
+      ? ["We sign each request with Ed25519 (Standard Webhooks ", mono("v1a,"), "): the signature of ", mono("{webhook-id}.{webhook-timestamp}.{raw body}"), " in ", mono("webhook-signature"), "."]
+      : ["We sign each request as Standard Webhooks does: ", mono("webhook-signature: v1,<base64 HMAC-SHA256>"), " of ", mono("{webhook-id}.{webhook-timestamp}.{raw body}"), ", keyed by the base64-decoded secret after ", mono("whsec_"), ". During a rotation there is one value per secret, space-separated."]),
     h("details", { open: true }, h("summary", null, "Python"), codeBlock(py, { label: "Python receiver" })),
     h("details", null, h("summary", null, "Node.js"), codeBlock(js, { label: "Node.js receiver" })),
     h("p", { class: "hint" }, "Verification challenge (Verify button): answer ", mono("{\"hmac\": \"<hex HMAC-SHA256(key, nonce)>\"}"),

@@ -230,8 +230,7 @@ fn start_alerts(
     };
     crate::alerts::start(
         &setup,
-        config.delivery.extra_ca_file.as_deref(),
-        config.server.public_url.as_deref(),
+        config,
         store.clone(),
         clock.clone(),
         metrics.clone(),

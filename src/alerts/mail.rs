@@ -38,6 +38,16 @@ pub struct Facts {
     pub portal: Option<String>,
     /// `alerts.min_interval`, as written for people.
     pub min_interval: String,
+    /// `portal.brand`: who the mail is from, for the people behind the endpoint.
+    pub brand: String,
+}
+
+impl Facts {
+    /// Whether the install shows a brand of its own (the portal's default brand is herald's
+    /// name): its customers' mails then never name herald.
+    fn branded(&self) -> bool {
+        self.brand != crate::config::DEFAULT_BRAND
+    }
 }
 
 /// The endpoint's URL for people: `scheme://host` (and a port other than the scheme's), never
@@ -45,7 +55,7 @@ pub struct Facts {
 pub fn shown_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(u) if u.host_str().is_some() => u.origin().ascii_serialization(),
-        _ => "(an URL herald cannot read)".into(),
+        _ => "(an address that cannot be read)".into(),
     }
 }
 
@@ -57,7 +67,7 @@ pub fn shown_host(url: &str) -> String {
         .and_then(url::Url::host_str)
     {
         Some(host) => host.to_string(),
-        None => "(an URL herald cannot read)".into(),
+        None => "(an address that cannot be read)".into(),
     }
 }
 
@@ -72,14 +82,18 @@ fn shown_description(d: &str) -> String {
     line.trim().to_string()
 }
 
-/// The subject line: the host only.
+/// The subject line: the brand, and the endpoint's host only.
 pub fn subject(f: &Facts) -> String {
     let what = match f.kind {
         AlertKind::Failing | AlertKind::StillFailing => "is failing",
         AlertKind::Disabled => "was disabled",
         AlertKind::Recovered => "has recovered",
     };
-    format!("Webhook endpoint {what}: {}", shown_host(&f.url))
+    format!(
+        "[{}] Webhook endpoint {what}: {}",
+        f.brand,
+        shown_host(&f.url)
+    )
 }
 
 /// The plain-text body.
@@ -103,8 +117,12 @@ pub fn body(f: &Facts) -> String {
              started failing again has failed, and its deliveries wait."
         ),
         AlertKind::Disabled => format!(
-            "The webhook endpoint {url} was disabled: nothing is sent to it any more. Its \
-             deliveries are not attempted until someone resumes the endpoint."
+            "The webhook endpoint {url} was disabled{}: nothing is sent to it any more. Its \
+             deliveries are not attempted until someone resumes the endpoint.",
+            match f.http_status {
+                Some(410) => " because it answered 410 Gone",
+                _ => " because it kept failing for too long",
+            }
         ),
         AlertKind::Recovered => format!(
             "The webhook endpoint {url} has recovered: an attempt succeeded, and its waiting \
@@ -126,10 +144,19 @@ pub fn body(f: &Facts) -> String {
         AlertKind::Failing | AlertKind::StillFailing => "Noticed at:",
     };
     row(&mut out, when, &rfc3339(f.at));
-    if f.kind != AlertKind::Recovered {
-        if let Some(since) = f.failing_since {
+    match (f.kind, f.failing_since) {
+        (AlertKind::Recovered, Some(since)) if since <= f.at => {
+            let down = std::time::Duration::from_secs(((f.at - since) / 1000) as u64);
             row(&mut out, "Failing since:", &rfc3339(since));
+            row(
+                &mut out,
+                "Down for:",
+                &humantime::format_duration(down).to_string(),
+            );
         }
+        (AlertKind::Recovered, _) => {}
+        (_, Some(since)) => row(&mut out, "Failing since:", &rfc3339(since)),
+        (_, None) => {}
     }
     if let Some(status) = f.last_status {
         let code = match f.http_status {
@@ -149,16 +176,19 @@ pub fn body(f: &Facts) -> String {
             "See the endpoint's deliveries and attempts in the webhook portal: {portal} \
              (open it from your platform's dashboard to sign in).\n"
         )),
+        None if f.branded() => out.push_str(
+            "See the endpoint's deliveries and attempts in your platform's webhook portal.\n",
+        ),
         None => out.push_str(&format!(
             "See the endpoint's deliveries and attempts in your platform's webhook portal; \
              what these mails mean is in {DOCS}.\n"
         )),
     }
     out.push_str(&format!(
-        "\nherald sends at most one \"failing\" mail per endpoint every {}, and one when the \
+        "\n{} sends at most one \"failing\" mail per endpoint every {}, and one when the \
          endpoint is disabled or recovers. You get these mails because your address is set \
          for failure alerts on account {}.\n",
-        f.min_interval, f.account_id
+        f.brand, f.min_interval, f.account_id
     ));
     out
 }
@@ -267,8 +297,13 @@ pub fn message(
     from: &Mailbox,
     to: &[lettre::Address],
 ) -> Result<Message, lettre::error::Error> {
+    // The sender's name is the brand, unless `alerts.from` names one.
+    let from = match &from.name {
+        Some(_) => from.clone(),
+        None => Mailbox::new(Some(f.brand.clone()), from.email.clone()),
+    };
     let mut builder = Message::builder()
-        .from(from.clone())
+        .from(from)
         .subject(subject(f))
         .header(ContentType::TEXT_PLAIN);
     for a in to {
@@ -295,6 +330,7 @@ mod tests {
             at: 1_796_212_830_000,
             portal: None,
             min_interval: "1h".into(),
+            brand: "herald".into(),
         }
     }
 
@@ -303,7 +339,7 @@ mod tests {
         let f = facts(AlertKind::Failing);
         assert_eq!(
             subject(&f),
-            "Webhook endpoint is failing: hooks.example.com"
+            "[herald] Webhook endpoint is failing: hooks.example.com"
         );
         let b = body(&f);
         for needle in [
@@ -329,7 +365,10 @@ mod tests {
         let mut f = f;
         f.url = "http://10.0.0.7:8443/hook".into();
         f.description = String::new();
-        assert_eq!(subject(&f), "Webhook endpoint is failing: 10.0.0.7");
+        assert_eq!(
+            subject(&f),
+            "[herald] Webhook endpoint is failing: 10.0.0.7"
+        );
         assert!(
             body(&f).contains("endpoint http://10.0.0.7:8443 (ep_01) is"),
             "{}",
@@ -344,8 +383,8 @@ mod tests {
         let b = body(&f);
         assert!(b.contains("https://hooks.acme.test/portal"), "{b}");
         assert!(
-            b.contains("has recovered") && !b.contains("Failing since"),
-            "{b}"
+            b.contains("has recovered") && b.contains("Down for:           30s\n"),
+            "a recovery says how long the endpoint was down: {b}"
         );
         let from: Mailbox = "herald@example.com".parse().unwrap();
         let (to, skipped) = recipients(&["ops@acme.test".into(), "a@[127.0.0.1]".into()]);

@@ -13,7 +13,6 @@ pub mod mail;
 pub mod smtp;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,22 +112,24 @@ struct Sender {
     /// `alerts.max_per_account_per_hour`.
     max_per_hour: u32,
     portal: Option<String>,
+    /// `portal.brand`, which the mails are from.
+    brand: String,
 }
 
 /// Starts the background task that sends alert mails until `shutdown` (mails still in their
 /// retries then are given up, with a log line, and give their claims back: the engine awaits
-/// this through [`Alerts::stopped`] before the store closes). `public_url`:
-/// `server.public_url`, if set.
+/// this through [`Alerts::stopped`] before the store closes). From `config`: the extra CA file
+/// of `[delivery]`, `server.public_url` (the portal's address in the mails) and `portal.brand`.
 pub fn start(
     setup: &AlertsSetup,
-    extra_ca_file: Option<&Path>,
-    public_url: Option<&str>,
+    config: &crate::config::Config,
     store: Backend,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) -> Result<Alerts, smtp::SetupError> {
-    let mailer = smtp::Mailer::new(&setup.server, extra_ca_file)?;
+    let mailer = smtp::Mailer::new(&setup.server, config.delivery.extra_ca_file.as_deref())?;
+    let public_url = config.server.public_url.as_deref();
     let (tx, rx) = mpsc::channel(QUEUE);
     let sender = Arc::new(Sender {
         store,
@@ -139,6 +140,7 @@ pub fn start(
         min_interval: setup.min_interval,
         max_per_hour: setup.max_per_hour,
         portal: public_url.map(|u| format!("{}/portal", u.trim_end_matches('/'))),
+        brand: config.portal.brand.clone(),
     });
     tracing::info!(
         smtp_host = %setup.server.host,
@@ -303,6 +305,7 @@ impl Sender {
             at: t.at,
             portal: self.portal.clone(),
             min_interval: humantime::format_duration(self.min_interval).to_string(),
+            brand: self.brand.clone(),
         };
         match mail::message(&facts, &self.from, &to) {
             Ok(message) => Some(Outgoing {

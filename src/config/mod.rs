@@ -327,6 +327,9 @@ fn default_debounce_mode() -> String {
     "leading".into()
 }
 
+/// The portal's brand when `portal.brand` is not set: herald's own name.
+pub const DEFAULT_BRAND: &str = "herald";
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Portal {
@@ -348,7 +351,7 @@ impl Default for Portal {
             session_ttl: secs(3600),
             max_session_ttl: secs(7 * 86_400),
             frame_ancestors: Vec::new(),
-            brand: "herald".into(),
+            brand: DEFAULT_BRAND.into(),
             accent: None,
             logo_file: None,
         }

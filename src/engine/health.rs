@@ -128,7 +128,9 @@ impl Engine {
                 return;
             }
         };
-        let alert = |kind| self.alert(ep, kind, now, after.failing_since, Some(last));
+        // A recovery's mail says since when the endpoint failed: the breaker forgot it by then.
+        let since = after.failing_since.or(before.failing_since);
+        let alert = |kind| self.alert(ep, kind, now, since, Some(last));
         match change {
             Some(Change::Opened) => {
                 self.metrics
@@ -159,9 +161,13 @@ impl Engine {
             None if probe && !ok && after.phase == Phase::Open => alert(AlertKind::StillFailing),
             // The first success after failures the breaker never opened for (a resumed
             // endpoint disabled by a 410): a recovery, if a disabled mail is unanswered.
-            None if ok && before.consecutive_failures > 0 => {
-                self.alert(ep, AlertKind::Recovered, now, None, Some(last))
-            }
+            None if ok && before.consecutive_failures > 0 => self.alert(
+                ep,
+                AlertKind::Recovered,
+                now,
+                before.failing_since,
+                Some(last),
+            ),
             None => {}
         }
     }

@@ -169,7 +169,12 @@ async fn failing_recovered_and_disabled_mails_reach_the_accounts_addresses_and_n
         assert!(body.contains(needle), "{needle:?} in\n{body}");
     }
     // The endpoint by its host alone in the subject; never its path or query.
-    assert_eq!(subject, "Webhook endpoint is failing: localhost");
+    assert_eq!(subject, "[herald] Webhook endpoint is failing: localhost");
+    assert_eq!(
+        m.header("From").as_deref(),
+        Some("herald <herald@alerts.test>"),
+        "the sender's name is the brand"
+    );
     assert!(
         !body.contains("/hook") && !subject.contains("/hook"),
         "{body}"
@@ -666,4 +671,75 @@ async fn an_address_the_rule_refuses_is_422_and_one_stored_earlier_is_skipped_al
     })
     .await;
     wait_metric(h, "sent", 1).await;
+}
+
+/// With `portal.brand` set, a mail is the brand's: its subject and sender name carry it, and
+/// nothing in its subject or body names herald. A disabled mail says why; a recovered one how
+/// long the endpoint was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branded_install_mails_in_its_brand_and_never_names_herald() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let tables = format!(
+        "[portal]\nbrand = \"Acme Cloud\"\n[alerts]\nsmtp_url = {}\nfrom = \"alerts@acme.test\"\n",
+        common::toml_string(&smtp.url())
+    );
+    let w = World::start_manual_with_ca(ca, "", &tables, T0).await;
+    set_emails(&w, "acme", json!(["ops@acme.test"])).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let recv = Receiver::https(&w.ca, switchable(failing.clone()));
+    let (ep, _) = w
+        .endpoint(
+            "acme",
+            &recv.url("/hook"),
+            json!({"retry_policy": "none", "description": "Billing sync"}),
+        )
+        .await;
+    open_breaker(&w, "acme").await;
+    smtp.wait_for(1, SETTLE).await;
+    failing.store(false, Ordering::SeqCst);
+    recover_at(&w, "acme", T0 + 150_000).await;
+    smtp.wait_for(2, SETTLE).await;
+    // Then it answers 410 Gone: disabled.
+    let gone = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(410)));
+    let (status, _) = w
+        .herald
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ep}"),
+            Some(json!({"url": gone.url("/gone")})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    fail_once(&w, "acme").await;
+    let mails = smtp.wait_for(3, SETTLE).await;
+    for m in &mails {
+        let subject = m.header("Subject").unwrap_or_default();
+        assert!(subject.starts_with("[Acme Cloud] "), "{subject}");
+        assert_eq!(
+            m.header("From").as_deref(),
+            Some("\"Acme Cloud\" <alerts@acme.test>"),
+            "{m:?}"
+        );
+        let text = format!("{subject}\n{}", m.body()).to_lowercase();
+        assert!(
+            !text.contains("herald"),
+            "a branded mail names herald:\n{text}"
+        );
+        assert!(
+            m.body().contains("Description:        Billing sync\n"),
+            "{}",
+            m.body()
+        );
+    }
+    assert!(
+        mails[1].body().contains("Down for:           2m 30s\n"),
+        "{}",
+        mails[1].body()
+    );
+    assert!(
+        mails[2].body().contains("because it answered 410 Gone"),
+        "{}",
+        mails[2].body()
+    );
 }

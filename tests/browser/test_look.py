@@ -17,6 +17,7 @@ import gzip
 import http.server
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -161,6 +162,35 @@ def branded_portal_shows_brand_logo_and_accent(ctx):
     page.close()
 
 
+# herald named as a word of the pages: protocol names (the herald-signature header, the
+# herald/VERSION User-Agent) are exempt, and so are code, payloads and inputs.
+HERALD_WORD = re.compile(r"\bherald\b(?![-/])", re.IGNORECASE)
+
+
+def a_branded_portal_never_names_herald(ctx):
+    page = ctx.new_page()
+    link, _ = portal_link(ACCOUNT)
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    base = page.url.split("#")[0]
+    ep = UNVERIFIED_ENDPOINT
+    views = ["/endpoints", "/endpoints/new", f"/endpoints/{ep}/edit", "/deliveries", "/incidents",
+             "/event-types", "/alerts"]
+    views += [f"/endpoints/{ep}?tab={t}" for t in ["overview", "deliveries", "settings", "advanced"]]
+    for view in views:
+        page.goto(f"{base}#{view}")
+        expect(page.locator("main .loading")).to_have_count(0, timeout=TIMEOUT_MS)
+        expect(page.locator("main h1")).not_to_have_text("")
+        text = page.evaluate("""() => {
+            const b = document.body.cloneNode(true);
+            for (const x of b.querySelectorAll('pre, code, input, textarea, select, script')) x.remove();
+            return document.title + '\\n' + b.innerText;
+        }""")
+        found = [line.strip() for line in text.splitlines() if HERALD_WORD.search(line)]
+        check(not found, f"the branded portal names herald on {view}: {found}")
+    page.close()
+
+
 def an_unverified_endpoint_says_it_receives_nothing(ctx):
     # This herald requires verification (as installs do by default): an endpoint that has not
     # passed it gets nothing, and its page says so before anything else.
@@ -296,6 +326,7 @@ def main():
         run("favicon_gzip_and_head_are_served", favicon_gzip_and_head_are_served)
         run("branded_portal_shows_brand_logo_and_accent", branded_portal_shows_brand_logo_and_accent, ctx)
         run("an_unverified_endpoint_says_it_receives_nothing", an_unverified_endpoint_says_it_receives_nothing, ctx)
+        run("a_branded_portal_never_names_herald", a_branded_portal_never_names_herald, ctx)
         run("a_second_link_in_the_same_tab_replaces_the_session", a_second_link_in_the_same_tab_replaces_the_session, ctx)
         run("framed_portal_shows_only_its_nav_and_takes_a_new_link", framed_portal_shows_only_its_nav_and_takes_a_new_link, ctx, host)
         run("console_refuses_to_be_framed", console_refuses_to_be_framed, ctx, host)

@@ -442,7 +442,7 @@ def a_delivery_held_by_the_breaker_says_so_and_retry_says_what_happens(page):
     goto(page, f"/deliveries/{HELD_DELIVERY}")
     button(page, "Retry").click()
     out = page.get_by_role("status").filter(has_text="Retry queued")
-    expect(out).to_contain_text("holds its deliveries until the next probe")
+    expect(out).to_contain_text("its deliveries are held until the next probe")
     check("a new attempt is being made now" not in page.locator("main").inner_text(),
           "a retry on a held endpoint does not claim an attempt is made now")
     shot(page, "portal-delivery-held")
