@@ -81,15 +81,29 @@ export function kindOf(s) {
 }
 
 export const pill = (s, kind) => (s ? h("span", { class: `pill ${kind || kindOf(s)}` }, s) : h("span", { class: "muted" }, "—"));
+// A breaker's state as a pill, in words (half_open reads "probing").
+export const breakerPill = (s) => (s ? h("span", { class: `pill ${kindOf(s)}` }, breakerWord(s)) : pill(s));
 export const mono = (t, cls = "") => h("code", { class: `mono ${cls}`.trim() }, t);
 
-export function shortUrl(u) {
-  try {
-    const x = new URL(u);
-    return x.host + (x.pathname === "/" ? "" : x.pathname);
-  } catch (_) {
-    return u;
-  }
+// `s` cut in the middle to at most `n` characters: both ends stay (a URL's host and its query).
+export function middle(s, n = 60) {
+  const t = String(s);
+  if (t.length <= n) return t;
+  const head = Math.ceil((n - 1) * 0.6);
+  return `${t.slice(0, head)}…${t.slice(t.length - (n - 1 - head))}`;
+}
+
+// How pages name an endpoint: its description, else its URL with its query (cut in the
+// middle, never at the end, so endpoints that differ only there read differently).
+export function endpointName(ep) {
+  if (!ep) return "";
+  const d = (ep.description || "").trim();
+  return d || middle((ep.url || "").replace(/^https:\/\//, ""));
+}
+
+// A breaker's state in words.
+export function breakerWord(state) {
+  return { closed: "closed", open: "open", half_open: "probing" }[state] || state;
 }
 
 // JSON with numbers kept as written (big integers, 1.50) where the browser can: the payload

@@ -2,7 +2,7 @@
 
 import { ApiError, enc } from "./api.js";
 import { append, h, nextId } from "./dom.js";
-import { mono, shortUrl, tick } from "./format.js";
+import { endpointName, mono, tick } from "./format.js";
 import { APP, S } from "./state.js";
 
 
@@ -168,9 +168,13 @@ export function href(path, params = {}) {
 
 export const link = (text, path, params, cls) => h("a", { href: href(path, params), class: cls }, text);
 
-export function endpointLink(id, url) {
+// A link to an endpoint, named as pages name it (`endpointName`: `ep` is the endpoint, or
+// anything with its `url` and `description`); its URL and id on hover.
+export function endpointLink(id, ep) {
   if (!id) return h("span", { class: "muted" }, "none");
-  return h("a", { href: `#/endpoints/${enc(id)}`, class: "mono", title: url || id }, url ? shortUrl(url) : id);
+  const name = endpointName(ep);
+  const described = Boolean(ep && (ep.description || "").trim());
+  return h("a", { href: `#/endpoints/${enc(id)}`, class: described ? "ep-name" : "mono ep-name", title: ep && ep.url ? `${ep.url}\n${id}` : id }, name || id);
 }
 
 // Tabs (the ARIA tabs pattern): `items` are [key, title, panel]; the one shown is `selected`,

@@ -2,7 +2,7 @@
 
 import { api, enc } from "./api.js";
 import { h, put } from "./dom.js";
-import { mono, num, pill, pretty, when } from "./format.js";
+import { breakerPill, mono, num, pill, pretty, when } from "./format.js";
 import { account, codeBlock, endpointLink, field, href, link, loading, msg, select, table } from "./pieces.js";
 import { viewShell } from "./shell.js";
 import { APP, RANGE_MS, S, main } from "./state.js";
@@ -20,13 +20,22 @@ export async function viewIncidents(ctx) {
   ]);
   if (ctx.stale()) return;
   const endpoints = new Map(eps.map((e) => [e.id, e]));
+  // All accounts (the console without one): the endpoints named here are read one by one.
+  const allAccounts = APP === "console" && !acc;
+  if (!acc) {
+    const ids = [...new Set([...(data.items || []).map((i) => i.endpoint_id), ...(data.held || []).map((x) => x.endpoint_id)])]
+      .filter((id) => id && !endpoints.has(id)).slice(0, 50);
+    for (const e of await Promise.all(ids.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null)))) if (e) endpoints.set(e.id, e);
+    if (ctx.stale()) return;
+  }
   const sel = select([["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 days"]], since, { id: "inc-since" });
   sel.addEventListener("change", () => { location.hash = href("/incidents", { since: sel.value }); });
   const items = data.items || [];
   const rows = items.map((i) => {
     const ep = i.endpoint_id ? endpoints.get(i.endpoint_id) : null;
     return h("tr", null,
-      h("td", null, endpointLink(i.endpoint_id, ep && ep.url)),
+      h("td", null, endpointLink(i.endpoint_id, ep)),
+      allAccounts ? h("td", null, ep ? link(ep.account_id, "/incidents", { account_id: ep.account_id }, "mono") : "—") : null,
       h("td", null, pill(i.status)),
       h("td", { class: "num" }, i.http_status ? String(i.http_status) : "—"),
       h("td", { class: "num" }, num(i.deliveries)),
@@ -39,8 +48,9 @@ export async function viewIncidents(ctx) {
   const held = data.held || [];
   const waiting = held.reduce((n, x) => n + (x.pending || 0), 0);
   const heldRows = held.map((x) => h("tr", null,
-    h("td", null, endpointLink(x.endpoint_id, x.url)),
-    h("td", null, pill(x.breaker.state)),
+    h("td", null, endpointLink(x.endpoint_id, endpoints.get(x.endpoint_id) || x)),
+    allAccounts ? h("td", null, link(x.account_id, "/incidents", { account_id: x.account_id }, "mono")) : null,
+    h("td", null, breakerPill(x.breaker.state)),
     h("td", { class: "num" }, num(x.breaker.consecutive_failures)),
     h("td", null, when(x.breaker.next_probe_at, "—")),
     h("td", { class: "num" }, num(x.pending))));
@@ -58,9 +68,9 @@ export async function viewIncidents(ctx) {
     held.length ? h("section", { class: "card", "aria-labelledby": "inc-held" },
       h("h2", { id: "inc-held" }, `Held by their circuit breaker: ${held.length} ${held.length === 1 ? "endpoint" : "endpoints"}, ${num(waiting)} ${waiting === 1 ? "delivery" : "deliveries"} waiting`),
       h("p", { class: "hint" }, "These endpoints kept failing: nothing is sent to them until the next probe succeeds. Their deliveries wait; none is lost."),
-      table(["Endpoint", "Breaker", "Failures in a row", "Next probe", "Waiting"], heldRows, { caption: "Endpoints held by their circuit breaker" })) : null,
+      table(["Endpoint", ...(allAccounts ? ["Account"] : []), "Breaker", "Failures in a row", "Next probe", "Waiting"], heldRows, { caption: "Endpoints held by their circuit breaker" })) : null,
     items.length
-      ? table(["Endpoint", "Status", "HTTP", "Deliveries", "Pending", "First", "Last", "Examples", ""], rows, { caption: "Incidents" })
+      ? table(["Endpoint", ...(allAccounts ? ["Account"] : []), "Status", "HTTP", "Deliveries", "Pending", "First", "Last", "Examples", ""], rows, { caption: "Incidents" })
       : h("p", { class: "empty" }, empty));
 }
 

@@ -2,7 +2,7 @@
 
 import { api, catalog, enc } from "./api.js";
 import { h, put } from "./dom.js";
-import { mono, num, pill, shortUrl, waitingText, when } from "./format.js";
+import { endpointName, mono, num, pill, waitingText, when } from "./format.js";
 import { account, action, button, endpointLink, errorBox, field, href, link, loading, readOnly, select, table } from "./pieces.js";
 import { takeFlash, viewShell } from "./shell.js";
 import { APP, RANGES, RANGE_MS, STATES, STATUSES, main } from "./state.js";
@@ -29,7 +29,7 @@ export function deliveryRow(d, endpoints, { endpoint = true, accountCol = false 
     h("td", { class: "nowrap" }, pill(d.state), d.last_status && d.last_status !== d.state ? [" ", pill(d.last_status)] : null,
       d.last_http_status ? h("span", { class: "code-num" }, ` ${d.last_http_status}`) : null),
     h("td", { class: "nowrap" }, when(d.created_at)),
-    endpoint ? h("td", { class: "ep-cell" }, endpointLink(d.endpoint_id, ep && ep.url)) : null,
+    endpoint ? h("td", { class: "ep-cell" }, endpointLink(d.endpoint_id, ep)) : null,
     h("td", { class: "num" }, num(d.attempt_count)),
     h("td", { class: "why-cell" }, d.state === "pending" ? waitingText(d.waiting) : h("span", { class: "muted" }, "—")),
     accountCol ? h("td", null, link(d.account_id, "/deliveries", { account_id: d.account_id }, "mono")) : null,
@@ -62,7 +62,7 @@ export async function viewDeliveries(ctx) {
     until: q.get("until") || "",
   };
   const epCtl = acc
-    ? select([["", "Any endpoint"], ...eps.map((e) => [e.id, shortUrl(e.url)]),
+    ? select([["", "Any endpoint"], ...eps.map((e) => [e.id, endpointName(e)]),
       ...(f.endpoint_id && !endpoints.has(f.endpoint_id) ? [[f.endpoint_id, f.endpoint_id]] : [])], f.endpoint_id, { id: "flt-endpoint" })
     : h("input", { type: "text", id: "flt-endpoint", class: "mono", value: f.endpoint_id, placeholder: "ep_…", spellcheck: "false" });
   // The catalog's types to pick from; a type outside it (in the address) stays selectable.

@@ -93,7 +93,7 @@ export async function viewDelivery(ctx, id) {
       ["Event type", mono(d.event_type)],
       ["Delivery id", h("span", { class: "with-copy" }, mono(d.id), copyButton(d.id, "Copy id"))],
       ["Event id (webhook-id)", h("a", { href: `#/events/${enc(d.event_id)}`, class: "mono" }, d.event_id)],
-      ["Endpoint", d.endpoint_id ? h("span", null, endpointLink(d.endpoint_id, ep && ep.url), ep ? null : h("span", { class: "muted" }, " (deleted)")) : h("span", { class: "muted" }, "none (no endpoint subscribed)")],
+      ["Endpoint", d.endpoint_id ? h("span", null, endpointLink(d.endpoint_id, ep), ep ? null : h("span", { class: "muted" }, " (deleted)")) : h("span", { class: "muted" }, "none (no endpoint subscribed)")],
       APP === "console" ? ["Account", link(d.account_id, "/deliveries", { account_id: d.account_id }, "mono")] : null,
       ["Created", when(d.created_at)],
     ]));
@@ -182,6 +182,11 @@ export async function viewEvent(ctx, id) {
   });
   if (!ev || ctx.stale()) return;
   if (APP === "console") S.account = ev.account_id;
+  // The endpoints its deliveries went to, named as pages name them.
+  const ids = [...new Set((ev.deliveries || []).map((d) => d.endpoint_id).filter(Boolean))].slice(0, 50);
+  const endpoints = new Map((await Promise.all(ids.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null))))
+    .filter(Boolean).map((e) => [e.id, e]));
+  if (ctx.stale()) return;
   renderTop(parseRoute());
   const out = h("div", { "aria-live": "polite" });
   const ro = readOnly();
@@ -198,6 +203,6 @@ export async function viewEvent(ctx, id) {
       ev.idempotency_key ? ["Idempotency key", mono(ev.idempotency_key)] : null,
     ])),
     h("section", { class: "card" }, h("h2", null, "Deliveries"),
-      (ev.deliveries || []).length ? deliveriesTable(ev.deliveries, null) : h("p", { class: "empty" }, "No deliveries.")),
+      (ev.deliveries || []).length ? deliveriesTable(ev.deliveries, endpoints) : h("p", { class: "empty" }, "No deliveries.")),
     h("section", { class: "card" }, h("h2", null, "Payload"), codeBlock(pretty(ev.payload), { label: "Event payload" })));
 }

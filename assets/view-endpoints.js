@@ -3,7 +3,7 @@
 import { api, catalog, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
-import { count, mono, num, pct, pill, pretty, sentence, utc, when } from "./format.js";
+import { breakerPill, count, mono, num, pct, pill, pretty, sentence, utc, when } from "./format.js";
 import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
 import { parseRoute, render, renderTop, section, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
@@ -46,7 +46,7 @@ export async function viewEndpoints(ctx) {
     h("td", null, typesCell(e.event_types)),
     h("td", { class: "num" }, e.attempts_1h ? `${pct(e.success_rate_1h)} of ${num(e.attempts_1h)}` : h("span", { class: "muted" }, "no attempts")),
     h("td", null, when(e.last_success_at, "never")),
-    h("td", null, e.breaker ? pill(e.breaker.state) : "—"),
+    h("td", null, e.breaker ? breakerPill(e.breaker.state) : "—"),
     h("td", { class: "num" }, num(e.pending))));
   put(main, main.querySelector("h1"), takeFlash(), head,
     table(["URL", "State", "Verified", "Event types", "Success (1 h)", "Last success", "Breaker", "Pending"], rows, { caption: "Endpoints" }));
@@ -96,7 +96,7 @@ export async function viewEndpoint(ctx, id) {
     h("p", { class: "big mono url-line" }, ep.url),
     ep.description ? h("p", { class: "sub" }, ep.description) : null,
     h("div", { class: "pills" }, pill(ep.state), ep.verified ? pill("verified", "ok") : pill("unverified", "warn"),
-      ep.breaker ? h("span", { class: "pill-label" }, "breaker ", pill(ep.breaker.state)) : null));
+      ep.breaker ? h("span", { class: "pill-label" }, "breaker ", breakerPill(ep.breaker.state)) : null));
   const facts = h("div");
   const fillFacts = (ep) => put(facts, factsOf(ep));
   fillFacts(ep);
@@ -143,7 +143,7 @@ function factsOf(ep) {
     ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${count(ep.attempts_1h, "attempt")}` : "no attempts in the last hour"],
     ["Last success", when(ep.last_success_at, "never")],
     ["Pending", num(ep.pending)],
-    ["Breaker", ep.breaker ? h("span", null, pill(ep.breaker.state), ep.breaker.consecutive_failures ? ` ${count(ep.breaker.consecutive_failures, "failure")} in a row` : "",
+    ["Breaker", ep.breaker ? h("span", null, breakerPill(ep.breaker.state), ep.breaker.consecutive_failures ? ` ${count(ep.breaker.consecutive_failures, "failure")} in a row` : "",
       ep.breaker.next_probe_at ? h("span", null, ", next probe ", when(ep.breaker.next_probe_at)) : "") : "—"],
   ]);
 }

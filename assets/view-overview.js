@@ -3,7 +3,7 @@
 import { api, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
-import { age, bytes, count, duration, mono, num, pct, pill, utc, when } from "./format.js";
+import { age, breakerPill, bytes, count, duration, mono, num, pct, pill, utc, when } from "./format.js";
 import { action, button, confirmDialog, copyButton, endpointLink, errorBox, field, link, loading, select, table } from "./pieces.js";
 import { render, takeFlash, viewShell } from "./shell.js";
 import { S, STATUSES, main } from "./state.js";
@@ -45,7 +45,7 @@ export async function viewOverview(ctx) {
   if (ctx.stale()) return;
   const epCell = (id) => {
     const e = known.get(id);
-    return h("td", { class: "url-cell" }, endpointLink(id, e && e.url),
+    return h("td", { class: "url-cell" }, endpointLink(id, e),
       e ? h("div", { class: "sub" }, "account ", link(e.account_id, "/endpoints", { account_id: e.account_id }, "mono")) : null);
   };
   const refresh = button("Refresh", () => render(), { kind: "small" });
@@ -62,7 +62,7 @@ export async function viewOverview(ctx) {
         h("h2", { id: "b-h" }, "Open circuit breakers"),
         breakers.length
           ? table(["Endpoint", "Breaker", "Failures in a row", "Next probe"], breakers.map((b) =>
-            h("tr", null, epCell(b.endpoint_id), h("td", null, pill(b.state)),
+            h("tr", null, epCell(b.endpoint_id), h("td", null, breakerPill(b.state)),
               h("td", { class: "num" }, num(b.consecutive_failures)), h("td", null, when(b.next_probe_at)))), { caption: "Open circuit breakers" })
           : h("p", { class: "empty" }, "No open breakers — every endpoint is being attempted normally.")),
       h("section", { class: "card" },

@@ -383,6 +383,9 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     settle(page)
     for label in ["Endpoint", "Event type", "State", "Status", "Time range"]:
         expect(page.get_by_label(label, exact=True)).to_be_visible()
+    # The endpoint filter names endpoints apart: by description, else by their whole URL.
+    labels = page.get_by_label("Endpoint", exact=True).locator("option").all_inner_texts()
+    check(len(set(labels)) == len(labels), f"every endpoint reads differently: {labels}")
     page.get_by_label("Endpoint", exact=True).select_option(endpoint_id)
     rows = page.locator(".results tbody tr")
     expect(rows).to_have_count(1)
@@ -915,8 +918,10 @@ def incidents_are_honest_after_a_partial_scan_and_show_held_endpoints(b, portal)
     goto(portal, "/incidents")
     held = portal.locator("section", has=portal.get_by_role("heading", name=re.compile("Held by their circuit breaker")))
     expect(held.get_by_role("heading")).to_have_text(re.compile(r"Held by their circuit breaker: \d+ endpoints?, \d+ deliver"))
-    row = held.locator("tbody tr", has_text="fail/held")
+    # Named by its description (its URL and id on hover).
+    row = held.locator("tbody tr", has_text="Held by its breaker")
     expect(row).to_contain_text("open")
+    check("fail/held" in row.get_by_role("link").first.get_attribute("title"), "the URL is on hover")
     expect(row.locator("td").last).to_have_text(re.compile(r"^[1-9]\d*$"))
     # The console over every account: more deliveries than one scan reads, and it says so.
     ctx = b.context(viewport={"width": 1280, "height": 900})
@@ -929,6 +934,16 @@ def incidents_are_honest_after_a_partial_scan_and_show_held_endpoints(b, portal)
     expect(page.get_by_role("status").filter(has_text="Partial")).to_contain_text("only the newest 5,000 deliveries")
     expect(page.locator("main")).to_contain_text("Held by their circuit breaker")
     check("nothing to do" not in page.locator("main").inner_text(), "a partial scan never says there is nothing to do")
+    # Every account's incidents: each names its account, and its endpoint by name, never by id.
+    held_table = page.locator("table", has=page.locator("caption", has_text="Endpoints held by their circuit breaker"))
+    expect(held_table).to_be_visible()
+    incidents = page.locator("table", has=page.locator("caption", has_text=re.compile("^Incidents$")))
+    for t in [held_table] + ([incidents] if incidents.count() else []):
+        caption = t.locator("caption").inner_text()
+        expect(t.locator("thead")).to_contain_text("Account")
+        names = t.locator("tbody a.ep-name").all_inner_texts()
+        check(names and not [n for n in names if n.startswith("ep_")], f"{caption}: endpoints named, not ids: {names}")
+    check("half_open" not in page.locator("main").inner_text(), "breaker states read in words")
     shot(page, "console-incidents-partial")
     shot(page, "doc-console-incidents", full=False)
     ctx.close()
