@@ -38,7 +38,8 @@ export async function viewEndpointForm(ctx, id) {
   const boxes = cat.map((t) => {
     const cb = h("input", { type: "checkbox", value: t.type, id: nextId("et"), checked: chosen.has(t.type) });
     return h("div", { class: "check" }, cb, h("label", { for: cb.id }, mono(t.type), t.deprecated ? h("span", { class: "pill warn" }, "deprecated") : null,
-      t.description ? h("span", { class: "sub" }, ` — ${t.description}`) : null));
+      t.description ? h("span", { class: "sub" }, ` — ${t.description}`) : null,
+      t.deprecated && t.replaced_by ? h("span", { class: "sub" }, ` Use ${t.replaced_by} instead.`) : null));
   });
   const other = h("input", { type: "text", id: "f-event_types", class: "mono", value: (ep ? ep.event_types : []).filter((t) => !known.has(t)).join(", "), placeholder: "order.*, invoice.paid", spellcheck: "false" });
   const headerRows = h("div", { class: "header-rows" });

@@ -3,7 +3,7 @@
 import { api, catalog, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
-import { breakerPill, count, mono, num, pct, pill, pretty, sentence, utc, when } from "./format.js";
+import { breakerPill, count, mono, num, parseJSON, pct, pill, pretty, sentence, utc, when } from "./format.js";
 import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
 import { parseRoute, render, renderTop, section, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
@@ -238,27 +238,56 @@ export async function del(ep, out) {
   }
 }
 
+// "Send a test event": a type the endpoint takes by default (never a deprecated one, the
+// generic webhook.test when it takes none of the catalog's), its sample editable before
+// sending (the API checks an edited payload against the type's schema and sends nothing when
+// it does not pass).
 export function testSection(ep, cat, onSent = async () => {}) {
+  const patterns = ep.event_types || [];
+  const takes = (t) => !patterns.length || patterns.some((p) => (p.endsWith("*") ? t.startsWith(p.slice(0, -1)) : p === t));
   const types = cat.filter((t) => t.sample !== null && t.sample !== undefined);
-  const opts = types.map((t) => [t.type, t.deprecated ? `${t.type} (deprecated)` : t.type]);
+  const ordered = [
+    ...types.filter((t) => takes(t.type) && !t.deprecated),
+    ...types.filter((t) => takes(t.type) && t.deprecated),
+    ...types.filter((t) => !takes(t.type)),
+  ];
+  const label = (t) => `${t.type}${t.deprecated ? " (deprecated)" : ""}${takes(t.type) ? "" : " (not one of this endpoint's types)"}`;
+  const opts = ordered.map((t) => [t.type, label(t)]);
   opts.push(["webhook.test", "webhook.test (a generic test message)"]);
-  const sel = select(opts, opts[0][0], { id: nextId("tt") });
-  const sampleBox = h("div");
+  const first = ordered.find((t) => takes(t.type) && !t.deprecated);
+  const sel = select(opts, first ? first.type : "webhook.test", { id: nextId("tt") });
+  const about = h("div");
+  const text = h("textarea", { id: nextId("tp"), class: "mono", spellcheck: "false", rows: "8" });
   const out = h("div", { "aria-live": "polite" });
+  let prefilled = "";
   const showSample = () => {
     const t = types.find((x) => x.type === sel.value);
-    const sample = t ? t.sample : { type: "webhook.test", message: "A test event from herald. If you can read this, your endpoint receives webhooks.", sent_at: new Date().toISOString() };
-    put(sampleBox, 
+    const sample = t ? t.sample : { type: "webhook.test", message: "A test event. If you can read this, your endpoint receives webhooks.", sent_at: new Date().toISOString() };
+    prefilled = pretty(sample);
+    text.value = prefilled;
+    text.rows = Math.min(20, Math.max(5, prefilled.split("\n").length + 1));
+    put(about,
       t && t.description ? h("p", { class: "sub" }, t.description) : null,
-      h("p", { class: "hint" }, "This payload is sent, signed like every delivery:"),
-      codeBlock(pretty(sample), { label: "Sample payload" }));
+      t && t.deprecated ? h("p", { class: "deprecation" }, t.replaced_by ? `Deprecated — use ${t.replaced_by} instead.` : "Deprecated.") : null);
+    put(out);
   };
   sel.addEventListener("change", showSample);
   showSample();
   const send = action("Send test event", async () => {
+    const body = { type: sel.value };
+    // An edited payload is sent as written; the sample as it is (webhook.test's is made anew).
+    if (text.value.trim() !== prefilled.trim()) {
+      try {
+        body.payload = parseJSON(text.value);
+      } catch (e) {
+        put(out, msg("error", `The payload is not valid JSON: ${e.message}`));
+        text.focus();
+        return;
+      }
+    }
     put(out, loading("Sending…"));
     try {
-      const r = await api("POST", `/v1/endpoints/${enc(ep.id)}/test`, { type: sel.value });
+      const r = await api("POST", `/v1/endpoints/${enc(ep.id)}/test`, body);
       const a = r.attempt;
       put(out, msg(a && a.status === "delivered" ? "ok" : a ? "error" : "info",
         a ? h("span", null, "Sent: ", pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", ` in ${a.duration_ms} ms`, a.error ? ` — ${a.error}` : "", ". ")
@@ -266,12 +295,14 @@ export function testSection(ep, cat, onSent = async () => {}) {
         h("a", { href: `#/deliveries/${enc(r.delivery_id)}` }, "Open the delivery")));
       await onSent();
     } catch (err) {
-      put(out, errorBox(err));
+      put(out, err.code === "schema_violation" ? msg("error", "Not sent: ", err.message) : errorBox(err));
     }
   }, { kind: "primary" });
   return h("section", { class: "card", "aria-labelledby": "ep-test" },
     h("h2", { id: "ep-test" }, "Send a test event"),
-    field("Event type", sel), sampleBox, h("div", { class: "actions" }, send), out);
+    field("Event type", sel), about,
+    field("Payload", text, "Sent as written, signed like every delivery. Edit it to try your receiver with other values."),
+    h("div", { class: "actions" }, send), out);
 }
 
 export function localInput(ms) {

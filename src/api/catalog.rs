@@ -83,6 +83,9 @@ pub fn retry_policies(state: &Arc<AppState>) -> Resp {
 struct TestBody {
     #[serde(rename = "type")]
     event_type: Option<String>,
+    /// A payload of the caller's instead of the catalog's sample (checked against the type's
+    /// schema, if the catalog has one, whatever `catalog.validate` says).
+    payload: Option<Value>,
 }
 
 /// Sends a test event to one endpoint now (through the normal conditions and signing) and
@@ -96,7 +99,10 @@ pub async fn send_test(
     let b: TestBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     let ep = super::endpoints::find(state, scope, id)?;
     let now = state.clock.now_ms();
-    let (event_type, payload) = test_event(state, b.event_type, now)?;
+    let (event_type, payload) = match b.payload {
+        Some(payload) => own_test_event(state, b.event_type, payload)?,
+        None => test_event(state, b.event_type, now)?,
+    };
     let payload = Bytes::from(payload.to_string());
     let fan_out = || {
         // The endpoint as the copy in memory has it (again, after another node changed it).
@@ -163,6 +169,26 @@ fn test_event(
             ))
         }
     };
+    Ok((ty, payload))
+}
+
+/// A test event with the caller's payload: a JSON object within ingest's depth, which the
+/// catalog's schema of its type (the generic type without one) takes.
+fn own_test_event(
+    state: &AppState,
+    event_type: Option<String>,
+    payload: Value,
+) -> Result<(String, Value), ApiError> {
+    let ty = event_type.unwrap_or_else(|| TEST_TYPE.to_string());
+    validate::event_type("type", &ty)?;
+    if !payload.is_object() {
+        return Err(ApiError::field("payload", "payload must be a JSON object"));
+    }
+    validate::scan_payload(payload.to_string().as_bytes(), validate::MAX_PAYLOAD_DEPTH)
+        .map_err(|fault| fault.to_error("payload"))?;
+    if let Err(v) = state.schemas.validate(&ty, &payload) {
+        return Err(super::ingest::schema_violation(&ty, &v));
+    }
     Ok((ty, payload))
 }
 

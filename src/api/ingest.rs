@@ -193,22 +193,7 @@ fn check(config: &Config, schemas: &schema::Catalog, item: Item<'_>) -> Result<C
         let value: Value = serde_json::from_str(payload.get())
             .map_err(|e| ApiError::field("payload", format!("payload: {e}")))?;
         if let Err(v) = schemas.validate(&event_type, &value) {
-            return Err(ApiError {
-                field: Some(format!("/payload{}", v.pointer)),
-                ..ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "schema_violation",
-                    format!(
-                        "the payload does not satisfy the schema of {event_type:?} at {:?}: {}",
-                        if v.pointer.is_empty() {
-                            "/"
-                        } else {
-                            &v.pointer
-                        },
-                        v.message
-                    ),
-                )
-            });
+            return Err(schema_violation(&event_type, &v));
         }
     }
     let payload = Bytes::copy_from_slice(payload.get().as_bytes());
@@ -313,6 +298,27 @@ fn fan_out(state: &AppState, checked: Checked, now: Millis) -> Result<NewEvent, 
     event.tags = tags;
     event.request_key = request_key;
     Ok(event)
+}
+
+/// A payload the catalog's schema of `event_type` refuses: `422 schema_violation`, its field
+/// the JSON pointer into the payload.
+pub(super) fn schema_violation(event_type: &str, v: &schema::Violation) -> ApiError {
+    ApiError {
+        field: Some(format!("/payload{}", v.pointer)),
+        ..ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "schema_violation",
+            format!(
+                "the payload does not satisfy the schema of {event_type:?} at {:?}: {}",
+                if v.pointer.is_empty() {
+                    "/"
+                } else {
+                    &v.pointer
+                },
+                v.message
+            ),
+        )
+    }
 }
 
 /// The endpoints that take an event: its type, its channels (an endpoint that lists channels

@@ -973,7 +973,9 @@ fn endpoint_action_schemas(m: &mut Map<String, Value>) {
     m.insert("RotateResult".into(), json!({"type": "object", "properties": {"secret": {"type": "string"}, "public_key": {"type": ["string", "null"]}}}));
     m.insert(
         "TestRequest".into(),
-        json!({"type": "object", "properties": {"type": {"type": "string"}}}),
+        json!({"type": "object", "additionalProperties": false, "properties": {
+            "type": {"type": "string"},
+            "payload": {"type": "object", "description": "Sent instead of the catalog's sample; checked against the type's schema."}}}),
     );
     m.insert("TestResult".into(), json!({"type": "object", "required": ["event_id", "delivery_id"], "properties": {
             "event_id": {"type": "string"}, "delivery_id": {"type": "string"}, "attempt": nullable(r("Attempt"))}}));

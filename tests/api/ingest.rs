@@ -800,3 +800,43 @@ async fn concurrent_requests_with_the_same_idempotency_key_store_one_event() {
     let (_, list) = herald.admin("GET", "/v1/deliveries", None).await;
     assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "{list}");
 }
+
+/// A test event may carry the caller's payload: sent as written, after the type's schema
+/// passed it (whatever `catalog.validate` says); one the schema refuses is `422
+/// schema_violation` and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_event_with_its_own_payload_is_checked_against_the_schema_then_sent() {
+    let tables = "[catalog.events.\"order.paid\"]\nsample = { order_id = \"o-1\" }\n\
+                  schema = { type = \"object\", required = [\"order_id\"], properties = { \
+                  order_id = { type = \"string\" } } }\n";
+    let w = World::start("", tables).await;
+    let recv = Receiver::ok_https(&w.ca);
+    let (ep, _) = w.endpoint("acme", &recv.url("/t"), json!({})).await;
+    let test = |body: Value| {
+        let h = &w.herald;
+        let path = format!("/v1/endpoints/{ep}/test");
+        async move { h.admin("POST", &path, Some(body)).await }
+    };
+    let (status, e) = test(json!({"type": "order.paid", "payload": {"order_id": 7}})).await;
+    assert_eq!(status, 422, "{e}");
+    assert_eq!(e["error"]["code"], "schema_violation", "{e}");
+    assert_eq!(e["error"]["field"], "/payload/order_id", "{e}");
+    let (status, e) = test(json!({"type": "order.paid", "payload": [1]})).await;
+    assert_eq!(
+        (status, &e["error"]["field"]),
+        (422, &json!("payload")),
+        "{e}"
+    );
+    assert_eq!(recv.count(), 0, "nothing refused is sent");
+
+    let (status, r) = test(json!({"type": "order.paid", "payload": {"order_id": "edited"}})).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["attempt"]["status"], "delivered", "{r}");
+    let got = recv.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(got[0].json(), json!({"order_id": "edited"}));
+    // Without a payload, the catalog's sample as before.
+    let (status, _) = test(json!({"type": "order.paid"})).await;
+    assert_eq!(status, 200);
+    let got = recv.wait_for(2, Duration::from_secs(10)).await;
+    assert_eq!(got[1].json(), json!({"order_id": "o-1"}));
+}
