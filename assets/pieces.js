@@ -73,6 +73,11 @@ export function table(headers, rows, { caption, cls = "" } = {}) {
   // A column of numbers is right-aligned, its header too.
   const first = rows.find((r) => r && r.tagName === "TR");
   const numeric = (i) => first && first.cells[i] && first.cells[i].classList.contains("num");
+  // Each cell names its column: on a small screen a row is a card of labelled lines.
+  for (const r of rows) {
+    if (!r || r.tagName !== "TR") continue;
+    [...r.cells].forEach((td, i) => { if (headers[i] && td.colSpan === 1) td.dataset.label = headers[i]; });
+  }
   return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption || "table" },
     h("table", { class: cls },
       caption ? h("caption", { class: "sr-only" }, caption) : null,

@@ -119,11 +119,13 @@ export async function viewEndpoint(ctx, id) {
       ro ? "Ask someone who can change endpoints to press Verify." : "Press Verify: we send a challenge your receiver answers (the Advanced tab has the code), and deliveries start once it does.")
     : null;
   if (unverified) unverified.classList.add("banner");
+  const disabled = ep.state === "disabled" ? await disabledBanner(ep, ro, act, out) : null;
+  if (ctx.stale()) return;
   const recent = h("div");
   put(recent, await recentDeliveries(ep, ctx));
   if (ctx.stale()) return;
   // One page, four tabs: how it is doing, what it got, how it is set up, and the tools.
-  put(main, h1, takeFlash(), unverified, header, actions, out,
+  put(main, h1, takeFlash(), unverified, disabled, header, actions, out,
     tabs("Endpoint", [
       ["overview", "Overview", [
         h("section", { class: "card", "aria-labelledby": "ep-health" }, h("h2", { id: "ep-health" }, "Health"), facts),
@@ -138,6 +140,27 @@ export async function viewEndpoint(ctx, id) {
 }
 
 // How the endpoint is doing (the Overview tab).
+// Why a disabled endpoint gets nothing, since when, and the way back: the engine disables an
+// endpoint for one of two reasons, its receiver's 410 Gone (its last delivery says so) or
+// every attempt failing for `endpoints.disable_after`.
+async function disabledBanner(ep, ro, act, out) {
+  const q = new URLSearchParams({ endpoint_id: ep.id, limit: "1" });
+  if (APP === "console") q.set("account_id", ep.account_id);
+  const last = await api("GET", `/v1/deliveries?${q}`).then((r) => (r.items || [])[0]).catch(() => null);
+  const why = last && last.last_http_status === 410
+    ? "the receiver answered 410 Gone, which says it wants no more webhooks"
+    : "every attempt failed for longer than the time allowed";
+  const resume = ro ? null : action("Resume", async () => {
+    await act(out, () => api("POST", `/v1/endpoints/${enc(ep.id)}/resume`), "Resumed: deliveries go out again.");
+  }, { kind: "primary" });
+  const banner = msg("error", h("strong", null, "This endpoint is disabled: nothing is sent to it. "),
+    `It was disabled `, when(ep.updated_at), ` because ${why}. `,
+    ro ? "Ask someone who can change endpoints to resume it once the receiver is fixed." : "Resume it once the receiver is fixed: new deliveries go out again.",
+    resume ? h("div", { class: "actions" }, resume) : null);
+  banner.classList.add("banner", "disabled-banner");
+  return banner;
+}
+
 function factsOf(ep) {
   return dl([
     ["Success (1 h)", ep.attempts_1h ? `${pct(ep.success_rate_1h)} of ${count(ep.attempts_1h, "attempt")}` : "no attempts in the last hour"],

@@ -89,11 +89,14 @@ async fn portal_and_console_work_in_a_real_browser() {
     require_browser_stack(&root);
 
     let w = World::start("", TABLES).await;
-    // "/fail..." answers 500 with an HTML body (it must show as text); anything else 200.
+    // "/fail..." answers 500 with an HTML body (it must show as text), "/gone..." 410 Gone;
+    // anything else 200.
     let rx = Receiver::https(
         &w.ca,
         behaviour(|r, _| {
-            if r.path.starts_with("/fail") {
+            if r.path.starts_with("/gone") {
+                Reply::status(410)
+            } else if r.path.starts_with("/fail") {
                 Reply::status(500)
                     .with_header("content-type", "text/html")
                     .with_body(format!("{XSS_IMG} {XSS_SCRIPT} {BIDI}"))
@@ -108,8 +111,8 @@ async fn portal_and_console_work_in_a_real_browser() {
         .admin("PUT", "/v1/accounts/acme", Some(json!({"plan": "growth"})))
         .await;
     assert_eq!(status, 200, "sync the plan: {answer}");
-    // Neither takes the held endpoint's events (a payload filter on the type).
-    let not_held = json!({"type": {"$neq": "held.test"}});
+    // Neither takes the held or the gone endpoint's events (a payload filter on the type).
+    let not_held = json!({"type": {"$nin": ["held.test", "gone.test"]}});
     let (ok_endpoint, _) = w
         .endpoint(
             "acme",
@@ -133,6 +136,22 @@ async fn portal_and_console_work_in_a_real_browser() {
             json!({"description": format!("Held by its breaker {BIDI}"), "event_types": ["held.test"]}),
         )
         .await;
+    // An endpoint its receiver disabled: it answered 410 Gone.
+    let (gone_endpoint, _) = w
+        .endpoint(
+            "acme",
+            &rx.url("/gone/acme"),
+            json!({"description": "Old CRM hook", "event_types": ["gone.test"]}),
+        )
+        .await;
+    w.ingest("acme", "gone.test", json!({})).await;
+    let path = format!("/v1/endpoints/{gone_endpoint}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the 410 disables the endpoint",
+        || async { w.herald.admin("GET", &path, None).await.1["state"] == "disabled" },
+    )
+    .await;
     let (other_endpoint, _) = w.endpoint("globex", &rx.url("/ok/globex"), json!({})).await;
     // An account the console purges.
     w.endpoint("initech", &rx.url("/ok/initech"), json!({}))
@@ -213,6 +232,7 @@ async fn portal_and_console_work_in_a_real_browser() {
         ("FAILING_ENDPOINT", failing_endpoint),
         ("HELD_ENDPOINT", held_endpoint),
         ("HELD_DELIVERY", held_delivery),
+        ("GONE_ENDPOINT", gone_endpoint),
         ("RECEIVER_URL", rx.url("/ok/new")),
     ];
     run_browser_script(&root, "tests/browser/test_pages.py", &envs, &w.herald).await;

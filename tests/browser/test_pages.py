@@ -62,6 +62,7 @@ PURGE_ACCOUNT = env("PURGE_ACCOUNT")
 FAILED_DELIVERY = env("FAILED_DELIVERY")
 FAILING_ENDPOINT = env("FAILING_ENDPOINT")
 HELD_ENDPOINT = env("HELD_ENDPOINT")
+GONE_ENDPOINT = env("GONE_ENDPOINT")
 HELD_DELIVERY = env("HELD_DELIVERY")
 RECEIVER_URL = env("RECEIVER_URL")
 CHROMIUM = env("CHROMIUM", "/usr/bin/chromium")
@@ -544,6 +545,19 @@ def customer_sets_a_payload_filter_and_tests_it_against_a_recent_event(page):
     expect(page.locator("main")).to_contain_text("none: every event of its types")
 
 
+def a_disabled_endpoint_says_why_and_resumes(page):
+    goto(page, f"/endpoints/{GONE_ENDPOINT}")
+    banner = page.locator("main .disabled-banner")
+    expect(banner).to_contain_text("This endpoint is disabled")
+    expect(banner).to_contain_text("410 Gone")
+    check(banner.get_attribute("role") == "alert", "the banner is announced")
+    shot(page, "portal-endpoint-disabled")
+    banner.get_by_role("button", name="Resume").click()
+    expect(page.locator(".obj-head")).to_contain_text("active")
+    expect(page.locator("main .disabled-banner")).to_have_count(0)
+    expect(page.locator("[data-flash]")).to_be_focused()
+
+
 def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     goto(page, "/endpoints")
     page.get_by_role("link", name=RECEIVER_URL, exact=True).click()
@@ -804,6 +818,23 @@ def nothing_overflows_at_1280_and_390_px_with_a_300_character_description(b, lin
             .filter((w) => w.scrollWidth > w.clientWidth + 1).map((w) => w.getAttribute('aria-label'))""")
         check(not wide, f"{where}: tables wider than their box (columns hidden): {wide}")
 
+    def one_line_nav_and_cards(page, where):
+        # Below 600 px: the nav (and an endpoint's tabs) stay one line and scroll sideways;
+        # a table's rows are cards whose every cell shows, labelled by its column.
+        lines = page.evaluate("""(() => { const m = {};
+            for (const a of document.querySelectorAll('.nav a, .tabs [role=tab]')) {
+              const k = a.closest('.nav') ? 'nav' : 'tabs';
+              (m[k] = m[k] || []).push(Math.round(a.getBoundingClientRect().top)); }
+            return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, new Set(v).size])); })()""")
+        check(all(n == 1 for n in lines.values()), f"at 390 px, {where}: the nav and tabs wrap: {lines}")
+        hidden = page.evaluate("""[...document.querySelectorAll('main .table-wrap tbody td[data-label]')]
+            .filter((td) => td.textContent.trim() && (td.offsetWidth === 0 || td.getBoundingClientRect().right > innerWidth + 1))
+            .map((td) => td.dataset.label)""")
+        check(not hidden, f"at 390 px, {where}: cells hidden or cut: {hidden}")
+        if page.locator("main .table-wrap tbody tr").count():
+            label = page.evaluate("getComputedStyle(document.querySelector('main .table-wrap tbody td[data-label]'), '::before').content")
+            check(label not in ("none", "normal", ""), f"at 390 px, {where}: cells are labelled by their column: {label}")
+
     def no_page_scroll(page, where, width):
         sw, cw = page.evaluate("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
         check(sw <= cw, f"at {width} px, {where} scrolls sideways: {sw} > {cw}")
@@ -820,6 +851,8 @@ def nothing_overflows_at_1280_and_390_px_with_a_300_character_description(b, lin
             no_page_scroll(page, view, width)
             if width == 1280:
                 no_table_scrolls(page, f"at 1280 px, {view}")
+            else:
+                one_line_nav_and_cards(page, view)
         if width == 1280:
             shot(page, "portal-long-description")
         ctx.close()
@@ -1045,6 +1078,7 @@ def main():
         run("customer_creates_endpoint_sends_test_event_and_finds_it_in_log", customer_creates_endpoint_sends_test_event_and_finds_it_in_log, page)
         run("customer_sets_a_payload_filter_and_tests_it_against_a_recent_event",
             customer_sets_a_payload_filter_and_tests_it_against_a_recent_event, page)
+        run("a_disabled_endpoint_says_why_and_resumes", a_disabled_endpoint_says_why_and_resumes, page)
         run("customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint",
             customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint, page)
         run("customer_opens_failed_delivery_and_retries", customer_opens_failed_delivery_and_retries, page)
