@@ -22,8 +22,8 @@ pub const MAGIC: &str = "herald-backup";
 /// them, so it refuses a version-2 archive instead. Version 3 added `raw_bytes` to part headers,
 /// so that a reader can refuse a part that decompresses to more. Version 4 added application
 /// records and kept answers to the directory, and events' channels and tags and attempts' URLs
-/// to the log (docs/svix.md).
-pub const VERSION: u32 = 4;
+/// to the log (docs/svix.md). Version 5 added endpoints' last successes to the directory.
+pub const VERSION: u32 = 5;
 /// The oldest format this herald still reads (its records are a subset of this version's).
 pub const OLDEST: u32 = 1;
 /// zstd's level for parts: its fastest; JSON packs several times smaller even so.
@@ -389,7 +389,8 @@ pub(super) fn check_row(row: &DirectoryRecord) -> Result<(), String> {
         | DirectoryRecord::Usage { account_id, .. }
         | DirectoryRecord::ApiAnswer { account_id, .. } => check_account(account_id),
         DirectoryRecord::Application { application } => check_account(&application.id),
-        DirectoryRecord::Breaker { endpoint_id, .. } => check_endpoint_id(endpoint_id),
+        DirectoryRecord::Breaker { endpoint_id, .. }
+        | DirectoryRecord::LastSuccess { endpoint_id, .. } => check_endpoint_id(endpoint_id),
     }
 }
 
@@ -513,11 +514,17 @@ mod tests {
 
     /// A small archive, and where each of its parts begins.
     fn archive() -> (Vec<u8>, Vec<usize>) {
+        archive_of(VERSION)
+    }
+
+    /// An archive whose first line and info part name `format` (its part headers this
+    /// version's).
+    fn archive_of(format: u32) -> (Vec<u8>, Vec<usize>) {
         let mut w = PartWriter::default();
-        let mut out = preamble();
+        let mut out = format!("{MAGIC} {format}\n").into_bytes();
         let mut starts = Vec::new();
         let info = Info {
-            format: VERSION,
+            format,
             herald: "test".into(),
             started_at: 1,
             source: "sled".into(),
@@ -581,9 +588,9 @@ mod tests {
 
     #[test]
     fn versions_up_to_this_one_are_read_and_a_later_one_is_refused() {
-        let (bytes, starts) = archive();
         // Part headers name `raw_bytes` from version 3 on.
         let with_version = |v: u32| {
+            let (bytes, starts) = archive_of(v);
             let mut b = format!("{MAGIC} {v}\n").into_bytes();
             let mut ends = starts[1..].to_vec();
             ends.push(bytes.len());
@@ -608,6 +615,13 @@ mod tests {
         assert!(matches!(
             read_all(&with_version(VERSION + 1)),
             Err(ArchiveError::Version(v)) if v == VERSION + 1
+        ));
+        // The first line says one version and the info part another: damaged, not misread.
+        let (mut bytes, _) = archive();
+        bytes[MAGIC.len() + 1] = b'0' + (VERSION as u8 - 1);
+        assert!(matches!(
+            read_all(&bytes),
+            Err(ArchiveError::Damaged { index: 0, .. })
         ));
     }
 
@@ -727,6 +741,8 @@ mod tests {
             raw_bytes: None,
             sha256: hex(&Sha256::digest(&body)),
         };
+        // An archive of format 2, whose info part says so.
+        let (bytes, starts) = archive_of(2);
         let info_nl = starts[0] + bytes[starts[0]..].iter().position(|b| *b == b'\n').unwrap();
         let mut first: Header = serde_json::from_slice(&bytes[starts[0]..info_nl]).unwrap();
         first.raw_bytes = None;

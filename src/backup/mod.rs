@@ -122,7 +122,7 @@ const RESTORE_BATCH_BYTES: usize = 1 << 20;
 const RESTORE_BATCH_EVENTS: usize = 250;
 
 /// The directory as it is now: every account's usage, plan, endpoints (with their client
-/// certificates) and breakers that are not closed and clean, every account's alert addresses,
+/// certificates, their last successes) and breakers that are not closed and clean, every account's alert addresses,
 /// every account secret, application record and kept answer.
 async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>, StoreError> {
     store.fresh_directory().await?;
@@ -159,6 +159,12 @@ async fn directory(store: &Backend, now: Millis) -> Result<Vec<DirectoryRecord>,
                 rows.push(DirectoryRecord::Breaker {
                     endpoint_id: ep.id.clone(),
                     breaker,
+                });
+            }
+            if let Some(at) = store.last_success(&ep.id).await? {
+                rows.push(DirectoryRecord::LastSuccess {
+                    endpoint_id: ep.id.clone(),
+                    at,
                 });
             }
         }
@@ -313,6 +319,9 @@ async fn import_directory(
                 store
                     .change_breaker(&endpoint_id, now, |b| *b = breaker)
                     .await?
+            }
+            DirectoryRecord::LastSuccess { endpoint_id, at } => {
+                store.keep_last_successes(vec![(endpoint_id, at)]).await?
             }
             DirectoryRecord::Usage {
                 account_id,

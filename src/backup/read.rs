@@ -164,6 +164,22 @@ impl<R: Read> Reader<R> {
         })
     }
 
+    /// The first line's version is not in any part's checksum: the `info` part (checksummed)
+    /// names the format too, and the two agree in an archive that is whole.
+    fn same_format(&self, info: &Info) -> Result<(), ArchiveError> {
+        if info.format == self.version {
+            return Ok(());
+        }
+        Err(Self::damaged(
+            0,
+            "info",
+            format!(
+                "it names format {}, the first line {}",
+                info.format, self.version
+            ),
+        ))
+    }
+
     /// The counts read so far.
     pub fn totals(&self) -> &Totals {
         &self.totals
@@ -504,7 +520,8 @@ impl<R: Read> Reader<R> {
                     }
                 }
                 Some("info") => {
-                    self.only::<Info>("info")?;
+                    let info = self.only::<Info>("info")?;
+                    self.same_format(&info)?;
                 }
                 Some(_) => {
                     let totals: Totals = self.only("end")?;
@@ -543,7 +560,11 @@ impl<R: Read> Reader<R> {
             None => return Ok(None),
         };
         match kind.as_str() {
-            "info" => Ok(Some(Part::Info(self.only("info")?))),
+            "info" => {
+                let info = self.only::<Info>("info")?;
+                self.same_format(&info)?;
+                Ok(Some(Part::Info(info)))
+            }
             "end" => {
                 let totals: Totals = self.only("end")?;
                 let mut seen = self.totals.clone();

@@ -346,6 +346,9 @@ impl Engine {
     /// many of its deliveries are pending.
     pub async fn health(&self, endpoint_id: &str) -> Result<Health, crate::store::StoreError> {
         let pending = self.store.endpoint_pending(endpoint_id).await?;
+        // This node's memory knows its newest success; the store every node's, and what a
+        // restart forgot.
+        let kept = self.store.last_success(endpoint_id).await?;
         let breaker = self.store.breaker(endpoint_id).await?;
         let now = self.clock.now_ms();
         let hour = now.div_euclid(Minute::MS) * Minute::MS - 59 * Minute::MS;
@@ -357,7 +360,7 @@ impl Engine {
         Ok(Health {
             breaker,
             last_hour: (all > 0).then_some((good, all)),
-            last_success_at: lock(&self.rates).last_success(endpoint_id),
+            last_success_at: lock(&self.rates).last_success(endpoint_id).max(kept),
             pending,
         })
     }

@@ -26,15 +26,25 @@ const TRIM_EVERY_MS: Millis = 3600 * 1000;
 /// long time: past it, the oldest are dropped (they are only the chart's).
 const MAX_UNFLUSHED: usize = 100_000;
 
-/// Counts not yet added to the store, by endpoint and minute.
+/// Counts not yet added to the store, by endpoint and minute, and each endpoint's last
+/// success not yet kept there.
 #[derive(Default)]
-pub struct Unflushed(HashMap<(String, Millis), Minute>);
+pub struct Unflushed {
+    minutes: HashMap<(String, Millis), Minute>,
+    successes: HashMap<String, Millis>,
+}
+
+/// What one flush writes.
+type Flush = (Vec<(String, Minute)>, Vec<(String, Millis)>);
 
 impl Unflushed {
     pub fn record(&mut self, endpoint_id: &str, now: Millis, status: Status, duration_ms: u64) {
+        if status == Status::Delivered {
+            self.success(endpoint_id.to_string(), now);
+        }
         let at = now.div_euclid(Minute::MS) * Minute::MS;
         let m = self
-            .0
+            .minutes
             .entry((endpoint_id.to_string(), at))
             .or_insert_with(|| Minute {
                 at,
@@ -45,30 +55,46 @@ impl Unflushed {
         m.latency_max_ms = m.latency_max_ms.max(duration_ms);
     }
 
-    /// Drops the counts of these endpoints (their account was purged).
-    pub fn forget(&mut self, endpoints: &[String]) {
-        self.0.retain(|(id, _), _| !endpoints.contains(id));
+    fn success(&mut self, endpoint_id: String, at: Millis) {
+        let kept = self.successes.entry(endpoint_id).or_insert(at);
+        *kept = (*kept).max(at);
     }
 
-    fn take(&mut self) -> Vec<(String, Minute)> {
-        self.0.drain().map(|((id, _), m)| (id, m)).collect()
+    /// Drops the counts of these endpoints (their account was purged).
+    pub fn forget(&mut self, endpoints: &[String]) {
+        self.minutes.retain(|(id, _), _| !endpoints.contains(id));
+        self.successes.retain(|id, _| !endpoints.contains(id));
+    }
+
+    fn take(&mut self) -> Flush {
+        (
+            self.minutes.drain().map(|((id, _), m)| (id, m)).collect(),
+            self.successes.drain().collect(),
+        )
     }
 
     /// Puts back counts a flush could not add.
     fn put_back(&mut self, minutes: Vec<(String, Minute)>) {
         for (id, m) in minutes {
-            self.0.entry((id, m.at)).or_default().add(&m);
+            self.minutes.entry((id, m.at)).or_default().add(&m);
         }
-        if self.0.len() > MAX_UNFLUSHED {
-            let mut ats: Vec<Millis> = self.0.keys().map(|(_, at)| *at).collect();
+        if self.minutes.len() > MAX_UNFLUSHED {
+            let mut ats: Vec<Millis> = self.minutes.keys().map(|(_, at)| *at).collect();
             ats.sort_unstable();
-            let cut = ats[self.0.len() - MAX_UNFLUSHED];
-            self.0.retain(|(_, at), _| *at >= cut);
+            let cut = ats[self.minutes.len() - MAX_UNFLUSHED];
+            self.minutes.retain(|(_, at), _| *at >= cut);
+        }
+    }
+
+    /// Puts back last successes a flush could not keep (one per endpoint: bounded).
+    fn put_back_successes(&mut self, successes: Vec<(String, Millis)>) {
+        for (id, at) in successes {
+            self.success(id, at);
         }
     }
 
     fn of(&self, endpoint_id: &str, from: Millis) -> Vec<Minute> {
-        self.0
+        self.minutes
             .iter()
             .filter(|((id, at), _)| id == endpoint_id && *at >= from)
             .map(|(_, m)| *m)
@@ -77,17 +103,23 @@ impl Unflushed {
 }
 
 impl Engine {
-    /// Adds this node's counts to the store; on failure they wait for the next flush.
+    /// Adds this node's counts to the store, and keeps its endpoints' last successes there;
+    /// on failure they wait for the next flush.
     pub async fn flush_minutes(&self) {
         // A deleted endpoint's counts (its account purged since they were counted) are not
         // added: the store adds only to endpoints that exist.
-        let minutes = lock(&self.unflushed).take();
-        if minutes.is_empty() {
-            return;
+        let (minutes, successes) = lock(&self.unflushed).take();
+        if !minutes.is_empty() {
+            if let Err(e) = self.store.add_minutes(minutes.clone()).await {
+                tracing::warn!(error = %e, "cannot store the charts' minute counts; trying again");
+                lock(&self.unflushed).put_back(minutes);
+            }
         }
-        if let Err(e) = self.store.add_minutes(minutes.clone()).await {
-            tracing::warn!(error = %e, "cannot store the charts' minute counts; trying again");
-            lock(&self.unflushed).put_back(minutes);
+        if !successes.is_empty() {
+            if let Err(e) = self.store.keep_last_successes(successes.clone()).await {
+                tracing::warn!(error = %e, "cannot store endpoints' last successes; trying again");
+                lock(&self.unflushed).put_back_successes(successes);
+            }
         }
     }
 

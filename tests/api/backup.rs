@@ -51,6 +51,18 @@ pub fn backup_config(h: &Herald, dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// `herald backup --config CONFIG --out ARCHIVE`.
+async fn backup_to(config: &Path, archive: &Path) -> (bool, String) {
+    run(vec![
+        "backup".into(),
+        "--config".into(),
+        arg(config),
+        "--out".into(),
+        arg(archive),
+    ])
+    .await
+}
+
 /// The stores a restore goes into, in `dir` and a new database: each as `--to` names it, how
 /// a herald starts on it, and its `[storage]` table.
 fn restore_targets(dir: &Path) -> [(String, Launch, String); 2] {
@@ -291,6 +303,85 @@ async fn the_archive_of_format_1_still_restores() {
                 "{to}: {ev}"
             );
         }
+    }
+}
+
+/// An archive of format 4 (tests/fixtures/backup/format-4.herald-backup, taken of the format-11
+/// data directory: the last without endpoints' last successes) restores into either store, its
+/// endpoints with no last success; a backup taken after a delivery carries the last success it
+/// kept, and a restore of that one keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_of_format_4_restores_and_a_later_one_carries_last_successes() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-4.herald-backup");
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "herald restore --check: {out}");
+    assert!(
+        out.contains("format 4") && out.contains("30 events, 30 deliveries"),
+        "{out}"
+    );
+    let tables = "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+                  [retry_policies]\nslow = [\"1h\"]\n[plans.basic]\nper_minute = 1000\n";
+    let ok_ep = "ep_01M96CKNY803RZX81VZ5FCE0RC";
+    let path = format!("/v1/endpoints/{ok_ep}");
+    let recv = Receiver::ok_http();
+    let dir = tempfile::tempdir().unwrap();
+    for (to, launch, storage) in restore_targets(dir.path()) {
+        let (ok, out) = restore_to(&to, &fixture).await;
+        assert!(ok, "herald restore --to {to}: {out}");
+        let mut h = Herald::start_with(&format!("{tables}{storage}"), launch).await;
+        let (status, ep) = h.admin("GET", &path, None).await;
+        assert_eq!(status, 200, "{to}: {ep}");
+        assert_eq!(ep["last_success_at"], json!(null), "{to}: {ep}");
+        let (status, _) = h
+            .admin("PATCH", &path, Some(json!({"url": recv.url("/hook")})))
+            .await;
+        assert_eq!(status, 200, "{to}");
+        let (status, answer) = h
+            .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+            .await;
+        assert_eq!(status, 202, "{to}: {answer}");
+        common::wait_until(Duration::from_secs(20), "the success is kept", || async {
+            h.admin("GET", &path, None).await.1["last_success_at"].is_string()
+        })
+        .await;
+        let shown = h.admin("GET", &path, None).await.1["last_success_at"].clone();
+        // A stop flushes it into the store (the minutes' flush); started again, herald reads it
+        // from there alone.
+        assert!(h.sigterm().await.success(), "{to}");
+        h.restart().await;
+        let (_, ep) = h.admin("GET", &path, None).await;
+        assert_eq!(ep["last_success_at"], shown, "{to}: kept in the store");
+        let archive = dir
+            .path()
+            .join(format!("after-{}.backup", to.split(':').next().unwrap()));
+        let config = backup_config(&h, dir.path());
+        let (ok, out) = backup_to(&config, &archive).await;
+        assert!(ok, "{to}: herald backup: {out}");
+        let bytes = std::fs::read(&archive).unwrap();
+        assert_eq!(
+            find(&bytes, b"herald-backup 5\n"),
+            Some(0),
+            "{to}: format 5"
+        );
+        let again = dir
+            .path()
+            .join(format!("again-{}", to.split(':').next().unwrap()));
+        let (ok, out) = restore_to(&format!("sled:{}", again.display()), &archive).await;
+        assert!(ok, "{to}: restore of the later backup: {out}");
+        let h2 = Herald::start_with(
+            &format!("{tables}[storage]\nbackend = \"sled\"\n"),
+            Launch {
+                storage: Some(again),
+                ..Launch::default()
+            },
+        )
+        .await;
+        let (_, ep) = h2.admin("GET", &path, None).await;
+        assert_eq!(
+            ep["last_success_at"], shown,
+            "{to}: restored with its last success"
+        );
     }
 }
 
@@ -572,11 +663,13 @@ fn zstd_of(byte: u8, mib: usize) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compression_bomb_is_named_damaged_in_bounded_memory() {
     let base = small_check_peak().await;
-    let info = serde_json::to_vec(&json!({"format": 3, "herald": "test", "started_at": 1,
-        "source": "sled"}))
-    .unwrap();
-    let info_line = [&info[..], b"\n"].concat();
-    let info_body = zstd::encode_all(&info_line[..], 1).unwrap();
+    // The info part names the format the first line does.
+    let info_of = |format: u32| {
+        let info = serde_json::to_vec(&json!({"format": format, "herald": "test",
+            "started_at": 1, "source": "sled"}))
+        .unwrap();
+        [&info[..], b"\n"].concat()
+    };
     let dir = tempfile::tempdir().unwrap();
     // A record may be as long as the limit (64 MiB), and is held whole until its line ends:
     // a record of 512 MiB takes at most that room before it is refused; the bombs, nothing.
@@ -600,6 +693,8 @@ async fn a_compression_bomb_is_named_damaged_in_bounded_memory() {
     ];
     for (name, version, events, raw, bound) in cases {
         let mut bytes = format!("herald-backup {version}\n").into_bytes();
+        let info_line = info_of(version);
+        let info_body = zstd::encode_all(&info_line[..], 1).unwrap();
         let info_raw = raw.map(|_| info_line.len() as u64);
         bytes.extend(crafted_part("info", 0, 1, info_raw, &info_body));
         bytes.extend(crafted_part("events", 1, 1, raw, &events));
@@ -914,14 +1009,7 @@ async fn measured_backup(h: &Herald) -> (u64, u64, std::path::PathBuf, tempfile:
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("large.backup");
     let config = backup_config(h, dir.path());
-    let (ok, out) = run(vec![
-        "backup".into(),
-        "--config".into(),
-        arg(&config),
-        "--out".into(),
-        arg(&archive),
-    ])
-    .await;
+    let (ok, out) = backup_to(&config, &archive).await;
     assert!(ok, "herald backup: {out}");
     let text = std::fs::read_to_string(&status_file).unwrap();
     let peak = proc_status_kib(&text, "VmHWM:").unwrap();

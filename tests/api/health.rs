@@ -320,7 +320,7 @@ fn stat_sums(stats: &Value) -> std::collections::BTreeMap<String, u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chart_counts_are_kept_in_the_store_through_a_restart_by_hour_or_day() {
+async fn chart_counts_and_the_last_success_are_kept_in_the_store_through_a_restart() {
     let mut w = World::start("", "").await;
     let recv = Receiver::https(&w.ca, fails_first(2));
     let (ep, _) = w
@@ -347,7 +347,13 @@ async fn chart_counts_are_kept_in_the_store_through_a_restart_by_hour_or_day() {
         (&json!(5), &json!(0.6))
     );
 
-    // A stopped and started herald reads them back from its store.
+    let (_, before) = w
+        .herald
+        .admin("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    assert!(before["last_success_at"].is_string(), "{before}");
+
+    // A stopped and started herald reads them back from its store, the last success too.
     w.herald.sigterm().await;
     w.herald.restart().await;
     let (_, s) = stats(&w, &ep, "").await;
@@ -360,6 +366,10 @@ async fn chart_counts_are_kept_in_the_store_through_a_restart_by_hour_or_day() {
         (&v["attempts_1h"], &v["success_rate_1h"]),
         (&json!(5), &json!(0.6)),
         "{v}"
+    );
+    assert_eq!(
+        v["last_success_at"], before["last_success_at"],
+        "the last success survives a restart: {v}"
     );
     let (status, day) = stats(&w, &ep, "?window=24h").await;
     assert_eq!(status, 200, "{day}");

@@ -1073,3 +1073,41 @@ fn hex_of_event(id: &str) -> String {
     let ulid = herald::ids::parse(herald::ids::EVENT, id).expect("an event id");
     format!("{ulid:032x}")
 }
+
+/// A database at schema version 11 (tests/fixtures/cluster6: the last version before endpoints'
+/// last successes were kept) migrates to this herald's: its endpoints read no last success yet,
+/// the next delivery's is kept in the database (the newest of every node's, with the minutes'
+/// flush), and it goes with the endpoint's account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_11_database_keeps_last_successes_from_now_on() {
+    let (pg, url) = fixture_database_in("cluster6", 11);
+    let recv = Receiver::ok_http();
+    move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
+    let node = node_on_fixture(&pg, &url, "").await;
+    let ok = "ep_01M96CMBCT6CPX0MRD129Y4MJ6";
+    let path = format!("/v1/endpoints/{ok}");
+    let (status, ep) = node.admin("GET", &path, None).await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(
+        ep["last_success_at"],
+        json!(null),
+        "version 11 kept none: {ep}"
+    );
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    recv.wait_for(1, Duration::from_secs(20)).await;
+    let kept = format!("SELECT count(*) FROM endpoint_successes WHERE endpoint_id = '{ok}'");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the success is kept in the database",
+        || async { pg.sql(&kept, "herald") == "1" },
+    )
+    .await;
+    let (_, ep) = node.admin("GET", &path, None).await;
+    assert!(ep["last_success_at"].is_string(), "{ep}");
+    let (status, purged) = node.admin("DELETE", "/v1/accounts/acct_ok", None).await;
+    assert_eq!(status, 200, "{purged}");
+    assert_eq!(pg.sql(&kept, "herald"), "0", "gone with its account");
+}

@@ -1,5 +1,6 @@
 //! Installs upgrade, they do not start over: data directories written by earlier heralds
-//! (storage formats 2 to 7 and 10, kept in `tests/fixtures/format2` to `format7` and `format10`) open
+//! (storage formats 2 to 7, 10 and 11, kept in `tests/fixtures/format2` to `format7`, `format10`
+//! and `format11`) open
 //! in this one, are migrated in place, and keep their log, their endpoints and their pending
 //! deliveries.
 
@@ -98,7 +99,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[7, 8, 9, 10];
+const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -546,7 +547,53 @@ async fn a_format_10_data_directory_serves_its_accounts_as_applications() {
 
     assert_eq!(
         restarted_migrations(&mut h).await,
-        1,
-        "one step, none at the second start"
+        2,
+        "the steps to formats 11 and 12, none at the second start"
     );
+}
+
+/// Format 11 (tests/fixtures/format11, see its README: the last format before endpoints' last
+/// successes were kept) opens in this herald in one logged step: its endpoints read no last
+/// success yet, and one is kept from the next delivery on, through a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_11_data_directory_keeps_last_successes_from_now_on() {
+    let tables = format!("{FIXTURE_TABLES}[plans.basic]\nper_minute = 1000\n");
+    let (mut h, _data) = on_fixture(&tables, "format11").await;
+    h.wait_for_log(
+        "storage migrated from format 11 to format 12",
+        Duration::from_secs(5),
+    )
+    .await;
+    let ok = "ep_01M96CKNY803RZX81VZ5FCE0RC";
+    let path = format!("/v1/endpoints/{ok}");
+    let (status, ep) = h.admin("GET", &path, None).await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(
+        ep["last_success_at"],
+        json!(null),
+        "format 11 kept none: {ep}"
+    );
+
+    let recv = Receiver::ok_http();
+    let (status, _) = h
+        .admin("PATCH", &path, Some(json!({"url": recv.url("/hook")})))
+        .await;
+    assert_eq!(status, 200);
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    recv.wait_for(1, Duration::from_secs(20)).await;
+    common::wait_until(Duration::from_secs(20), "the success is shown", || async {
+        h.admin("GET", &path, None).await.1["last_success_at"].is_string()
+    })
+    .await;
+    let shown = h.admin("GET", &path, None).await.1["last_success_at"].clone();
+    assert_eq!(
+        restarted_migrations(&mut h).await,
+        1,
+        "the step once, at the first start"
+    );
+    let (_, ep) = h.admin("GET", &path, None).await;
+    assert_eq!(ep["last_success_at"], shown, "kept through a restart: {ep}");
 }

@@ -683,6 +683,17 @@ impl Minutes for Backend {
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
         both_async!(self, Minutes::trim_minutes, (before))
     }
+
+    async fn keep_last_successes(
+        &self,
+        successes: Vec<(String, Millis)>,
+    ) -> Result<(), StoreError> {
+        both_async!(self, Minutes::keep_last_successes, (successes))
+    }
+
+    async fn last_success(&self, endpoint_id: &str) -> Result<Option<Millis>, StoreError> {
+        both_async!(self, Minutes::last_success, (endpoint_id))
+    }
 }
 
 /// The scheduler's intake, as the cluster's store hands its leases over.

@@ -97,6 +97,7 @@ impl Directory for PgStore {
                       breaker AS (DELETE FROM breakers WHERE endpoint_id = $1),
                       mark AS (DELETE FROM alert_marks WHERE endpoint_id = $1),
                       bucket AS (DELETE FROM rate_buckets WHERE endpoint_id = $1),
+                      success AS (DELETE FROM endpoint_successes WHERE endpoint_id = $1),
                       bumped AS (UPDATE directory_version SET version = version + 1
                                  WHERE EXISTS (SELECT 1 FROM gone) RETURNING version)
                  SELECT (SELECT version FROM bumped), pg_notify($2, 'e:' || id) FROM gone",

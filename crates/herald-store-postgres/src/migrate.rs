@@ -48,6 +48,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "applications, labels and attempt URLs",
         include_str!("schema_0011.sql"),
     ),
+    (
+        12,
+        "endpoints' last successes",
+        include_str!("schema_0012.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

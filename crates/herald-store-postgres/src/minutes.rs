@@ -118,4 +118,48 @@ impl Minutes for PgStore {
             .execute("DELETE FROM endpoint_minutes WHERE minute < $1", &[&before])
             .await?)
     }
+
+    /// One statement per flush, the newest time per endpoint, rows in endpoint order (as
+    /// [`ADD`], and for the same reasons).
+    async fn keep_last_successes(
+        &self,
+        successes: Vec<(String, Millis)>,
+    ) -> Result<(), StoreError> {
+        let mut newest: BTreeMap<String, Millis> = BTreeMap::new();
+        for (endpoint_id, at) in successes {
+            let kept = newest.entry(endpoint_id).or_insert(at);
+            *kept = (*kept).max(at);
+        }
+        if newest.is_empty() {
+            return Ok(());
+        }
+        let (ids, ats): (Vec<String>, Vec<Millis>) = newest.into_iter().unzip();
+        self.db
+            .client()
+            .await?
+            .execute(KEEP_SUCCESSES, &[&ids, &ats])
+            .await?;
+        Ok(())
+    }
+
+    async fn last_success(&self, endpoint_id: &str) -> Result<Option<Millis>, StoreError> {
+        let row = self
+            .db
+            .client()
+            .await?
+            .query_opt(
+                "SELECT at FROM endpoint_successes WHERE endpoint_id = $1",
+                &[&endpoint_id],
+            )
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
 }
+
+/// Keeps each endpoint's last success, the later of the kept one and the given one, for
+/// endpoints that exist (key-share locked, as [`ADD`]).
+const KEEP_SUCCESSES: &str = "
+INSERT INTO endpoint_successes AS s (endpoint_id, at)
+SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(endpoint_id, at)
+WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id FOR KEY SHARE)
+ON CONFLICT (endpoint_id) DO UPDATE SET at = greatest(s.at, EXCLUDED.at)";

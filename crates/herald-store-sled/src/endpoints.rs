@@ -254,6 +254,7 @@ impl Directory for SledStore {
             tree.apply_batch(batch)?;
             self.write_client_certificate(id, None)?;
             self.forget_breaker(id)?;
+            self.forget_last_success(id)?;
             self.forget_alert_mark(id)?;
             self.forget_bucket(id);
             self.directory.remove_endpoint(id);

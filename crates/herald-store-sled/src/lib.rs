@@ -131,7 +131,7 @@ pub(crate) use herald_store::{
 /// and operator events without an index by account), 8 (endpoints' secrets in their records)
 /// 9 (chart minutes keyed by endpoint first) and 10 (no applications, event labels or attempt
 /// URLs) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 11;
+const FORMAT: u8 = 12;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -162,6 +162,9 @@ pub(crate) struct Trees {
     /// Accounts' application records, and answers kept for request keys ([`applications`]).
     applications: sled::Tree,
     api_answers: sled::Tree,
+    /// Endpoints' last successful attempts, by endpoint id, to the time as 8 big-endian bytes
+    /// ([`minutes`]).
+    successes: sled::Tree,
 }
 
 /// What the committer shares with the store.
@@ -843,6 +846,9 @@ fn migrate_to_current(
     if matches!(format, Some(2..=10)) {
         migrate::from_format_10();
     }
+    if matches!(format, Some(2..=11)) {
+        migrate::from_format_11();
+    }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
         db.flush()?;
@@ -902,6 +908,7 @@ impl Trees {
             minutes: tree("minutes")?,
             applications: tree("applications")?,
             api_answers: tree("api_answers")?,
+            successes: tree("successes")?,
         })
     }
 }

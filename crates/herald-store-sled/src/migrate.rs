@@ -1,5 +1,5 @@
 //! Upgrades a data directory in place from the storage format an older herald wrote, one
-//! format at a time (2 → 3 → 4 → 5 → 6 → 7 → 8 → 9 → 10).
+//! format at a time (2 → 3 → 4 → 5 → 6 → 7 → 8 → 9 → 10 → 11 → 12).
 //!
 //! Format 2 → 3 (run at open, before anything reads the store):
 //! - idempotency keys were one row per (account, key) holding JSON `{event_id, at}`; now a row
@@ -386,6 +386,13 @@ pub(super) fn from_format_10() {
     tracing::info!(
         "storage migrated from format 10 to format 11 (applications, event labels, attempt URLs)"
     );
+}
+
+/// Format 11 → 12: endpoints' last successful attempts are kept (the `successes` tree, which
+/// sled makes empty); nothing to convert. The step records the format, so that an older herald
+/// refuses the data directory instead of dropping what it does not know.
+pub(super) fn from_format_11() {
+    tracing::info!("storage migrated from format 11 to format 12 (endpoints' last successes)");
 }
 
 pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {

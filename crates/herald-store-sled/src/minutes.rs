@@ -98,6 +98,14 @@ fn encode(m: &Minute) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(&row).map_err(|e| StoreError::Encode(e.to_string()))
 }
 
+/// A kept last success: the time as 8 big-endian bytes.
+fn success_of(v: &[u8]) -> Result<Millis, StoreError> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| StoreError::Corrupt("an endpoint's last success".into()))?;
+    Ok(i64::from_be_bytes(b))
+}
+
 /// Rows removed per sled batch when trimming.
 const TRIM_BATCH: usize = 1000;
 
@@ -131,6 +139,38 @@ impl SledStore {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Keeps each endpoint's last success, the later of the kept one and the given one, for
+    /// endpoints that exist (under the lock their deletes take, as [`Self::add_minutes`]).
+    pub fn keep_last_successes(&self, successes: Vec<(String, Millis)>) -> Result<(), StoreError> {
+        let tree = &self.inner.trees.successes;
+        {
+            let _endpoints = self.lock_endpoint_writes();
+            for (endpoint_id, at) in successes {
+                if self.directory.endpoint(&endpoint_id).is_none() {
+                    continue;
+                }
+                tree.fetch_and_update(endpoint_id.as_bytes(), |old| {
+                    let kept = old.and_then(|v| success_of(v).ok());
+                    Some(kept.map_or(at, |k| k.max(at)).to_be_bytes().to_vec())
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn last_success(&self, endpoint_id: &str) -> Result<Option<Millis>, StoreError> {
+        match self.inner.trees.successes.get(endpoint_id.as_bytes())? {
+            Some(v) => success_of(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes a deleted endpoint's last success.
+    pub(super) fn forget_last_success(&self, endpoint_id: &str) -> Result<(), StoreError> {
+        self.inner.trees.successes.remove(endpoint_id.as_bytes())?;
         Ok(())
     }
 
@@ -257,5 +297,17 @@ impl Minutes for SledStore {
 
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
         blocking(self, move |s| s.trim_minutes(before)).await
+    }
+
+    async fn keep_last_successes(
+        &self,
+        successes: Vec<(String, Millis)>,
+    ) -> Result<(), StoreError> {
+        blocking(self, move |s| s.keep_last_successes(successes)).await
+    }
+
+    async fn last_success(&self, endpoint_id: &str) -> Result<Option<Millis>, StoreError> {
+        let id = endpoint_id.to_string();
+        blocking(self, move |s| s.last_success(&id)).await
     }
 }

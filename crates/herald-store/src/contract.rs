@@ -681,6 +681,21 @@ pub trait Minutes {
 
     /// Drops every endpoint's minutes that start before `before`; answers how many went.
     fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Keeps each (endpoint id, time) as that endpoint's last successful attempt, unless a
+    /// later one is kept already (nodes of a cluster flush theirs in any order: the newest of
+    /// all stays). Only for endpoints that exist, as [`Minutes::add_minutes`]; the endpoint's
+    /// delete (its account's purge) removes it. Flushed; on `Err` nothing was kept.
+    fn keep_last_successes(
+        &self,
+        successes: Vec<(String, Millis)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The endpoint's last successful attempt as kept (`None`: none was).
+    fn last_success(
+        &self,
+        endpoint_id: &str,
+    ) -> impl Future<Output = Result<Option<Millis>, StoreError>> + Send;
 }
 
 /// What the Svix-compatible API keeps beside herald's own records (docs/svix.md): accounts'

@@ -437,6 +437,8 @@ pub enum DirectoryRecord {
         day: i64,
         day_used: u64,
     },
+    /// An endpoint's last successful attempt, when one is kept.
+    LastSuccess { endpoint_id: String, at: Millis },
     /// An endpoint's breaker, when it is not closed and clean.
     Breaker {
         endpoint_id: String,

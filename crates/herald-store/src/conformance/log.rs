@@ -284,6 +284,83 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     assert!(s.store.endpoint_minutes(EP_B, 0).await.unwrap().is_empty());
 }
 
+/// An endpoint's last success: the newest of every flush (and of two in one) is kept, across a
+/// reopen; one for an endpoint that does not exist is not; the endpoint's delete and its
+/// account's purge take it.
+pub async fn the_newest_last_success_is_kept_until_its_endpoint_goes<H: Harness>(s: Subject<H>) {
+    for id in [EP_A, EP_B] {
+        s.store.put_endpoint(endpoint(id, "acct")).await.unwrap();
+    }
+    let none = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
+    assert_eq!(
+        s.store.last_success(EP_A).await.unwrap(),
+        None,
+        "{}",
+        s.name
+    );
+    keep_successes(
+        &s,
+        &[
+            (EP_A, START + 20),
+            (EP_A, START + 10),
+            (EP_B, START),
+            (none, START),
+        ],
+    )
+    .await;
+    // Another node's older flush does not move it back.
+    keep_successes(&s, &[(EP_A, START + 5)]).await;
+    let s = s.reopen().await;
+    assert_eq!(
+        s.store.last_success(EP_A).await.unwrap(),
+        Some(START + 20),
+        "{}",
+        s.name
+    );
+    assert_eq!(
+        s.store.last_success(EP_B).await.unwrap(),
+        Some(START),
+        "{}",
+        s.name
+    );
+    assert_eq!(
+        s.store.last_success(none).await.unwrap(),
+        None,
+        "{}",
+        s.name
+    );
+    keep_successes(&s, &[(EP_A, START + 30)]).await;
+    assert_eq!(
+        s.store.last_success(EP_A).await.unwrap(),
+        Some(START + 30),
+        "{}",
+        s.name
+    );
+    assert!(s.store.delete_endpoint(EP_A).await.unwrap());
+    assert_eq!(
+        s.store.last_success(EP_A).await.unwrap(),
+        None,
+        "{}: gone with its endpoint",
+        s.name
+    );
+    s.store.purge_account("acct").await.unwrap();
+    assert_eq!(
+        s.store.last_success(EP_B).await.unwrap(),
+        None,
+        "{}: gone with its account",
+        s.name
+    );
+}
+
+/// Keeps these last successes, or fails the case.
+async fn keep_successes<H: Harness>(s: &Subject<H>, v: &[(&str, i64)]) {
+    let v = v.iter().map(|(id, at)| (id.to_string(), *at)).collect();
+    s.store
+        .keep_last_successes(v)
+        .await
+        .expect("keep last successes");
+}
+
 /// A flush of many endpoints' minutes over more than a day of hours adds up in one go, the same
 /// (endpoint, minute) twice in one flush included; each endpoint reads its own across the hours,
 /// and a trim keeps exactly what starts at or after the cut.

@@ -405,6 +405,7 @@ macro_rules! conformance_tests {
             log::the_log_lists_newest_first_through_filters_and_cursors,
             log::an_attempt_is_recorded_with_what_follows_it_in_one_write,
             log::minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed,
+            log::the_newest_last_success_is_kept_until_its_endpoint_goes,
             log::a_large_flush_of_minutes_adds_up_and_trims_by_time,
             log::a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pending,
             log::the_store_reports_its_health_size_and_nodes,
