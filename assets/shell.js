@@ -127,9 +127,12 @@ export function setTitle(t) {
   document.title = APP === "console" ? `${t} — herald console` : `${t} — ${brand === null ? "" : `${brand} `}webhooks`;
 }
 
+// A section's own page, framed in the host's page: its heading would repeat the current nav
+// item under the host's own heading, so it is there for screen readers only.
 export function viewShell(title, ...kids) {
   setTitle(title);
-  const h1 = h("h1", { tabindex: "-1" }, title);
+  const repeatsNav = FRAMED && APP === "portal" && navItems().some(([, t]) => t === title);
+  const h1 = h("h1", { tabindex: "-1", class: repeatsNav ? "sr-only" : null }, title);
   put(main, h1, takeFlash(), ...kids);
   return h1;
 }

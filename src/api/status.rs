@@ -1,5 +1,6 @@
 //! `/healthz` (no token) and `/v1/status` (admin).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use hyper::StatusCode;
@@ -10,8 +11,6 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::Response;
 
 use super::{json, AppState, Resp};
-use std::collections::HashSet;
-
 use crate::clock::{rfc3339, Millis};
 use crate::metrics::Gauges;
 use crate::model::{DeliveryState, EndpointState};
