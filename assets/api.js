@@ -12,12 +12,15 @@ export function onUnauthorized(fn) {
   unauthorized = fn;
 }
 
+// An API error: its status, `code`, sentence, the `field` it is about and the `reason` (the
+// rule that field broke, docs/api.md "Errors"), which the pages' words are chosen by.
 export class ApiError extends Error {
-  constructor(status, code, message, field) {
+  constructor(status, code, message, field, reason) {
     super(message);
     this.status = status;
     this.code = code;
     this.field = field || null;
+    this.reason = reason || null;
   }
 }
 
@@ -43,7 +46,7 @@ export async function api(method, path, body, token) {
   if (!resp.ok) {
     const e = (data && data.error) || {};
     const err = new ApiError(resp.status, e.code || `http_${resp.status}`,
-      e.message || `The server answered ${resp.status}`, e.field);
+      e.message || `The server answered ${resp.status}`, e.field, e.reason);
     // Only the page's current token: an old link's late 401 must not end a newer link's session.
     if (resp.status === 401 && !token && used === S.token) unauthorized();
     throw err;

@@ -25,6 +25,51 @@ export function errorBox(err, what) {
   return box;
 }
 
+// The technical line behind an error in a customer's words, one click away.
+export function details(text) {
+  return h("details", { class: "tech" }, h("summary", null, "Details"), h("p", { class: "mono small" }, text));
+}
+
+// What the rule an API error names (`reason`, docs/api.md "Errors") means, in a customer's
+// words; null for a reason without words here (the API's sentence is shown then).
+const REASON_WORDS = {
+  invalid_url: "Enter the full address of your receiver, starting with https:// (for example https://example.com/webhooks).",
+  not_https: "The address must start with https:// — webhooks are only sent over encrypted connections.",
+  user_info: "Leave the user name and password out of the address; send credentials in a custom header instead.",
+  no_host: "Enter the full address of your receiver, starting with https:// (for example https://example.com/webhooks).",
+  private_address: "This address points to a private or internal network, which webhooks are never sent to. Use your receiver's public address.",
+  too_long: "This is too long.",
+  not_ascii: "Use an address in plain letters: an international domain in its xn-- form.",
+  no_at: "An address needs an @, as in ops@example.com.",
+  several_at: "An address has one @, as in ops@example.com.",
+  local_part: "The part before the @ may hold letters, digits and . _ - + (no dot at its start or end).",
+  quoted_local_part: "Quoted addresses are not accepted: write it without quotes.",
+  routing: "The part before the @ may not hold % or !.",
+  ip_literal: "Use a domain name after the @, not an IP address.",
+  domain: "The part after the @ must be a domain name such as example.com.",
+  not_an_address: "This is not a mail address such as ops@example.com.",
+  repeated: "This address is in the list already.",
+};
+export const reasonWords = (err) => (err && err.reason && REASON_WORDS[err.reason]) || null;
+
+// Marks `el` as the field an error is about: the words beside it (inside its field), the
+// technical line behind a toggle, and focus on it; editing it takes the error away.
+export function fieldError(el, words, technical) {
+  const box = el.closest(".field") || el.parentElement;
+  for (const x of box.querySelectorAll(".field-error")) x.remove();
+  const errId = `${el.id}-error`;
+  box.append(h("div", { class: "field-error", id: errId }, words, technical && technical !== words ? details(technical) : null));
+  el.setAttribute("aria-invalid", "true");
+  el.setAttribute("aria-describedby", errId);
+  el.addEventListener("input", () => {
+    const e = document.getElementById(errId);
+    if (e) e.remove();
+    el.removeAttribute("aria-invalid");
+    el.removeAttribute("aria-describedby");
+  }, { once: true });
+  el.focus();
+}
+
 export function msg(kind, ...kids) {
   return h("div", { class: `msg ${kind}`, role: kind === "error" ? "alert" : "status" }, ...kids);
 }

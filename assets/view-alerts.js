@@ -3,7 +3,7 @@
 import { api, enc } from "./api.js";
 import { h, put } from "./dom.js";
 import { mono } from "./format.js";
-import { account, button, errorBox, field, loading, msg, readOnly } from "./pieces.js";
+import { account, button, errorBox, field, fieldError, loading, msg, readOnly, reasonWords } from "./pieces.js";
 import { viewShell } from "./shell.js";
 import { APP, main } from "./state.js";
 import { needAccount } from "./view-endpoints.js";
@@ -57,12 +57,14 @@ export async function viewAlerts(ctx) {
       inputs.forEach((input, i) => { input.value = saved[i] || ""; });
       put(out, msg("ok", saved.length ? `Saved: ${saved.length} address${saved.length === 1 ? "" : "es"}.` : "Saved: no addresses, nobody is mailed."));
     } catch (err) {
-      put(out, errorBox(err));
+      // At the address it is about, in plain words; the API's sentence behind "Details".
       const m = /^alert_emails\[(\d+)\]$/.exec(err.field || "");
       const el = m && sent[Number(m[1])] ? inputs[sent[Number(m[1])][1]] : err.field === "alert_emails" ? inputs[0] : null;
       if (el) {
-        el.setAttribute("aria-invalid", "true");
-        el.focus();
+        fieldError(el, reasonWords(err) || "This is not an address we can mail.", err.message);
+        put(out, msg("error", "Check the highlighted address."));
+      } else {
+        put(out, errorBox(err));
       }
     } finally {
       submit.disabled = false;

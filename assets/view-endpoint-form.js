@@ -3,7 +3,7 @@
 import { api, catalog, enc } from "./api.js";
 import { h, nextId, put } from "./dom.js";
 import { count, mono } from "./format.js";
-import { account, button, errorBox, field, href, link, loading, msg, readOnly, secretBox, select } from "./pieces.js";
+import { account, button, details, errorBox, field, href, link, loading, msg, readOnly, reasonWords, secretBox, select } from "./pieces.js";
 import { setTitle, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
 import { filterEditor } from "./filter-editor.js";
@@ -156,7 +156,9 @@ export function markField(form, err) {
   const el = form.querySelector(`#f-${CSS.escape(base)}`) || (base === "headers" ? form.querySelector(".header-row input") : null);
   if (!el) return false;
   const errId = `${el.id}-error`;
-  const text = h("p", { class: "field-error", id: errId }, fieldMessage(err));
+  const words = fieldMessage(err);
+  const text = h("div", { class: "field-error", id: errId }, words,
+    APP === "portal" && err.message && err.message !== words ? details(err.message) : null);
   // After the control (and its hint), inside its field.
   const box = el.closest(".field") || el.parentElement;
   box.append(text);
@@ -179,13 +181,10 @@ export function markField(form, err) {
 export function fieldMessage(err) {
   const m = String(err.message || "");
   if (APP !== "portal") return m;
-  if (err.field === "url") {
-    if (/must use https|scheme/.test(m)) return "The address must start with https:// — webhooks are only sent over encrypted connections.";
-    if (/not a valid absolute URL|has no host/.test(m)) return "Enter the full address of your receiver, starting with https:// (for example https://example.com/webhooks).";
-    if (/user-info/.test(m)) return "Leave the user name and password out of the address; send credentials in a custom header instead.";
-    if (/is refused/.test(m)) return "This address points to a private or internal network, which webhooks are never sent to. Use your receiver's public address.";
-    if (/at most/.test(m)) return "The address is too long: at most 2,048 characters.";
-  }
+  // The rule the API names (docs/api.md, "Errors"), never its sentence, decides the words.
+  if (err.field === "url" && err.reason === "too_long") return "The address is too long: at most 2,048 characters.";
+  const words = reasonWords(err);
+  if (words) return words;
   if (err.field === "retry_policy") return "Pick one of the retry policies listed.";
   if (/^rate_limit/.test(err.field || "")) return "The rate limit is a number of requests per second above 0 (fractions allowed), or empty for none.";
   // Otherwise herald's sentence, without an operator's config key in parentheses.

@@ -4,7 +4,7 @@ import { api, catalog, enc } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
 import { breakerPill, count, mono, num, parseJSON, pct, pill, pretty, sentence, utc, when } from "./format.js";
-import { account, action, codeBlock, confirmDialog, copyButton, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
+import { account, action, codeBlock, confirmDialog, copyButton, details, dl, errorBox, field, href, link, loading, msg, readOnly, secretBox, select, table, tabs } from "./pieces.js";
 import { parseRoute, render, renderTop, section, takeFlash, viewShell } from "./shell.js";
 import { APP, S, main } from "./state.js";
 import { deliveriesTable } from "./view-deliveries.js";
@@ -219,11 +219,25 @@ export async function verify(ep, out) {
       render();
       return;
     }
-    put(out, msg("error", h("strong", null, "Not verified. "), sentence(v.reason || ""),
-      h("div", { class: "kv" }, pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", typeof a.duration_ms === "number" ? ` in ${a.duration_ms} ms` : ""),
+    // What happened in the customer's words; herald's own line and the answer behind Details.
+    put(out, msg("error", h("strong", null, "Not verified. "), verifyWords(a),
+      details([pill(a.status), a.http_status ? ` HTTP ${a.http_status}` : "", typeof a.duration_ms === "number" ? ` in ${a.duration_ms} ms` : "",
+        v.reason ? ` — ${sentence(v.reason)}` : ""]),
       a.response_body ? h("pre", { class: "code small" }, a.response_body) : null));
   } catch (err) {
     put(out, errorBox(err));
+  }
+}
+
+// Why a verification failed, by the attempt's status, as a customer would say it.
+function verifyWords(a) {
+  switch (a.status) {
+    case "connection_error": return "We could not connect to your receiver: check that it is running and reachable at this address.";
+    case "timeout": return "Your receiver did not answer in time.";
+    case "tls_error": return "The secure connection to your receiver failed: check its certificate.";
+    case "blocked": return "This address is not allowed: it points to a private or internal network.";
+    case "http_error": return `Your receiver answered with an error${a.http_status ? ` (HTTP ${a.http_status})` : ""} instead of the challenge.`;
+    default: return "Your receiver answered, but not with the challenge: the Advanced tab has the code that answers it.";
   }
 }
 

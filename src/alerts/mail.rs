@@ -196,45 +196,56 @@ pub fn body(f: &Facts) -> String {
 /// The longest address: what SMTP's path limit leaves (RFC 5321).
 pub const MAX_ADDRESS: usize = 254;
 
-/// Why herald does not mail `addr`, or `None` when it does. An address is ASCII `local@domain`:
+/// Why herald does not mail `addr` (a reason from docs/api.md's list, and a sentence), or
+/// `None` when it does. An address is ASCII `local@domain`:
 /// the local part a dot-atom (letters, digits and ``#$&'*+-/=?^_`{|}~``, dots between them;
 /// no quoted local part, no `%` or `!`, which route mail on through another host), the domain
 /// a domain name of two or more labels (an internationalized one in its `xn--` form; no IP
 /// address, bracketed or not). UTF-8 addresses are refused: they would need SMTPUTF8.
-pub fn address_problem(addr: &str) -> Option<&'static str> {
+pub fn address_problem(addr: &str) -> Option<(&'static str, &'static str)> {
     if addr.len() > MAX_ADDRESS {
-        return Some("it is longer than 254 characters");
+        return Some(("too_long", "it is longer than 254 characters"));
     }
     if !addr.is_ascii() {
-        return Some("it is not ASCII (write an internationalized domain in its xn-- form)");
+        return Some((
+            "not_ascii",
+            "it is not ASCII (write an internationalized domain in its xn-- form)",
+        ));
     }
     let Some((local, domain)) = addr.rsplit_once('@') else {
-        return Some("it has no @");
+        return Some(("no_at", "it has no @"));
     };
     if local.is_empty() || local.len() > 64 {
-        return Some("its local part (before the @) must be 1 to 64 characters");
+        return Some((
+            "local_part",
+            "its local part (before the @) must be 1 to 64 characters",
+        ));
     }
     if local.starts_with('"') {
-        return Some("it has a quoted local part");
+        return Some(("quoted_local_part", "it has a quoted local part"));
     }
     if local.contains('@') {
-        return Some("it has more than one @");
+        return Some(("several_at", "it has more than one @"));
     }
     if local.contains(['%', '!']) {
-        return Some("its local part holds % or !, which route mail through another host");
+        return Some((
+            "routing",
+            "its local part holds % or !, which route mail through another host",
+        ));
     }
     let atext = |c: char| c.is_ascii_alphanumeric() || "#$&'*+-/=?^_`{|}~".contains(c);
     if local
         .split('.')
         .any(|atom| atom.is_empty() || !atom.chars().all(atext))
     {
-        return Some(
+        return Some((
+            "local_part",
             "its local part must be letters, digits and #$&'*+-/=?^_`{|}~ with single dots \
              between them",
-        );
+        ));
     }
     if domain.starts_with('[') {
-        return Some("its domain is an IP address literal");
+        return Some(("ip_literal", "its domain is an IP address literal"));
     }
     let labels: Vec<&str> = domain.split('.').collect();
     let label_ok = |l: &&str| {
@@ -244,16 +255,17 @@ pub fn address_problem(addr: &str) -> Option<&'static str> {
             && !l.ends_with('-')
     };
     if domain.len() > 253 || labels.len() < 2 || !labels.iter().all(label_ok) {
-        return Some(
+        return Some((
+            "domain",
             "its domain must be a name such as example.com: labels of letters, digits and \
              hyphens, separated by dots",
-        );
+        ));
     }
     if labels
         .last()
         .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()))
     {
-        return Some("its domain is an IP address");
+        return Some(("ip_literal", "its domain is an IP address"));
     }
     None
 }
@@ -268,12 +280,12 @@ pub struct Skipped {
 
 /// `addr` as an address herald mails: today's rule ([`address_problem`]), then lettre's
 /// parser; else why not. The one check for setting an address and for sending to one.
-pub fn address(addr: &str) -> Result<lettre::Address, String> {
+pub fn address(addr: &str) -> Result<lettre::Address, (&'static str, String)> {
     match address_problem(addr) {
-        Some(why) => Err(why.to_string()),
+        Some((reason, why)) => Err((reason, why.to_string())),
         None => addr
             .parse::<lettre::Address>()
-            .map_err(|e| format!("it does not parse ({e})")),
+            .map_err(|e| ("not_an_address", format!("it does not parse ({e})"))),
     }
 }
 
@@ -285,7 +297,7 @@ pub fn recipients(to: &[String]) -> (Vec<lettre::Address>, Vec<Skipped>) {
     for (index, addr) in to.iter().enumerate() {
         match address(addr) {
             Ok(a) => good.push(a),
-            Err(why) => skipped.push(Skipped { index, why }),
+            Err((_, why)) => skipped.push(Skipped { index, why }),
         }
     }
     (good, skipped)

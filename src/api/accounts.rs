@@ -110,20 +110,22 @@ pub fn alert_emails_of(v: Value) -> Result<Vec<String>, ApiError> {
         let Value::String(addr) = item else {
             return Err(ApiError::field(&field, format!("{field} must be a string")));
         };
-        if let Err(why) = crate::alerts::mail::address(&addr) {
+        if let Err((reason, why)) = crate::alerts::mail::address(&addr) {
             return Err(ApiError::field(
                 &field,
                 format!(
                     "{field} is not an address herald mails: {why}; write an ASCII address \
                      such as \"ops@example.com\" (docs/api.md, \"Accounts\")"
                 ),
-            ));
+            )
+            .because(reason));
         }
         if let Some(j) = out.iter().position(|a| a.eq_ignore_ascii_case(&addr)) {
             return Err(ApiError::field(
                 &field,
                 format!("{field} repeats alert_emails[{j}]; give each address once"),
-            ));
+            )
+            .because("repeated"));
         }
         out.push(addr);
     }

@@ -324,17 +324,16 @@ fn secret_macros_stay(
 
 pub(super) fn url(state: &AppState, v: &Value) -> Result<String, ApiError> {
     let Value::String(raw) = v else {
-        return Err(ApiError::field("url", "url must be a string"));
+        return Err(ApiError::field("url", "url must be a string").because("invalid_url"));
     };
     if raw.len() > 2048 {
-        return Err(ApiError::field(
-            "url",
-            "url must be at most 2048 characters",
-        ));
+        return Err(
+            ApiError::field("url", "url must be at most 2048 characters").because("too_long"),
+        );
     }
     check_endpoint_url(raw, state.config.delivery.allow_http, &state.guard)
         .map(|u| u.to_string())
-        .map_err(|p| ApiError::field("url", p.0))
+        .map_err(|p| ApiError::field("url", p.0).because(p.1))
 }
 
 /// An endpoint's `event_types`: at most [`MAX_EVENT_TYPES`] exact types, `prefix.*` patterns

@@ -1,4 +1,6 @@
-//! The API's one error shape: `{"error": {"code", "message", "field"?}}` with a status code.
+//! The API's one error shape: `{"error": {"code", "message", "field"?, "reason"?}}` with a
+//! status code. `reason` names which rule a field broke, from a listed set (docs/api.md,
+//! "Errors"), for clients that show their own words.
 //!
 //! Internal detail (storage errors and the like) is logged where it happens and never put in a
 //! message: the caller gets a sentence it can act on.
@@ -14,6 +16,7 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub field: Option<String>,
+    pub reason: Option<&'static str>,
 }
 
 impl ApiError {
@@ -23,7 +26,14 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            reason: None,
         }
+    }
+
+    /// The same error, naming the rule the field broke.
+    pub fn because(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
     }
 
     /// `422 invalid_field` naming the field.
@@ -81,6 +91,9 @@ impl ApiError {
         let mut e = json!({"code": self.code, "message": self.message});
         if let Some(f) = &self.field {
             e["field"] = json!(f);
+        }
+        if let Some(r) = self.reason {
+            e["reason"] = json!(r);
         }
         json!({ "error": e })
     }

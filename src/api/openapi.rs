@@ -823,7 +823,8 @@ fn request_schemas(m: &mut Map<String, Value>) {
     );
     m.insert("Error".into(), json!({"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"], "properties": {
-                "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}}}}}));
+                "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"},
+                "reason": {"type": "string", "description": "Which rule the field broke (an endpoint's URL, an alert address): docs/api.md, \"Errors\"."}}}}}));
     m.insert("Health".into(), json!({"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}, "reason": {"type": "string"}}}));
     m.insert(
         "IngestRequest".into(),

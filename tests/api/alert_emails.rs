@@ -197,3 +197,75 @@ async fn a_portal_session_sets_its_own_accounts_addresses_but_never_the_plan() {
         "refused requests changed nothing"
     );
 }
+
+/// An address the rule refuses, and an endpoint URL the checks refuse, name their rule in
+/// `reason` (docs/api.md, "Errors"), beside `code` and `field`, so the portal shows its own
+/// words without reading the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_addresses_and_urls_name_the_rule_they_broke() {
+    let w = World::start_manual("", PLANS, T0).await;
+    for (addr, reason) in [
+        ("no-at.example.com", "no_at"),
+        ("a@b@example.com", "several_at"),
+        ("\"quoted\"@example.com", "quoted_local_part"),
+        ("ops%relay@example.com", "routing"),
+        ("ops@[127.0.0.1]", "ip_literal"),
+        ("ops@localhost", "domain"),
+        ("opś@example.com", "not_ascii"),
+        (".ops@example.com", "local_part"),
+    ] {
+        let (status, e) = put(
+            &w,
+            ADMIN_TOKEN,
+            json!({"alert_emails": ["ok@example.com", addr]}),
+        )
+        .await;
+        assert_eq!(status, 422, "{addr}: {e}");
+        assert_eq!(
+            (
+                &e["error"]["code"],
+                &e["error"]["field"],
+                &e["error"]["reason"]
+            ),
+            (
+                &json!("invalid_field"),
+                &json!("alert_emails[1]"),
+                &json!(reason)
+            ),
+            "{addr}: {e}"
+        );
+    }
+    let (_, e) = put(
+        &w,
+        ADMIN_TOKEN,
+        json!({"alert_emails": ["a@example.com", "A@example.com"]}),
+    )
+    .await;
+    assert_eq!(e["error"]["reason"], "repeated", "{e}");
+    let long = format!("https://example.com/{}", "x".repeat(2048));
+    for (url, reason) in [
+        ("not a url", "invalid_url"),
+        ("http://example.com/hook", "not_https"),
+        ("https://user:pw@example.com/hook", "user_info"),
+        ("https://10.0.0.7/hook", "private_address"),
+        (long.as_str(), "too_long"),
+    ] {
+        let (status, e) = w
+            .herald
+            .admin(
+                "POST",
+                "/v1/accounts/acme/endpoints",
+                Some(json!({ "url": url })),
+            )
+            .await;
+        assert_eq!(status, 422, "{url}: {e}");
+        assert_eq!(
+            (&e["error"]["field"], &e["error"]["reason"]),
+            (&json!("url"), &json!(reason)),
+            "{url}: {e}"
+        );
+    }
+    // Other errors carry no reason.
+    let (_, e) = put(&w, ADMIN_TOKEN, json!({"alert_emails": "ops@example.com"})).await;
+    assert_eq!(e["error"].get("reason"), None, "{e}");
+}

@@ -593,6 +593,8 @@ def customer_pauses_edits_rotates_verifies_replays_and_deletes_endpoint(page):
     # The receiver answers "ok", not the challenge's HMAC: herald says why it is not verified.
     button(page, "Verify").click()
     expect(page.get_by_role("alert")).to_contain_text("Not verified", timeout=20_000)
+    expect(page.get_by_role("alert")).to_contain_text("not with the challenge")
+    expect(page.get_by_role("alert").locator("details.tech")).to_be_attached()
     shot(page, "portal-endpoint-actions")
 
     endpoint_page = page.url
@@ -717,7 +719,12 @@ def customer_sets_alert_addresses_with_field_errors(page):
     first.fill("ops@customer.test")
     second.fill("not an address")
     button(page, "Save").click()
-    expect(page.locator("main .msg.error")).to_contain_text("alert_emails[1]")
+    # At the field, in plain words (from the API's reason, not its sentence), the technical
+    # line behind Details.
+    error = page.locator(".field", has=second).locator(".field-error")
+    expect(error).to_contain_text("An address needs an @")
+    expect(error.locator("details")).to_contain_text("alert_emails[1]")
+    expect(page.locator("main .msg.error")).to_contain_text("Check the highlighted address")
     check(second.get_attribute("aria-invalid") == "true", "the refused address is not marked invalid")
     status, a, _ = api("GET", f"/v1/accounts/{ACCOUNT}")
     check(status == 200 and a["alert_emails"] == [], f"a refused save changed the addresses: {a}")

@@ -10,35 +10,46 @@ use super::ssrf::Guard;
 /// Why an endpoint URL is refused; the message is shown to the API caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct UrlProblem(pub String);
+pub struct UrlProblem(pub String, pub &'static str);
 
 /// Parses and checks an endpoint URL: `https` (or `http` where allowed), a host, no user-info,
 /// and no literal address the SSRF guard refuses. Host names are checked at send time, after
 /// herald resolves them.
 pub fn check_endpoint_url(raw: &str, allow_http: bool, guard: &Guard) -> Result<Url, UrlProblem> {
-    let url = Url::parse(raw.trim())
-        .map_err(|e| UrlProblem(format!("url is not a valid absolute URL ({e})")))?;
+    let url = Url::parse(raw.trim()).map_err(|e| {
+        UrlProblem(
+            format!("url is not a valid absolute URL ({e})"),
+            "invalid_url",
+        )
+    })?;
     match url.scheme() {
         "https" => {}
         "http" if allow_http => {}
         "http" => {
             return Err(UrlProblem(
                 "url must use https (plain http is allowed only with delivery.allow_http)".into(),
+                "not_https",
             ))
         }
-        other => return Err(UrlProblem(format!("url scheme {other:?} is not https"))),
+        other => {
+            return Err(UrlProblem(
+                format!("url scheme {other:?} is not https"),
+                "not_https",
+            ))
+        }
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(UrlProblem(
             "url must not contain user-info (user:password@)".into(),
+            "user_info",
         ));
     }
     if let Some(ip) = literal_ip(&url) {
         guard
             .check(ip)
-            .map_err(|r| UrlProblem(format!("url is refused: {r}")))?;
+            .map_err(|r| UrlProblem(format!("url is refused: {r}"), "private_address"))?;
     } else if url.host_str().is_none_or(str::is_empty) {
-        return Err(UrlProblem("url has no host".into()));
+        return Err(UrlProblem("url has no host".into(), "no_host"));
     }
     Ok(url)
 }
