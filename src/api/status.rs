@@ -61,7 +61,7 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
         "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
         "storage_bytes": storage_bytes,
         "dead_letters": stats.get(DeliveryState::Failed).max(0),
-        "endpoints_last_hour": state.engine.success_rates().into_iter().map(|(id, good, all)| json!({
+        "endpoints_last_hour": state.engine.success_rates().await?.into_iter().map(|(id, good, all)| json!({
             "endpoint_id": id,
             "attempts": all,
             "success_rate": f64::from(good) / f64::from(all),

@@ -106,7 +106,7 @@ impl Engine {
             return;
         }
         let ok = status == Status::Delivered;
-        lock(&self.rates).record(&ep.id, now, status, duration_ms);
+        lock(&self.rates).record(&ep.id, now, status);
         lock(&self.unflushed).record(&ep.id, now, status, duration_ms);
         // A success to an endpoint that has not failed since its last success changes nothing:
         // no write (on a cluster, no query).
@@ -321,16 +321,24 @@ impl Engine {
         }
     }
 
-    /// Every endpoint with sent attempts in the last hour: (id, successes, attempts).
-    pub fn success_rates(&self) -> Vec<(String, u32, u32)> {
+    /// Every endpoint with attempts in the last hour, every node's (the store's minutes and
+    /// this node's not added yet): (id, successes, attempts), sorted by id.
+    pub async fn success_rates(&self) -> Result<Vec<(String, u32, u32)>, crate::store::StoreError> {
         let now = self.clock.now_ms();
-        let rates = lock(&self.rates);
-        let mut out: Vec<_> = rates
-            .endpoints()
-            .filter_map(|id| rates.rate(id, now).map(|(g, a)| (id.clone(), g, a)))
-            .collect();
-        out.sort();
-        out
+        let from = now.div_euclid(Minute::MS) * Minute::MS - 59 * Minute::MS;
+        let mut sums: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+        let stored = self.store.minutes_since(from).await?;
+        let unflushed = lock(&self.unflushed).since(from);
+        for (id, m) in stored.into_iter().chain(unflushed) {
+            let s = sums.entry(id).or_default();
+            s.0 += m.delivered();
+            s.1 += m.attempts();
+        }
+        Ok(sums
+            .into_iter()
+            .filter(|(id, (_, all))| *all > 0 && self.store.endpoint(id).is_some())
+            .map(|(id, (good, all))| (id, good, all))
+            .collect())
     }
 
     /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id. An endpoint

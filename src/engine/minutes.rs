@@ -93,6 +93,15 @@ impl Unflushed {
         }
     }
 
+    /// Every endpoint's counts from the minute starting at `from` on.
+    pub(super) fn since(&self, from: Millis) -> Vec<(String, Minute)> {
+        self.minutes
+            .iter()
+            .filter(|((_, at), _)| *at >= from)
+            .map(|((id, _), m)| (id.clone(), *m))
+            .collect()
+    }
+
     fn of(&self, endpoint_id: &str, from: Millis) -> Vec<Minute> {
         self.minutes
             .iter()

@@ -371,6 +371,12 @@ async fn chart_counts_and_the_last_success_are_kept_in_the_store_through_a_resta
         v["last_success_at"], before["last_success_at"],
         "the last success survives a restart: {v}"
     );
+    let (_, st) = w.herald.admin("GET", "/v1/status", None).await;
+    assert_eq!(
+        st["endpoints_last_hour"],
+        json!([{"endpoint_id": ep, "attempts": 5, "success_rate": 0.6}]),
+        "the status's last hour is read from the store too: {st}"
+    );
     let (status, day) = stats(&w, &ep, "?window=24h").await;
     assert_eq!(status, 200, "{day}");
     assert_eq!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::herald::herald_bin;
 use common::postgres::{PgOptions, Postgres};
-use common::{behaviour, toml_string, Receiver, Reply, TestCa, World};
+use common::{behaviour, toml_string, HeraldApi, Receiver, Reply, TestCa, World};
 use herald::store::prelude::*;
 use herald_store_postgres::SCHEMA_VERSION;
 use serde_json::json;
@@ -1110,4 +1110,51 @@ async fn a_version_11_database_keeps_last_successes_from_now_on() {
     let (status, purged) = node.admin("DELETE", "/v1/accounts/acct_ok", None).await;
     assert_eq!(status, 200, "{purged}");
     assert_eq!(pg.sql(&kept, "herald"), "0", "gone with its account");
+}
+
+/// `/v1/status`'s `endpoints_last_hour` is every node's: each node attempts one delivery to the
+/// endpoint, and either node's status counts both (from the minutes the store keeps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_last_hour_counts_every_nodes_attempts() {
+    let ca = TestCa::new();
+    let ca_dir = tempfile::tempdir().expect("temp dir");
+    let ca_file = ca.write_ca_file(ca_dir.path());
+    let url = common::postgres::shared_database();
+    let storage = format!(
+        "backend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
+        toml_string(&url)
+    );
+    let toml = common::delivery_toml(&ca_file);
+    let t0 = 1_796_212_800_000;
+    let a = common::InProc::start_with_storage(&storage, &toml, t0).await;
+    let b = common::InProc::start_with_storage(&storage, &toml, t0).await;
+    let recv = Receiver::ok_https(&ca);
+    let (status, ep) = a
+        .admin(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let ep = ep["endpoint"]["id"].as_str().unwrap().to_string();
+    for node in [&a, &b] {
+        let (status, answer) = node
+            .ingest(json!({"account_id": "acme", "type": "t.x", "payload": {}}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    recv.wait_for(2, Duration::from_secs(20)).await;
+    for node in [&a, &b] {
+        common::wait_until(
+            Duration::from_secs(20),
+            "every node's attempts are counted",
+            || async {
+                let (_, st) = node.admin("GET", "/v1/status", None).await;
+                st["endpoints_last_hour"]
+                    == json!([{"endpoint_id": ep, "attempts": 2, "success_rate": 1.0}])
+            },
+        )
+        .await;
+    }
 }

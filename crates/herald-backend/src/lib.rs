@@ -684,6 +684,10 @@ impl Minutes for Backend {
         both_async!(self, Minutes::trim_minutes, (before))
     }
 
+    async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        both_async!(self, Minutes::minutes_since, (from))
+    }
+
     async fn keep_last_successes(
         &self,
         successes: Vec<(String, Millis)>,

@@ -31,6 +31,23 @@ ON CONFLICT (endpoint_id, minute) DO UPDATE SET
     latency_sum_ms = m.latency_sum_ms + EXCLUDED.latency_sum_ms,
     latency_max_ms = greatest(m.latency_max_ms, EXCLUDED.latency_max_ms)";
 
+/// A row of `endpoint_minutes` as a minute: its start, its counts by status name, its latency
+/// sum and max.
+fn minute_of(at: Millis, counts: Value, sum: i64, max: i64) -> Minute {
+    let mut m = Minute {
+        at,
+        latency_sum_ms: u64::try_from(sum).unwrap_or(0),
+        latency_max_ms: u64::try_from(max).unwrap_or(0),
+        ..Minute::default()
+    };
+    if let Value::Object(counts) = counts {
+        for (name, n) in counts {
+            m.set_named(&name, n.as_u64().unwrap_or(0));
+        }
+    }
+    m
+}
+
 fn as_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -92,22 +109,32 @@ impl Minutes for PgStore {
                 &[&endpoint_id, &from],
             )
             .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let mut m = Minute {
-                at: r.get(0),
-                latency_sum_ms: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
-                latency_max_ms: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
-                ..Minute::default()
-            };
-            if let Value::Object(counts) = r.get::<_, Value>(1) {
-                for (name, n) in counts {
-                    m.set_named(&name, n.as_u64().unwrap_or(0));
-                }
-            }
-            out.push(m);
-        }
-        Ok(out)
+        Ok(rows
+            .iter()
+            .map(|r| minute_of(r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect())
+    }
+
+    async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(
+                "SELECT endpoint_id, minute, counts, latency_sum_ms, latency_max_ms
+                 FROM endpoint_minutes WHERE minute >= $1",
+                &[&from],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    minute_of(r.get(1), r.get(2), r.get(3), r.get(4)),
+                )
+            })
+            .collect())
     }
 
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {

@@ -65,6 +65,12 @@ pub(super) fn at_of(key: &[u8]) -> Option<Millis> {
     time_of(key.get(key.len().checked_sub(8)?..)?)
 }
 
+/// The endpoint id from a key: between the hour and the NUL before the minute.
+fn endpoint_of(key: &[u8]) -> Option<String> {
+    let id = key.get(8..key.len().checked_sub(9)?)?;
+    String::from_utf8(id.to_vec()).ok()
+}
+
 /// The hour from a key.
 fn hour_of_key(key: &[u8]) -> Option<Millis> {
     time_of(key.get(..8)?)
@@ -189,6 +195,27 @@ impl SledStore {
         Ok(out)
     }
 
+    /// Every endpoint's rows from the minute starting at `from` on: one range, from the start of
+    /// `from`'s hour (rows are keyed hour first).
+    pub fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self
+            .inner
+            .trees
+            .minutes
+            .range(time_bytes(hour_of(from)).to_vec()..)
+        {
+            let (k, v) = item?;
+            let (Some(at), Some(id)) = (at_of(&k), endpoint_of(&k)) else {
+                continue;
+            };
+            if at >= from {
+                out.push((id, decode(at, &v)?));
+            }
+        }
+        Ok(out)
+    }
+
     /// Calls `f` with each of the endpoint's rows from the minute starting at `from` on, oldest
     /// first: for each hour that has rows (found by one seek), the endpoint's range in it.
     fn each_endpoint_row(
@@ -297,6 +324,10 @@ impl Minutes for SledStore {
 
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
         blocking(self, move |s| s.trim_minutes(before)).await
+    }
+
+    async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        blocking(self, move |s| s.minutes_since(from)).await
     }
 
     async fn keep_last_successes(

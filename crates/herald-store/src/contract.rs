@@ -679,6 +679,13 @@ pub trait Minutes {
         from: Millis,
     ) -> impl Future<Output = Result<Vec<Minute>, StoreError>> + Send;
 
+    /// Every endpoint's minutes that had attempts, from the minute starting at `from` on, in no
+    /// order: what all nodes added (`/v1/status`'s last hour per endpoint).
+    fn minutes_since(
+        &self,
+        from: Millis,
+    ) -> impl Future<Output = Result<Vec<(String, Minute)>, StoreError>> + Send;
+
     /// Drops every endpoint's minutes that start before `before`; answers how many went.
     fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
 

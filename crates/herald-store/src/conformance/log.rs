@@ -277,6 +277,23 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
         vec![minute(t0, 5, 0, 1)]
     );
     assert!(s.store.endpoint_minutes(none, 0).await.unwrap().is_empty());
+    // Every endpoint's, from a minute on.
+    let mut all = s.store.minutes_since(t0).await.unwrap();
+    all.sort_by(|a, b| (&a.0, a.1.at).cmp(&(&b.0, b.1.at)));
+    let ids: Vec<(&str, i64)> = all.iter().map(|(id, m)| (id.as_str(), m.at)).collect();
+    assert_eq!(
+        ids,
+        [(EP_A, t0), (EP_A, t0 + Minute::MS), (EP_B, t0)],
+        "{}",
+        s.name
+    );
+    assert_eq!(all[0].1, got[0], "{}", s.name);
+    assert_eq!(
+        s.store.minutes_since(t0 + 1).await.unwrap(),
+        vec![(EP_A.to_string(), minute(t0 + Minute::MS, 1, 0, 10))],
+        "{}",
+        s.name
+    );
     // Trimming drops what starts before the cut, for every endpoint.
     let gone = s.store.trim_minutes(t0 + Minute::MS).await.unwrap();
     assert_eq!(gone, 2, "{}", s.name);
