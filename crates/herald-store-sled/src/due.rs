@@ -838,7 +838,9 @@ impl DueIndex {
             .filter_map(|(&lane, q)| {
                 let spilled = q.spill.as_ref().map_or(0, |s| s.out) as u64;
                 let behind = q.waiting() as u64;
-                let fresh_due = q.fresh.iter().filter(|e| e.at <= now).count() as u64;
+                // First attempts sit in time order (as `take` relies on): a search, not a
+                // walk, so a status read holds the index a moment whatever the backlog.
+                let fresh_due = q.fresh.partition_point(|e| e.at <= now) as u64;
                 let later_due = q.later.range(..=(now, u128::MAX)).count() as u64;
                 let held = q.held_until.is_some_and(|h| h > now);
                 let w = LaneWaiting {
