@@ -56,6 +56,19 @@ export async function api(method, path, body, token) {
 
 export const enc = encodeURIComponent;
 
+// The endpoints of these ids (each read once, the first `max` of them), by id; one that cannot
+// be read (deleted, another account's) is left out.
+export async function endpointsById(ids, max = 50) {
+  const unique = [...new Set(ids.filter(Boolean))].slice(0, max);
+  const found = await Promise.all(unique.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null)));
+  return new Map(found.filter(Boolean).map((e) => [e.id, e]));
+}
+
+// Whether an endpoint's event-type patterns take type `t`, as delivery decides: an exact type,
+// a `prefix.*` pattern or `*`; no patterns take every type.
+export const takesType = (patterns, t) =>
+  !patterns.length || patterns.some((p) => (p.endsWith("*") ? t.startsWith(p.slice(0, -1)) : p === t));
+
 export async function catalog() {
   if (!S.catalog) S.catalog = (await api("GET", "/v1/event-types")).items || [];
   return S.catalog;

@@ -3,7 +3,7 @@
 // The test sends the form's event types and the endpoint's channels, so it decides as delivery
 // does: types, then channels, then the filter.
 
-import { ApiError, api, enc } from "./api.js";
+import { ApiError, api, enc, takesType } from "./api.js";
 import { h, nextId, put } from "./dom.js";
 import { mono, parseJSON, pretty, relText, utc } from "./format.js";
 import { button, codeBlock, field, msg } from "./pieces.js";
@@ -60,7 +60,7 @@ export function filterEditor(ep, acc, types) {
   recentEvents(acc).then((list) => {
     events = new Map(list.map((e) => [e.id, e]));
     const wanted = types();
-    const takes = (t) => !wanted.length || wanted.some((p) => (p.endsWith("*") ? t.startsWith(p.slice(0, -1)) : p === t));
+    const takes = (t) => takesType(wanted, t);
     const option = (e) => h("option", { value: e.id, title: e.id }, label(e));
     const mine = list.filter((e) => takes(e.type));
     const others = list.filter((e) => !takes(e.type));

@@ -1,6 +1,6 @@
 // herald pages: incidents and the catalog.
 
-import { api, enc } from "./api.js";
+import { api, enc, endpointsById } from "./api.js";
 import { h, put } from "./dom.js";
 import { breakerPill, mono, num, pill, pretty, when } from "./format.js";
 import { account, codeBlock, endpointLink, field, href, link, loading, msg, select, table } from "./pieces.js";
@@ -23,9 +23,8 @@ export async function viewIncidents(ctx) {
   // All accounts (the console without one): the endpoints named here are read one by one.
   const allAccounts = APP === "console" && !acc;
   if (!acc) {
-    const ids = [...new Set([...(data.items || []).map((i) => i.endpoint_id), ...(data.held || []).map((x) => x.endpoint_id)])]
-      .filter((id) => id && !endpoints.has(id)).slice(0, 50);
-    for (const e of await Promise.all(ids.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null)))) if (e) endpoints.set(e.id, e);
+    const named = [...(data.items || []).map((i) => i.endpoint_id), ...(data.held || []).map((x) => x.endpoint_id)];
+    for (const [id, e] of await endpointsById(named.filter((id) => !endpoints.has(id)))) endpoints.set(id, e);
     if (ctx.stale()) return;
   }
   const sel = select([["1h", "Last hour"], ["24h", "Last 24 hours"], ["7d", "Last 7 days"]], since, { id: "inc-since" });

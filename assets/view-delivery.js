@@ -1,6 +1,6 @@
 // herald pages: one delivery, top to bottom; one event.
 
-import { ApiError, api, enc } from "./api.js";
+import { ApiError, api, enc, endpointsById } from "./api.js";
 import { h, nextId, put } from "./dom.js";
 import { mono, num, pill, pretty, utc, waitingText, when } from "./format.js";
 import { action, codeBlock, confirmDialog, copyButton, dl, endpointLink, errorBox, field, link, loading, msg, readOnly, select, table } from "./pieces.js";
@@ -183,9 +183,7 @@ export async function viewEvent(ctx, id) {
   if (!ev || ctx.stale()) return;
   if (APP === "console") S.account = ev.account_id;
   // The endpoints its deliveries went to, named as pages name them.
-  const ids = [...new Set((ev.deliveries || []).map((d) => d.endpoint_id).filter(Boolean))].slice(0, 50);
-  const endpoints = new Map((await Promise.all(ids.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null))))
-    .filter(Boolean).map((e) => [e.id, e]));
+  const endpoints = await endpointsById((ev.deliveries || []).map((d) => d.endpoint_id));
   if (ctx.stale()) return;
   renderTop(parseRoute());
   const out = h("div", { "aria-live": "polite" });

@@ -1,6 +1,6 @@
 // herald pages: endpoints: the list, one endpoint, its actions and snippets.
 
-import { api, catalog, enc } from "./api.js";
+import { api, catalog, enc, takesType } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
 import { breakerPill, count, mono, num, parseJSON, pct, pill, pretty, sentence, utc, when } from "./format.js";
@@ -281,7 +281,7 @@ export async function del(ep, out) {
 // it does not pass).
 export function testSection(ep, cat, onSent = async () => {}) {
   const patterns = ep.event_types || [];
-  const takes = (t) => !patterns.length || patterns.some((p) => (p.endsWith("*") ? t.startsWith(p.slice(0, -1)) : p === t));
+  const takes = (t) => takesType(patterns, t);
   const types = cat.filter((t) => t.sample !== null && t.sample !== undefined);
   const ordered = [
     ...types.filter((t) => takes(t.type) && !t.deprecated),

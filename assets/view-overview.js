@@ -1,6 +1,6 @@
 // herald pages: console: overview and accounts.
 
-import { api, enc } from "./api.js";
+import { api, enc, endpointsById } from "./api.js";
 import { minuteChart } from "./chart.js";
 import { h, nextId, put } from "./dom.js";
 import { age, breakerPill, bytes, count, duration, mono, num, pct, pill, utc, when } from "./format.js";
@@ -39,9 +39,7 @@ export async function viewOverview(ctx) {
   const breakers = st.open_breakers || [];
   const eps = (st.endpoints_last_hour || []).slice().sort((a, b) => a.success_rate - b.success_rate);
   // The status names endpoints by id: look up their URLs and accounts (a few dozen at most).
-  const ids = [...new Set([...breakers.map((b) => b.endpoint_id), ...eps.map((e) => e.endpoint_id)])].slice(0, 40);
-  const known = new Map((await Promise.all(ids.map((id) => api("GET", `/v1/endpoints/${enc(id)}`).catch(() => null))))
-    .filter(Boolean).map((e) => [e.id, e]));
+  const known = await endpointsById([...breakers.map((b) => b.endpoint_id), ...eps.map((e) => e.endpoint_id)], 40);
   if (ctx.stale()) return;
   const epCell = (id) => {
     const e = known.get(id);
