@@ -40,7 +40,7 @@ type Flush = (Vec<(String, Minute)>, Vec<(String, Millis)>);
 impl Unflushed {
     pub fn record(&mut self, endpoint_id: &str, now: Millis, status: Status, duration_ms: u64) {
         if status == Status::Delivered {
-            self.success(endpoint_id.to_string(), now);
+            self.success(endpoint_id, now);
         }
         let at = now.div_euclid(Minute::MS) * Minute::MS;
         let m = self
@@ -55,9 +55,14 @@ impl Unflushed {
         m.latency_max_ms = m.latency_max_ms.max(duration_ms);
     }
 
-    fn success(&mut self, endpoint_id: String, at: Millis) {
-        let kept = self.successes.entry(endpoint_id).or_insert(at);
-        *kept = (*kept).max(at);
+    /// Notes a success; the endpoint's id is copied only the first time since the last flush.
+    fn success(&mut self, endpoint_id: &str, at: Millis) {
+        match self.successes.get_mut(endpoint_id) {
+            Some(kept) => *kept = (*kept).max(at),
+            None => {
+                self.successes.insert(endpoint_id.to_string(), at);
+            }
+        }
     }
 
     /// Drops the counts of these endpoints (their account was purged).
@@ -89,7 +94,7 @@ impl Unflushed {
     /// Puts back last successes a flush could not keep (one per endpoint: bounded).
     fn put_back_successes(&mut self, successes: Vec<(String, Millis)>) {
         for (id, at) in successes {
-            self.success(id, at);
+            self.success(&id, at);
         }
     }
 
