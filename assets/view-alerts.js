@@ -3,7 +3,7 @@
 import { api, enc } from "./api.js";
 import { h, put } from "./dom.js";
 import { mono } from "./format.js";
-import { account, button, errorBox, field, fieldError, loading, msg, readOnly, reasonWords } from "./pieces.js";
+import { account, action, button, details, errorBox, field, fieldError, loading, msg, readOnly, reasonWords } from "./pieces.js";
 import { viewShell } from "./shell.js";
 import { APP, main } from "./state.js";
 import { needAccount } from "./view-endpoints.js";
@@ -70,5 +70,33 @@ export async function viewAlerts(ctx) {
       submit.disabled = false;
     }
   });
-  put(main, ...head, form);
+  put(main, ...head, form, testCard(acc));
+}
+
+// What a refused test mail means, by the API's code (docs/api.md, "Accounts").
+const TEST_WORDS = {
+  alerts_off: "Alert mails are off: the platform has not set up a mail server for them yet.",
+  no_alert_emails: "Save an address first: the test mail goes to the saved addresses.",
+  alert_cap_reached: "This account had as many alert mails this hour as it may get; try again next hour.",
+  mail_not_sent: "The mail server did not take the test mail.",
+};
+
+// "Send test alert": one mail to the saved addresses now, and what became of it.
+function testCard(acc) {
+  const out = h("div", { "aria-live": "polite" });
+  const send = action("Send test alert", async () => {
+    put(out, loading("Sending…"));
+    try {
+      const r = await api("POST", `/v1/accounts/${enc(acc)}/alerts/test`);
+      put(out, msg("ok", `Sent to ${r.sent_to.join(", ")}. It should arrive within a minute; check the spam folder if it does not.`));
+    } catch (err) {
+      const words = err.code && TEST_WORDS[err.code];
+      put(out, words ? msg("error", words, err.code === "mail_not_sent" ? details(err.message) : null) : errorBox(err));
+    }
+  });
+  return h("section", { class: "card", "aria-labelledby": "alerts-test-h" },
+    h("h2", { id: "alerts-test-h" }, "Test"),
+    h("p", { class: "hint" }, "Mail the saved addresses now, to check the mails reach them. " +
+      "A test mail counts toward the mails this account may get in an hour."),
+    h("div", { class: "actions" }, send), out);
 }

@@ -309,19 +309,72 @@ pub fn message(
     from: &Mailbox,
     to: &[lettre::Address],
 ) -> Result<Message, lettre::error::Error> {
-    // The sender's name is the brand, unless `alerts.from` names one.
+    plain(&f.brand, from, to, subject(f), body(f))
+}
+
+/// A plain-text mail from `from` (named by the brand, unless `alerts.from` names someone) to
+/// every address of `to`.
+fn plain(
+    brand: &str,
+    from: &Mailbox,
+    to: &[lettre::Address],
+    subject: String,
+    body: String,
+) -> Result<Message, lettre::error::Error> {
     let from = match &from.name {
         Some(_) => from.clone(),
-        None => Mailbox::new(Some(f.brand.clone()), from.email.clone()),
+        None => Mailbox::new(Some(brand.to_string()), from.email.clone()),
     };
     let mut builder = Message::builder()
         .from(from)
-        .subject(subject(f))
+        .subject(subject)
         .header(ContentType::TEXT_PLAIN);
     for a in to {
         builder = builder.to(Mailbox::new(None, a.clone()));
     }
-    builder.body(body(f))
+    builder.body(body)
+}
+
+/// What a test mail tells: whose addresses it proves, when, and where the portal is.
+#[derive(Debug, Clone)]
+pub struct TestFacts {
+    pub account_id: String,
+    pub at: Millis,
+    /// `server.public_url` + `/portal`, when the config names a public address.
+    pub portal: Option<String>,
+    /// `alerts.min_interval`, as written for people.
+    pub min_interval: String,
+    pub brand: String,
+}
+
+/// The test mail the account asked for: it says that it is a test, which mails the addresses
+/// get and why, and nothing of any endpoint.
+pub fn test_message(
+    f: &TestFacts,
+    from: &Mailbox,
+    to: &[lettre::Address],
+) -> Result<Message, lettre::error::Error> {
+    let subject = format!("[{}] Test of your webhook failure alerts", f.brand);
+    let mut body = format!(
+        "This is a test mail: someone asked for it from the webhook portal of account {} at          {}. Nothing is failing.\n\n\
+         When a webhook endpoint of this account starts failing, is disabled, or recovers, \
+         this address gets a mail like this one, naming the endpoint, its last error and how \
+         many deliveries wait. {} sends at most one \"failing\" mail per endpoint every {}.\n",
+        f.account_id,
+        rfc3339(f.at),
+        f.brand,
+        f.min_interval,
+    );
+    if let Some(portal) = &f.portal {
+        body.push_str(&format!(
+            "\nThe webhook portal: {portal} (open it from your platform's dashboard to sign in).\n"
+        ));
+    }
+    body.push_str(&format!(
+        "\nYou get this mail because your address is set for failure alerts on account {}.\n",
+        f.account_id
+    ));
+    plain(&f.brand, from, to, subject, body)
 }
 
 #[cfg(test)]

@@ -56,6 +56,8 @@ pub struct Trigger {
 #[derive(Clone)]
 pub struct Alerts {
     tx: Option<mpsc::Sender<Trigger>>,
+    /// What sends test mails ([`Alerts::send_test`]); `None` when alerts are off.
+    sender: Option<Arc<Sender>>,
     metrics: Arc<Metrics>,
     /// The background task, awaited once herald stops ([`Alerts::stopped`]).
     task: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
@@ -66,6 +68,7 @@ impl Alerts {
     pub fn off(metrics: Arc<Metrics>) -> Alerts {
         Alerts {
             tx: None,
+            sender: None,
             metrics,
             task: Arc::default(),
         }
@@ -98,6 +101,79 @@ impl Alerts {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
+    }
+}
+
+/// A test mail that went out: to whom, and when.
+#[derive(Debug)]
+pub struct TestSent {
+    pub to: Vec<String>,
+    pub at: Millis,
+}
+
+/// Why a test mail did not go out.
+#[derive(Debug)]
+pub enum TestRefused {
+    /// No `[alerts] smtp_url`: nothing is mailed.
+    Off,
+    /// The account has no address herald mails.
+    NoAddresses,
+    /// The account had `alerts.max_per_account_per_hour` (this many) mails this hour.
+    OverCap(u32),
+    /// The mail server did not take it (why, as the SMTP client says).
+    NotSent(String),
+    Store(crate::store::StoreError),
+}
+
+impl Alerts {
+    /// Sends the account's alert addresses a test mail now, once (no retries: the caller sees
+    /// what the mail server answered), counted toward the account's mails this hour like any
+    /// alert mail (docs/operations.md, "Failure alerts").
+    pub async fn send_test(&self, account_id: &str) -> Result<TestSent, TestRefused> {
+        let Some(s) = &self.sender else {
+            return Err(TestRefused::Off);
+        };
+        let emails = s
+            .store
+            .alert_emails(account_id)
+            .await
+            .map_err(TestRefused::Store)?;
+        let (to, _) = mail::recipients(&emails);
+        if to.is_empty() {
+            return Err(TestRefused::NoAddresses);
+        }
+        let at = s.clock.now_ms();
+        if !s
+            .store
+            .count_alert_mail(account_id, at, s.max_per_hour)
+            .await
+            .map_err(TestRefused::Store)?
+        {
+            s.metrics.alert(AlertResult::Suppressed);
+            return Err(TestRefused::OverCap(s.max_per_hour));
+        }
+        let facts = mail::TestFacts {
+            account_id: account_id.to_string(),
+            at,
+            portal: s.portal.clone(),
+            min_interval: humantime::format_duration(s.min_interval).to_string(),
+            brand: s.brand.clone(),
+        };
+        let message = mail::test_message(&facts, &s.from, &to).map_err(|e| {
+            s.metrics.alert(AlertResult::Failed);
+            TestRefused::NotSent(format!("the mail cannot be written: {e}"))
+        })?;
+        if let Err(why) = s.mailer.send(message).await {
+            s.metrics.alert(AlertResult::Failed);
+            tracing::warn!(account_id, error = %why, "test alert mail not sent");
+            return Err(TestRefused::NotSent(why));
+        }
+        s.metrics.alert(AlertResult::Sent);
+        tracing::info!(account_id, recipients = to.len(), "test alert mail sent");
+        Ok(TestSent {
+            to: to.iter().map(ToString::to_string).collect(),
+            at,
+        })
     }
 }
 
@@ -147,9 +223,10 @@ pub fn start(
         smtp_port = setup.server.port,
         "failure alerts by mail are on"
     );
-    let task = tokio::spawn(run(sender, rx, shutdown));
+    let task = tokio::spawn(run(sender.clone(), rx, shutdown));
     Ok(Alerts {
         tx: Some(tx),
+        sender: Some(sender),
         metrics,
         task: Arc::new(std::sync::Mutex::new(Some(task))),
     })

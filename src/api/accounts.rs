@@ -200,6 +200,48 @@ async fn account(state: &AppState, account_id: &str) -> Result<Value, ApiError> 
     }))
 }
 
+/// `POST /v1/accounts/{account_id}/alerts/test`: mails the account's alert addresses a test
+/// mail now and says to whom, or why not (docs/api.md).
+pub async fn test_alert(state: &Arc<AppState>, account_id: &str) -> Result<Resp, ApiError> {
+    use crate::alerts::TestRefused;
+    validate::account_id_str("account_id", account_id)?;
+    match state.engine.alerts().send_test(account_id).await {
+        Ok(sent) => Ok(json(
+            StatusCode::OK,
+            &json!({
+                "account_id": account_id,
+                "sent_to": sent.to,
+                "at": crate::clock::rfc3339(sent.at),
+            }),
+        )),
+        Err(TestRefused::Off) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "alerts_off",
+            "failure alert mails are off on this install: the operator sets [alerts] smtp_url \
+             to turn them on",
+        )),
+        Err(TestRefused::NoAddresses) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_alert_emails",
+            "the account has no alert address to mail; set alert_emails first",
+        )),
+        Err(TestRefused::OverCap(max)) => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "alert_cap_reached",
+            format!(
+                "the account had {max} alert mails this hour (alerts.max_per_account_per_hour); \
+                 try again in the next hour"
+            ),
+        )),
+        Err(TestRefused::NotSent(why)) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "mail_not_sent",
+            format!("the mail server did not take the test mail: {why}"),
+        )),
+        Err(TestRefused::Store(e)) => Err(e.into()),
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SecretBody {

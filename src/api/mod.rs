@@ -306,6 +306,7 @@ async fn handle(
         Id::AccountDelete => accounts::purge(state, p("account_id")).await,
         Id::AccountSecret => accounts::put_secret(state, req, p("account_id"), p("name")).await,
         Id::FilterTest => filters::test(state, req, p("account_id")).await,
+        Id::AlertTest => accounts::test_alert(state, p("account_id")).await,
         Id::PortalSessionCreate => sessions::create(state, req, p("account_id")).await,
         Id::PortalSessionDelete => sessions::delete(state, req, p("id")).await,
         Id::EventTypes => catalog::event_types(state),

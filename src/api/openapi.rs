@@ -471,6 +471,34 @@ fn portal_spec(id: Id) -> Option<Spec<'static>> {
                 ),
             ],
         ),
+        Id::AlertTest => (
+            "Mails the account's alert addresses a test mail now (one try), counted toward \
+             alerts.max_per_account_per_hour.",
+            vec![account()],
+            None,
+            vec![
+                (
+                    "200".into(),
+                    ok("Sent: to whom, and when.", r("AlertTestSent")),
+                ),
+                e(403, "A read-only portal session (code `read_only`)."),
+                e(
+                    409,
+                    "Alert mails are off (code `alerts_off`: no `[alerts] smtp_url`), or the \
+                     account has no alert address (code `no_alert_emails`).",
+                ),
+                e(422, "An invalid account id."),
+                e(
+                    429,
+                    "The account's alert mails this hour reached the cap (code \
+                     `alert_cap_reached`).",
+                ),
+                e(
+                    502,
+                    "The mail server did not take it (code `mail_not_sent`).",
+                ),
+            ],
+        ),
         Id::PortalSessionCreate => (
             "Mints a portal session (a link) for the account's customer.",
             vec![account()],
@@ -884,6 +912,12 @@ fn account_schemas(m: &mut Map<String, Value>) {
             "account_id": {"type": "string"},
             "purged": {"type": "object", "required": ["events", "deliveries", "endpoints"], "properties": {
                 "events": {"type": "integer"}, "deliveries": {"type": "integer"}, "endpoints": {"type": "integer"}}}}}));
+    m.insert(
+        "AlertTestSent".into(),
+        json!({"type": "object", "required": ["account_id", "sent_to", "at"], "properties": {
+            "account_id": {"type": "string"},
+            "sent_to": {"type": "array", "items": {"type": "string"}}, "at": time()}}),
+    );
     m.insert("AccountSummary".into(), json!({"allOf": [r("Account"), {"type": "object", "properties": {"endpoints": {"type": "integer"}}}]}));
     m.insert("PortalSessionRequest".into(), json!({"type": "object", "properties": {"ttl": {"type": "string"}, "read_only": {"type": "boolean"}}}));
     m.insert("PortalSessionCreated".into(), json!({"type": "object", "required": ["id", "token", "url", "account_id", "read_only", "expires_at"], "properties": {

@@ -45,6 +45,7 @@ pub enum Id {
     AccountDelete,
     AccountSecret,
     FilterTest,
+    AlertTest,
     PortalSessionCreate,
     PortalSessionDelete,
     EventTypes,
@@ -145,6 +146,12 @@ pub static ROUTES: &[Route] = &[
         "/v1/accounts/{account_id}/filter-test",
         Access::Account,
         Id::FilterTest,
+    ),
+    route(
+        Method::POST,
+        "/v1/accounts/{account_id}/alerts/test",
+        Access::Account,
+        Id::AlertTest,
     ),
     route(
         Method::POST,

@@ -161,6 +161,11 @@ impl Engine {
         })
     }
 
+    /// Failure alert mails: where the API sends an account's test mail.
+    pub fn alerts(&self) -> &crate::alerts::Alerts {
+        &self.alerts
+    }
+
     /// Announces the id of each delivery whose attempt is recorded from now on.
     pub fn subscribe_attempts(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.attempted.subscribe()

@@ -743,3 +743,158 @@ async fn a_branded_install_mails_in_its_brand_and_never_names_herald() {
         mails[2].body()
     );
 }
+
+/// `POST /v1/accounts/{id}/alerts/test`: the account's people get a test mail at once, the
+/// caller hears whether the mail server took it, and test mails count toward the account's
+/// hourly cap, so the button cannot flood the addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_alert_is_mailed_at_once_and_counts_toward_the_accounts_hour() {
+    let ca = TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let w = World::start_manual_with_ca(
+        ca,
+        "",
+        &alerts_table(&smtp, "max_per_account_per_hour = 2\n"),
+        T0,
+    )
+    .await;
+    let h = &w.herald;
+    let test = "/v1/accounts/acme/alerts/test";
+    let (status, v) = h.admin("POST", test, None).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("no_alert_emails")),
+        "{v}"
+    );
+    set_emails(&w, "acme", json!(["ops@acme.test", "oncall@acme.test"])).await;
+    let session = |read_only: bool| async move {
+        let (_, s) = h
+            .admin(
+                "POST",
+                "/v1/accounts/acme/portal-sessions",
+                Some(json!({ "read_only": read_only })),
+            )
+            .await;
+        s["token"].as_str().unwrap().to_string()
+    };
+    let (token, read_only) = (session(false).await, session(true).await);
+
+    // The account's own session sends it: both addresses, one mail, at once.
+    let (status, v) = h.call("POST", test, Some(&token), None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["account_id"], "acme");
+    assert_eq!(v["sent_to"], json!(["ops@acme.test", "oncall@acme.test"]));
+    assert_eq!(v["at"], "2026-12-02T12:00:00.000Z");
+    let mails = smtp.wait_for(1, SETTLE).await;
+    let m = &mails[0];
+    let mut to = m.rcpt_tos.clone();
+    to.sort();
+    assert_eq!(to, ["oncall@acme.test", "ops@acme.test"]);
+    assert_eq!(
+        m.header("Subject").as_deref(),
+        Some("[herald] Test of your webhook failure alerts")
+    );
+    let body = m.body();
+    assert!(body.contains("This is a test mail"), "{body}");
+    assert!(body.contains("account acme"), "{body}");
+    assert!(body.contains("Nothing is failing."), "{body}");
+    wait_metric(h, "sent", 1).await;
+
+    // A read-only session may not; another account's session does not see the account.
+    let (status, v) = h.call("POST", test, Some(&read_only), None).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("read_only"))
+    );
+    let (_, other) = h
+        .admin(
+            "POST",
+            "/v1/accounts/other/portal-sessions",
+            Some(json!({})),
+        )
+        .await;
+    let (status, _) = h.call("POST", test, other["token"].as_str(), None).await;
+    assert_eq!(status, 404);
+
+    // The second fills the hour's cap of 2; the third is refused and not mailed.
+    let (status, v) = h.admin("POST", test, None).await;
+    assert_eq!(status, 200, "{v}");
+    smtp.wait_for(2, SETTLE).await;
+    let (status, v) = h.admin("POST", test, None).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("alert_cap_reached")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_per_account_per_hour")),
+        "{v}"
+    );
+    wait_metric(h, "suppressed", 1).await;
+    assert_eq!(smtp.mails().len(), 2, "a refused test mail was sent");
+
+    // A failing endpoint's mail in the same hour is over the cap too: the test mails counted.
+    let recv = Receiver::https(&w.ca, behaviour(|_, _| Reply::status(500)));
+    w.endpoint("acme", &recv.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    open_breaker(&w, "acme").await;
+    wait_metric(h, "suppressed", 2).await;
+    assert_eq!(smtp.mails().len(), 2, "a mail over the cap was sent");
+
+    // The next clock hour has room again.
+    h.clock.set(T0 + HOUR);
+    let (status, v) = h.admin("POST", test, None).await;
+    assert_eq!(status, 200, "{v}");
+    smtp.wait_for(3, SETTLE).await;
+}
+
+/// Without `[alerts] smtp_url` a test mail is `409 alerts_off`; a mail server that refuses it
+/// is `502 mail_not_sent`, saying what the server answered, counted `failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_alert_says_when_alerts_are_off_or_the_mail_server_refuses() {
+    let off = World::start("", "").await;
+    set_emails_on(&off.herald, "acme").await;
+    let (status, v) = off
+        .herald
+        .admin("POST", "/v1/accounts/acme/alerts/test", None)
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("alerts_off")),
+        "{v}"
+    );
+
+    let ca = TestCa::new();
+    let refusing = SmtpSink::refusing(&ca);
+    let w = World::start_manual_with_ca(ca, "", &alerts_table(&refusing, ""), T0).await;
+    set_emails_on(&w.herald, "acme").await;
+    let (status, v) = w
+        .herald
+        .admin("POST", "/v1/accounts/acme/alerts/test", None)
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (502, Some("mail_not_sent")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("554")),
+        "the server's answer: {v}"
+    );
+    wait_metric(&w.herald, "failed", 1).await;
+}
+
+async fn set_emails_on(h: &impl HeraldApi, account: &str) {
+    let (status, v) = h
+        .admin(
+            "PUT",
+            &format!("/v1/accounts/{account}"),
+            Some(json!({ "alert_emails": ["ops@acme.test"] })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}

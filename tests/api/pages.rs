@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use common::herald::ADMIN_TOKEN;
+use common::smtp::{Mode, SmtpSink};
 use common::{behaviour, first_delivery, HeraldApi, Receiver, Reply, World};
 
 const XSS_IMG: &str = "<img src=x onerror=alert(1)>";
@@ -88,7 +89,14 @@ async fn portal_and_console_work_in_a_real_browser() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     require_browser_stack(&root);
 
-    let w = World::start("", TABLES).await;
+    // Failure alerts mail a real SMTP server: the Alerts view's test mail must reach it.
+    let ca = common::TestCa::new();
+    let smtp = SmtpSink::start(&ca, Mode::StartTls);
+    let alerts = format!(
+        "{TABLES}\n[alerts]\nsmtp_url = {}\nfrom = \"alerts@platform.test\"\nmax_per_account_per_hour = 1000\n",
+        common::toml_string(&smtp.url())
+    );
+    let w = World::start_with_ca(ca, "", &alerts).await;
     // "/fail..." answers 500 with an HTML body (it must show as text), "/gone..." 410 Gone;
     // anything else 200.
     let rx = Receiver::https(
@@ -236,6 +244,22 @@ async fn portal_and_console_work_in_a_real_browser() {
         ("RECEIVER_URL", rx.url("/ok/new")),
     ];
     run_browser_script(&root, "tests/browser/test_pages.py", &envs, &w.herald).await;
+    let tests: Vec<_> = smtp
+        .mails()
+        .into_iter()
+        .filter(|m| {
+            m.header("Subject").as_deref() == Some("[herald] Test of your webhook failure alerts")
+        })
+        .collect();
+    assert_eq!(
+        tests.len(),
+        1,
+        "the Alerts view's test mail: {:?}",
+        smtp.mails()
+    );
+    let mut to = tests[0].rcpt_tos.clone();
+    to.sort();
+    assert_eq!(to, ["oncall@customer.test", "ops@customer.test"]);
     println!(
         "setup {:.1}s, browser {:.1}s; screenshots in {}",
         setup.as_secs_f64(),

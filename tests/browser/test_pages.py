@@ -734,6 +734,12 @@ def customer_sets_alert_addresses_with_field_errors(page):
     status, a, _ = api("GET", f"/v1/accounts/{ACCOUNT}")
     check(a["alert_emails"] == ["ops@customer.test", "oncall@customer.test"], f"saved addresses: {a}")
     check(a["plan"] == before["plan"], f"saving addresses changed the plan: {before} -> {a}")
+    # A test mail to the saved addresses (the Rust side reads it from its SMTP server).
+    test = button(page, "Send test alert")
+    test.click()
+    expect(page.locator("main .msg.ok").last).to_contain_text("Sent to ops@customer.test, oncall@customer.test")
+    check(page.evaluate("document.activeElement && document.activeElement.textContent") == "Send test alert",
+          "focus left the Send test alert button")
     shot(page, "portal-alerts")
 
 

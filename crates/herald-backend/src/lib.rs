@@ -398,6 +398,19 @@ impl Alerts for Backend {
         both_async!(self, Alerts::claim_alert, (claim))
     }
 
+    async fn count_alert_mail(
+        &self,
+        account_id: &str,
+        now: Millis,
+        max_per_hour: u32,
+    ) -> Result<bool, StoreError> {
+        both_async!(
+            self,
+            Alerts::count_alert_mail,
+            (account_id, now, max_per_hour)
+        )
+    }
+
     async fn give_back_alert(
         &self,
         endpoint_id: &str,

@@ -4,9 +4,11 @@
 //! (schema version 8), changed together only by updates conditional on what the node read, so
 //! one mail is claimed by one node of the cluster and the hourly cap holds across them.
 
+use deadpool_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
 
 use super::PgStore;
+use herald_core::clock::Millis;
 use herald_core::policy::alerts::{self, AlertClaim, AlertHour, AlertMark, Claimed};
 use herald_store::contract::Alerts;
 use herald_store::StoreError;
@@ -100,13 +102,42 @@ impl Alerts for PgStore {
                 Ok(n) => n,
                 Err(gone_or_error) => return gone_or_error,
             };
-            let hour_written = write_hour(&tx, &c, hour, counted).await?;
+            let hour_written = write_hour(&tx, c.account_id, hour, counted).await?;
             if marked == 1 && hour_written == 1 {
                 tx.commit().await?;
                 return Ok(Claimed::Send { before, after });
             }
             // Another node claimed first: its transaction is done, decide again on what it left.
             tx.rollback().await?;
+        }
+    }
+
+    /// [`herald_store::contract::Alerts::count_alert_mail`]: read the account's hour, count,
+    /// and write it conditional on what was read (else count again on what another node left).
+    async fn count_alert_mail(
+        &self,
+        account_id: &str,
+        now: Millis,
+        max_per_hour: u32,
+    ) -> Result<bool, StoreError> {
+        let client = self.db.client().await?;
+        loop {
+            let hour = client
+                .query_opt(
+                    "SELECT hour, mails FROM alert_hours WHERE account_id = $1",
+                    &[&account_id],
+                )
+                .await?
+                .map(|row| AlertHour {
+                    hour: row.get(0),
+                    mails: u32::try_from(row.get::<_, i32>(1)).unwrap_or(0),
+                });
+            let Some(counted) = alerts::count(hour.unwrap_or_default(), now, max_per_hour) else {
+                return Ok(false);
+            };
+            if write_hour(&client, account_id, hour, counted).await? == 1 {
+                return Ok(true);
+            }
         }
     }
 
@@ -184,8 +215,8 @@ async fn write_mark(
 /// Writes the account's count of mails this hour as `counted`, only if it is still as read
 /// (`hour`): how many rows it wrote (0: another node counted first).
 async fn write_hour(
-    tx: &tokio_postgres::Transaction<'_>,
-    c: &AlertClaim<'_>,
+    tx: &impl GenericClient,
+    account_id: &str,
     hour: Option<AlertHour>,
     counted: AlertHour,
 ) -> Result<u64, StoreError> {
@@ -195,7 +226,7 @@ async fn write_hour(
             tx.execute(
                 "INSERT INTO alert_hours (account_id, hour, mails) VALUES ($1, $2, $3)
                  ON CONFLICT (account_id) DO NOTHING",
-                &[&c.account_id, &counted.hour, &mails],
+                &[&account_id, &counted.hour, &mails],
             )
             .await?
         }
@@ -204,7 +235,7 @@ async fn write_hour(
                 "UPDATE alert_hours SET hour = $2, mails = $3
                  WHERE account_id = $1 AND hour = $4 AND mails = $5",
                 &[
-                    &c.account_id,
+                    &account_id,
                     &counted.hour,
                     &mails,
                     &was.hour,

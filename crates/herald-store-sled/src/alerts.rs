@@ -11,6 +11,7 @@ use sled::Transactional;
 
 use super::accounts::AccountRecord;
 use super::{SledStore, StoreError};
+use herald_core::clock::Millis;
 use herald_core::policy::alerts::{self, AlertClaim, AlertHour, AlertMark, Claimed};
 use herald_store::contract::Alerts;
 use std::future::ready;
@@ -97,6 +98,31 @@ impl SledStore {
         }
     }
 
+    /// [`herald_store::contract::Alerts::count_alert_mail`]: a compare-and-swap of the
+    /// account's hour, tried again on what another caller left.
+    pub fn count_alert_mail(
+        &self,
+        account_id: &str,
+        now: Millis,
+        max_per_hour: u32,
+    ) -> Result<bool, StoreError> {
+        let marks = &self.inner.trees.alert_marks;
+        let key = hour_key(account_id);
+        loop {
+            let kept = marks.get(&key)?;
+            let hour: AlertHour = read(kept.clone())?;
+            let Some(counted) = alerts::count(hour, now, max_per_hour) else {
+                return Ok(false);
+            };
+            if marks
+                .compare_and_swap(&key, kept, Some(write(&counted)?))?
+                .is_ok()
+            {
+                return Ok(true);
+            }
+        }
+    }
+
     /// [`herald_store::contract::Accounts::give_back_alert`]: a compare-and-swap, which never
     /// brings back a mark a deletion removed.
     pub fn give_back_alert(
@@ -152,6 +178,20 @@ impl Alerts for SledStore {
         claim: AlertClaim<'_>,
     ) -> impl Future<Output = Result<Claimed, StoreError>> + Send {
         ready(SledStore::claim_alert(self, &claim))
+    }
+
+    fn count_alert_mail(
+        &self,
+        account_id: &str,
+        now: Millis,
+        max_per_hour: u32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        ready(SledStore::count_alert_mail(
+            self,
+            account_id,
+            now,
+            max_per_hour,
+        ))
     }
 
     fn give_back_alert(

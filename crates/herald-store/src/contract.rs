@@ -307,6 +307,18 @@ pub trait Alerts {
         claim: AlertClaim<'_>,
     ) -> impl Future<Output = Result<Claimed, StoreError>> + Send;
 
+    /// Counts one mail that no endpoint's mark governs (a test mail the account asked for)
+    /// toward the account's mails this UTC clock hour, as [`Alerts::claim_alert`] counts its
+    /// own: `true` if fewer than `max_per_hour` were counted and this one is; `false` (nothing
+    /// changed) if the hour's cap is reached. Atomic over any number of callers on any nodes,
+    /// like a claim. Flushed as a claim is.
+    fn count_alert_mail(
+        &self,
+        account_id: &str,
+        now: Millis,
+        max_per_hour: u32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Gives back a claim whose mail was given up: the endpoint's mark goes back from
     /// `after` to `before`, only if it is still `after` (no claim came since) and the
     /// endpoint still has one; the account's hourly count keeps the mail. `true` if it went

@@ -408,6 +408,65 @@ pub async fn alert_mails_are_capped_per_account_per_hour_and_a_claim_can_be_give
     );
 }
 
+/// A mail no endpoint's mark governs (a test mail) counts toward the same hourly cap as the
+/// claims, exactly up to the cap however many callers count at once, per account and per
+/// clock hour.
+pub async fn a_mail_without_an_endpoint_counts_toward_the_accounts_hour<H: Harness>(s: Subject<H>) {
+    let store = &*s.store;
+    let hour = 3_600_000;
+    let first_hour = START - START.rem_euclid(hour);
+    store
+        .create_endpoint(endpoint(EP_A, "acct"), 20)
+        .await
+        .unwrap();
+    assert!(
+        claim_of(store, EP_A, AlertKind::Disabled, START, 3).await,
+        "{}: the first mail of the hour is claimed",
+        s.name
+    );
+    let mut counts = tokio::task::JoinSet::new();
+    for _ in 0..5 {
+        let store = s.store.clone();
+        counts.spawn(async move { store.count_alert_mail("acct", START, 3).await.unwrap() });
+    }
+    let mut counted = 0;
+    while let Some(c) = counts.join_next().await {
+        counted += usize::from(c.unwrap());
+    }
+    assert_eq!(
+        counted, 2,
+        "{}: one claim and two test mails fill 3",
+        s.name
+    );
+    assert_eq!(
+        claim_for(store, EP_A, AlertKind::Failing, START + 1, 3).await,
+        Claimed::OverCap,
+        "{}: the test mails count toward the claims' cap",
+        s.name
+    );
+    assert!(
+        store.count_alert_mail("other", START, 3).await.unwrap(),
+        "{}: another account has its own hour",
+        s.name
+    );
+    assert!(
+        store
+            .count_alert_mail("acct", first_hour + hour, 3)
+            .await
+            .unwrap(),
+        "{}: the next clock hour has room again",
+        s.name
+    );
+    assert!(
+        !store
+            .count_alert_mail("acct", first_hour + hour, 0)
+            .await
+            .unwrap(),
+        "{}: a cap of 0 counts nothing",
+        s.name
+    );
+}
+
 pub async fn a_breaker_changes_one_change_at_a_time_and_open_ones_are_listed<H: Harness>(
     s: Subject<H>,
 ) {

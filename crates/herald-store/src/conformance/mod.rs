@@ -397,6 +397,7 @@ macro_rules! conformance_tests {
             accounts::plans_secrets_and_quotas_are_kept_per_account,
             accounts::alert_addresses_stay_apart_from_the_plan_and_an_alert_is_claimed_once,
             accounts::alert_mails_are_capped_per_account_per_hour_and_a_claim_can_be_given_back,
+            accounts::a_mail_without_an_endpoint_counts_toward_the_accounts_hour,
             accounts::a_breaker_changes_one_change_at_a_time_and_open_ones_are_listed,
             accounts::a_portal_session_opens_until_it_expires_or_is_revoked,
             accounts::a_rate_limit_bucket_gives_its_burst_then_one_token_per_interval,
