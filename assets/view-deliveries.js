@@ -53,6 +53,7 @@ export async function viewDeliveries(ctx) {
   const endpoints = new Map(eps.map((e) => [e.id, e]));
 
   const f = {
+    q: q.get("q") || "",
     endpoint_id: q.get("endpoint_id") || "",
     event_type: q.get("event_type") || "",
     state: q.get("state") || "",
@@ -77,7 +78,11 @@ export async function viewDeliveries(ctx) {
   const toCtl = h("input", { type: "datetime-local", id: "flt-to", step: "1", value: f.until ? localInput(Date.parse(f.until)) : "" });
   const custom = h("div", { class: "custom-range", hidden: f.range !== "custom" },
     field("From", fromCtl), field("To", toCtl));
+  // One box for an event id, a delivery id or a text in the payload (the API's `q`).
+  const searchCtl = h("input", { type: "search", id: "flt-q", class: "mono", value: f.q, maxlength: "200",
+    spellcheck: "false", autocomplete: "off", placeholder: "evt_…, dlv_… or text in the payload" });
   const form = h("form", { class: "filters", role: "search", "aria-label": "Filter deliveries" },
+    h("div", { class: "search-field" }, field("Search", searchCtl, "An event id, a delivery id, or a text the payload holds (case matters).")),
     field("Endpoint", epCtl), field("Event type", typeCtl), field("State", stateCtl), field("Status", statusCtl),
     field("Time range", rangeCtl), custom,
     h("div", { class: "filter-actions" }, button("Apply", null, { type: "submit", kind: "small" }), button("Clear", () => {
@@ -88,6 +93,7 @@ export async function viewDeliveries(ctx) {
   const current = () => {
     const r = rangeCtl.value;
     return {
+      q: searchCtl.value.trim(),
       endpoint_id: epCtl.value.trim(), event_type: typeCtl.value, state: stateCtl.value, status: statusCtl.value, range: r,
       since: r === "custom" ? toIso(fromCtl.value) : "", until: r === "custom" ? toIso(toCtl.value) : "",
     };
@@ -101,13 +107,15 @@ export async function viewDeliveries(ctx) {
   };
   form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
   for (const el of [epCtl, typeCtl, stateCtl, statusCtl, rangeCtl, fromCtl, toCtl]) el.addEventListener("change", apply);
+  // The search goes on Enter (the form's submit), and when the box is cleared.
+  searchCtl.addEventListener("search", () => { if (!searchCtl.value) apply(); });
 
   let loadGen = 0;
   async function load(c) {
     const my = ++loadGen;
     const params = new URLSearchParams();
     if (APP === "console" && acc) params.set("account_id", acc);
-    for (const k of ["endpoint_id", "event_type", "state", "status"]) if (c[k]) params.set(k, c[k]);
+    for (const k of ["q", "endpoint_id", "event_type", "state", "status"]) if (c[k]) params.set(k, c[k]);
     if (RANGE_MS[c.range]) params.set("since", new Date(Date.now() - RANGE_MS[c.range]).toISOString());
     if (c.range === "custom") {
       if (c.since) params.set("since", c.since);
@@ -117,7 +125,8 @@ export async function viewDeliveries(ctx) {
     const limit = Number(q.get("limit"));
     params.set("limit", String(Number.isInteger(limit) && limit >= 1 && limit <= 500 ? limit : 50));
     put(results, loading());
-    const filtered = ["endpoint_id", "event_type", "state", "status", "range"].some((k) => c[k]);
+    const narrowed = ["endpoint_id", "event_type", "state", "status", "range"].some((k) => c[k]);
+    const filtered = narrowed || !!c.q;
     let page;
     try {
       page = await api("GET", `/v1/deliveries?${params}`);
@@ -128,34 +137,46 @@ export async function viewDeliveries(ctx) {
     if (my !== loadGen || ctx.stale()) return;
     const items = page.items || [];
     if (!items.length && !page.next_cursor) {
-      put(results, h("p", { class: "empty" }, filtered
-        ? "No deliveries match these filters — widen the time range or clear a filter."
-        : ["No deliveries yet — ", eps.length || !acc ? "send a test event from an endpoint's page." : readOnly() ? "no endpoint is set up." : link("Create endpoint", "/endpoints/new"), eps.length || !acc ? "" : " first, then send a test event."]));
+      put(results, h("p", { class: "empty" }, c.q
+        ? `Nothing found for “${c.q}”${narrowed ? " with these filters" : ""} — check the id, or search a shorter text (case matters).`
+        : filtered
+          ? "No deliveries match these filters — widen the time range or clear a filter."
+          : ["No deliveries yet — ", eps.length || !acc ? "send a test event from an endpoint's page." : readOnly() ? "no endpoint is set up." : link("Create endpoint", "/endpoints/new"), eps.length || !acc ? "" : " first, then send a test event."]));
       return;
     }
     const t = deliveriesTable(items, endpoints, { accountCol: APP === "console" && !acc });
     const tbody = t.querySelector("tbody");
     const count = h("p", { class: "muted count" });
     let shown = items.length;
-    const setCount = (more) => { count.textContent = `${shown} ${shown === 1 ? "delivery" : "deliveries"} shown${more ? " — newest first; more below" : ""}`; };
-    setCount(!!page.next_cursor);
+    // A text search reads at most the newest 10,000 events a page: it says so, and goes on
+    // through older ones only when asked.
+    let searched = 0;
+    const setCount = (more, limited) => {
+      searched += limited ? 10000 : 0;
+      count.textContent = `${shown} ${shown === 1 ? "delivery" : "deliveries"} ${c.q ? "found" : "shown"}` + (limited
+        ? ` in the newest ${searched.toLocaleString("en")} events searched`
+        : more ? " — newest first; more below" : "");
+    };
+    setCount(!!page.next_cursor, page.search_limited);
     const pager = h("div", { class: "pager" });
     let cursor = page.next_cursor;
-    const more = action("Load more", async () => {
+    const moreButton = (limited) => action(limited ? "Search older events" : "Load more", async () => {
       params.set("cursor", cursor);
       try {
         const next = await api("GET", `/v1/deliveries?${params}`);
         if (my !== loadGen || ctx.stale()) return;
         for (const d of next.items || []) tbody.append(deliveryRow(d, endpoints, { accountCol: APP === "console" && !acc }));
         shown += (next.items || []).length;
+        t.hidden = !shown;
         cursor = next.next_cursor;
-        setCount(!!cursor);
-        if (!cursor) put(pager, h("p", { class: "muted" }, "That is all."));
+        setCount(!!cursor, next.search_limited);
+        put(pager, cursor ? moreButton(next.search_limited) : h("p", { class: "muted" }, "That is all."));
       } catch (err) {
-        put(pager, errorBox(err), more);
+        put(pager, errorBox(err), moreButton(limited));
       }
     });
-    if (cursor) pager.append(more);
+    t.hidden = !shown;
+    if (cursor) pager.append(moreButton(page.search_limited));
     put(results, count, t, pager);
   }
 

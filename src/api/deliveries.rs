@@ -21,6 +21,8 @@ use crate::store::DeliveryFilter;
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
+/// The longest search (`q`), in bytes.
+const MAX_QUERY: usize = 200;
 
 pub async fn list(
     state: &Arc<AppState>,
@@ -30,12 +32,23 @@ pub async fn list(
     let mut filter = DeliveryFilter::default();
     let mut limit = DEFAULT_LIMIT;
     let mut cursor = None;
+    let mut search = None;
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         let v = v.into_owned();
         if v.is_empty() {
             continue;
         }
         match k.as_ref() {
+            "q" => {
+                let q = v.trim();
+                if q.len() > MAX_QUERY {
+                    return Err(ApiError::field(
+                        "q",
+                        format!("q is {} bytes; a search is at most {MAX_QUERY}", q.len()),
+                    ));
+                }
+                search = Some(q.to_string()).filter(|q| !q.is_empty());
+            }
             "account_id" => {
                 validate::account_id_lookup("account_id", &v)?;
                 filter.account_id = Some(v)
@@ -82,12 +95,71 @@ pub async fn list(
     }
     // A portal session sees its own account's log only.
     scope.narrow(&mut filter.account_id)?;
-    let (items, next) = state.store.list_deliveries(filter, limit, cursor).await?;
+    let (items, next, limited) = match search {
+        Some(q) if ids::is_valid(EVENT, &q) || ids::is_valid(DELIVERY, &q) => {
+            let (items, next) = by_id(state, &filter, &q, limit, cursor.as_deref()).await?;
+            (items, next, false)
+        }
+        Some(q) => {
+            filter.text = Some(q);
+            let (items, next) = state.store.list_deliveries(filter, limit, cursor).await?;
+            // A short page with a cursor stopped at the events a search looks at.
+            let limited = items.len() < limit && next.is_some();
+            (items, next, limited)
+        }
+        None => {
+            let (items, next) = state.store.list_deliveries(filter, limit, cursor).await?;
+            (items, next, false)
+        }
+    };
     let items = views(state, &items).await;
     Ok(json(
         StatusCode::OK,
-        &json!({"items": items, "next_cursor": next}),
+        &json!({"items": items, "next_cursor": next, "search_limited": limited}),
     ))
+}
+
+/// A search for an event's or a delivery's id (`q`): its deliveries that pass the other
+/// filters, newest first, a page of `limit` below `cursor`.
+async fn by_id(
+    state: &AppState,
+    filter: &DeliveryFilter,
+    id: &str,
+    limit: usize,
+    cursor: Option<&str>,
+) -> Result<(Vec<Delivery>, Option<String>), ApiError> {
+    let mut found = if ids::is_valid(EVENT, id) {
+        state
+            .store
+            .event_with_deliveries(id)
+            .await?
+            .map(|(_, _, deliveries)| deliveries)
+            .unwrap_or_default()
+    } else {
+        state.store.delivery(id).await?.into_iter().collect()
+    };
+    let below = cursor.and_then(|c| ids::parse(DELIVERY, c));
+    found.retain(|d| {
+        let at = ids::parse(DELIVERY, &d.id).unwrap_or(0);
+        below.is_none_or(|c| at < c) && passes(filter, d, ids::ulid_ms(at))
+    });
+    found.sort_by(|a, b| b.id.cmp(&a.id));
+    let next = (found.len() > limit).then(|| found[limit - 1].id.clone());
+    found.truncate(limit);
+    Ok((found, next))
+}
+
+/// Whether the delivery, of an event received at `at`, passes the filter's fields.
+fn passes(f: &DeliveryFilter, d: &Delivery, at: i64) -> bool {
+    f.account_id.as_ref().is_none_or(|a| *a == d.account_id)
+        && f.endpoint_id
+            .as_ref()
+            .is_none_or(|e| d.endpoint_id.as_ref() == Some(e))
+        && f.event_type.as_ref().is_none_or(|t| *t == d.event_type)
+        && f.state.is_none_or(|s| s == d.state)
+        && f.status.is_none_or(|s| d.last_status == Some(s))
+        && f.since.is_none_or(|s| at >= s)
+        && f.until.is_none_or(|u| at < u)
 }
 
 /// The delivery view; a pending delivery that waits for its endpoint's circuit breaker shows

@@ -721,6 +721,12 @@ fn log_spec(id: Id) -> Option<Spec<'static>> {
                 ),
                 query("event_type", "Only this type.", json!({"type": "string"})),
                 query(
+                    "q",
+                    "A search: an event id, a delivery id, or a text its event's payload holds \
+                     (exactly; at most the newest 10,000 events per page are looked at).",
+                    json!({"type": "string", "maxLength": 200}),
+                ),
+                query(
                     "state",
                     "Only this state.",
                     json!({"enum": DeliveryState::ALL.map(|s| s.as_str())}),
@@ -1058,7 +1064,11 @@ fn log_schemas(m: &mut Map<String, Value>) {
         json!({"allOf": [r("Delivery"), {"type": "object", "required": ["attempts"], "properties": {
             "attempts": {"type": "array", "items": r("Attempt")}}}]}),
     );
-    m.insert("DeliveryList".into(), json!(list_of("Delivery")));
+    m.insert("DeliveryList".into(), json!({"type": "object", "required": ["items", "next_cursor", "search_limited"], "properties": {
+        "items": {"type": "array", "items": r("Delivery")},
+        "next_cursor": {"type": ["string", "null"]},
+        "search_limited": {"type": "boolean"},
+    }}));
     m.insert("Event".into(), json!({"type": "object", "required": ["id", "account_id", "type", "received_at", "payload", "deliveries"], "properties": {
             "id": {"type": "string"}, "account_id": {"type": "string"}, "type": {"type": "string"},
             "received_at": time(), "idempotency_key": {"type": "string"}, "payload": {"type": "object"},

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use common::herald::INGEST_TOKEN;
-use common::{behaviour, first_delivery, wait_until, Receiver, Reply, World};
+use common::{behaviour, first_delivery, wait_until, HeraldApi, Receiver, Reply, World};
 
 /// Long enough for a local delivery on a loaded 2-core machine.
 const SETTLE: Duration = Duration::from_secs(15);
@@ -1093,4 +1093,156 @@ fn without_health(mut v: Value) -> Value {
         }
     }
     v
+}
+
+// --- search ----------------------------------------------------------------------------------
+
+/// `GET /v1/deliveries?q=`: one box finds an event by id, a delivery by id, or the deliveries
+/// of the events whose payload holds a text (its bytes exactly), with the other filters and
+/// within a portal session's own account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_search_box_finds_an_event_id_a_delivery_id_or_a_text_in_the_payload() {
+    let w = World::start("", "").await;
+    let h = &w.herald;
+    let a = w
+        .ingest(
+            "acme",
+            "order.created",
+            json!({"order_id": "ord_5005", "customer": "alice@example.test"}),
+        )
+        .await;
+    let (e1, d1) = (
+        a["event_id"].as_str().unwrap().to_string(),
+        first_delivery(&a),
+    );
+    let d2 = first_delivery(
+        &w.ingest("acme", "order.created", json!({"order_id": "ord_6006"}))
+            .await,
+    );
+    let d3 = first_delivery(
+        &w.ingest("globex", "order.created", json!({"order_id": "ord_5005"}))
+            .await,
+    );
+
+    let search = |query: String, token: Option<String>| async move {
+        let (status, list) = h
+            .call(
+                "GET",
+                &format!("/v1/deliveries?{query}"),
+                token.as_deref().or(Some(common::herald::ADMIN_TOKEN)),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "?{query}: {list}");
+        assert_eq!(list["search_limited"], false, "?{query}: {list}");
+        assert_eq!(list["next_cursor"], Value::Null, "?{query}: {list}");
+        ids(&list)
+    };
+    assert_eq!(
+        search("account_id=acme&q=ord_5005".into(), None).await,
+        [d1.as_str()]
+    );
+    assert_eq!(
+        search("q=alice%40example.test".into(), None).await,
+        [d1.as_str()]
+    );
+    assert_eq!(
+        search("q=ord_5005".into(), None).await,
+        [d3.as_str(), d1.as_str()],
+        "every account's, newest first"
+    );
+    assert_eq!(
+        search(format!("q={e1}"), None).await,
+        [d1.as_str()],
+        "an event id"
+    );
+    assert_eq!(
+        search(format!("q=%20{d2}%20"), None).await,
+        [d2.as_str()],
+        "a delivery id, trimmed"
+    );
+    assert!(
+        search("q=ORD_5005".into(), None).await.is_empty(),
+        "case matters"
+    );
+    assert!(
+        search("q=ord_5005&event_type=order.paid".into(), None)
+            .await
+            .is_empty(),
+        "with the other filters"
+    );
+    assert!(
+        search(format!("q={e1}&state=delivered"), None)
+            .await
+            .is_empty(),
+        "an id with the other filters"
+    );
+
+    // A portal session searches its own account only, by text and by id.
+    let (_, session) = h
+        .admin("POST", "/v1/accounts/acme/portal-sessions", Some(json!({})))
+        .await;
+    let token = session["token"].as_str().map(str::to_string);
+    assert_eq!(
+        search("q=ord_5005".into(), token.clone()).await,
+        [d1.as_str()]
+    );
+    assert!(
+        search(format!("q={d3}"), token.clone()).await.is_empty(),
+        "another account's delivery"
+    );
+
+    // Without q the answer says nothing was searched.
+    let (_, list) = h.admin("GET", "/v1/deliveries?account_id=acme", None).await;
+    assert_eq!(list["search_limited"], false, "{list}");
+    let long = "x".repeat(201);
+    assert_error(
+        &h.admin("GET", &format!("/v1/deliveries?q={long}"), None)
+            .await,
+        422,
+        "invalid_field",
+        Some("q"),
+        "a search over 200 bytes",
+    );
+}
+
+/// A search looks at no more than the account's newest 10,000 events per page and says so:
+/// `search_limited`, and a cursor from which the next page searches the older ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_looks_at_the_newest_10000_events_and_says_so() {
+    let w = World::start("", "").await;
+    let h = &w.herald;
+    let old = first_delivery(
+        &w.ingest("acme", "order.created", json!({"note": "needle-42"}))
+            .await,
+    );
+    for batch in 0..10 {
+        let events: Vec<Value> = (0..1000)
+            .map(|i| json!({"account_id": "acme", "type": "order.created", "payload": {"n": batch * 1000 + i}}))
+            .collect();
+        let (status, answer) = h.ingest_batch(json!(events)).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    // Another account's events do not count toward acme's 10,000.
+    w.ingest("globex", "order.created", json!({"n": 1})).await;
+    let (status, first) = h
+        .admin("GET", "/v1/deliveries?account_id=acme&q=needle-42", None)
+        .await;
+    assert_eq!(status, 200, "{first}");
+    assert!(ids(&first).is_empty(), "{first}");
+    assert_eq!(first["search_limited"], true, "{first}");
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a cursor to search on");
+    let (status, second) = h
+        .admin(
+            "GET",
+            &format!("/v1/deliveries?account_id=acme&q=needle-42&cursor={cursor}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(ids(&second), [old]);
+    assert_eq!(second["search_limited"], false, "{second}");
+    assert_eq!(second["next_cursor"], Value::Null, "{second}");
 }

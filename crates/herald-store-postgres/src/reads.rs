@@ -12,7 +12,7 @@ use super::PgStore;
 use herald_core::ids::{self, DELIVERY, ENDPOINT, EVENT};
 use herald_core::model::{Attempt, Delivery, DeliveryState, EventMeta, Status};
 use herald_store::contract::DeliveryLog;
-use herald_store::{DeliveryFilter, StoreError};
+use herald_store::{DeliveryFilter, StoreError, SEARCH_EVENTS};
 
 /// A delivery's columns, in the order [`delivery_from`] reads them.
 pub(super) const DELIVERY_COLUMNS: &str = "d.id, d.event_id, d.endpoint_id, d.account_id,
@@ -28,6 +28,7 @@ fn list_query(
     filter: &DeliveryFilter,
     limit: usize,
     cursor: Option<&str>,
+    floor: Option<u128>,
 ) -> Option<(String, Params)> {
     let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
     let mut params: Params = Vec::new();
@@ -83,12 +84,86 @@ fn list_query(
             Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
         );
     }
+    // A search: the events its page may look at start at `floor`, and the payload holds the
+    // text (its bytes, exactly).
+    if let Some(floor) = floor {
+        bind(
+            &mut sql,
+            " AND d.event_id >= ?",
+            Box::new(floor.to_be_bytes().to_vec()),
+        );
+    }
+    if let Some(text) = &filter.text {
+        bind(
+            &mut sql,
+            " AND EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id
+                            AND position(? IN e.payload) > 0)",
+            Box::new(text.as_bytes().to_vec()),
+        );
+    }
     bind(
         &mut sql,
         " ORDER BY d.id DESC LIMIT ?",
         Box::new(limit as i64),
     );
     Some((sql, params))
+}
+
+/// The oldest event a search's page may look at: the [`SEARCH_EVENTS`]th newest of the
+/// filter's account (every account's without one) at or below the cursor's event, within the
+/// time bounds; `None` when there are fewer (the page may look at all of them).
+async fn search_floor(
+    client: &deadpool_postgres::Object,
+    filter: &DeliveryFilter,
+    cursor: Option<&str>,
+) -> Result<Option<u128>, StoreError> {
+    let mut sql = String::from("SELECT e.id FROM events e WHERE true");
+    let mut params: Params = Vec::new();
+    let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
+        params.push(value);
+        sql.push_str(&clause.replace('?', &format!("${}", params.len())));
+    };
+    if let Some((event, _)) = cursor
+        .and_then(|c| ids::parse(DELIVERY, c))
+        .and_then(ids::event_of)
+    {
+        bind(
+            &mut sql,
+            " AND e.id <= ?",
+            Box::new(event.to_be_bytes().to_vec()),
+        );
+    }
+    if let Some(a) = &filter.account_id {
+        bind(&mut sql, " AND e.account_id = ?", Box::new(a.clone()));
+    }
+    if let Some(since) = filter.since {
+        bind(
+            &mut sql,
+            " AND e.id >= ?",
+            Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
+        );
+    }
+    if let Some(until) = filter.until {
+        bind(
+            &mut sql,
+            " AND e.id < ?",
+            Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
+        );
+    }
+    bind(
+        &mut sql,
+        " ORDER BY e.id DESC OFFSET ? LIMIT 1",
+        Box::new(SEARCH_EVENTS as i64 - 1),
+    );
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    client
+        .query_opt(&sql, &refs)
+        .await?
+        .map(|r| ulid_from(r.get(0)))
+        .transpose()
 }
 
 pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
@@ -235,25 +310,30 @@ impl DeliveryLog for PgStore {
         limit: usize,
         cursor: Option<String>,
     ) -> Result<(Vec<Delivery>, Option<String>), StoreError> {
-        let Some((sql, params)) = list_query(&filter, limit, cursor.as_deref()) else {
+        let client = self.db.client().await?;
+        let floor = match filter.text {
+            Some(_) => search_floor(&client, &filter, cursor.as_deref()).await?,
+            None => None,
+        };
+        let Some((sql, params)) = list_query(&filter, limit, cursor.as_deref(), floor) else {
             return Ok((Vec::new(), None));
         };
         let refs: Vec<&(dyn ToSql + Sync)> = params
             .iter()
             .map(|p| p.as_ref() as &(dyn ToSql + Sync))
             .collect();
-        let items: Vec<Delivery> = self
-            .db
-            .client()
-            .await?
+        let items: Vec<Delivery> = client
             .query(&sql, &refs)
             .await?
             .iter()
             .map(delivery_from)
             .collect::<Result<_, _>>()?;
-        let next = (items.len() == limit)
-            .then(|| items.last().map(|d| d.id.clone()))
-            .flatten();
+        let next = match (items.len() == limit, floor) {
+            (true, _) => items.last().map(|d| d.id.clone()),
+            // A search that looked at all the events it may: the next page starts below them.
+            (false, Some(floor)) => Some(ids::format(DELIVERY, ids::delivery_of(floor, 0))),
+            (false, None) => None,
+        };
         Ok((items, next))
     }
 

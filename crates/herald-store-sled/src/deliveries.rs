@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::blocking;
-use super::codec::{self, AttemptRecord, Pending};
+use super::codec::{self, AttemptRecord, EventRecord, Pending};
 use super::key;
 use super::{
     lane_of, Changed, Claim, DeliveryFilter, DueDelivery, Inner, Lane, Place, SledStore,
@@ -17,7 +17,7 @@ use herald_core::model::{Attempt, Delivery, DeliveryState, EventMeta};
 use herald_core::policy::ordering;
 use herald_store::contract::DeliveryChanges;
 use herald_store::contract::DeliveryLog;
-use herald_store::Fence;
+use herald_store::{Fence, SEARCH_EVENTS};
 use std::future::ready;
 use std::future::Future;
 
@@ -457,9 +457,10 @@ impl SledStore {
         let mut out = Vec::new();
         let mut last_seen = None;
         let mut scanned = 0;
+        let mut searched = 0;
         for item in events {
             let (event, v, place) = item?;
-            let (rec, _) = self.inner.decode_event(event, &v, &place)?;
+            let (rec, inline) = self.inner.decode_event(event, &v, &place)?;
             let m = &rec.meta;
             let top = match start {
                 Some((e, index)) if e == event => index.min(rec.targets.len()),
@@ -473,6 +474,21 @@ impl SledStore {
                     .event_type
                     .as_ref()
                     .is_none_or(|t| *t == m.event_type);
+            if let Some(text) = &filter.text {
+                if searched == SEARCH_EVENTS {
+                    return Ok((out, last_seen));
+                }
+                searched += 1;
+                if !fixed
+                    || !self
+                        .inner
+                        .payload_holds(event, &rec, inline, &place, text)?
+                {
+                    // Passed over whole: the next page starts below its deliveries.
+                    last_seen = Some(ids::format(DELIVERY, ids::delivery_of(event, 0)));
+                    continue;
+                }
+            }
             for index in (0..top).rev() {
                 if scanned >= LIST_SCAN_BUDGET {
                     return Ok((out, last_seen));
@@ -494,6 +510,34 @@ impl SledStore {
             }
         }
         Ok((out, None))
+    }
+}
+
+impl Inner {
+    /// Whether the event's payload (inline in its row, else in its chunks' rows) holds `text`.
+    fn payload_holds(
+        &self,
+        event: u128,
+        rec: &EventRecord,
+        inline: Option<&[u8]>,
+        place: &Place,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        let text = text.as_bytes();
+        let holds =
+            |payload: &[u8]| text.is_empty() || payload.windows(text.len()).any(|w| w == text);
+        if let Some(payload) = inline {
+            return Ok(holds(payload));
+        }
+        if rec.payload_inline {
+            return Ok(holds(&[]));
+        }
+        let mut payload = Vec::with_capacity(rec.payload_len);
+        self.each_row(place, &key::of(key::CHUNK, event), |_, v| {
+            payload.extend_from_slice(v);
+            Ok(())
+        })?;
+        Ok(holds(&payload))
     }
 }
 

@@ -400,7 +400,9 @@ pub trait DeliveryLog {
     /// A page of at most `limit` deliveries matching `filter`, newest first, and the cursor of
     /// the next page. A page may be short (a bounded look at the log) while more follow: only a
     /// `None` cursor ends the list. Deliveries ingested after the first page never appear on a
-    /// later one.
+    /// later one. With [`DeliveryFilter::text`] a page looks at no more than
+    /// [`super::SEARCH_EVENTS`] events: one that stopped there, short of `limit`, has the cursor
+    /// of the next event to look at.
     fn list_deliveries(
         &self,
         filter: DeliveryFilter,

@@ -119,6 +119,10 @@ pub struct DueDelivery {
     pub payload: Bytes,
 }
 
+/// A search of the log by payload text ([`DeliveryFilter::text`]) looks at no more than this
+/// many events per page.
+pub const SEARCH_EVENTS: usize = 10_000;
+
 /// Which deliveries a list asks for.
 #[derive(Debug, Default, Clone)]
 pub struct DeliveryFilter {
@@ -129,6 +133,9 @@ pub struct DeliveryFilter {
     pub status: Option<Status>,
     pub since: Option<Millis>,
     pub until: Option<Millis>,
+    /// Only deliveries of events whose payload holds these bytes, exactly (case matters). A
+    /// page then looks at no more than [`SEARCH_EVENTS`] events, newest first from the cursor.
+    pub text: Option<String>,
 }
 
 /// What a change of a delivery did ([`super::DeliveryLog::change_delivery`]).

@@ -40,6 +40,86 @@ pub async fn a_delivery_changes_through_its_change_or_says_why_not<H: Harness>(s
     assert_eq!(missing, Changed::NotFound, "{}", s.name);
 }
 
+/// A search by payload text lists the deliveries of the events whose payload holds it, its
+/// bytes exactly (case matters; a large payload's too), within the filter's account; a page
+/// looks at no more than [`crate::SEARCH_EVENTS`] events, and one that stopped there has a
+/// cursor from which the next page goes on.
+pub async fn a_search_finds_payload_text_looking_at_a_bounded_number_of_events<H: Harness>(
+    s: Subject<H>,
+) {
+    let store = &*s.store;
+    let with = |account: &str, payload: Vec<u8>| {
+        let mut e = event(account, None, s.clock.now_ms());
+        e.payload = Bytes::from(payload);
+        e.targets = vec![lane_of(Some(EP_A))];
+        e
+    };
+    let needle = b"{\"order\":\"needle-77\"}".to_vec();
+    let mut large = format!("{{\"pad\":\"{}\",\"order\":\"", "x".repeat(300_000)).into_bytes();
+    large.extend_from_slice(b"needle-77\"}");
+    let ingest = |events: Vec<NewEvent>| async move {
+        store
+            .ingest_events(events)
+            .await
+            .unwrap()
+            .iter()
+            .map(|o| created(o).1[0].id.clone())
+            .collect::<Vec<_>>()
+    };
+    let oldest = ingest(vec![with("a", large)]).await;
+    let filler: Vec<NewEvent> = (0..crate::SEARCH_EVENTS)
+        .map(|i| with("a", format!("{{\"order\":\"other-{i}\"}}").into_bytes()))
+        .collect();
+    ingest(filler).await;
+    ingest(vec![with("a", b"{\"order\":\"NEEDLE-77\"}".to_vec())]).await;
+    ingest(vec![with("b", needle.clone())]).await;
+    let newest = ingest(vec![with("a", needle)]).await;
+
+    let search = |cursor: Option<String>| async move {
+        let filter = DeliveryFilter {
+            account_id: Some("a".into()),
+            text: Some("needle-77".into()),
+            ..Default::default()
+        };
+        store.list_deliveries(filter, 50, cursor).await.unwrap()
+    };
+    // The newest SEARCH_EVENTS of account a: the newest event only (not the other case's, not
+    // account b's); the page stopped there with a cursor.
+    let (page, next) = search(None).await;
+    let ids: Vec<String> = page.into_iter().map(|d| d.id).collect();
+    assert_eq!(ids, newest, "{}", s.name);
+    assert!(
+        next.is_some(),
+        "{}: a search that stopped has a cursor",
+        s.name
+    );
+    // The next page looks at the rest: the oldest event's large payload holds it too.
+    let (page, next) = search(next).await;
+    let ids: Vec<String> = page.into_iter().map(|d| d.id).collect();
+    assert_eq!(ids, oldest, "{}", s.name);
+    assert_eq!(next, None, "{}: all looked at", s.name);
+    // Every account's log: account b's event is found too.
+    let filter = DeliveryFilter {
+        text: Some("needle-77".into()),
+        ..Default::default()
+    };
+    let (page, _) = store.list_deliveries(filter, 1, None).await.unwrap();
+    assert_eq!(page[0].id, newest[0], "{}", s.name);
+    let (page, _) = store
+        .list_deliveries(
+            DeliveryFilter {
+                text: Some("needle-77".into()),
+                ..Default::default()
+            },
+            2,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 2, "{}", s.name);
+    assert_eq!(page[1].account_id, "b", "{}", s.name);
+}
+
 pub async fn the_log_lists_newest_first_through_filters_and_cursors<H: Harness>(s: Subject<H>) {
     let store = &*s.store;
     let mut ids = Vec::new();

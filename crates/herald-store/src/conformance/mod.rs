@@ -404,6 +404,7 @@ macro_rules! conformance_tests {
             accounts::applications_and_kept_answers_are_per_account_and_go_with_a_purge,
             log::a_delivery_changes_through_its_change_or_says_why_not,
             log::the_log_lists_newest_first_through_filters_and_cursors,
+            log::a_search_finds_payload_text_looking_at_a_bounded_number_of_events,
             log::an_attempt_is_recorded_with_what_follows_it_in_one_write,
             log::minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed,
             log::the_newest_last_success_is_kept_until_its_endpoint_goes,
