@@ -139,6 +139,7 @@ export function attemptsTable(list, opened) {
 
 export function attemptDetail(a) {
   const hdrs = Object.entries(a.request_headers || {});
+  const answered = Object.entries(a.response_headers || {});
   return h("div", { class: "attempt-detail" },
     dl([
       ["Attempt id", mono(a.id)],
@@ -150,6 +151,9 @@ export function attemptDetail(a) {
     h("h3", null, "Request headers"),
     hdrs.length ? table(["Header", "Value"], hdrs.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", { class: "break" }, mono(v)))), { caption: "Request headers" })
       : h("p", { class: "muted" }, "No request was sent (the attempt was decided without one)."),
+    h("h3", null, "Response headers"),
+    answered.length ? table(["Header", "Value"], answered.map(([k, v]) => h("tr", null, h("td", null, mono(k)), h("td", { class: "break" }, mono(v)))), { caption: "Response headers" })
+      : h("p", { class: "muted" }, a.http_status ? "None kept (this attempt was recorded before they were)." : "No response."),
     h("h3", null, "Response excerpt"),
     a.response_body ? codeBlock(a.response_body, { label: "Response body excerpt" }) : h("p", { class: "muted" }, "(empty)"));
 }

@@ -434,6 +434,10 @@ fn recorded_attempt(event_id: &str, delivery_id: &str, endpoint_id: &str, at: i6
             h("herald-endpoint-id", endpoint_id.into()),
         ],
         response_body: "ok".into(),
+        response_headers: vec![
+            h("content-length", "2".into()),
+            h("date", "Sun, 06 Dec 2026 12:00:00 GMT".into()),
+        ],
         url: None,
         manual: false,
     }

@@ -1044,7 +1044,9 @@ fn log_schemas(m: &mut Map<String, Value>) {
             "duration_ms": {"type": "integer"}, "status": {"enum": statuses},
             "http_status": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
             "request_headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "response_body": {"type": "string"}, "url": {"type": ["string", "null"]},
+            "response_body": {"type": "string"},
+            "response_headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "url": {"type": ["string", "null"]},
             "manual": {"type": "boolean"}}}),
     );
     m.insert("Delivery".into(), json!({"type": "object", "required": ["id", "event_id", "endpoint_id", "account_id", "event_type", "state", "last_status", "attempt_count", "next_attempt_at", "created_at"], "properties": {

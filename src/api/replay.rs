@@ -276,6 +276,7 @@ mod tests {
                 error: None,
                 request_headers: Vec::new(),
                 response_body: String::new(),
+                response_headers: Vec::new(),
                 url: None,
                 manual: false,
             };

@@ -199,6 +199,7 @@ impl Engine {
             error: None,
             request_headers: Vec::new(),
             response_body: String::new(),
+            response_headers: Vec::new(),
             url: None,
             manual: false,
         }
@@ -219,7 +220,7 @@ impl Engine {
             attempt: number,
             delivery_id: Some(&d.id),
         };
-        let (outcome, recorded) = self.send_message(endpoint, &msg, payload, at).await;
+        let (mut outcome, recorded) = self.send_message(endpoint, &msg, payload, at).await;
         let attempt = Attempt {
             id: ids::new_id(ATTEMPT, at),
             number,
@@ -230,6 +231,7 @@ impl Engine {
             error: outcome.error.clone(),
             request_headers: recorded,
             response_body: String::from_utf8_lossy(&outcome.body).into_owned(),
+            response_headers: std::mem::take(&mut outcome.headers),
             url: Some(endpoint.url.clone()),
             manual: d.manual,
         };
@@ -291,6 +293,7 @@ impl Engine {
                     retry_after: None,
                     error: Some(e.message),
                     body: Vec::new(),
+                    headers: Vec::new(),
                     duration: Duration::ZERO,
                 };
                 return (outcome, Vec::new());

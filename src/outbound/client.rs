@@ -67,7 +67,40 @@ pub struct Outcome {
     pub error: Option<String>,
     /// At most `response_body_limit` bytes of the response body.
     pub body: Vec<u8>,
+    /// The response's headers as kept ([`kept_headers`]); empty without a response.
+    pub headers: Vec<(String, String)>,
     pub duration: Duration,
+}
+
+/// A response keeps at most this many of its headers (docs/delivery-contract.md)...
+pub const KEPT_HEADERS: usize = 32;
+/// ...and at most this many bytes of their names and values together.
+pub const KEPT_HEADER_BYTES: usize = 4096;
+
+/// The response's headers as an attempt keeps them: in the order received, a name's values
+/// joined by `, `, the first [`KEPT_HEADERS`] names whose names and values fit
+/// [`KEPT_HEADER_BYTES`] together (the rest are left out whole: a value is never cut).
+pub fn kept_headers(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for name in headers.keys() {
+        if kept.len() == KEPT_HEADERS {
+            break;
+        }
+        let mut value = String::new();
+        for (i, v) in headers.get_all(name).iter().enumerate() {
+            if i > 0 {
+                value.push_str(", ");
+            }
+            value.push_str(&String::from_utf8_lossy(v.as_bytes()));
+        }
+        bytes += name.as_str().len() + value.len();
+        if bytes > KEPT_HEADER_BYTES {
+            break;
+        }
+        kept.push((name.as_str().to_string(), value));
+    }
+    kept
 }
 
 /// (https, host, port, the client certificate's SHA-256 if one is presented).
@@ -310,6 +343,7 @@ fn fail(start: Instant, status: Status, error: String) -> Outcome {
         retry_after: None,
         error: Some(error),
         body: Vec::new(),
+        headers: Vec::new(),
         duration: start.elapsed(),
     }
 }
@@ -351,6 +385,7 @@ fn answered(
             Outcome {
                 http_status: Some(code),
                 body,
+                headers: kept_headers(&head.headers),
                 ..fail(start, Status::ConnectionError, e)
             },
             false,
@@ -380,6 +415,7 @@ fn answered(
             retry_after,
             error,
             body,
+            headers: kept_headers(&head.headers),
             duration: start.elapsed(),
         },
         complete,

@@ -360,9 +360,9 @@ async fn the_archive_of_format_4_restores_and_a_later_one_carries_last_successes
         assert!(ok, "{to}: herald backup: {out}");
         let bytes = std::fs::read(&archive).unwrap();
         assert_eq!(
-            find(&bytes, b"herald-backup 5\n"),
+            find(&bytes, b"herald-backup 6\n"),
             Some(0),
-            "{to}: format 5"
+            "{to}: format 6"
         );
         let again = dir
             .path()
@@ -381,6 +381,85 @@ async fn the_archive_of_format_4_restores_and_a_later_one_carries_last_successes
         assert_eq!(
             ep["last_success_at"], shown,
             "{to}: restored with its last success"
+        );
+    }
+}
+
+/// An archive of format 5 (tests/fixtures/backup/format-5.herald-backup, taken of the format-12
+/// data directory: the last without attempts' response headers) restores into either store, its
+/// attempts with no response headers; a backup taken after a delivery carries the headers its
+/// attempt kept, and a restore of that one keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_of_format_5_restores_and_a_later_one_carries_response_headers() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-5.herald-backup");
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "herald restore --check: {out}");
+    assert!(out.contains("format 5"), "{out}");
+    let tables = "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+                  [retry_policies]\nslow = [\"1h\"]\n[plans.basic]\nper_minute = 1000\n";
+    let ok_ep = "ep_01M96N2JMXFAMXVNH5JZC1X4G0";
+    let recv = Receiver::http(behaviour(|_, _| {
+        Reply::status(200).with_header("x-receiver-id", "rcv-5")
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    for (to, launch, storage) in restore_targets(dir.path()) {
+        let (ok, out) = restore_to(&to, &fixture).await;
+        assert!(ok, "herald restore --to {to}: {out}");
+        let h = Herald::start_with(&format!("{tables}{storage}"), launch).await;
+        let (_, list) = h
+            .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
+            .await;
+        let old = list["items"][0]["id"]
+            .as_str()
+            .expect("a delivery")
+            .to_string();
+        let (_, d) = h.admin("GET", &format!("/v1/deliveries/{old}"), None).await;
+        assert_eq!(d["attempts"][0]["http_status"], json!(200), "{to}: {d}");
+        assert_eq!(d["attempts"][0]["response_headers"], json!({}), "{to}: {d}");
+        let (status, _) = h
+            .admin(
+                "PATCH",
+                &format!("/v1/endpoints/{ok_ep}"),
+                Some(json!({"url": recv.url("/hook")})),
+            )
+            .await;
+        assert_eq!(status, 200, "{to}");
+        let (status, answer) = h
+            .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+            .await;
+        assert_eq!(status, 202, "{to}: {answer}");
+        let new = common::first_delivery(&answer);
+        let path = format!("/v1/deliveries/{new}");
+        common::wait_until(
+            Duration::from_secs(20),
+            "the attempt is recorded",
+            || async { h.admin("GET", &path, None).await.1["state"] == "delivered" },
+        )
+        .await;
+        let archive = dir
+            .path()
+            .join(format!("headers-{}.backup", to.split(':').next().unwrap()));
+        let config = backup_config(&h, dir.path());
+        let (ok, out) = backup_to(&config, &archive).await;
+        assert!(ok, "{to}: herald backup: {out}");
+        let again = dir
+            .path()
+            .join(format!("headers-again-{}", to.split(':').next().unwrap()));
+        let (ok, out) = restore_to(&format!("sled:{}", again.display()), &archive).await;
+        assert!(ok, "{to}: restore of the later backup: {out}");
+        let h2 = Herald::start_with(
+            &format!("{tables}[storage]\nbackend = \"sled\"\n"),
+            Launch {
+                storage: Some(again),
+                ..Launch::default()
+            },
+        )
+        .await;
+        let (_, d) = h2.admin("GET", &path, None).await;
+        assert_eq!(
+            d["attempts"][0]["response_headers"]["x-receiver-id"], "rcv-5",
+            "{to}: restored with its response headers: {d}"
         );
     }
 }

@@ -465,3 +465,58 @@ async fn an_endpoint_never_has_more_than_max_in_flight_per_endpoint_requests_at_
     // Never three at once; and two at once did happen (the limit, not a lack of work, set it).
     assert_eq!(most_at_once(&arrivals, HELD), 2);
 }
+
+/// Each attempt keeps its response's headers: in the order received, a repeated name's values
+/// joined by `, `, at most 32 names and 4 KiB of names and values (whole headers only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_keeps_the_responses_headers_up_to_32_and_4_kib() {
+    let w = World::start("", FAST).await;
+    let few = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| {
+            Reply::status(503)
+                .with_header("x-request-id", "req-1")
+                .with_header("set-cookie", "a=1")
+                .with_header("set-cookie", "b=2")
+        }),
+    );
+    w.endpoint("acc", &few.url("/hook"), json!({"retry_policy": "none"}))
+        .await;
+    let id = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "failed", SETTLE).await;
+    let kept = &d["attempts"][0]["response_headers"];
+    assert_eq!(kept["x-request-id"], "req-1", "{d}");
+    assert_eq!(kept["set-cookie"], "a=1, b=2", "{d}");
+    assert!(kept["content-length"].is_string(), "{d}");
+
+    // 40 headers of 200 bytes: the first that fit 4 KiB, in order, never more than 32.
+    let many = Receiver::https(
+        &w.ca,
+        behaviour(|_, _| {
+            (0..40).fold(Reply::status(200), |r, i| {
+                r.with_header(format!("x-h{i:02}"), "v".repeat(200))
+            })
+        }),
+    );
+    w.endpoint("many", &many.url("/hook"), json!({})).await;
+    let id = first_delivery(&w.ingest("many", "t.x", json!({})).await);
+    let d = w.wait_state(&id, "delivered", SETTLE).await;
+    let kept = d["attempts"][0]["response_headers"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{d}"));
+    let bytes: usize = kept
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().unwrap().len())
+        .sum();
+    assert!(
+        kept.len() <= 32 && bytes <= 4096,
+        "{} names, {bytes} bytes",
+        kept.len()
+    );
+    let ours: Vec<&String> = kept.keys().filter(|k| k.starts_with("x-h")).collect();
+    assert!(ours.len() >= 15, "{ours:?}");
+    let expected: Vec<String> = (0..ours.len()).map(|i| format!("x-h{i:02}")).collect();
+    let mut sorted: Vec<String> = ours.iter().map(|k| k.to_string()).collect();
+    sorted.sort();
+    assert_eq!(sorted, expected, "the first ones, whole");
+}

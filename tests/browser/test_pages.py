@@ -668,6 +668,10 @@ def payload_and_response_body_render_as_text(page, b):
     expect(detail.locator("pre")).to_contain_text(XSS_SCRIPT)
     expect(detail).to_contain_text("webhook-signature")
     expect(detail).to_contain_text("500")
+    # The receiver's answer's headers, beside its body.
+    answered = detail.get_by_role("table", name="Response headers")
+    expect(answered).to_contain_text("content-type")
+    expect(answered).to_contain_text("text/html")
     # An older attempt opens on demand.
     toggles = page.locator("button.disclose")
     if toggles.count() > 1:

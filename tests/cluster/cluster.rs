@@ -1112,6 +1112,61 @@ async fn a_version_11_database_keeps_last_successes_from_now_on() {
     assert_eq!(pg.sql(&kept, "herald"), "0", "gone with its account");
 }
 
+/// A database at schema version 12 (tests/fixtures/cluster7: the last version before attempts
+/// kept their response's headers) migrates to this herald's: its attempts read with none, and
+/// the next attempt's are kept in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_12_database_keeps_response_headers_from_now_on() {
+    let (pg, url) = fixture_database_in("cluster7", 12);
+    let recv = Receiver::http(common::behaviour(|_, _| {
+        common::Reply::status(200).with_header("x-receiver-id", "rcv-7")
+    }));
+    move_endpoint(&pg, "acct_ok", &recv.url("/ok"));
+    let node = node_on_fixture(&pg, &url, "").await;
+    let (status, list) = node
+        .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let old = list["items"][0]["id"]
+        .as_str()
+        .expect("a delivery")
+        .to_string();
+    let (_, d) = node
+        .admin("GET", &format!("/v1/deliveries/{old}"), None)
+        .await;
+    assert_eq!(d["attempts"][0]["http_status"], json!(200), "{d}");
+    assert_eq!(
+        d["attempts"][0]["response_headers"],
+        json!({}),
+        "version 12 kept none: {d}"
+    );
+    let (status, answer) = node
+        .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let new = common::first_delivery(&answer);
+    let path = format!("/v1/deliveries/{new}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the attempt is recorded",
+        || async { node.admin("GET", &path, None).await.1["state"] == "delivered" },
+    )
+    .await;
+    let (_, d) = node.admin("GET", &path, None).await;
+    assert_eq!(
+        d["attempts"][0]["response_headers"]["x-receiver-id"], "rcv-7",
+        "{d}"
+    );
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM attempts WHERE response_headers::text LIKE '%rcv-7%'",
+            "herald"
+        ),
+        "1",
+        "kept in the database"
+    );
+}
+
 /// `/v1/status`'s `endpoints_last_hour` is every node's: each node attempts one delivery to the
 /// endpoint, and either node's status counts both (from the minutes the store keeps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

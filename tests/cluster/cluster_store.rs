@@ -280,6 +280,7 @@ async fn a_lapsed_lease_passes_to_another_node_and_fences_the_first() {
         error: None,
         request_headers: vec![("webhook-id".into(), "msg".into())],
         response_body: "ok".into(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };
@@ -751,6 +752,7 @@ async fn end_all(node: &PgStore, clock: &ManualClock, state: DeliveryState) -> u
             error: None,
             request_headers: vec![("webhook-id".into(), d.id.clone())],
             response_body: "{}".into(),
+            response_headers: Vec::new(),
             url: None,
             manual: false,
         };
@@ -1389,6 +1391,7 @@ fn delivered(d: &herald::model::Delivery, now: i64) -> (herald::model::Delivery,
         error: None,
         request_headers: vec![],
         response_body: String::new(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };

@@ -365,6 +365,7 @@ async fn purged_leaves_nothing<H: Harness<Store = Backend>>(s: Subject<H>) {
         error: None,
         request_headers: Vec::new(),
         response_body: String::new(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Herald, Receiver};
+use common::{behaviour, Herald, Receiver, Reply};
 use serde_json::json;
 
 /// The fixture's config, as far as its data needs it (plain http and loopback endpoints, its
@@ -99,7 +99,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11];
+const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11, 12];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -547,8 +547,8 @@ async fn a_format_10_data_directory_serves_its_accounts_as_applications() {
 
     assert_eq!(
         restarted_migrations(&mut h).await,
-        2,
-        "the steps to formats 11 and 12, none at the second start"
+        3,
+        "the steps to formats 11, 12 and 13, none at the second start"
     );
 }
 
@@ -591,9 +591,75 @@ async fn a_format_11_data_directory_keeps_last_successes_from_now_on() {
     let shown = h.admin("GET", &path, None).await.1["last_success_at"].clone();
     assert_eq!(
         restarted_migrations(&mut h).await,
-        1,
-        "the step once, at the first start"
+        2,
+        "the steps to formats 12 and 13 once, at the first start"
     );
     let (_, ep) = h.admin("GET", &path, None).await;
     assert_eq!(ep["last_success_at"], shown, "kept through a restart: {ep}");
+}
+
+/// Format 12 (tests/fixtures/format12, see its README: the last format before attempts kept
+/// their response's headers) opens in this herald in one logged step: its attempts read with
+/// no response headers, and the next attempt keeps them, through a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_12_data_directory_keeps_response_headers_from_now_on() {
+    let tables = format!("{FIXTURE_TABLES}[plans.basic]\nper_minute = 1000\n");
+    let (mut h, _data) = on_fixture(&tables, "format12").await;
+    h.wait_for_log(
+        "storage migrated from format 12 to format 13",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (status, list) = h
+        .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let old = list["items"][0]["id"]
+        .as_str()
+        .expect("a delivery")
+        .to_string();
+    let (status, d) = h.admin("GET", &format!("/v1/deliveries/{old}"), None).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        d["attempts"][0]["response_headers"],
+        json!({}),
+        "format 12 kept none: {d}"
+    );
+    assert_eq!(d["attempts"][0]["http_status"], json!(200), "{d}");
+
+    let ok = "ep_01M96N2JMXFAMXVNH5JZC1X4G0";
+    let recv = Receiver::http(behaviour(|_, _| {
+        Reply::status(200).with_header("x-receiver-id", "rcv-12")
+    }));
+    let (status, _) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ok}"),
+            Some(json!({"url": recv.url("/hook")})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acct_ok", "type": "order.created", "payload": {"n": 9}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let new = common::first_delivery(&answer);
+    recv.wait_for(1, Duration::from_secs(20)).await;
+    let path = format!("/v1/deliveries/{new}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the attempt is recorded",
+        || async { h.admin("GET", &path, None).await.1["state"] == "delivered" },
+    )
+    .await;
+    assert_eq!(
+        restarted_migrations(&mut h).await,
+        1,
+        "the step once, at the first start"
+    );
+    let (_, d) = h.admin("GET", &path, None).await;
+    assert_eq!(
+        d["attempts"][0]["response_headers"]["x-receiver-id"], "rcv-12",
+        "kept through a restart: {d}"
+    );
 }

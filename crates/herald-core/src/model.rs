@@ -431,6 +431,10 @@ pub struct Attempt {
     pub error: Option<String>,
     pub request_headers: Vec<(String, String)>,
     pub response_body: String,
+    /// The response's headers as kept (at most 32 names and 4 KiB; a name's values joined by
+    /// `, `); empty without a response, and for attempts recorded before herald kept them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub response_headers: Vec<(String, String)>,
     /// The URL the request went to; `None` for a decision without a request, and for attempts
     /// recorded before herald kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -457,6 +461,11 @@ impl Attempt {
             "error": self.error,
             "request_headers": headers,
             "response_body": self.response_body,
+            "response_headers": self
+                .response_headers
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect::<serde_json::Map<String, Value>>(),
             "url": self.url,
             "manual": self.manual,
         })

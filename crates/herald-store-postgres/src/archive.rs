@@ -127,7 +127,8 @@ async fn page_length(
                     + COALESCE((SELECT sum(octet_length(a.response_body)
                                            + COALESCE(octet_length(a.error), 0)
                                            + COALESCE(octet_length(a.url), 0)
-                                           + octet_length(a.request_headers::text))
+                                           + octet_length(a.request_headers::text)
+                                           + octet_length(a.response_headers::text))
                                   FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
                                  WHERE d.event_id = e.id), 0)::bigint
              FROM events e WHERE e.id < $1
@@ -261,7 +262,8 @@ impl Archive for PgStore {
         for r in tx
             .query(
                 "SELECT a.id, a.number, a.at, a.duration_ms, a.status, a.http_status, a.error,
-                        a.request_headers, a.response_body, a.url, a.manual, a.delivery_id
+                        a.request_headers, a.response_body, a.url, a.manual, a.response_headers,
+                        a.delivery_id
                  FROM attempts a JOIN deliveries d ON d.id = a.delivery_id
                  WHERE d.event_id = ANY($1) ORDER BY a.delivery_id, a.number",
                 &[&keys],
@@ -269,7 +271,7 @@ impl Archive for PgStore {
             .await?
         {
             attempts
-                .entry(r.get::<_, Vec<u8>>(11))
+                .entry(r.get::<_, Vec<u8>>(12))
                 .or_default()
                 .push(attempt_from(&r)?);
         }

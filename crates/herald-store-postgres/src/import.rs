@@ -216,13 +216,19 @@ impl Rows {
             .map(|(_, a)| serde_json::to_value(&a.request_headers))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::Encode(e.to_string()))?;
+        let answered = at
+            .iter()
+            .map(|(_, a)| serde_json::to_value(&a.response_headers))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Encode(e.to_string()))?;
         tx.execute(
             "INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
                                    http_status, error, request_headers, response_body, url,
-                                   manual)
+                                   manual, response_headers)
              SELECT * FROM unnest($1::bytea[], $2::integer[], $3::text[], $4::bigint[],
                                   $5::bigint[], $6::text[], $7::integer[], $8::text[],
-                                  $9::jsonb[], $10::text[], $11::text[], $12::boolean[])
+                                  $9::jsonb[], $10::text[], $11::text[], $12::boolean[],
+                                  $13::jsonb[])
              ON CONFLICT DO NOTHING",
             &[
                 &at.iter().map(|a| &a.0).collect::<Vec<_>>(),
@@ -241,6 +247,7 @@ impl Rows {
                 &at.iter().map(|a| &a.1.response_body).collect::<Vec<_>>(),
                 &at.iter().map(|a| &a.1.url).collect::<Vec<_>>(),
                 &at.iter().map(|a| a.1.manual).collect::<Vec<_>>(),
+                &answered,
             ],
         )
         .await?;

@@ -53,6 +53,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "endpoints' last successes",
         include_str!("schema_0012.sql"),
     ),
+    (
+        13,
+        "attempts' response headers",
+        include_str!("schema_0013.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

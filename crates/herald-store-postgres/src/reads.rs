@@ -187,6 +187,8 @@ pub(super) fn delivery_from(r: &Row) -> Result<Delivery, StoreError> {
     })
 }
 
+/// An attempt from a row of `id, number, at, duration_ms, status, http_status, error,
+/// request_headers, response_body, url, manual, response_headers`.
 pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
     let status: &str = r.get(4);
     let headers: serde_json::Value = r.get(7);
@@ -202,6 +204,8 @@ pub(super) fn attempt_from(r: &Row) -> Result<Attempt, StoreError> {
         request_headers: serde_json::from_value(headers)
             .map_err(|e| StoreError::Corrupt(format!("attempt headers: {e}")))?,
         response_body: r.get(8),
+        response_headers: serde_json::from_value(r.get(11))
+            .map_err(|e| StoreError::Corrupt(format!("attempt response headers: {e}")))?,
         url: r.get(9),
         manual: r.get(10),
     })
@@ -292,7 +296,7 @@ impl DeliveryLog for PgStore {
             .await?
             .query(
                 "SELECT id, number, at, duration_ms, status, http_status, error, request_headers,
-                        response_body, url, manual
+                        response_body, url, manual, response_headers
                  FROM attempts WHERE delivery_id = $1 ORDER BY number",
                 &[&ulid.to_be_bytes().to_vec()],
             )

@@ -99,12 +99,13 @@ const WRITE: &str = "WITH r AS (
      ), recorded AS (
          INSERT INTO attempts (delivery_id, number, id, at, duration_ms, status,
                                http_status, error, request_headers, response_body, url,
-                               manual)
+                               manual, response_headers)
          SELECT a.* FROM unnest($10::bytea[], $11::int[], $12::text[], $13::bigint[],
                                 $14::bigint[], $15::text[], $16::int[], $17::text[],
-                                $18::jsonb[], $19::text[], $20::text[], $21::bool[])
+                                $18::jsonb[], $19::text[], $20::text[], $21::bool[],
+                                $22::jsonb[])
              AS a(delivery_id, number, id, at, duration_ms, status, http_status, error,
-                  request_headers, response_body, url, manual)
+                  request_headers, response_body, url, manual, response_headers)
          JOIN done ON done.id = a.delivery_id
      )
      SELECT id FROM done";
@@ -133,6 +134,7 @@ struct Columns<'a> {
     a_body: Vec<&'a str>,
     a_url: Vec<Option<&'a str>>,
     a_manual: Vec<bool>,
+    a_response_headers: Vec<serde_json::Value>,
 }
 
 impl<'a> Columns<'a> {
@@ -181,13 +183,17 @@ impl<'a> Columns<'a> {
                 c.a_body.push(a.response_body.as_str());
                 c.a_url.push(a.url.as_deref());
                 c.a_manual.push(a.manual);
+                c.a_response_headers.push(
+                    serde_json::to_value(&a.response_headers)
+                        .map_err(|e| StoreError::Encode(e.to_string()))?,
+                );
             }
         }
         Ok(c)
     }
 
     /// The statement's parameters, in [`WRITE`]'s order.
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 21] {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 22] {
         [
             &self.ids,
             &self.claims,
@@ -210,6 +216,7 @@ impl<'a> Columns<'a> {
             &self.a_body,
             &self.a_url,
             &self.a_manual,
+            &self.a_response_headers,
         ]
     }
 }

@@ -536,6 +536,9 @@ const ATTEMPT_V2: u8 = 2;
 /// Attempt layout 3: layout 2, then the URL the request went to (empty: none) and a flags byte
 /// ([`ATTEMPT_MANUAL`]).
 const ATTEMPT_V3: u8 = 3;
+/// Attempt layout 4: layout 3, then the response's headers (a count, then each name and
+/// value), as many as the row has room for after the response excerpt.
+const ATTEMPT_V4: u8 = 4;
 /// Layout 3's flag: a manual retry made the attempt.
 const ATTEMPT_MANUAL: u8 = 1;
 /// An attempt's URL is kept up to this many bytes (an endpoint's URL is at most 2,048).
@@ -576,8 +579,10 @@ fn derived_header(name: usize, delivery: u128, number: u32, at: Millis) -> Optio
 
 /// The attempt's row value for the attempt row of `delivery`, at most [`MAX_ROW`] with its
 /// key: the response excerpt is shortened to what the rest leaves (a large set of custom
-/// headers), and the request headers are cut (last first) only if they alone would not fit.
-/// (The room is reckoned as layout 1 would spend it, which layout 2 never exceeds.)
+/// headers), the request headers are cut (last first) only if they alone would not fit, and
+/// the response headers fill what the excerpt leaves (whole, in order, up to the first that
+/// does not fit). (The room is reckoned as layout 1 would spend it, which layout 2 never
+/// exceeds; each response header as 8 bytes of lengths and its bytes.)
 pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<u8> {
     // Key (21), version, times, status, code, presence bytes, counts and length prefixes.
     const FIXED: usize = 21 + 1 + 8 + 8 + 1 + 2 + 1 + 4 + 2 + 4 + 1 + 4;
@@ -595,7 +600,19 @@ pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<
         headers += 1;
     }
     let body = clip(&a.response_body, room);
-    let mut w = Writer::versioned(ATTEMPT_V3, 64 + MAX_ROW - room + body.len());
+    room -= body.len();
+    // The count of response headers (a varint of at most 2 bytes for the 32 kept).
+    room = room.saturating_sub(2);
+    let mut answered = 0;
+    for (k, v) in &a.response_headers {
+        let len = 8 + k.len() + v.len();
+        if len > room {
+            break;
+        }
+        room -= len;
+        answered += 1;
+    }
+    let mut w = Writer::versioned(ATTEMPT_V4, 64 + MAX_ROW - room);
     match ids::parse(ids::ATTEMPT, &a.id).filter(|u| ids::format(ids::ATTEMPT, *u) == a.id) {
         Some(ulid) => {
             w.u8(1);
@@ -638,6 +655,11 @@ pub fn encode_attempt(delivery: u128, a: &Attempt, state: DeliveryState) -> Vec<
     w.u8(state_code(state));
     w.vbytes(url.as_bytes());
     w.u8(if a.manual { ATTEMPT_MANUAL } else { 0 });
+    w.varint(answered as u64);
+    for (k, v) in a.response_headers.iter().take(answered) {
+        w.vbytes(k.as_bytes());
+        w.vbytes(v.as_bytes());
+    }
     w.finish()
 }
 
@@ -650,7 +672,7 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
     let (layout, mut r) = Reader::versioned(v, "attempt")?;
     let v2 = match layout {
         V1 => false,
-        ATTEMPT_V2 | ATTEMPT_V3 => true,
+        ATTEMPT_V2 | ATTEMPT_V3 | ATTEMPT_V4 => true,
         _ => return Err(StoreError::Corrupt("attempt: unknown record layout".into())),
     };
     let id = match (v2, v2 && r.u8()? != 0) {
@@ -687,12 +709,20 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
     let response_body = if v2 { r.vstring()? } else { r.string()? };
     let state = state_of(r.u8()?)?;
     let (url, manual) = match layout {
-        ATTEMPT_V3 => (
+        ATTEMPT_V3 | ATTEMPT_V4 => (
             Some(r.vstring()?).filter(|u| !u.is_empty()),
             r.u8()? & ATTEMPT_MANUAL != 0,
         ),
         _ => (None, false),
     };
+    let mut response_headers = Vec::new();
+    if layout == ATTEMPT_V4 {
+        let n = r.varint()?.min(u16::MAX as u64) as usize;
+        response_headers.reserve(n);
+        for _ in 0..n {
+            response_headers.push((r.vstring()?, r.vstring()?));
+        }
+    }
     Ok(AttemptRecord {
         attempt: Attempt {
             id,
@@ -704,6 +734,7 @@ pub fn decode_attempt(k: &[u8], v: &[u8]) -> Result<AttemptRecord, StoreError> {
             error,
             request_headers,
             response_body,
+            response_headers,
             url,
             manual,
         },

@@ -155,6 +155,9 @@ fn attempt_rows_stay_below_the_row_limit() {
             .map(|i| (format!("x-h{i}"), "v".repeat(4096)))
             .collect(),
         response_body: "\u{e9}".repeat(4096),
+        response_headers: (0..32)
+            .map(|i| (format!("x-r{i}"), "r".repeat(120)))
+            .collect(),
         url: Some(format!("https://example.com/{}", "p".repeat(2100))),
         manual: true,
     };
@@ -163,12 +166,16 @@ fn attempt_rows_stay_below_the_row_limit() {
     let back = decode_attempt(&akey(1), &v).unwrap();
     assert_eq!(back.state, DeliveryState::Failed);
     assert!(back.attempt.error.unwrap().len() <= MAX_ERROR);
-    // The usual case keeps everything.
+    // The usual case keeps everything: a 4 KiB excerpt and a response's usual headers.
     let small = Attempt {
         error: None,
         request_headers: vec![("x-a".into(), "b".into())],
         response_body: "ok".repeat(2048),
-        ..a
+        url: Some("https://example.com/hook".into()),
+        response_headers: (0..12)
+            .map(|i| (format!("x-r{i}"), "r".repeat(60)))
+            .collect(),
+        ..a.clone()
     };
     let back = decode_attempt(
         &akey(1),
@@ -177,6 +184,25 @@ fn attempt_rows_stay_below_the_row_limit() {
     .unwrap();
     assert_eq!(back.attempt.response_body, small.response_body);
     assert_eq!(back.attempt.request_headers, small.request_headers);
+    assert_eq!(back.attempt.response_headers, small.response_headers);
+    // The response headers fill what the excerpt leaves, whole and in order.
+    let full = Attempt {
+        error: None,
+        request_headers: Vec::new(),
+        url: None,
+        response_body: "b".repeat(4096),
+        response_headers: (0..32)
+            .map(|i| (format!("x-r{i}"), "r".repeat(120)))
+            .collect(),
+        ..a
+    };
+    let v = encode_attempt(DLV, &full, DeliveryState::Failed);
+    assert!(21 + v.len() <= MAX_ROW, "{}", v.len());
+    let back = decode_attempt(&akey(1), &v).unwrap();
+    assert_eq!(back.attempt.response_body, full.response_body);
+    let kept = back.attempt.response_headers.len();
+    assert!((16..32).contains(&kept), "{kept}");
+    assert_eq!(back.attempt.response_headers, full.response_headers[..kept]);
 }
 
 #[test]
@@ -191,14 +217,20 @@ fn an_attempts_url_and_trigger_round_trip_and_layout_2_rows_have_neither() {
         error: None,
         request_headers: vec![("svix-id".into(), "evt_1".into())],
         response_body: "ok".into(),
+        response_headers: Vec::new(),
         url: Some("https://example.com/hook".into()),
         manual: true,
     };
     let v = encode_attempt(DLV, &a, DeliveryState::Delivered);
     let rec = decode_attempt(&akey(2), &v).unwrap();
     assert_eq!(format!("{:?}", rec.attempt), format!("{a:?}"));
+    // The same row as layout 3 wrote it: no count of response headers after the flags.
+    let mut v3 = v[..v.len() - 1].to_vec();
+    v3[0] = ATTEMPT_V3;
+    let rec = decode_attempt(&akey(2), &v3).unwrap();
+    assert_eq!(format!("{:?}", rec.attempt), format!("{a:?}"));
     // The same row as layout 2 wrote it: no URL and no flags after the state.
-    let mut v2 = v[..v.len() - 1 - 1 - a.url.as_ref().unwrap().len()].to_vec();
+    let mut v2 = v[..v.len() - 1 - 1 - 1 - a.url.as_ref().unwrap().len()].to_vec();
     v2[0] = ATTEMPT_V2;
     let rec = decode_attempt(&akey(2), &v2).unwrap();
     assert_eq!((rec.attempt.url, rec.attempt.manual), (None, false));
@@ -218,6 +250,10 @@ fn attempts_round_trip() {
         error: Some("boom".into()),
         request_headers: vec![("webhook-id".into(), "evt_1".into())],
         response_body: "busy".into(),
+        response_headers: vec![
+            ("retry-after".into(), "30".into()),
+            ("x-request-id".into(), "r-\u{e9}".into()),
+        ],
         url: None,
         manual: false,
     };
@@ -269,6 +305,7 @@ fn attempt_rows_leave_out_what_follows_from_their_key_and_read_back_exactly() {
         error: None,
         request_headers: recorded(2, at),
         response_body: String::new(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };

@@ -154,6 +154,7 @@ fn debounced_attempt(delivery: u128, now: Millis, number: u32) -> Vec<u8> {
         error: None,
         request_headers: Vec::new(),
         response_body: String::new(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };

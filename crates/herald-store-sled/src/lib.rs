@@ -129,9 +129,10 @@ pub(crate) use herald_store::{
 /// releases), 3 (idempotency keys in the `log` tree), 4 (no folded history) and 5 (a row per
 /// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
 /// and operator events without an index by account), 8 (endpoints' secrets in their records)
-/// 9 (chart minutes keyed by endpoint first) and 10 (no applications, event labels or attempt
-/// URLs) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 12;
+/// 9 (chart minutes keyed by endpoint first), 10 (no applications, event labels or attempt
+/// URLs), 11 (no last successes) and 12 (no response headers) are migrated at open
+/// ([`migrate`]).
+const FORMAT: u8 = 13;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -848,6 +849,9 @@ fn migrate_to_current(
     }
     if matches!(format, Some(2..=11)) {
         migrate::from_format_11();
+    }
+    if matches!(format, Some(2..=12)) {
+        migrate::from_format_12();
     }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;

@@ -395,6 +395,13 @@ pub(super) fn from_format_11() {
     tracing::info!("storage migrated from format 11 to format 12 (endpoints' last successes)");
 }
 
+/// Format 12 → 13: attempt rows of layout 4 keep the response's headers; rows of layout 3
+/// read as having none, so nothing is converted. The step records the format, so that an older
+/// herald refuses the data directory instead of misreading rows it does not know.
+pub(super) fn from_format_12() {
+    tracing::info!("storage migrated from format 12 to format 13 (attempts' response headers)");
+}
+
 pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
     let tree = &trees.minutes;
     let (mut moved, mut dropped) = (0usize, 0usize);

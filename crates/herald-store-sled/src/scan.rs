@@ -17,19 +17,19 @@ use herald_core::clock::Millis;
 use herald_core::ids;
 use herald_core::model::DeliveryState;
 
-/// One delivery met by [`walk`]: its ULID, its event, its target, the state its last attempt
-/// left it in (if it has one) and whether it has a pending entry.
+/// One delivery met by [`walk`]: its ULID, its event, its target, whether an attempt of it is
+/// recorded and whether it has a pending entry.
 pub(super) struct Seen<'a> {
     pub delivery: u128,
     pub event: &'a EventRecord,
     pub target: u128,
-    pub last_state: Option<DeliveryState>,
+    pub attempted: bool,
     pub pending: bool,
 }
 
 impl Seen<'_> {
     pub fn is_fresh(&self) -> bool {
-        !self.pending && self.last_state.is_none()
+        !self.pending && !self.attempted
     }
 }
 
@@ -70,16 +70,13 @@ pub(super) fn walk(
         let (rec, _) = inner.decode_event(event, &v, &Place::Hot)?;
         for (index, target) in rec.targets.iter().enumerate() {
             let delivery = ids::delivery_of(event, index);
-            // The state an attempt left is its value's last byte.
-            let last_state = rows_of(&mut attempts, delivery)?
-                .and_then(|v| v.last().copied())
-                .and_then(|b| DeliveryState::ALL.get(b as usize).copied());
+            let attempted = rows_of(&mut attempts, delivery)?.is_some();
             let pending = rows_of(&mut pending, delivery)?.is_some();
             let seen = Seen {
                 delivery,
                 event: &rec,
                 target: *target,
-                last_state,
+                attempted,
                 pending,
             };
             if f(&seen).is_break() {

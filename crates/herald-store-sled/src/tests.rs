@@ -208,6 +208,7 @@ fn attempt(number: u32, status: Status, at: Millis) -> Attempt {
         error: None,
         request_headers: vec![("webhook-id".into(), "evt_x".into())],
         response_body: "ok".into(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     }
@@ -893,6 +894,7 @@ async fn rows_stay_below_the_blob_threshold_at_the_maximum() {
             .map(|i| (format!("x-h{i}"), "v".repeat(4096)))
             .collect(),
         response_body: "r".repeat(4096),
+        response_headers: Vec::new(),
         ..attempt(1, Status::HttpError, T0)
     };
     let _c = store
@@ -2251,6 +2253,43 @@ async fn a_format_7_stores_windows_are_indexed_by_account_and_purged() {
         created(&out[1]).1[0].state,
         DeliveryState::Skipped,
         "the other's window stays"
+    );
+    close(store);
+}
+
+/// A delivery with a recorded attempt is never taken for a fresh one when the store opens
+/// again, whatever its attempt row ends with (here a response header's last byte): the restart
+/// neither hands it out again nor counts it pending.
+#[tokio::test]
+async fn an_attempted_delivery_is_not_fresh_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let out = store.ingest(vec![event("a", &[LANE], T0)]).await.unwrap();
+    let d = created(&out[0]).1[0].clone();
+    assert_eq!(
+        all_due(&store, T0),
+        [ids::parse(ids::DELIVERY, &d.id).unwrap()]
+    );
+    let done = Delivery {
+        state: DeliveryState::Delivered,
+        next_attempt_at: None,
+        attempt_count: 1,
+        ..d.clone()
+    };
+    let mut a = attempt(1, Status::Delivered, T0);
+    a.response_headers = vec![("date".into(), "Sun, 06 Dec 2026 22:02:02 GMT".into())];
+    store.update_delivery(&d, &done, Some(&a)).unwrap();
+    close(store);
+    let store = open(dir.path(), &clock);
+    assert!(
+        all_due(&store, T0 + 3_600_000).is_empty(),
+        "handed out again"
+    );
+    assert_eq!(
+        store.stats().get(DeliveryState::Pending),
+        0,
+        "counted pending"
     );
     close(store);
 }

@@ -403,6 +403,7 @@ impl EventHistory {
                     + a.url.as_ref().map_or(0, String::len)
                     + a.request_headers
                         .iter()
+                        .chain(&a.response_headers)
                         .map(|(k, v)| k.len() + v.len())
                         .sum::<usize>()
             })

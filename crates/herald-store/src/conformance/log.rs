@@ -253,6 +253,15 @@ pub async fn an_attempt_is_recorded_with_what_follows_it_in_one_write<H: Harness
         s.name
     );
     assert_eq!(attempts[0].response_body, "oops", "{}", s.name);
+    assert_eq!(
+        attempts[0].response_headers,
+        [
+            ("content-type".to_string(), "text/plain".to_string()),
+            ("x-request-id".to_string(), "req-\u{e9}-1".to_string()),
+        ],
+        "{}: the response's headers, in order",
+        s.name
+    );
 
     // The retry delivers it.
     s.clock.advance(Duration::from_secs(61));
@@ -265,6 +274,7 @@ pub async fn an_attempt_is_recorded_with_what_follows_it_in_one_write<H: Harness
         status: Status::Delivered,
         http_status: Some(204),
         response_body: String::new(),
+        response_headers: Vec::new(),
         ..attempt
     };
     let mut done = read.clone();
@@ -532,6 +542,7 @@ pub async fn a_sweep_removes_what_is_past_the_retention_and_keeps_what_is_pendin
             error: None,
             request_headers: Vec::new(),
             response_body: String::new(),
+            response_headers: Vec::new(),
             url: None,
             manual: false,
         };

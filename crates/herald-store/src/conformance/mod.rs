@@ -297,6 +297,10 @@ pub fn failed_first(was: &Delivery, at: i64) -> (Attempt, Delivery) {
         error: None,
         request_headers: vec![("webhook-id".into(), was.event_id.clone())],
         response_body: "oops".into(),
+        response_headers: vec![
+            ("content-type".into(), "text/plain".into()),
+            ("x-request-id".into(), "req-\u{e9}-1".into()),
+        ],
         url: Some("https://receiver.test/hook".into()),
         manual: false,
     };
@@ -323,6 +327,7 @@ pub async fn deliver<H: Harness>(s: &Subject<H>, taken: Taken<HoldOf<H>>) {
         error: None,
         request_headers: Vec::new(),
         response_body: String::new(),
+        response_headers: Vec::new(),
         url: None,
         manual: false,
     };
