@@ -188,15 +188,19 @@ function settingsOf(ep) {
   ]);
 }
 
-// The endpoint's attempts by status over the last hour (per minute) or day (per 15 minutes),
-// from the counts herald keeps for 24 hours.
+// What each chart window's entries are, for its title.
+const PER = { 1: "per minute", 15: "per 15 minutes", 120: "per 2 hours" };
+
+// The endpoint's attempts by status over the last hour (per minute), day (per 15 minutes) or
+// week (per 2 hours), with the latency of its requests, from the counts the store keeps.
 function chartSection(ep, first) {
   const box = h("div");
   const draw = (st) => put(box, st
-    ? minuteChart(st.minutes, { latency: true, bucket: st.bucket_minutes || 1,
-      title: st.bucket_minutes === 15 ? "Attempts per 15 minutes by status, and mean latency" : "Attempts per minute by status, and mean latency" })
+    ? [latencyLine(st.latency_ms),
+      minuteChart(st.minutes, { latency: true, bucket: st.bucket_minutes || 1,
+        title: `Attempts ${PER[st.bucket_minutes] || PER[1]} by status, and p50 and p95 latency` })]
     : h("p", { class: "muted" }, "No statistics."));
-  const win = select([["1h", "Last hour, per minute"], ["24h", "Last 24 hours, per 15 minutes"]], "1h", { id: nextId("win") });
+  const win = select([["1h", "Last hour, per minute"], ["24h", "Last 24 hours, per 15 minutes"], ["7d", "Last 7 days, per 2 hours"]], "1h", { id: nextId("win") });
   const redraw = async () => draw(await api("GET", `/v1/endpoints/${enc(ep.id)}/stats?window=${win.value}`).catch(() => null));
   win.addEventListener("change", async () => {
     put(box, loading());
@@ -207,6 +211,13 @@ function chartSection(ep, first) {
     h("div", { class: "section-head" }, h("h2", { id: "ep-chart" }, "Attempts"), field("Chart window", win)),
     box);
   return { node, redraw };
+}
+
+// The window's latency in one line: p50, p95 and max of the requests sent.
+function latencyLine(l) {
+  if (!l || l.p50 === null || l.p50 === undefined) return null;
+  const ms = (v) => (v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : `${v} ms`);
+  return h("p", { class: "muted latency-line" }, `Latency of the requests sent: p50 ${ms(l.p50)} · p95 ${ms(l.p95)} · max ${ms(l.max)}`);
 }
 
 export async function verify(ep, out) {

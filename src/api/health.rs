@@ -29,8 +29,8 @@ pub async fn endpoint_stats(
     let mut window = "1h".to_string();
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match k.as_ref() {
-            "window" if v == "1h" || v == "24h" => window = v.into_owned(),
-            "window" => return Err(ApiError::field("window", "window must be 1h or 24h")),
+            "window" if v == "1h" || v == "24h" || v == "7d" => window = v.into_owned(),
+            "window" => return Err(ApiError::field("window", "window must be 1h, 24h or 7d")),
             other => {
                 return Err(ApiError::field(
                     other,
@@ -41,13 +41,20 @@ pub async fn endpoint_stats(
     }
     let ep = super::endpoints::find(state, scope, id)?;
     let (bucket, buckets): (Millis, Millis) = match window.as_str() {
+        "7d" => (2 * Minute::HOUR_MS, 84),
         "24h" => (15 * Minute::MS, 96),
         _ => (Minute::MS, 60),
     };
     let now = state.clock.now_ms();
     let from = now.div_euclid(bucket) * bucket - (buckets - 1) * bucket;
+    let rows = match window.as_str() {
+        "7d" => state.engine.endpoint_hours(&ep.id, from).await?,
+        _ => state.engine.endpoint_minutes(&ep.id, from).await?,
+    };
     let mut sums: Vec<Minute> = Vec::new();
-    for m in state.engine.endpoint_minutes(&ep.id, from).await? {
+    let mut whole = Minute::default();
+    for m in rows {
+        whole.add(&m);
         let at = m.at.div_euclid(bucket) * bucket;
         match sums.last_mut() {
             Some(last) if last.at == at => last.add(&m),
@@ -57,11 +64,10 @@ pub async fn endpoint_stats(
     let minutes: Vec<Value> = sums
         .iter()
         .map(|m| {
-            let n = u64::from(m.attempts().max(1));
             json!({
                 "at": rfc3339(m.at),
                 "attempts": m.named_counts(),
-                "latency_ms": {"mean": m.latency_sum_ms / n, "max": m.latency_max_ms},
+                "latency_ms": latency(m),
             })
         })
         .collect();
@@ -69,8 +75,21 @@ pub async fn endpoint_stats(
     v["endpoint_id"] = json!(ep.id);
     v["window"] = json!(window);
     v["bucket_minutes"] = json!(bucket / Minute::MS);
+    v["latency_ms"] = latency(&whole);
     v["minutes"] = json!(minutes);
     Ok(json(StatusCode::OK, &v))
+}
+
+/// A bucket's (a window's) latency: the mean of its attempts' durations and the max, and the
+/// 50th and 95th percentiles of its sent attempts' from the stored buckets (docs/api.md).
+fn latency(m: &Minute) -> Value {
+    let n = u64::from(m.attempts().max(1));
+    json!({
+        "mean": m.latency_sum_ms / n,
+        "max": m.latency_max_ms,
+        "p50": m.latency_quantile(0.5),
+        "p95": m.latency_quantile(0.95),
+    })
 }
 
 /// Deliveries one incidents request looks at most (newest first).

@@ -683,13 +683,15 @@ fn endpoint_test_spec(id: Id) -> Option<Spec<'static>> {
             ],
         ),
         Id::EndpointStats => (
-            "The endpoint's last hour by minute (or last day by quarter hour), and its health.",
+            "The endpoint's last hour by minute (or last day by quarter hour, or last week by two \
+             hours), with latency percentiles, and its health.",
             vec![
                 id_param("endpoint"),
                 query(
                     "window",
-                    "1h (one entry per minute, the default) or 24h (per 15 minutes).",
-                    json!({"enum": ["1h", "24h"]}),
+                    "1h (one entry per minute, the default), 24h (per 15 minutes) or 7d (per 2 \
+                     hours).",
+                    json!({"enum": ["1h", "24h", "7d"]}),
                 ),
             ],
             None,
@@ -1079,10 +1081,17 @@ fn log_schemas(m: &mut Map<String, Value>) {
             "endpoint_id": {"type": "string"}, "breaker": {"type": "object"},
             "success_rate_1h": {"type": ["number", "null"]}, "attempts_1h": {"type": "integer"},
             "last_success_at": {"type": ["string", "null"]}, "pending": {"type": "integer"},
-            "window": {"enum": ["1h", "24h"]}, "bucket_minutes": {"enum": [1, 15]},
+            "window": {"enum": ["1h", "24h", "7d"]}, "bucket_minutes": {"enum": [1, 15, 120]},
+            "latency_ms": r("Latency"),
             "minutes": {"type": "array", "items": {"type": "object", "properties": {
                 "at": time(), "attempts": {"type": "object", "additionalProperties": {"type": "integer"}},
-                "latency_ms": {"type": "object", "properties": {"mean": {"type": "integer"}, "max": {"type": "integer"}}}}}}}}));
+                "latency_ms": r("Latency")}}}}}));
+    m.insert(
+        "Latency".into(),
+        json!({"type": "object", "required": ["mean", "max", "p50", "p95"], "properties": {
+            "mean": {"type": "integer"}, "max": {"type": "integer"},
+            "p50": {"type": ["integer", "null"]}, "p95": {"type": ["integer", "null"]}}}),
+    );
     m.insert(
         "Incidents".into(),
         json!({"type": "object", "required": ["items", "held", "since", "complete", "scanned"], "properties": {

@@ -1,7 +1,7 @@
 //! Endpoints' attempts per minute for the charts: each attempt is counted in memory, and the
 //! counts are added to the store every few seconds ([`FLUSH_EVERY`]), where every node's
-//! counts meet and a restart finds them (docs/api.md, "Endpoints"). What the store keeps is
-//! trimmed to the last day. Reads add this node's counts not yet added, so a node's own
+//! counts meet and a restart finds them (docs/api.md, "Endpoints"). The store keeps each minute
+//! for a day ([`KEEP_MS`]) and the hour it is in for a week ([`KEEP_HOURS_MS`]). Reads add this node's counts not yet added, so a node's own
 //! attempts show at once; another node's show within [`FLUSH_EVERY`]. A kill -9 loses at most
 //! that much of the chart (never anything of the delivery log).
 
@@ -20,6 +20,8 @@ use crate::store::{Minute, StoreError};
 pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// How long the store keeps an endpoint's minutes.
 pub const KEEP_MS: Millis = 24 * 3600 * 1000;
+/// How long the store keeps an endpoint's hours.
+pub const KEEP_HOURS_MS: Millis = 7 * KEEP_MS;
 /// How often the store's minutes are trimmed to [`KEEP_MS`].
 const TRIM_EVERY_MS: Millis = 3600 * 1000;
 /// Counts kept for the next flush at most (endpoints × minutes), should the store fail for a
@@ -43,16 +45,13 @@ impl Unflushed {
             self.success(endpoint_id, now);
         }
         let at = now.div_euclid(Minute::MS) * Minute::MS;
-        let m = self
-            .minutes
+        self.minutes
             .entry((endpoint_id.to_string(), at))
             .or_insert_with(|| Minute {
                 at,
                 ..Minute::default()
-            });
-        m.counts[status as usize] += 1;
-        m.latency_sum_ms += duration_ms;
-        m.latency_max_ms = m.latency_max_ms.max(duration_ms);
+            })
+            .record(status, duration_ms);
     }
 
     /// Notes a success; the endpoint's id is copied only the first time since the last flush.
@@ -149,9 +148,15 @@ impl Engine {
             self.flush_minutes().await;
             let now = self.clock.now_ms();
             if now >= next_trim {
-                match self.store.trim_minutes(now - KEEP_MS - Minute::MS).await {
+                let trimmed = async {
+                    self.store.trim_minutes(now - KEEP_MS - Minute::MS).await?;
+                    self.store
+                        .trim_hours(now - KEEP_HOURS_MS - Minute::HOUR_MS)
+                        .await
+                };
+                match trimmed.await {
                     Ok(_) => next_trim = now + TRIM_EVERY_MS,
-                    Err(e) => tracing::warn!(error = %e, "cannot trim the charts' minute counts"),
+                    Err(e) => tracing::warn!(error = %e, "cannot trim the charts' counts"),
                 }
             }
         }
@@ -164,14 +169,38 @@ impl Engine {
         endpoint_id: &str,
         from: Millis,
     ) -> Result<Vec<Minute>, StoreError> {
-        let mut minutes = self.store.endpoint_minutes(endpoint_id, from).await?;
+        let minutes = self.store.endpoint_minutes(endpoint_id, from).await?;
+        Ok(self.with_unflushed(minutes, endpoint_id, from, Minute::MS))
+    }
+
+    /// The endpoint's hours with attempts from `from` on, oldest first: the store's, with this
+    /// node's counts not yet added summed into their hours.
+    pub async fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let hours = self.store.endpoint_hours(endpoint_id, from).await?;
+        Ok(self.with_unflushed(hours, endpoint_id, from, Minute::HOUR_MS))
+    }
+
+    /// `rows` (periods of `period` ms) with this node's counts not yet added summed into
+    /// their periods, oldest first.
+    fn with_unflushed(
+        &self,
+        mut rows: Vec<Minute>,
+        endpoint_id: &str,
+        from: Millis,
+        period: Millis,
+    ) -> Vec<Minute> {
         for m in lock(&self.unflushed).of(endpoint_id, from) {
-            match minutes.iter_mut().find(|x| x.at == m.at) {
+            let at = m.at - m.at.rem_euclid(period);
+            match rows.iter_mut().find(|x| x.at == at) {
                 Some(x) => x.add(&m),
-                None => minutes.push(m),
+                None => rows.push(Minute { at, ..m }),
             }
         }
-        minutes.sort_by_key(|m| m.at);
-        Ok(minutes)
+        rows.sort_by_key(|m| m.at);
+        rows
     }
 }

@@ -274,7 +274,7 @@ async fn operator_hears_when_an_endpoint_starts_failing_and_when_it_recovers() {
     assert_eq!(list["items"][0]["account_id"], "_operator");
 }
 
-async fn stats(w: &World, ep: &str, query: &str) -> (u16, Value) {
+async fn stats<H: HeraldApi>(w: &World<H>, ep: &str, query: &str) -> (u16, Value) {
     w.herald
         .admin("GET", &format!("/v1/endpoints/{ep}/stats{query}"), None)
         .await
@@ -384,12 +384,72 @@ async fn chart_counts_and_the_last_success_are_kept_in_the_store_through_a_resta
         (&json!("24h"), &json!(15))
     );
     assert_eq!(stat_sums(&day), want, "{day}");
-    let (status, e) = stats(&w, &ep, "?window=7d").await;
+    let (status, week) = stats(&w, &ep, "?window=7d").await;
+    assert_eq!(status, 200, "{week}");
+    assert_eq!(
+        (&week["window"], &week["bucket_minutes"]),
+        (&json!("7d"), &json!(120))
+    );
+    assert_eq!(
+        stat_sums(&week),
+        want,
+        "the hours kept in the store: {week}"
+    );
+    let (status, e) = stats(&w, &ep, "?window=30d").await;
     assert_eq!(
         (status, e["error"]["field"].as_str()),
         (422, Some("window")),
         "{e}"
     );
+}
+
+/// The week's chart sums hours two days apart that the day's chart no longer shows, and every
+/// window says the 50th and 95th percentile of its requests' latency from the stored buckets:
+/// 8 fast answers and 2 that take 300 ms put p50 among the fast and p95 in the 250–500 ms
+/// bucket, never above the max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weeks_chart_sums_its_hours_and_latency_has_percentiles() {
+    let w = World::start_manual("", "", T0).await;
+    let recv = Receiver::https(
+        &w.ca,
+        behaviour(|_, i| {
+            let r = Reply::status(200);
+            if i >= 8 {
+                r.with_delay(Duration::from_millis(300))
+            } else {
+                r
+            }
+        }),
+    );
+    let (ep, _) = w.endpoint("acc", &recv.url("/hook"), json!({})).await;
+    for i in 0..10 {
+        if i == 5 {
+            w.herald.clock.set(T0 + 2 * 86_400_000);
+        }
+        let d = first_delivery(&w.ingest("acc", "t.x", json!({})).await);
+        w.wait_state(&d, "delivered", SETTLE).await;
+    }
+    let delivered = |n: u64| -> std::collections::BTreeMap<String, u64> {
+        [("delivered".to_string(), n)].into()
+    };
+    let (_, day) = stats(&w, &ep, "?window=24h").await;
+    assert_eq!(stat_sums(&day), delivered(5), "{day}");
+    let (status, week) = stats(&w, &ep, "?window=7d").await;
+    assert_eq!(status, 200, "{week}");
+    assert_eq!(stat_sums(&week), delivered(10), "{week}");
+    assert_eq!(week["minutes"].as_array().unwrap().len(), 2, "{week}");
+    let l = &week["latency_ms"];
+    let (p50, p95, max) = (
+        l["p50"].as_u64().expect("p50"),
+        l["p95"].as_u64().expect("p95"),
+        l["max"].as_u64().expect("max"),
+    );
+    assert!(p50 < 250, "{l}");
+    assert!((250..=max).contains(&p95), "{l}");
+    assert!(max >= 300, "{l}");
+    // Each entry has its own: the first two days ago had only fast answers.
+    let first = &week["minutes"][0]["latency_ms"];
+    assert!(first["p95"].as_u64().expect("p95") < 250, "{first}");
 }
 
 /// `/v1/status` says how many deliveries are due now and free to go, and what holds the others:

@@ -386,6 +386,16 @@ def customer_creates_endpoint_sends_test_event_and_finds_it_in_log(page):
     expect(chart).to_have_attribute("aria-label", re.compile(r"1 attempt in the last hour — delivered 1"))
     page.get_by_label("Chart window").select_option("24h")
     expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes .*1 attempt in the last 24 hours — delivered 1"))
+    # The week, per 2 hours, from the hours the store keeps; the latency of the requests as
+    # percentiles, above the chart and as its two lines.
+    page.get_by_label("Chart window").select_option("7d")
+    expect(chart).to_have_attribute("aria-label", re.compile(r"per 2 hours .*1 attempt in the last 7 days — delivered 1"))
+    section = page.locator("section", has=page.get_by_role("heading", name="Attempts", exact=True))
+    expect(section.locator(".latency-line")).to_contain_text(re.compile(r"p50 \d+ ms · p95 \d+ ms · max \d+ ms"))
+    expect(section.locator(".legend")).to_contain_text("p95 latency")
+    check(chart.locator("path.lat-line").count() == 2, "the chart draws a p50 and a p95 line")
+    page.get_by_label("Chart window").select_option("24h")
+    expect(chart).to_have_attribute("aria-label", re.compile(r"per 15 minutes"))
     shot(page, "portal-endpoint-page")
     shot(page, "doc-portal-endpoint", full=False)
 

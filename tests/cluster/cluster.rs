@@ -1113,11 +1113,28 @@ async fn a_version_11_database_keeps_last_successes_from_now_on() {
 }
 
 /// A database at schema version 12 (tests/fixtures/cluster7: the last version before attempts
-/// kept their response's headers) migrates to this herald's: its attempts read with none, and
-/// the next attempt's are kept in the database.
+/// kept their response's headers, and before hourly chart rows) migrates to this herald's: the
+/// hours of its minutes are summed into `endpoint_hours`, its attempts read with no response
+/// headers, and the next attempt's are kept in the database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_12_database_keeps_response_headers_from_now_on() {
     let (pg, url) = fixture_database_in("cluster7", 12);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = herald_migrate(&node_config(dir.path(), &url, ""));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        pg.sql(
+            "SELECT string_agg(endpoint_id || ' ' || hour || ' ' || counts::text || ' '
+                               || latency_sum_ms || ' ' || latency_max_ms, '; '
+                               ORDER BY endpoint_id) FROM endpoint_hours",
+            "herald"
+        ),
+        "ep_01M96N3DXY68FDDGK5YHCM3NME 1796590800000 {\"delivered\": 11} 21 4; \
+         ep_01M96N3DZ6B0VBKEQFE2WP7EDV 1796590800000 {\"delivered\": 5} 11 4; \
+         ep_01M96N3E5C98F4ND2Z9WP59MPP 1796590800000 {\"http_error\": 10} 10 1; \
+         ep_01M96N3EAF5TFQ9RQDW2172EF5 1796590800000 {\"http_error\": 2} 2 1",
+        "the minutes' hours"
+    );
     let recv = Receiver::http(common::behaviour(|_, _| {
         common::Reply::status(200).with_header("x-receiver-id", "rcv-7")
     }));

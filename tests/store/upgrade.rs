@@ -99,7 +99,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11, 12];
+const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11, 12, 13];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -547,8 +547,8 @@ async fn a_format_10_data_directory_serves_its_accounts_as_applications() {
 
     assert_eq!(
         restarted_migrations(&mut h).await,
-        3,
-        "the steps to formats 11, 12 and 13, none at the second start"
+        4,
+        "the steps to formats 11 to 14, none at the second start"
     );
 }
 
@@ -591,8 +591,8 @@ async fn a_format_11_data_directory_keeps_last_successes_from_now_on() {
     let shown = h.admin("GET", &path, None).await.1["last_success_at"].clone();
     assert_eq!(
         restarted_migrations(&mut h).await,
-        2,
-        "the steps to formats 12 and 13 once, at the first start"
+        3,
+        "the steps to formats 12, 13 and 14 once, at the first start"
     );
     let (_, ep) = h.admin("GET", &path, None).await;
     assert_eq!(ep["last_success_at"], shown, "kept through a restart: {ep}");
@@ -610,6 +610,15 @@ async fn a_format_12_data_directory_keeps_response_headers_from_now_on() {
         Duration::from_secs(5),
     )
     .await;
+    // The next step sums the minutes kept into hours: the fixture's four endpoints had
+    // attempts in one minute.
+    let line = h
+        .wait_for_log(
+            "storage migrated from format 13 to format 14",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(line.contains("hours=4"), "{line}");
     let (status, list) = h
         .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
         .await;
@@ -654,8 +663,8 @@ async fn a_format_12_data_directory_keeps_response_headers_from_now_on() {
     .await;
     assert_eq!(
         restarted_migrations(&mut h).await,
-        1,
-        "the step once, at the first start"
+        2,
+        "the steps to formats 13 and 14 once, at the first start"
     );
     let (_, d) = h.admin("GET", &path, None).await;
     assert_eq!(

@@ -697,6 +697,18 @@ impl Minutes for Backend {
         both_async!(self, Minutes::trim_minutes, (before))
     }
 
+    async fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        both_async!(self, Minutes::endpoint_hours, (endpoint_id, from))
+    }
+
+    async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
+        both_async!(self, Minutes::trim_hours, (before))
+    }
+
     async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
         both_async!(self, Minutes::minutes_since, (from))
     }

@@ -54,6 +54,11 @@ pub enum Status {
 }
 
 impl Status {
+    /// Whether an attempt of this status sent a request (the rest are decisions not to).
+    pub fn is_sent(self) -> bool {
+        self as u8 >= Status::Delivered as u8
+    }
+
     pub const ALL: [Status; 13] = [
         Status::NotEntitled,
         Status::NoEndpoint,

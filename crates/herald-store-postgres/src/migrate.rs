@@ -58,6 +58,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "attempts' response headers",
         include_str!("schema_0013.sql"),
     ),
+    (
+        14,
+        "hourly chart rows and latency buckets",
+        include_str!("schema_0014.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

@@ -1,8 +1,11 @@
-//! Endpoints' attempts per minute on PostgreSQL, for the charts (docs/cluster.md): one row per
-//! endpoint and minute, added to by every node's flusher (one upsert per flush that sums the
-//! counts by status name), trimmed to the last day by a range of the `minute` index.
+//! Endpoints' attempts per minute and per hour on PostgreSQL, for the charts (docs/cluster.md):
+//! one row per endpoint and minute (`endpoint_minutes`) and per endpoint and hour
+//! (`endpoint_hours`), added to by every node's flusher (one transaction per flush, an upsert
+//! per table that sums the counts by status name and the latency buckets), trimmed to the last
+//! day and the last week by a range of the time index.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use serde_json::Value;
 
@@ -11,29 +14,45 @@ use herald_core::clock::Millis;
 use herald_store::contract::Minutes;
 use herald_store::{Minute, StoreError};
 
-/// Adds a flush's rows in one statement, whatever their number: the rows come as arrays, one
-/// per column, each (endpoint, minute) at most once (an upsert cannot change a row twice).
-/// Adds to the minutes of endpoints that exist: an endpoint deleted (its account purged)
-/// since a node counted its attempts gets no row back. Each endpoint's row is key-share locked,
-/// so a delete of it waits for the flush (whose rows the purge's delete of the minutes, later,
-/// then sees) or the flush waits for the delete and finds it gone.
-const ADD: &str = "
-INSERT INTO endpoint_minutes AS m (endpoint_id, minute, counts, latency_sum_ms, latency_max_ms)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::bigint[], $5::bigint[])
-              AS t(endpoint_id, minute, counts, latency_sum_ms, latency_max_ms)
+/// Adds a flush's rows to `table` (its time column `time`) in one statement, whatever their
+/// number: the rows come as arrays, one per column, each (endpoint, time) at most once (an
+/// upsert cannot change a row twice). Adds to the rows of endpoints that exist: an endpoint
+/// deleted (its account purged) since a node counted its attempts gets no row back. Each
+/// endpoint's row is key-share locked, so a delete of it waits for the flush (whose rows the
+/// purge's delete of the minutes, later, then sees) or the flush waits for the delete and finds
+/// it gone. Latency buckets (JSON arrays of counts by bucket index) add index by index.
+fn add_statement(table: &str, time: &str) -> String {
+    format!(
+        "
+INSERT INTO {table} AS m (endpoint_id, {time}, counts, latency_sum_ms, latency_max_ms,
+                          latency_buckets)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::bigint[], $5::bigint[],
+                     $6::jsonb[])
+              AS t(endpoint_id, {time}, counts, latency_sum_ms, latency_max_ms, latency_buckets)
 WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id FOR KEY SHARE)
-ON CONFLICT (endpoint_id, minute) DO UPDATE SET
-    counts = (SELECT coalesce(jsonb_object_agg(k, n), '{}'::jsonb) FROM (
+ON CONFLICT (endpoint_id, {time}) DO UPDATE SET
+    counts = (SELECT coalesce(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
         SELECT k, sum(v::bigint) AS n FROM (
             SELECT * FROM jsonb_each_text(m.counts)
             UNION ALL SELECT * FROM jsonb_each_text(EXCLUDED.counts)) AS e(k, v)
         GROUP BY k) AS s),
     latency_sum_ms = m.latency_sum_ms + EXCLUDED.latency_sum_ms,
-    latency_max_ms = greatest(m.latency_max_ms, EXCLUDED.latency_max_ms)";
+    latency_max_ms = greatest(m.latency_max_ms, EXCLUDED.latency_max_ms),
+    latency_buckets = (SELECT coalesce(jsonb_agg(coalesce(a::bigint, 0) + coalesce(b::bigint, 0)
+                                                 ORDER BY i), '[]'::jsonb)
+        FROM ROWS FROM (jsonb_array_elements_text(m.latency_buckets),
+                        jsonb_array_elements_text(EXCLUDED.latency_buckets))
+             WITH ORDINALITY AS u(a, b, i))"
+    )
+}
 
-/// A row of `endpoint_minutes` as a minute: its start, its counts by status name, its latency
-/// sum and max.
-fn minute_of(at: Millis, counts: Value, sum: i64, max: i64) -> Minute {
+static ADD_MINUTES: LazyLock<String> =
+    LazyLock::new(|| add_statement("endpoint_minutes", "minute"));
+static ADD_HOURS: LazyLock<String> = LazyLock::new(|| add_statement("endpoint_hours", "hour"));
+
+/// A row of `endpoint_minutes` (`endpoint_hours`) as a minute (an hour): its start, its counts
+/// by status name, its latency sum and max, and its latency buckets.
+fn minute_of(at: Millis, counts: Value, sum: i64, max: i64, buckets: Value) -> Minute {
     let mut m = Minute {
         at,
         latency_sum_ms: u64::try_from(sum).unwrap_or(0),
@@ -45,7 +64,43 @@ fn minute_of(at: Millis, counts: Value, sum: i64, max: i64) -> Minute {
             m.set_named(&name, n.as_u64().unwrap_or(0));
         }
     }
+    if let Value::Array(buckets) = buckets {
+        m.set_buckets(buckets.iter().map(|n| n.as_u64().unwrap_or(0)));
+    }
     m
+}
+
+/// Rows keyed by (endpoint, time), as [`add_statement`]'s arrays: one per column.
+type Columns = (
+    Vec<String>,
+    Vec<Millis>,
+    Vec<Value>,
+    Vec<i64>,
+    Vec<i64>,
+    Vec<Value>,
+);
+
+fn columns(rows: BTreeMap<(String, Millis), Minute>) -> Result<Columns, StoreError> {
+    let n = rows.len();
+    let mut c: Columns = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let json =
+        |v: Result<Value, serde_json::Error>| v.map_err(|e| StoreError::Encode(e.to_string()));
+    for ((endpoint_id, at), m) in rows {
+        c.0.push(endpoint_id);
+        c.1.push(at);
+        c.2.push(json(serde_json::to_value(m.named_counts()))?);
+        c.3.push(as_i64(m.latency_sum_ms));
+        c.4.push(as_i64(m.latency_max_ms));
+        c.5.push(json(serde_json::to_value(m.stored_buckets()))?);
+    }
+    Ok(c)
 }
 
 fn as_i64(n: u64) -> i64 {
@@ -53,44 +108,34 @@ fn as_i64(n: u64) -> i64 {
 }
 
 impl Minutes for PgStore {
-    /// One statement per flush ([`ADD`]), its rows in one order on every node (endpoint, then
-    /// minute), so two nodes' flushes never wait for each other's rows in a cycle.
+    /// One transaction per flush: a statement for the minutes, then one for the hours
+    /// ([`add_statement`]), their rows in one order on every node (endpoint, then time), so two
+    /// nodes' flushes never wait for each other's rows in a cycle.
     async fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
         if minutes.is_empty() {
             return Ok(());
         }
-        let mut merged: BTreeMap<(String, Millis), Minute> = BTreeMap::new();
+        let mut by_minute: BTreeMap<(String, Millis), Minute> = BTreeMap::new();
+        let mut by_hour: BTreeMap<(String, Millis), Minute> = BTreeMap::new();
         for (endpoint_id, m) in minutes {
-            merged
-                .entry((endpoint_id, m.at))
-                .or_insert_with(|| Minute {
-                    at: m.at,
-                    ..Minute::default()
-                })
-                .add(&m);
+            let hour = m.at - m.at.rem_euclid(Minute::HOUR_MS);
+            for (rows, at) in [(&mut by_hour, hour), (&mut by_minute, m.at)] {
+                rows.entry((endpoint_id.clone(), at))
+                    .or_insert_with(|| Minute {
+                        at,
+                        ..Minute::default()
+                    })
+                    .add(&m);
+            }
         }
-        let n = merged.len();
-        let (mut ids, mut ats, mut counts, mut sums, mut maxes) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        for ((endpoint_id, at), m) in merged {
-            let named: BTreeMap<&str, u32> = m.named_counts();
-            counts
-                .push(serde_json::to_value(named).map_err(|e| StoreError::Encode(e.to_string()))?);
-            ids.push(endpoint_id);
-            ats.push(at);
-            sums.push(as_i64(m.latency_sum_ms));
-            maxes.push(as_i64(m.latency_max_ms));
+        let mut client = self.db.client().await?;
+        let tx = client.transaction().await?;
+        for (statement, rows) in [(&*ADD_MINUTES, by_minute), (&*ADD_HOURS, by_hour)] {
+            let (ids, ats, counts, sums, maxes, buckets) = columns(rows)?;
+            tx.execute(statement, &[&ids, &ats, &counts, &sums, &maxes, &buckets])
+                .await?;
         }
-        self.db
-            .client()
-            .await?
-            .execute(ADD, &[&ids, &ats, &counts, &sums, &maxes])
-            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -99,20 +144,36 @@ impl Minutes for PgStore {
         endpoint_id: &str,
         from: Millis,
     ) -> Result<Vec<Minute>, StoreError> {
-        let rows = self
+        self.endpoint_rows(
+            "SELECT minute, counts, latency_sum_ms, latency_max_ms, latency_buckets
+             FROM endpoint_minutes WHERE endpoint_id = $1 AND minute >= $2 ORDER BY minute",
+            endpoint_id,
+            from,
+        )
+        .await
+    }
+
+    async fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        self.endpoint_rows(
+            "SELECT hour, counts, latency_sum_ms, latency_max_ms, latency_buckets
+             FROM endpoint_hours WHERE endpoint_id = $1 AND hour >= $2 ORDER BY hour",
+            endpoint_id,
+            from,
+        )
+        .await
+    }
+
+    async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
+        Ok(self
             .db
             .client()
             .await?
-            .query(
-                "SELECT minute, counts, latency_sum_ms, latency_max_ms FROM endpoint_minutes
-                 WHERE endpoint_id = $1 AND minute >= $2 ORDER BY minute",
-                &[&endpoint_id, &from],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| minute_of(r.get(0), r.get(1), r.get(2), r.get(3)))
-            .collect())
+            .execute("DELETE FROM endpoint_hours WHERE hour < $1", &[&before])
+            .await?)
     }
 
     async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
@@ -121,7 +182,8 @@ impl Minutes for PgStore {
             .client()
             .await?
             .query(
-                "SELECT endpoint_id, minute, counts, latency_sum_ms, latency_max_ms
+                "SELECT endpoint_id, minute, counts, latency_sum_ms, latency_max_ms,
+                        latency_buckets
                  FROM endpoint_minutes WHERE minute >= $1",
                 &[&from],
             )
@@ -131,7 +193,7 @@ impl Minutes for PgStore {
             .map(|r| {
                 (
                     r.get::<_, String>(0),
-                    minute_of(r.get(1), r.get(2), r.get(3), r.get(4)),
+                    minute_of(r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)),
                 )
             })
             .collect())
@@ -147,7 +209,7 @@ impl Minutes for PgStore {
     }
 
     /// One statement per flush, the newest time per endpoint, rows in endpoint order (as
-    /// [`ADD`], and for the same reasons).
+    /// [`add_statement`]'s, and for the same reasons).
     async fn keep_last_successes(
         &self,
         successes: Vec<(String, Millis)>,
@@ -183,8 +245,30 @@ impl Minutes for PgStore {
     }
 }
 
+impl PgStore {
+    /// An endpoint's chart rows from `from` on, by `query` (its time, counts, latency sum, max
+    /// and buckets, for the endpoint `$1` from `$2`).
+    async fn endpoint_rows(
+        &self,
+        query: &str,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let rows = self
+            .db
+            .client()
+            .await?
+            .query(query, &[&endpoint_id, &from])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| minute_of(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect())
+    }
+}
+
 /// Keeps each endpoint's last success, the later of the kept one and the given one, for
-/// endpoints that exist (key-share locked, as [`ADD`]).
+/// endpoints that exist (key-share locked, as [`add_statement`]'s).
 const KEEP_SUCCESSES: &str = "
 INSERT INTO endpoint_successes AS s (endpoint_id, at)
 SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(endpoint_id, at)

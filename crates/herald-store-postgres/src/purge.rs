@@ -43,6 +43,11 @@ async fn purge_log(
     )
     .await?;
     tx.execute(
+        "DELETE FROM endpoint_hours WHERE endpoint_id = ANY($1)",
+        &[&ids],
+    )
+    .await?;
+    tx.execute(
         "DELETE FROM attempts WHERE delivery_id IN
              (SELECT id FROM deliveries WHERE account_id = $1)",
         &[&account],

@@ -32,6 +32,7 @@
 //! - `portal_sessions`: see [`sessions`].
 //! - `client_certs`: endpoints' client certificates and keys (mutual TLS), see [`endpoints`].
 //! - `minutes`: endpoints' attempts per minute over the last day (the charts), see [`minutes`].
+//! - `hours`: endpoints' attempts per hour over the last week (the week's chart), likewise.
 //!
 //! # Consistency
 //!
@@ -130,9 +131,9 @@ pub(crate) use herald_store::{
 /// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
 /// and operator events without an index by account), 8 (endpoints' secrets in their records)
 /// 9 (chart minutes keyed by endpoint first), 10 (no applications, event labels or attempt
-/// URLs), 11 (no last successes) and 12 (no response headers) are migrated at open
-/// ([`migrate`]).
-const FORMAT: u8 = 13;
+/// URLs), 11 (no last successes), 12 (no response headers) and 13 (no hours, no latency
+/// buckets) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 14;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -160,6 +161,9 @@ pub(crate) struct Trees {
     /// Endpoints' attempts per minute for the charts ([`minutes`]): the hour, the endpoint
     /// id, a NUL and the minute's start, to JSON counts.
     minutes: sled::Tree,
+    /// Endpoints' attempts per hour for the week's chart ([`minutes`]): the day, the endpoint
+    /// id, a NUL, the hour.
+    hours: sled::Tree,
     /// Accounts' application records, and answers kept for request keys ([`applications`]).
     applications: sled::Tree,
     api_answers: sled::Tree,
@@ -853,6 +857,9 @@ fn migrate_to_current(
     if matches!(format, Some(2..=12)) {
         migrate::from_format_12();
     }
+    if matches!(format, Some(2..=13)) {
+        migrate::from_format_13(trees)?;
+    }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;
         db.flush()?;
@@ -910,6 +917,7 @@ impl Trees {
             portal_sessions: tree("portal_sessions")?,
             client_certs: tree("client_certs")?,
             minutes: tree("minutes")?,
+            hours: tree("hours")?,
             applications: tree("applications")?,
             api_answers: tree("api_answers")?,
             successes: tree("successes")?,

@@ -402,6 +402,18 @@ pub(super) fn from_format_12() {
     tracing::info!("storage migrated from format 12 to format 13 (attempts' response headers)");
 }
 
+/// Format 13 → 14: chart rows keep sent attempts by latency bucket (rows of format 13 read as
+/// having none), and endpoints' hours are kept for the week's chart (the `hours` tree): the
+/// step sums the minutes kept (the last day) into it.
+pub(super) fn from_format_13(trees: &Trees) -> Result<(), StoreError> {
+    let hours = super::minutes::hours_from_minutes(&trees.minutes, &trees.hours)?;
+    tracing::info!(
+        hours,
+        "storage migrated from format 13 to format 14 (hourly chart rows, latency buckets)"
+    );
+    Ok(())
+}
+
 pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
     let tree = &trees.minutes;
     let (mut moved, mut dropped) = (0usize, 0usize);

@@ -1,13 +1,16 @@
-//! Endpoints' attempts per minute on the embedded store, for the charts: one row per endpoint
-//! and minute with attempts, holding its counts as JSON by status name. Rows are added to by
-//! the engine's flusher every few seconds and trimmed to the last day.
+//! Endpoints' attempts per minute and per hour on the embedded store, for the charts: one row
+//! per endpoint and minute (the `minutes` tree) and per endpoint and hour (the `hours` tree)
+//! with attempts, holding its counts as JSON by status name, its latency sum and max, and its
+//! sent attempts by latency bucket. Rows are added to by the engine's flusher every few seconds
+//! (a flush adds each minute to its row and to its hour's) and trimmed: minutes to the last
+//! day, hours to the last week.
 //!
-//! A row's key is its hour, the endpoint id, a NUL and the minute (both times as
-//! order-preserving big-endian numbers, [`time_bytes`]): time first, so trimming the past day
-//! removes a key range (whole hours, and the rows of the one hour the cut falls in) instead of
-//! scanning every endpoint's rows, and an endpoint's minutes of one hour are one key range, so
-//! reading an endpoint's last day is a range per hour (25 of them) whatever the number of
-//! endpoints.
+//! A row's key is its group (a minute's hour, an hour's day), the endpoint id, a NUL and the
+//! row's time (all as order-preserving big-endian numbers, [`time_bytes`]): time first, so
+//! trimming the past removes a key range (whole groups, and the rows of the one group the cut
+//! falls in) instead of scanning every endpoint's rows, and an endpoint's rows of one group are
+//! one key range, so reading an endpoint's last day of minutes is a range per hour (25 of
+//! them), and its last week of hours a range per day (8), whatever the number of endpoints.
 
 use std::collections::BTreeMap;
 
@@ -21,12 +24,35 @@ use herald_store::{Minute, StoreError};
 
 /// The rows of an hour sit together ([`key`]).
 const HOUR_MS: Millis = 3_600_000;
+const DAY_MS: Millis = 24 * HOUR_MS;
+
+/// Which rows: a minute's (grouped by hour) or an hour's (grouped by day).
+#[derive(Clone, Copy)]
+struct Span {
+    /// The length of a row's period.
+    period: Millis,
+    /// The length of the group its key starts with.
+    group: Millis,
+}
+
+const MINUTES: Span = Span {
+    period: Minute::MS,
+    group: HOUR_MS,
+};
+const HOURS: Span = Span {
+    period: HOUR_MS,
+    group: DAY_MS,
+};
 
 #[derive(Serialize, Deserialize, Default)]
 struct Row {
     counts: BTreeMap<String, u64>,
     latency_sum_ms: u64,
     latency_max_ms: u64,
+    /// Sent attempts by latency bucket ([`Minute::stored_buckets`]); absent in rows of format
+    /// 13 and before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    latency_buckets: Vec<u64>,
 }
 
 /// A time as 8 bytes that sort as the times do (the sign bit flipped, big-endian).
@@ -39,22 +65,34 @@ fn time_of(bytes: &[u8]) -> Option<Millis> {
     Some((u64::from_be_bytes(b) ^ (1 << 63)) as Millis)
 }
 
-/// The start of the hour `at` is in (saturating: [`Millis::MIN`] reads from the first row).
+/// The start of the period of length `len` that `at` is in (saturating: [`Millis::MIN`] reads
+/// from the first row).
+fn start_of(at: Millis, len: Millis) -> Millis {
+    at.saturating_sub(at.rem_euclid(len))
+}
+
+/// The start of the hour `at` is in.
 fn hour_of(at: Millis) -> Millis {
-    at.saturating_sub(at.rem_euclid(HOUR_MS))
+    start_of(at, HOUR_MS)
 }
 
 /// The row of the endpoint's minute starting at `at`: its hour, the endpoint id, a NUL, `at`.
 pub(super) fn key(endpoint_id: &str, at: Millis) -> Vec<u8> {
-    let mut k = endpoint_prefix(hour_of(at), endpoint_id);
+    span_key(MINUTES, endpoint_id, at)
+}
+
+/// The row of the endpoint's period of `span` starting at `at`: its group, the endpoint id, a
+/// NUL, `at`.
+fn span_key(span: Span, endpoint_id: &str, at: Millis) -> Vec<u8> {
+    let mut k = endpoint_prefix(start_of(at, span.group), endpoint_id);
     k.extend_from_slice(&time_bytes(at));
     k
 }
 
-/// The start of the endpoint's rows in the hour starting at `hour`.
-fn endpoint_prefix(hour: Millis, endpoint_id: &str) -> Vec<u8> {
+/// The start of the endpoint's rows in the group starting at `group`.
+fn endpoint_prefix(group: Millis, endpoint_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(endpoint_id.len() + 17);
-    k.extend_from_slice(&time_bytes(hour));
+    k.extend_from_slice(&time_bytes(group));
     k.extend_from_slice(endpoint_id.as_bytes());
     k.push(0);
     k
@@ -71,8 +109,8 @@ fn endpoint_of(key: &[u8]) -> Option<String> {
     String::from_utf8(id.to_vec()).ok()
 }
 
-/// The hour from a key.
-fn hour_of_key(key: &[u8]) -> Option<Millis> {
+/// The group (the hour, the day) from a key.
+fn group_of_key(key: &[u8]) -> Option<Millis> {
     time_of(key.get(..8)?)
 }
 
@@ -88,6 +126,7 @@ fn decode(at: Millis, bytes: &[u8]) -> Result<Minute, StoreError> {
     for (name, n) in &row.counts {
         m.set_named(name, *n);
     }
+    m.set_buckets(row.latency_buckets);
     Ok(m)
 }
 
@@ -100,6 +139,7 @@ fn encode(m: &Minute) -> Result<Vec<u8>, StoreError> {
             .collect(),
         latency_sum_ms: m.latency_sum_ms,
         latency_max_ms: m.latency_max_ms,
+        latency_buckets: m.stored_buckets().into_iter().map(u64::from).collect(),
     };
     serde_json::to_vec(&row).map_err(|e| StoreError::Encode(e.to_string()))
 }
@@ -117,7 +157,7 @@ const TRIM_BATCH: usize = 1000;
 
 impl SledStore {
     pub fn add_minutes(&self, minutes: Vec<(String, Minute)>) -> Result<(), StoreError> {
-        let tree = &self.inner.trees.minutes;
+        let trees = &self.inner.trees;
         // Only endpoints that exist, looked at under the lock their deletes take: a delete (a
         // purge) comes after, and its account's minutes are dropped after it, or before, and
         // none is added.
@@ -126,24 +166,8 @@ impl SledStore {
             if self.directory.endpoint(&endpoint_id).is_none() {
                 continue;
             }
-            let k = key(&endpoint_id, m.at);
-            // Read, add, write back only if nobody wrote meanwhile (one flusher per process
-            // writes; the loop only guards against a purge or a trim in between).
-            loop {
-                let old = tree.get(&k)?;
-                let mut sum = match &old {
-                    Some(v) => decode(m.at, v)?,
-                    None => Minute {
-                        at: m.at,
-                        ..Minute::default()
-                    },
-                };
-                sum.add(&m);
-                let new = encode(&sum)?;
-                if tree.compare_and_swap(&k, old, Some(new))?.is_ok() {
-                    break;
-                }
-            }
+            add_row(&trees.minutes, MINUTES, &endpoint_id, &m)?;
+            add_row(&trees.hours, HOURS, &endpoint_id, &m)?;
         }
         Ok(())
     }
@@ -185,14 +209,15 @@ impl SledStore {
         endpoint_id: &str,
         from: Millis,
     ) -> Result<Vec<Minute>, StoreError> {
-        let mut out = Vec::new();
-        self.each_endpoint_row(endpoint_id, from, |k, v| {
-            if let Some(at) = at_of(k) {
-                out.push(decode(at, v)?);
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        endpoint_rows(&self.inner.trees.minutes, MINUTES, endpoint_id, from)
+    }
+
+    pub fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        endpoint_rows(&self.inner.trees.hours, HOURS, endpoint_id, from)
     }
 
     /// Every endpoint's rows from the minute starting at `from` on: one range, from the start of
@@ -216,79 +241,161 @@ impl SledStore {
         Ok(out)
     }
 
-    /// Calls `f` with each of the endpoint's rows from the minute starting at `from` on, oldest
-    /// first: for each hour that has rows (found by one seek), the endpoint's range in it.
-    fn each_endpoint_row(
-        &self,
-        endpoint_id: &str,
-        from: Millis,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        let tree = &self.inner.trees.minutes;
-        let mut hour = hour_of(from);
-        loop {
-            let Some(item) = tree.range(time_bytes(hour)..).next() else {
-                return Ok(());
-            };
-            let (first, _) = item?;
-            hour =
-                hour_of_key(&first).ok_or_else(|| StoreError::Corrupt("minute row key".into()))?;
-            let prefix = endpoint_prefix(hour, endpoint_id);
-            let mut start = prefix.clone();
-            start.extend_from_slice(&time_bytes(from.max(hour)));
-            let mut end = prefix;
-            if let Some(nul) = end.last_mut() {
-                *nul = 1;
-            }
-            for item in tree.range(start..end) {
-                let (k, v) = item?;
-                f(&k, &v)?;
-            }
-            match hour.checked_add(HOUR_MS) {
-                Some(next) => hour = next,
-                None => return Ok(()),
-            }
-        }
-    }
-
     pub fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
-        let tree = &self.inner.trees.minutes;
-        let cut = hour_of(before);
-        let mut gone = 0;
-        // Whole hours before the cut's, then the rows of the cut's hour that start before it.
-        let whole = tree.range(..time_bytes(cut));
-        let part = tree
-            .range(time_bytes(cut)..time_bytes(cut.saturating_add(HOUR_MS)))
-            .filter(|item| {
-                item.as_ref()
-                    .map_or(true, |(k, _)| at_of(k).is_some_and(|at| at < before))
-            });
-        let mut batch = sled::Batch::default();
-        let mut in_batch = 0;
-        for item in whole.chain(part) {
-            let (k, _) = item?;
-            batch.remove(k);
-            in_batch += 1;
-            gone += 1;
-            if in_batch == TRIM_BATCH {
-                tree.apply_batch(std::mem::take(&mut batch))?;
-                in_batch = 0;
-            }
-        }
-        tree.apply_batch(batch)?;
-        Ok(gone)
+        trim(&self.inner.trees.minutes, MINUTES, before)
     }
 
-    /// Drops an endpoint's minutes (its account was purged).
+    pub fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
+        trim(&self.inner.trees.hours, HOURS, before)
+    }
+
+    /// Drops an endpoint's minutes and hours (its account was purged).
     pub(super) fn drop_minutes(&self, endpoint_id: &str) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        self.each_endpoint_row(endpoint_id, Millis::MIN, |k, _| {
-            batch.remove(k);
-            Ok(())
-        })?;
-        self.inner.trees.minutes.apply_batch(batch)?;
+        for (tree, span) in [
+            (&self.inner.trees.minutes, MINUTES),
+            (&self.inner.trees.hours, HOURS),
+        ] {
+            let mut batch = sled::Batch::default();
+            each_endpoint_row(tree, span, endpoint_id, Millis::MIN, |k, _| {
+                batch.remove(k);
+                Ok(())
+            })?;
+            tree.apply_batch(batch)?;
+        }
         Ok(())
     }
+}
+
+/// Adds `m` to the endpoint's row of `span` it falls in: read, add, write back only if nobody
+/// wrote meanwhile (one flusher per process writes; the loop only guards against a purge or a
+/// trim in between).
+fn add_row(tree: &sled::Tree, span: Span, endpoint_id: &str, m: &Minute) -> Result<(), StoreError> {
+    let at = start_of(m.at, span.period);
+    let k = span_key(span, endpoint_id, at);
+    loop {
+        let old = tree.get(&k)?;
+        let mut sum = match &old {
+            Some(v) => decode(at, v)?,
+            None => Minute {
+                at,
+                ..Minute::default()
+            },
+        };
+        sum.add(m);
+        let new = encode(&sum)?;
+        if tree.compare_and_swap(&k, old, Some(new))?.is_ok() {
+            return Ok(());
+        }
+    }
+}
+
+/// The endpoint's rows of `span` from the one starting at `from` on, oldest first.
+fn endpoint_rows(
+    tree: &sled::Tree,
+    span: Span,
+    endpoint_id: &str,
+    from: Millis,
+) -> Result<Vec<Minute>, StoreError> {
+    let mut out = Vec::new();
+    each_endpoint_row(tree, span, endpoint_id, from, |k, v| {
+        if let Some(at) = at_of(k) {
+            out.push(decode(at, v)?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with each of the endpoint's rows of `span` from the one starting at `from` on,
+/// oldest first: for each group that has rows (found by one seek), the endpoint's range in it.
+fn each_endpoint_row(
+    tree: &sled::Tree,
+    span: Span,
+    endpoint_id: &str,
+    from: Millis,
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut group = start_of(from, span.group);
+    loop {
+        let Some(item) = tree.range(time_bytes(group)..).next() else {
+            return Ok(());
+        };
+        let (first, _) = item?;
+        group = group_of_key(&first).ok_or_else(|| StoreError::Corrupt("chart row key".into()))?;
+        let prefix = endpoint_prefix(group, endpoint_id);
+        let mut start = prefix.clone();
+        start.extend_from_slice(&time_bytes(from.max(group)));
+        let mut end = prefix;
+        if let Some(nul) = end.last_mut() {
+            *nul = 1;
+        }
+        for item in tree.range(start..end) {
+            let (k, v) = item?;
+            f(&k, &v)?;
+        }
+        match group.checked_add(span.group) {
+            Some(next) => group = next,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Drops every row of `span` that starts before `before`; how many went.
+fn trim(tree: &sled::Tree, span: Span, before: Millis) -> Result<u64, StoreError> {
+    let cut = start_of(before, span.group);
+    let mut gone = 0;
+    // Whole groups before the cut's, then the rows of the cut's group that start before it.
+    let whole = tree.range(..time_bytes(cut));
+    let part = tree
+        .range(time_bytes(cut)..time_bytes(cut.saturating_add(span.group)))
+        .filter(|item| {
+            item.as_ref()
+                .map_or(true, |(k, _)| at_of(k).is_some_and(|at| at < before))
+        });
+    let mut batch = sled::Batch::default();
+    let mut in_batch = 0;
+    for item in whole.chain(part) {
+        let (k, _) = item?;
+        batch.remove(k);
+        in_batch += 1;
+        gone += 1;
+        if in_batch == TRIM_BATCH {
+            tree.apply_batch(std::mem::take(&mut batch))?;
+            in_batch = 0;
+        }
+    }
+    tree.apply_batch(batch)?;
+    Ok(gone)
+}
+
+/// Format 13 to 14 ([`super::migrate`]): the hours of the minutes kept (the last day), each the
+/// sum of its minutes, so the week's chart starts with the day the store has. Whatever hour rows
+/// are there already (a step cut short) are replaced, so running it twice writes the same.
+pub(super) fn hours_from_minutes(
+    minutes: &sled::Tree,
+    hours: &sled::Tree,
+) -> Result<u64, StoreError> {
+    let mut sums: BTreeMap<Vec<u8>, Minute> = BTreeMap::new();
+    for item in minutes.iter() {
+        let (k, v) = item?;
+        let (Some(at), Some(id)) = (at_of(&k), endpoint_of(&k)) else {
+            continue;
+        };
+        let hour = hour_of(at);
+        sums.entry(span_key(HOURS, &id, hour))
+            .or_insert_with(|| Minute {
+                at: hour,
+                ..Minute::default()
+            })
+            .add(&decode(at, &v)?);
+    }
+    let mut batch = sled::Batch::default();
+    let n = sums.len() as u64;
+    for (k, m) in sums {
+        batch.insert(k, encode(&m)?);
+    }
+    hours.apply_batch(batch)?;
+    Ok(n)
 }
 
 /// Format 9 to 10 ([`super::migrate`]): a row keyed the old way (the endpoint id, a NUL and the
@@ -324,6 +431,19 @@ impl Minutes for SledStore {
 
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
         blocking(self, move |s| s.trim_minutes(before)).await
+    }
+
+    async fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> Result<Vec<Minute>, StoreError> {
+        let id = endpoint_id.to_string();
+        blocking(self, move |s| s.endpoint_hours(&id, from)).await
+    }
+
+    async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
+        blocking(self, move |s| s.trim_hours(before)).await
     }
 
     async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {

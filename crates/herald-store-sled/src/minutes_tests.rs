@@ -136,3 +136,56 @@ async fn a_format_9_store_rekeys_its_minute_rows() {
     assert_eq!(store.endpoint_minutes(EP_A, 0).unwrap().len(), 250);
     close(store);
 }
+
+/// Format 13 to 14: the minutes kept are summed into their hours, latency buckets and all, and
+/// running the step again writes the same.
+#[tokio::test]
+async fn the_format_14_step_sums_the_minutes_into_their_hours() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(dir.path(), &clock);
+    let h0 = T0.div_euclid(HOUR) * HOUR;
+    let mut slow = delivered(h0 + 5 * Minute::MS, 1);
+    slow.record(Status::Delivered, 400);
+    for (at, m) in [
+        (h0, delivered(h0, 2)),
+        (h0 + 5 * Minute::MS, slow),
+        (h0 + HOUR, delivered(h0 + HOUR, 3)),
+    ] {
+        let k = minutes::key(EP_A, at);
+        store
+            .inner
+            .trees
+            .minutes
+            .insert(
+                k,
+                serde_json::to_vec(&serde_json::json!({
+                    "counts": {"delivered": m.delivered()},
+                    "latency_sum_ms": m.latency_sum_ms,
+                    "latency_max_ms": m.latency_max_ms,
+                    "latency_buckets": m.stored_buckets(),
+                }))
+                .unwrap(),
+            )
+            .unwrap();
+    }
+    let trees = &store.inner.trees;
+    for _ in 0..2 {
+        assert_eq!(
+            minutes::hours_from_minutes(&trees.minutes, &trees.hours).unwrap(),
+            2
+        );
+    }
+    let hours = store.endpoint_hours(EP_A, 0).unwrap();
+    let mut first = delivered(h0, 2);
+    first.add(&slow);
+    let mut second = delivered(h0 + HOUR, 3);
+    second.at = h0 + HOUR;
+    assert_eq!(hours, vec![first, second]);
+    assert_eq!(
+        hours[0].latency_buckets.iter().sum::<u32>(),
+        1,
+        "the slow one's bucket"
+    );
+    close(store);
+}

@@ -676,10 +676,11 @@ pub trait Archive {
 /// so that a restart and every node of a cluster see the same figures. Nodes count in memory
 /// and add what they counted every few seconds (docs/api.md, "Endpoints").
 pub trait Minutes {
-    /// Adds each (endpoint id, minute) to what is kept for that minute: counts and latency sums
-    /// add up, the max is the larger. Only for endpoints that exist: one deleted since the
-    /// counts were taken (its account purged) gets no row, even when its delete races the add.
-    /// Flushed; on `Err` nothing was added.
+    /// Adds each (endpoint id, minute) to what is kept for that minute and for the hour it is
+    /// in ([`Minutes::endpoint_hours`]): counts, latency sums and latency buckets add up, the
+    /// max is the larger. Only for endpoints that exist: one deleted since the counts were
+    /// taken (its account purged) gets no row, even when its delete races the add. Flushed; on
+    /// `Err` nothing was added (neither minutes nor hours).
     fn add_minutes(
         &self,
         minutes: Vec<(String, Minute)>,
@@ -702,6 +703,17 @@ pub trait Minutes {
 
     /// Drops every endpoint's minutes that start before `before`; answers how many went.
     fn trim_minutes(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The endpoint's hours that had attempts (the sums of their minutes, `at` each hour's
+    /// start), from the hour starting at `from` on, oldest first.
+    fn endpoint_hours(
+        &self,
+        endpoint_id: &str,
+        from: Millis,
+    ) -> impl Future<Output = Result<Vec<Minute>, StoreError>> + Send;
+
+    /// Drops every endpoint's hours that start before `before`; answers how many went.
+    fn trim_hours(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Keeps each (endpoint id, time) as that endpoint's last successful attempt, unless a
     /// later one is kept already (nodes of a cluster flush theirs in any order: the newest of

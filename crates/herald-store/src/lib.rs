@@ -79,7 +79,7 @@ pub use types::{
     check_endpoint_json, check_endpoint_size, lane_of, token_hash, ApiAnswer, Changed, CopyStart,
     DebounceRule, DeliveryFilter, DirectoryRecord, DueDelivery, EndpointWaiting, EventHistory,
     Fence, FixedLimits, IngestOutcome, Lane, Minute, NewEvent, Node, Purged, Retained, Stats,
-    Swept, TakeLimits, Taken, Taking, FAN_OUT_TRIES, IDEMPOTENCY_WINDOW_MS, MAX_ENDPOINT_SIZE,
-    NO_LANE, SEARCH_EVENTS,
+    Swept, TakeLimits, Taken, Taking, FAN_OUT_TRIES, IDEMPOTENCY_WINDOW_MS, LATENCY_BOUNDS_MS,
+    MAX_ENDPOINT_SIZE, NO_LANE, SEARCH_EVENTS,
 };
 pub use types::{ARCHIVE_PAGE_BYTES, ARCHIVE_PAGE_EVENTS};

@@ -485,19 +485,69 @@ pub struct Purged {
     pub endpoints: u64,
 }
 
-/// One endpoint's attempts in one minute, for the pages' charts: counts by status, and the
-/// latency of the attempts that were sent.
+/// The upper bounds (milliseconds) of the latency buckets a [`Minute`] counts sent attempts in;
+/// a last bucket takes the slower ones. Fixed: stored rows hold counts by bucket index.
+pub const LATENCY_BOUNDS_MS: [u64; 11] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000,
+];
+
+/// One endpoint's attempts in one minute (or one hour: [`super::contract::Minutes::endpoint_hours`]),
+/// for the pages' charts: counts by status, and the latency of the attempts that were sent
+/// (sum and max of all attempts' durations, and the sent ones by [`LATENCY_BOUNDS_MS`] bucket).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Minute {
-    /// The minute's start, in Unix milliseconds.
+    /// The minute's (the hour's) start, in Unix milliseconds.
     pub at: Millis,
     pub counts: [u32; Status::ALL.len()],
     pub latency_sum_ms: u64,
     pub latency_max_ms: u64,
+    /// Sent attempts by latency: index `i` counts those up to `LATENCY_BOUNDS_MS[i]` (above the
+    /// one before), the last those above every bound.
+    pub latency_buckets: [u32; LATENCY_BOUNDS_MS.len() + 1],
 }
 
 impl Minute {
     pub const MS: Millis = 60_000;
+    pub const HOUR_MS: Millis = 3_600_000;
+
+    /// Counts one attempt of `status` that took `duration_ms`.
+    pub fn record(&mut self, status: Status, duration_ms: u64) {
+        self.counts[status as usize] = self.counts[status as usize].saturating_add(1);
+        self.latency_sum_ms = self.latency_sum_ms.saturating_add(duration_ms);
+        self.latency_max_ms = self.latency_max_ms.max(duration_ms);
+        if status.is_sent() {
+            let i = LATENCY_BOUNDS_MS.partition_point(|b| *b < duration_ms);
+            self.latency_buckets[i] = self.latency_buckets[i].saturating_add(1);
+        }
+    }
+
+    /// The latency (ms) under which a fraction `q` (0 to 1) of the sent attempts came back,
+    /// estimated from the buckets (linear within the bucket it falls in; the last bucket reaches
+    /// up to the max), never above the max; `None` without a sent attempt counted.
+    pub fn latency_quantile(&self, q: f64) -> Option<u64> {
+        let n: u64 = self.latency_buckets.iter().map(|c| u64::from(*c)).sum();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut below = 0u64;
+        for (i, c) in self.latency_buckets.iter().enumerate() {
+            let c = u64::from(*c);
+            if c == 0 || below + c < rank {
+                below += c;
+                continue;
+            }
+            let low = if i == 0 { 0 } else { LATENCY_BOUNDS_MS[i - 1] };
+            let high = LATENCY_BOUNDS_MS
+                .get(i)
+                .copied()
+                .unwrap_or(self.latency_max_ms)
+                .max(low);
+            let at = low as f64 + (high - low) as f64 * (rank - below) as f64 / c as f64;
+            return Some((at.round() as u64).min(self.latency_max_ms));
+        }
+        Some(self.latency_max_ms)
+    }
 
     pub fn attempts(&self) -> u32 {
         self.counts.iter().sum()
@@ -514,6 +564,28 @@ impl Minute {
         }
         self.latency_sum_ms = self.latency_sum_ms.saturating_add(other.latency_sum_ms);
         self.latency_max_ms = self.latency_max_ms.max(other.latency_max_ms);
+        for (b, o) in self.latency_buckets.iter_mut().zip(other.latency_buckets) {
+            *b = b.saturating_add(o);
+        }
+    }
+
+    /// The buckets as stored: counts by index (trailing empty ones left out).
+    pub fn stored_buckets(&self) -> Vec<u32> {
+        let used = self
+            .latency_buckets
+            .iter()
+            .rposition(|c| *c > 0)
+            .map_or(0, |i| i + 1);
+        self.latency_buckets[..used].to_vec()
+    }
+
+    /// Buckets read back from [`Self::stored_buckets`] (an index past the last is added to it).
+    pub fn set_buckets(&mut self, stored: impl IntoIterator<Item = u64>) {
+        let last = self.latency_buckets.len() - 1;
+        for (i, c) in stored.into_iter().enumerate() {
+            let b = &mut self.latency_buckets[i.min(last)];
+            *b = b.saturating_add(u32::try_from(c).unwrap_or(u32::MAX));
+        }
     }
 
     /// The counts that are not zero, by status name: how the stores keep them (a name does not
@@ -532,5 +604,64 @@ impl Minute {
         if let Some(s) = Status::parse(name) {
             self.counts[s as usize] = u32::try_from(n).unwrap_or(u32::MAX);
         }
+    }
+}
+
+#[cfg(test)]
+mod minute_tests {
+    use super::*;
+
+    fn of(durations: &[u64]) -> Minute {
+        let mut m = Minute::default();
+        for d in durations {
+            m.record(Status::Delivered, *d);
+        }
+        m
+    }
+
+    #[test]
+    fn quantiles_fall_in_the_right_bucket_and_never_pass_the_max() {
+        // 90 fast (up to 10 ms), 10 slow (1 to 2.5 s): p50 in the first bucket, p95 in the slow.
+        let mut d = vec![8; 90];
+        d.extend([1_800; 10]);
+        let m = of(&d);
+        let p50 = m.latency_quantile(0.5).unwrap();
+        let p95 = m.latency_quantile(0.95).unwrap();
+        assert!(p50 <= 10, "{p50}");
+        assert!((1_000..=1_800).contains(&p95), "{p95}");
+        assert_eq!(
+            m.latency_quantile(1.0),
+            Some(1_800),
+            "the max, not the bound"
+        );
+        // Above every bound: the last bucket reaches up to the max.
+        let slow = of(&[40_000, 50_000]);
+        assert_eq!(slow.latency_quantile(1.0), Some(50_000));
+        assert!(slow.latency_quantile(0.5).unwrap() > 30_000);
+        assert_eq!(Minute::default().latency_quantile(0.5), None);
+    }
+
+    #[test]
+    fn only_sent_attempts_count_in_the_buckets_and_buckets_add_and_round_trip() {
+        let mut m = of(&[10, 11]);
+        m.record(Status::RateLimited, 0);
+        assert_eq!(m.latency_buckets[0], 1, "10 ms is in the first bucket");
+        assert_eq!(m.latency_buckets[1], 1);
+        assert_eq!(
+            m.latency_buckets.iter().sum::<u32>(),
+            2,
+            "a decision is not timed"
+        );
+        let mut sum = m;
+        sum.add(&m);
+        assert_eq!(sum.latency_buckets[1], 2);
+        let mut back = Minute::default();
+        back.set_buckets(sum.stored_buckets().into_iter().map(u64::from));
+        assert_eq!(back.latency_buckets, sum.latency_buckets);
+        assert_eq!(
+            sum.stored_buckets().len(),
+            2,
+            "trailing empty buckets are left out"
+        );
     }
 }

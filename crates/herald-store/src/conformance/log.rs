@@ -317,12 +317,14 @@ pub async fn an_attempt_is_recorded_with_what_follows_it_in_one_write<H: Harness
 pub fn minute(at: i64, delivered: u32, timeouts: u32, latency: u64) -> Minute {
     let mut m = Minute {
         at,
-        latency_sum_ms: latency * u64::from(delivered + timeouts),
-        latency_max_ms: latency,
         ..Minute::default()
     };
-    m.counts[Status::Delivered as usize] = delivered;
-    m.counts[Status::Timeout as usize] = timeouts;
+    for _ in 0..delivered {
+        m.record(Status::Delivered, latency);
+    }
+    for _ in 0..timeouts {
+        m.record(Status::Timeout, latency);
+    }
     m
 }
 
@@ -350,9 +352,9 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     add(vec![(EP_A.into(), minute(t0, 1, 2, 300))]).await;
     let s = s.reopen().await;
     let got = s.store.endpoint_minutes(EP_A, t0).await.unwrap();
-    let mut want = minute(t0, 3, 3, 0);
-    want.latency_sum_ms = 300 + 900;
-    want.latency_max_ms = 300;
+    let mut want = minute(t0, 2, 1, 100);
+    want.add(&minute(t0, 1, 2, 300));
+    assert_eq!(want.latency_buckets.iter().sum::<u32>(), 6);
     assert_eq!(
         got,
         vec![want, minute(t0 + Minute::MS, 1, 0, 10)],
@@ -389,6 +391,50 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     assert_eq!(gone, 2, "{}", s.name);
     assert_eq!(s.store.endpoint_minutes(EP_A, 0).await.unwrap().len(), 1);
     assert!(s.store.endpoint_minutes(EP_B, 0).await.unwrap().is_empty());
+
+    // Each minute was added to its hour too, and the minutes' trim leaves the hours: each the
+    // sum of its minutes, latency buckets and all.
+    let hour_of = |at: i64| at.div_euclid(Minute::HOUR_MS) * Minute::HOUR_MS;
+    let mut want_hours: Vec<Minute> = Vec::new();
+    for m in &got {
+        match want_hours.last_mut() {
+            Some(h) if h.at == hour_of(m.at) => h.add(m),
+            _ => {
+                let mut h = Minute {
+                    at: hour_of(m.at),
+                    ..Minute::default()
+                };
+                h.add(m);
+                want_hours.push(h);
+            }
+        }
+    }
+    assert_eq!(
+        s.store.endpoint_hours(EP_A, 0).await.unwrap(),
+        want_hours,
+        "{}",
+        s.name
+    );
+    let mut b_hour = minute(t0, 5, 0, 1);
+    b_hour.at = hour_of(t0);
+    assert_eq!(
+        s.store.endpoint_hours(EP_B, 0).await.unwrap(),
+        vec![b_hour],
+        "{}",
+        s.name
+    );
+    assert!(s.store.endpoint_hours(none, 0).await.unwrap().is_empty());
+    let last = want_hours.last().unwrap().at;
+    assert_eq!(
+        s.store.endpoint_hours(EP_A, last).await.unwrap().len(),
+        1,
+        "{}: from an hour on",
+        s.name
+    );
+    // Trimming hours drops what starts before the cut, for every endpoint.
+    let gone = s.store.trim_hours(last + Minute::HOUR_MS).await.unwrap();
+    assert_eq!(gone as usize, want_hours.len() + 1, "{}", s.name);
+    assert!(s.store.endpoint_hours(EP_A, 0).await.unwrap().is_empty());
 }
 
 /// An endpoint's last success: the newest of every flush (and of two in one) is kept, across a
