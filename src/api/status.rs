@@ -16,6 +16,7 @@ use crate::metrics::Gauges;
 use crate::model::{DeliveryState, EndpointState};
 use crate::policy::breaker::Breaker;
 use crate::store::prelude::*;
+use crate::store::Minute;
 
 pub async fn healthz(state: &Arc<AppState>) -> Resp {
     if state.store.healthy().await {
@@ -40,15 +41,26 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
         .iter()
         .map(|s| (s.as_str().to_string(), json!(stats.get(*s).max(0))))
         .collect();
-    let counts = |minutes| -> Map<String, Value> {
-        state
-            .engine
-            .recent
-            .totals(now, minutes)
+    // The log's attempts, every node's: the last hour by minute, the last 24 clock hours by
+    // hour (requests under their endpoints, decisions that sent nothing under one row).
+    let hour_from = now.div_euclid(Minute::MS) * Minute::MS - 59 * Minute::MS;
+    let day_from = now.div_euclid(Minute::HOUR_MS) * Minute::HOUR_MS - 23 * Minute::HOUR_MS;
+    let last_hour = state.engine.log_minutes(hour_from).await?;
+    let last_day = state.engine.log_hours(day_from).await?;
+    let counts = |rows: &[(String, Minute)]| -> Map<String, Value> {
+        let mut sum = Minute::default();
+        for (_, m) in rows {
+            sum.add(m);
+        }
+        sum.named_counts()
             .into_iter()
-            .map(|(s, n)| (s.as_str().to_string(), json!(n)))
+            .map(|(s, n)| (s.to_string(), json!(n)))
             .collect()
     };
+    let mut by_minute: std::collections::BTreeMap<i64, Minute> = Default::default();
+    for (_, m) in &last_hour {
+        by_minute.entry(m.at).or_default().add(m);
+    }
     let mut v = json!({
         "version": crate::VERSION,
         "uptime_seconds": state.started.elapsed().as_secs(),
@@ -58,10 +70,10 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
         "held": held,
         "in_flight": state.engine.in_flight(),
         "quota_check_failures": state.metrics.quota_check_failures.load(std::sync::atomic::Ordering::Relaxed),
-        "attempts": {"last_hour": counts(60), "last_day": counts(24 * 60)},
+        "attempts": {"last_hour": counts(&last_hour), "last_day": counts(&last_day)},
         "storage_bytes": storage_bytes,
         "dead_letters": stats.get(DeliveryState::Failed).max(0),
-        "endpoints_last_hour": state.engine.success_rates().await?.into_iter().map(|(id, good, all)| json!({
+        "endpoints_last_hour": state.engine.success_rates(&last_hour).into_iter().map(|(id, good, all)| json!({
             "endpoint_id": id,
             "attempts": all,
             "success_rate": f64::from(good) / f64::from(all),
@@ -73,9 +85,9 @@ pub async fn status(state: &Arc<AppState>) -> Result<Resp, super::ApiError> {
             "consecutive_failures": b.consecutive_failures,
             "next_probe_at": b.next_probe_at.map(rfc3339),
         })).collect::<Vec<_>>(),
-        "attempts_by_minute": state.engine.recent.by_minute(now, 60).into_iter().map(|(at, counts)| json!({
+        "attempts_by_minute": by_minute.into_iter().map(|(at, m)| json!({
             "at": rfc3339(at),
-            "attempts": counts.into_iter().map(|(s, n)| (s.as_str().to_string(), json!(n))).collect::<Map<String, Value>>(),
+            "attempts": m.named_counts(),
         })).collect::<Vec<_>>(),
     });
     if let Some((node, nodes)) = nodes {

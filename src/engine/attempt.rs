@@ -20,6 +20,7 @@ use crate::policy::breaker::Gate;
 use crate::policy::quota::{self, Limits};
 use crate::policy::{conditions, retry};
 use crate::store::prelude::*;
+use crate::store::NOT_SENT;
 use crate::store::{Changed, DueDelivery, Fence};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -459,10 +460,13 @@ impl Engine {
             .map(|wait| now + wait.as_millis() as Millis)
     }
 
-    /// Counts the attempt: the recent figures, its status, its duration if sent, and the wait
-    /// from ingest to a first attempt.
+    /// Counts the attempt: its status, its duration if sent, and the wait from ingest to a first
+    /// attempt; a decision that sent nothing in the log's minutes too (a request is counted in
+    /// its endpoint's when its result is known, [`Self::after_sent`]).
     fn count(&self, attempt: &Attempt, d: &Delivery, sent: bool, now: Millis) {
-        self.recent.record(now, attempt.status);
+        if !sent {
+            lock(&self.unflushed).record(NOT_SENT, now, attempt.status, 0);
+        }
         self.metrics.attempt(attempt.status);
         if sent {
             self.metrics

@@ -321,24 +321,41 @@ impl Engine {
         }
     }
 
-    /// Every endpoint with attempts in the last hour, every node's (the store's minutes and
-    /// this node's not added yet): (id, successes, attempts), sorted by id.
-    pub async fn success_rates(&self) -> Result<Vec<(String, u32, u32)>, crate::store::StoreError> {
-        let now = self.clock.now_ms();
-        let from = now.div_euclid(Minute::MS) * Minute::MS - 59 * Minute::MS;
-        let mut sums: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
-        let stored = self.store.minutes_since(from).await?;
-        let unflushed = lock(&self.unflushed).since(from);
-        for (id, m) in stored.into_iter().chain(unflushed) {
+    /// Every endpoint's minutes (and [`crate::store::NOT_SENT`]'s) from `from` on, every
+    /// node's: the store's, with this node's not added yet. In no order.
+    pub async fn log_minutes(
+        &self,
+        from: Millis,
+    ) -> Result<Vec<(String, Minute)>, crate::store::StoreError> {
+        let mut rows = self.store.minutes_since(from).await?;
+        rows.extend(lock(&self.unflushed).since(from));
+        Ok(rows)
+    }
+
+    /// Every endpoint's hours (and [`crate::store::NOT_SENT`]'s) from `from` on, every node's:
+    /// the store's, with this node's minutes not added yet. In no order.
+    pub async fn log_hours(
+        &self,
+        from: Millis,
+    ) -> Result<Vec<(String, Minute)>, crate::store::StoreError> {
+        let mut rows = self.store.hours_since(from).await?;
+        rows.extend(lock(&self.unflushed).since(from));
+        Ok(rows)
+    }
+
+    /// Each endpoint that exists with attempts in `rows` ([`Self::log_minutes`]): (id,
+    /// successes, attempts), sorted by id.
+    pub fn success_rates(&self, rows: &[(String, Minute)]) -> Vec<(String, u32, u32)> {
+        let mut sums: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+        for (id, m) in rows {
             let s = sums.entry(id).or_default();
             s.0 += m.delivered();
             s.1 += m.attempts();
         }
-        Ok(sums
-            .into_iter()
+        sums.into_iter()
             .filter(|(id, (_, all))| *all > 0 && self.store.endpoint(id).is_some())
-            .map(|(id, (good, all))| (id, good, all))
-            .collect())
+            .map(|(id, (good, all))| (id.to_string(), good, all))
+            .collect()
     }
 
     /// Endpoints whose circuit breaker is not closed: (id, breaker), sorted by id. An endpoint

@@ -16,7 +16,6 @@ pub use attempt::RetryError;
 pub mod health;
 pub mod minutes;
 pub mod rates;
-pub mod recent;
 pub mod verify;
 
 use std::collections::{BTreeMap, HashMap};
@@ -106,7 +105,6 @@ pub struct Engine {
     /// The running attempts' tasks, aborted if they outlast the shutdown grace period.
     attempts: Mutex<tokio::task::JoinSet<()>>,
     pub metrics: Arc<Metrics>,
-    pub recent: recent::Recent,
     rates: Mutex<rates::Rates>,
     /// Each endpoint whose rate limit last held a delivery on this node, and until when (the
     /// next token): what `/v1/status` and a waiting delivery say of it.
@@ -151,7 +149,6 @@ impl Engine {
             stopping: std::sync::atomic::AtomicBool::new(false),
             attempts: Mutex::new(tokio::task::JoinSet::new()),
             metrics,
-            recent: recent::Recent::default(),
             attempted: tokio::sync::broadcast::channel(1024).0,
             rates: Mutex::new(rates::Rates::default()),
             rate_held: Mutex::new(HashMap::new()),

@@ -377,6 +377,13 @@ async fn chart_counts_and_the_last_success_are_kept_in_the_store_through_a_resta
         json!([{"endpoint_id": ep, "attempts": 5, "success_rate": 0.6}]),
         "the status's last hour is read from the store too: {st}"
     );
+    for window in ["last_hour", "last_day"] {
+        assert_eq!(
+            st["attempts"][window],
+            json!({"delivered": 3, "http_error": 2}),
+            "{window}: kept through a restart: {st}"
+        );
+    }
     let (status, day) = stats(&w, &ep, "?window=24h").await;
     assert_eq!(status, 200, "{day}");
     assert_eq!(

@@ -1184,8 +1184,9 @@ async fn a_version_12_database_keeps_response_headers_from_now_on() {
     );
 }
 
-/// `/v1/status`'s `endpoints_last_hour` is every node's: each node attempts one delivery to the
-/// endpoint, and either node's status counts both (from the minutes the store keeps).
+/// `/v1/status`'s `endpoints_last_hour`, `attempts` and `attempts_by_minute` are every node's:
+/// each node attempts one delivery to the endpoint and decides one event without an endpoint,
+/// and either node's status counts both of each (from the minutes and hours the store keeps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_last_hour_counts_every_nodes_attempts() {
     let ca = TestCa::new();
@@ -1211,20 +1212,28 @@ async fn endpoints_last_hour_counts_every_nodes_attempts() {
     assert_eq!(status, 201, "{ep}");
     let ep = ep["endpoint"]["id"].as_str().unwrap().to_string();
     for node in [&a, &b] {
-        let (status, answer) = node
-            .ingest(json!({"account_id": "acme", "type": "t.x", "payload": {}}))
-            .await;
-        assert_eq!(status, 202, "{answer}");
+        for account in ["acme", "lonely"] {
+            let (status, answer) = node
+                .ingest(json!({"account_id": account, "type": "t.x", "payload": {}}))
+                .await;
+            assert_eq!(status, 202, "{answer}");
+        }
     }
     recv.wait_for(2, Duration::from_secs(20)).await;
+    let both = json!({"delivered": 2, "no_endpoint": 2});
     for node in [&a, &b] {
         common::wait_until(
             Duration::from_secs(20),
             "every node's attempts are counted",
             || async {
                 let (_, st) = node.admin("GET", "/v1/status", None).await;
+                let by_minute = &st["attempts_by_minute"];
                 st["endpoints_last_hour"]
                     == json!([{"endpoint_id": ep, "attempts": 2, "success_rate": 1.0}])
+                    && st["attempts"]["last_hour"] == both
+                    && st["attempts"]["last_day"] == both
+                    && by_minute.as_array().map(Vec::len) == Some(1)
+                    && by_minute[0]["attempts"] == both
             },
         )
         .await;

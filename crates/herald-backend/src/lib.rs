@@ -705,6 +705,10 @@ impl Minutes for Backend {
         both_async!(self, Minutes::endpoint_hours, (endpoint_id, from))
     }
 
+    async fn hours_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        both_async!(self, Minutes::hours_since, (from))
+    }
+
     async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
         both_async!(self, Minutes::trim_hours, (before))
     }

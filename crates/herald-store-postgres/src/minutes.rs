@@ -16,7 +16,8 @@ use herald_store::{Minute, StoreError};
 
 /// Adds a flush's rows to `table` (its time column `time`) in one statement, whatever their
 /// number: the rows come as arrays, one per column, each (endpoint, time) at most once (an
-/// upsert cannot change a row twice). Adds to the rows of endpoints that exist: an endpoint
+/// upsert cannot change a row twice). Adds to the rows of endpoints that exist (and of `''`,
+/// [`herald_store::NOT_SENT`], the decisions that sent no request): an endpoint
 /// deleted (its account purged) since a node counted its attempts gets no row back. Each
 /// endpoint's row is key-share locked, so a delete of it waits for the flush (whose rows the
 /// purge's delete of the minutes, later, then sees) or the flush waits for the delete and finds
@@ -29,7 +30,8 @@ INSERT INTO {table} AS m (endpoint_id, {time}, counts, latency_sum_ms, latency_m
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::jsonb[], $4::bigint[], $5::bigint[],
                      $6::jsonb[])
               AS t(endpoint_id, {time}, counts, latency_sum_ms, latency_max_ms, latency_buckets)
-WHERE EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id FOR KEY SHARE)
+WHERE t.endpoint_id = '' OR EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id
+                                   FOR KEY SHARE)
 ON CONFLICT (endpoint_id, {time}) DO UPDATE SET
     counts = (SELECT coalesce(jsonb_object_agg(k, n), '{{}}'::jsonb) FROM (
         SELECT k, sum(v::bigint) AS n FROM (
@@ -167,6 +169,15 @@ impl Minutes for PgStore {
         .await
     }
 
+    async fn hours_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        self.rows_since(
+            "SELECT endpoint_id, hour, counts, latency_sum_ms, latency_max_ms, latency_buckets
+             FROM endpoint_hours WHERE hour >= $1",
+            from,
+        )
+        .await
+    }
+
     async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
         Ok(self
             .db
@@ -177,26 +188,12 @@ impl Minutes for PgStore {
     }
 
     async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
-        let rows = self
-            .db
-            .client()
-            .await?
-            .query(
-                "SELECT endpoint_id, minute, counts, latency_sum_ms, latency_max_ms,
-                        latency_buckets
-                 FROM endpoint_minutes WHERE minute >= $1",
-                &[&from],
-            )
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get::<_, String>(0),
-                    minute_of(r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)),
-                )
-            })
-            .collect())
+        self.rows_since(
+            "SELECT endpoint_id, minute, counts, latency_sum_ms, latency_max_ms, latency_buckets
+             FROM endpoint_minutes WHERE minute >= $1",
+            from,
+        )
+        .await
     }
 
     async fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
@@ -246,6 +243,25 @@ impl Minutes for PgStore {
 }
 
 impl PgStore {
+    /// Every endpoint's chart rows from `from` on, by `query` (the endpoint, the row's time,
+    /// counts, latency sum, max and buckets, from `$1`).
+    async fn rows_since(
+        &self,
+        query: &str,
+        from: Millis,
+    ) -> Result<Vec<(String, Minute)>, StoreError> {
+        let rows = self.db.client().await?.query(query, &[&from]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    minute_of(r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)),
+                )
+            })
+            .collect())
+    }
+
     /// An endpoint's chart rows from `from` on, by `query` (its time, counts, latency sum, max
     /// and buckets, for the endpoint `$1` from `$2`).
     async fn endpoint_rows(

@@ -20,7 +20,7 @@ use super::blocking;
 use super::SledStore;
 use herald_core::clock::Millis;
 use herald_store::contract::Minutes;
-use herald_store::{Minute, StoreError};
+use herald_store::{Minute, StoreError, NOT_SENT};
 
 /// The rows of an hour sit together ([`key`]).
 const HOUR_MS: Millis = 3_600_000;
@@ -163,7 +163,7 @@ impl SledStore {
         // none is added.
         let _endpoints = self.lock_endpoint_writes();
         for (endpoint_id, m) in minutes {
-            if self.directory.endpoint(&endpoint_id).is_none() {
+            if endpoint_id != NOT_SENT && self.directory.endpoint(&endpoint_id).is_none() {
                 continue;
             }
             add_row(&trees.minutes, MINUTES, &endpoint_id, &m)?;
@@ -223,22 +223,13 @@ impl SledStore {
     /// Every endpoint's rows from the minute starting at `from` on: one range, from the start of
     /// `from`'s hour (rows are keyed hour first).
     pub fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
-        let mut out = Vec::new();
-        for item in self
-            .inner
-            .trees
-            .minutes
-            .range(time_bytes(hour_of(from)).to_vec()..)
-        {
-            let (k, v) = item?;
-            let (Some(at), Some(id)) = (at_of(&k), endpoint_of(&k)) else {
-                continue;
-            };
-            if at >= from {
-                out.push((id, decode(at, &v)?));
-            }
-        }
-        Ok(out)
+        rows_since(&self.inner.trees.minutes, MINUTES, from)
+    }
+
+    /// Every endpoint's hours from the one starting at `from` on: one range, from the start of
+    /// `from`'s day.
+    pub fn hours_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        rows_since(&self.inner.trees.hours, HOURS, from)
     }
 
     pub fn trim_minutes(&self, before: Millis) -> Result<u64, StoreError> {
@@ -287,6 +278,26 @@ fn add_row(tree: &sled::Tree, span: Span, endpoint_id: &str, m: &Minute) -> Resu
             return Ok(());
         }
     }
+}
+
+/// Every endpoint's rows of `span` from the one starting at `from` on: one range, from the
+/// start of `from`'s group.
+fn rows_since(
+    tree: &sled::Tree,
+    span: Span,
+    from: Millis,
+) -> Result<Vec<(String, Minute)>, StoreError> {
+    let mut out = Vec::new();
+    for item in tree.range(time_bytes(start_of(from, span.group)).to_vec()..) {
+        let (k, v) = item?;
+        let (Some(at), Some(id)) = (at_of(&k), endpoint_of(&k)) else {
+            continue;
+        };
+        if at >= from {
+            out.push((id, decode(at, &v)?));
+        }
+    }
+    Ok(out)
 }
 
 /// The endpoint's rows of `span` from the one starting at `from` on, oldest first.
@@ -444,6 +455,10 @@ impl Minutes for SledStore {
 
     async fn trim_hours(&self, before: Millis) -> Result<u64, StoreError> {
         blocking(self, move |s| s.trim_hours(before)).await
+    }
+
+    async fn hours_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {
+        blocking(self, move |s| s.hours_since(from)).await
     }
 
     async fn minutes_since(&self, from: Millis) -> Result<Vec<(String, Minute)>, StoreError> {

@@ -678,9 +678,10 @@ pub trait Archive {
 pub trait Minutes {
     /// Adds each (endpoint id, minute) to what is kept for that minute and for the hour it is
     /// in ([`Minutes::endpoint_hours`]): counts, latency sums and latency buckets add up, the
-    /// max is the larger. Only for endpoints that exist: one deleted since the counts were
-    /// taken (its account purged) gets no row, even when its delete races the add. Flushed; on
-    /// `Err` nothing was added (neither minutes nor hours).
+    /// max is the larger. Only for endpoints that exist, and [`super::NOT_SENT`] (the
+    /// decisions that sent no request): one deleted since the counts were taken (its account
+    /// purged) gets no row, even when its delete races the add. Flushed; on `Err` nothing was
+    /// added (neither minutes nor hours).
     fn add_minutes(
         &self,
         minutes: Vec<(String, Minute)>,
@@ -711,6 +712,13 @@ pub trait Minutes {
         endpoint_id: &str,
         from: Millis,
     ) -> impl Future<Output = Result<Vec<Minute>, StoreError>> + Send;
+
+    /// Every endpoint's hours that had attempts (and [`super::NOT_SENT`]'s), from the
+    /// hour starting at `from` on, in no order: what all nodes added (`/v1/status`'s last day).
+    fn hours_since(
+        &self,
+        from: Millis,
+    ) -> impl Future<Output = Result<Vec<(String, Minute)>, StoreError>> + Send;
 
     /// Drops every endpoint's hours that start before `before`; answers how many went.
     fn trim_hours(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;

@@ -80,6 +80,6 @@ pub use types::{
     DebounceRule, DeliveryFilter, DirectoryRecord, DueDelivery, EndpointWaiting, EventHistory,
     Fence, FixedLimits, IngestOutcome, Lane, Minute, NewEvent, Node, Purged, Retained, Stats,
     Swept, TakeLimits, Taken, Taking, FAN_OUT_TRIES, IDEMPOTENCY_WINDOW_MS, LATENCY_BOUNDS_MS,
-    MAX_ENDPOINT_SIZE, NO_LANE, SEARCH_EVENTS,
+    MAX_ENDPOINT_SIZE, NOT_SENT, NO_LANE, SEARCH_EVENTS,
 };
 pub use types::{ARCHIVE_PAGE_BYTES, ARCHIVE_PAGE_EVENTS};

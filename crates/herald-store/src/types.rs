@@ -485,6 +485,12 @@ pub struct Purged {
     pub endpoints: u64,
 }
 
+/// The endpoint id under which [`super::contract::Minutes`] keeps the attempts that sent no
+/// request (decisions such as `no_endpoint`, `paused` or `rate_limited`, with an endpoint or
+/// without), by status: counted in the log's figures (`/v1/status`), never in an endpoint's
+/// chart or success rate, which count its requests.
+pub const NOT_SENT: &str = "";
+
 /// The upper bounds (milliseconds) of the latency buckets a [`Minute`] counts sent attempts in;
 /// a last bucket takes the slower ones. Fixed: stored rows hold counts by bucket index.
 pub const LATENCY_BOUNDS_MS: [u64; 11] = [

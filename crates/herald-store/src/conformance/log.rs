@@ -342,6 +342,13 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     // An endpoint that does not exist (deleted since its attempts were counted) gets none.
     let none = "ep_01HZZZZZZZZZZZZZZZZZZZZZZC";
     add(vec![(none.into(), minute(t0, 1, 0, 1))]).await;
+    // The row of the decisions that sent no request is kept, with no endpoint behind it.
+    let mut decided = Minute {
+        at: t0,
+        ..Minute::default()
+    };
+    decided.record(Status::NoEndpoint, 0);
+    add(vec![(crate::NOT_SENT.into(), decided)]).await;
     // Two nodes' flushes of the same minute add up; the max is the larger.
     add(vec![
         (EP_A.into(), minute(t0, 2, 1, 100)),
@@ -375,11 +382,17 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     let ids: Vec<(&str, i64)> = all.iter().map(|(id, m)| (id.as_str(), m.at)).collect();
     assert_eq!(
         ids,
-        [(EP_A, t0), (EP_A, t0 + Minute::MS), (EP_B, t0)],
+        [
+            (crate::NOT_SENT, t0),
+            (EP_A, t0),
+            (EP_A, t0 + Minute::MS),
+            (EP_B, t0)
+        ],
         "{}",
         s.name
     );
-    assert_eq!(all[0].1, got[0], "{}", s.name);
+    assert_eq!(all[0].1, decided, "{}", s.name);
+    assert_eq!(all[1].1, got[0], "{}", s.name);
     assert_eq!(
         s.store.minutes_since(t0 + 1).await.unwrap(),
         vec![(EP_A.to_string(), minute(t0 + Minute::MS, 1, 0, 10))],
@@ -388,7 +401,7 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     );
     // Trimming drops what starts before the cut, for every endpoint.
     let gone = s.store.trim_minutes(t0 + Minute::MS).await.unwrap();
-    assert_eq!(gone, 2, "{}", s.name);
+    assert_eq!(gone, 3, "{}", s.name);
     assert_eq!(s.store.endpoint_minutes(EP_A, 0).await.unwrap().len(), 1);
     assert!(s.store.endpoint_minutes(EP_B, 0).await.unwrap().is_empty());
 
@@ -424,6 +437,18 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
         s.name
     );
     assert!(s.store.endpoint_hours(none, 0).await.unwrap().is_empty());
+    // Every endpoint's hours, from an hour on, the decisions' row too.
+    let mut every = s.store.hours_since(hour_of(t0)).await.unwrap();
+    every.sort_by(|a, b| (&a.0, a.1.at).cmp(&(&b.0, b.1.at)));
+    let mut decided_hour = decided;
+    decided_hour.at = hour_of(t0);
+    assert_eq!(
+        every[0],
+        (crate::NOT_SENT.to_string(), decided_hour),
+        "{}",
+        s.name
+    );
+    assert_eq!(every.len(), want_hours.len() + 2, "{}: {every:?}", s.name);
     let last = want_hours.last().unwrap().at;
     assert_eq!(
         s.store.endpoint_hours(EP_A, last).await.unwrap().len(),
@@ -433,7 +458,7 @@ pub async fn minutes_add_up_across_writers_survive_a_reopen_and_are_trimmed<H: H
     );
     // Trimming hours drops what starts before the cut, for every endpoint.
     let gone = s.store.trim_hours(last + Minute::HOUR_MS).await.unwrap();
-    assert_eq!(gone as usize, want_hours.len() + 1, "{}", s.name);
+    assert_eq!(gone as usize, want_hours.len() + 2, "{}", s.name);
     assert!(s.store.endpoint_hours(EP_A, 0).await.unwrap().is_empty());
 }
 
