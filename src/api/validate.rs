@@ -138,6 +138,10 @@ pub fn is_reserved_header(name: &str) -> bool {
             | "proxy-connection"
             | "proxy-authorization"
             | "proxy-authenticate"
+            // The W3C trace context herald sends when an endpoint asks for it
+            // (docs/operations.md, "Traces").
+            | "traceparent"
+            | "tracestate"
     ) || n.starts_with("webhook-")
         || n.starts_with("herald-")
         || n.starts_with("svix-")
@@ -402,6 +406,8 @@ mod tests {
             "Proxy-Connection",
             "Proxy-Authorization",
             "proxy-authenticate",
+            "traceparent",
+            "TraceState",
         ] {
             assert!(is_reserved_header(h), "{h}");
         }

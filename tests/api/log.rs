@@ -968,6 +968,8 @@ async fn reserved_custom_header_is_422_naming_it() {
         "proxy-connection",
         "Proxy-Authorization",
         "proxy-authenticate",
+        "traceparent",
+        "Tracestate",
     ] {
         let got = world
             .herald

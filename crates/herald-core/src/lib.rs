@@ -12,6 +12,7 @@
 //!   schedule, the SSRF guard and its CIDRs, endpoint URL checks, alerts.
 //! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
 //! - [`signing`]: Standard Webhooks signatures and secret formats.
+//! - [`trace`]: the W3C trace context of an ingest request (`traceparent`, `tracestate`).
 #![forbid(unsafe_code)]
 
 pub mod clock;
@@ -22,3 +23,4 @@ pub mod model;
 pub mod policy;
 pub mod shutdown;
 pub mod signing;
+pub mod trace;
