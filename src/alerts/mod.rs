@@ -416,9 +416,11 @@ impl Sender {
                 Err(why) => why,
             };
             let Some(wait) = RETRY_AFTER.get(n - 1) else {
+                // The claim goes back before the mail is counted given up: whoever sees the
+                // count sees the endpoint's mark as it was before the mail.
+                self.give_back(f, mail.claimed).await;
                 self.metrics.alert(AlertResult::Failed);
                 tracing::error!(endpoint_id = %f.endpoint_id, alert = f.kind.as_str(), error = %why, "alert mail not sent after {tries} tries; given up");
-                self.give_back(f, mail.claimed).await;
                 return true;
             };
             self.metrics.alert(AlertResult::Retried);
