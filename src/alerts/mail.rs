@@ -356,7 +356,8 @@ pub fn test_message(
 ) -> Result<Message, lettre::error::Error> {
     let subject = format!("[{}] Test of your webhook failure alerts", f.brand);
     let mut body = format!(
-        "This is a test mail: someone asked for it from the webhook portal of account {} at          {}. Nothing is failing.\n\n\
+        "This is a test mail: someone asked for it for account {} at {}. Nothing is \
+         failing.\n\n\
          When a webhook endpoint of this account starts failing, is disabled, or recovers, \
          this address gets a mail like this one, naming the endpoint, its last error and how \
          many deliveries wait. {} sends at most one \"failing\" mail per endpoint every {}.\n",

@@ -798,6 +798,11 @@ async fn a_test_alert_is_mailed_at_once_and_counts_toward_the_accounts_hour() {
     assert!(body.contains("This is a test mail"), "{body}");
     assert!(body.contains("account acme"), "{body}");
     assert!(body.contains("Nothing is failing."), "{body}");
+    assert!(
+        body.contains("for account acme at 2026-12-02T12:00:00.000Z."),
+        "{body}"
+    );
+    assert!(!body.contains("  "), "no run of spaces: {body}");
     wait_metric(h, "sent", 1).await;
 
     // A read-only session may not; another account's session does not see the account.
