@@ -150,11 +150,9 @@ export async function viewDeliveries(ctx) {
     let shown = items.length;
     // A text search reads at most the newest 10,000 events a page: it says so, and goes on
     // through older ones only when asked.
-    let searched = 0;
     const setCount = (more, limited) => {
-      searched += limited ? 10000 : 0;
       count.textContent = `${shown} ${shown === 1 ? "delivery" : "deliveries"} ${c.q ? "found" : "shown"}` + (limited
-        ? ` in the newest ${searched.toLocaleString("en")} events searched`
+        ? " so far — a search looks at 10,000 events at a time, newest first"
         : more ? " — newest first; more below" : "");
     };
     setCount(!!page.next_cursor, page.search_limited);
