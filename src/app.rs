@@ -114,6 +114,7 @@ pub async fn start(
             what: storage_label(&config),
             source,
         })?;
+    warn_of_reserved_headers(&store);
     let tokens = load_tokens(&config)?;
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
     let client = delivery_client(&config, guard.clone())?;
@@ -399,6 +400,26 @@ async fn watch_storage(
 
 /// Makes the reserved operator account's one endpoint match `[operator]`: created or updated
 /// when `webhook_url` is set (verified: the operator configured it), removed when it is not.
+/// Logs each endpoint stored with a custom header whose name herald reserved since (the W3C
+/// trace context's, docs/operations.md "Traces"): it loads and delivers, without that header.
+fn warn_of_reserved_headers(store: &Backend) {
+    for account in store.account_ids() {
+        for ep in store.account_endpoints(&account) {
+            for name in ep
+                .headers
+                .keys()
+                .filter(|n| crate::trace::is_trace_header(n))
+            {
+                tracing::warn!(
+                    endpoint_id = %ep.id,
+                    header = %name,
+                    "an endpoint's custom header has a name herald now sets itself; it is not sent (remove it from the endpoint's headers)"
+                );
+            }
+        }
+    }
+}
+
 async fn sync_operator_endpoint(
     store: &Backend,
     config: &Config,

@@ -45,7 +45,7 @@
 #![forbid(unsafe_code)]
 
 // The core's modules (the `herald-core` crate), under the names the rest of herald uses.
-pub use herald_core::{clock, filter, histogram, ids, model, policy, shutdown, signing};
+pub use herald_core::{clock, filter, histogram, ids, model, policy, shutdown, signing, trace};
 
 pub mod alerts;
 pub mod api;

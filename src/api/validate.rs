@@ -138,11 +138,8 @@ pub fn is_reserved_header(name: &str) -> bool {
             | "proxy-connection"
             | "proxy-authorization"
             | "proxy-authenticate"
-            // The W3C trace context herald sends when an endpoint asks for it
-            // (docs/operations.md, "Traces").
-            | "traceparent"
-            | "tracestate"
-    ) || n.starts_with("webhook-")
+    ) || crate::trace::is_trace_header(&n)
+        || n.starts_with("webhook-")
         || n.starts_with("herald-")
         || n.starts_with("svix-")
 }

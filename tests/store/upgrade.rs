@@ -672,3 +672,77 @@ async fn a_format_12_data_directory_keeps_response_headers_from_now_on() {
         "kept through a restart: {d}"
     );
 }
+
+/// An endpoint stored with a `traceparent` custom header before herald reserved the name still
+/// loads and delivers: herald warns of it at start and never sends it; its other headers go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_stored_with_a_trace_header_delivers_without_it() {
+    use herald_store::contract::Directory;
+    let recv = Receiver::ok_http();
+    let mut h = Herald::start(&format!("{FIXTURE_TABLES}{}", common::ON_SLED)).await;
+    let (status, ep) = h
+        .admin(
+            "POST",
+            "/v1/accounts/acme/endpoints",
+            Some(json!({"url": recv.url("/hook"), "headers": {"x-team": "billing"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["endpoint"]["id"].as_str().unwrap().to_string();
+    assert!(h.sigterm().await.success());
+    // As an older herald stored it: the header written into the store itself.
+    {
+        let clock: std::sync::Arc<dyn herald::clock::Clock> =
+            std::sync::Arc::new(herald::clock::SystemClock);
+        let store = herald_store_sled::SledStore::open(
+            &h.storage_path(),
+            8 << 20,
+            clock,
+            std::sync::Arc::default(),
+        )
+        .expect("open the store");
+        let changed = store
+            .change_endpoint(&id, |e| {
+                e.headers.insert(
+                    "traceparent".into(),
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                );
+                Ok::<bool, herald_store::StoreError>(true)
+            })
+            .await
+            .expect("change the endpoint");
+        assert!(changed.is_some_and(|(_, c)| c));
+        let committer = store.take_committer();
+        store.close().expect("close");
+        drop(store);
+        if let Some(c) = committer {
+            c.join().expect("the committer ends");
+        }
+    }
+    h.restart().await;
+    let line = h
+        .wait_for_log("has a name herald now sets itself", Duration::from_secs(5))
+        .await;
+    assert!(line.contains(&id) && line.contains("traceparent"), "{line}");
+    let (status, answer) = h
+        .ingest(json!({"account_id": "acme", "type": "t.x", "payload": {}}))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    recv.wait_for(1, Duration::from_secs(20)).await;
+    let got = &recv.requests()[0];
+    assert_eq!(got.header("x-team"), Some("billing"));
+    assert_eq!(got.header("traceparent"), None, "never sent");
+    // A change of the endpoint that still names it is refused, naming it.
+    let (status, e) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{id}"),
+            Some(json!({"headers": {"x-team": "billing", "traceparent": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (422, Some("headers.traceparent")),
+        "{e}"
+    );
+}

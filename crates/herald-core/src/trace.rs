@@ -11,6 +11,13 @@ const MAX_ENTRIES: usize = 32;
 /// A version-00 `traceparent`'s length: `00-` + 32 + `-` + 16 + `-` + 2.
 pub const TRACEPARENT_LEN: usize = 55;
 
+/// Whether `name` is one of the W3C trace context's headers, which herald alone sets on a
+/// webhook request: never an endpoint's custom header (an endpoint stored with one before they
+/// were reserved keeps the others; that one is never sent).
+pub fn is_trace_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate")
+}
+
 /// A request's trace context: the caller's span (its trace id and span id, the sampled flag)
 /// and the vendors' state.
 #[derive(Debug, Clone, PartialEq, Eq)]
