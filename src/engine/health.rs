@@ -106,7 +106,6 @@ impl Engine {
             return;
         }
         let ok = status == Status::Delivered;
-        lock(&self.rates).record(&ep.id, now, status);
         lock(&self.unflushed).record(&ep.id, now, status, duration_ms);
         // A success to an endpoint that has not failed since its last success changes nothing:
         // no write (on a cluster, no query).
@@ -269,10 +268,6 @@ impl Engine {
         lock(&self.unflushed).forget(&endpoints);
         let purged = self.store.purge_account(account_id).await?;
         lock(&self.unflushed).forget(&endpoints);
-        {
-            let mut rates = lock(&self.rates);
-            endpoints.iter().for_each(|id| rates.forget(id));
-        }
         tracing::info!(
             events = purged.events,
             deliveries = purged.deliveries,
@@ -371,8 +366,10 @@ impl Engine {
     /// many of its deliveries are pending.
     pub async fn health(&self, endpoint_id: &str) -> Result<Health, crate::store::StoreError> {
         let pending = self.store.endpoint_pending(endpoint_id).await?;
-        // This node's memory knows its newest success; the store every node's, and what a
-        // restart forgot.
+        // This node's memory knows its newest success until the store has kept it; the store
+        // every node's, and what a restart forgot. Memory is read first: a flush between the
+        // two reads leaves the success in the store by the time it is read.
+        let unkept = lock(&self.unflushed).last_success(endpoint_id);
         let kept = self.store.last_success(endpoint_id).await?;
         let breaker = self.store.breaker(endpoint_id).await?;
         let now = self.clock.now_ms();
@@ -385,7 +382,7 @@ impl Engine {
         Ok(Health {
             breaker,
             last_hour: (all > 0).then_some((good, all)),
-            last_success_at: lock(&self.rates).last_success(endpoint_id).max(kept),
+            last_success_at: unkept.max(kept),
             pending,
         })
     }

@@ -29,7 +29,8 @@ const TRIM_EVERY_MS: Millis = 3600 * 1000;
 const MAX_UNFLUSHED: usize = 100_000;
 
 /// Counts not yet added to the store, by endpoint and minute, and each endpoint's last
-/// success not yet kept there.
+/// success on this node until the store has kept it: what the endpoint's `last_success_at`
+/// shows at once, and every node and a restart read from the store after the flush.
 #[derive(Default)]
 pub struct Unflushed {
     minutes: HashMap<(String, Millis), Minute>,
@@ -54,7 +55,7 @@ impl Unflushed {
             .record(status, duration_ms);
     }
 
-    /// Notes a success; the endpoint's id is copied only the first time since the last flush.
+    /// Notes a success; the endpoint's id is copied only when the store has kept its last one.
     fn success(&mut self, endpoint_id: &str, at: Millis) {
         match self.successes.get_mut(endpoint_id) {
             Some(kept) => *kept = (*kept).max(at),
@@ -70,11 +71,30 @@ impl Unflushed {
         self.successes.retain(|id, _| !endpoints.contains(id));
     }
 
+    /// What a flush writes: the counts (taken) and the last successes (copied: they stay until
+    /// the store has kept them, [`Self::kept`], so a reader never finds them in neither place).
     fn take(&mut self) -> Flush {
         (
             self.minutes.drain().map(|((id, _), m)| (id, m)).collect(),
-            self.successes.drain().collect(),
+            self.successes
+                .iter()
+                .map(|(id, at)| (id.clone(), *at))
+                .collect(),
         )
+    }
+
+    /// Forgets the last successes the store has kept, unless a later one came meanwhile.
+    fn kept(&mut self, successes: &[(String, Millis)]) {
+        for (id, at) in successes {
+            if self.successes.get(id).is_some_and(|now| now <= at) {
+                self.successes.remove(id);
+            }
+        }
+    }
+
+    /// This node's last success of the endpoint that the store may not have kept yet.
+    pub(super) fn last_success(&self, endpoint_id: &str) -> Option<Millis> {
+        self.successes.get(endpoint_id).copied()
     }
 
     /// Puts back counts a flush could not add.
@@ -87,13 +107,6 @@ impl Unflushed {
             ats.sort_unstable();
             let cut = ats[self.minutes.len() - MAX_UNFLUSHED];
             self.minutes.retain(|(_, at), _| *at >= cut);
-        }
-    }
-
-    /// Puts back last successes a flush could not keep (one per endpoint: bounded).
-    fn put_back_successes(&mut self, successes: Vec<(String, Millis)>) {
-        for (id, at) in successes {
-            self.success(&id, at);
         }
     }
 
@@ -129,9 +142,12 @@ impl Engine {
             }
         }
         if !successes.is_empty() {
-            if let Err(e) = self.store.keep_last_successes(successes.clone()).await {
-                tracing::warn!(error = %e, "cannot store endpoints' last successes; trying again");
-                lock(&self.unflushed).put_back_successes(successes);
+            match self.store.keep_last_successes(successes.clone()).await {
+                Ok(()) => lock(&self.unflushed).kept(&successes),
+                // They stay for the next flush (one per endpoint: bounded).
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot store endpoints' last successes; trying again")
+                }
             }
         }
     }
@@ -202,5 +218,33 @@ impl Engine {
         }
         rows.sort_by_key(|m| m.at);
         rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A last success stays in memory until the store has kept it, and one newer than what a
+    /// flush wrote stays for the next: it is always in memory or in the store.
+    #[test]
+    fn a_last_success_stays_until_the_store_keeps_it() {
+        let mut u = Unflushed::default();
+        u.record("e", 2_000, Status::Delivered, 1);
+        u.record("e", 1_000, Status::Delivered, 1);
+        u.record("e", 3_000, Status::HttpError, 1);
+        assert_eq!(u.last_success("e"), Some(2_000));
+        let (_, successes) = u.take();
+        assert_eq!(successes, [("e".to_string(), 2_000)]);
+        assert_eq!(u.last_success("e"), Some(2_000), "a flush under way keeps it");
+        u.record("e", 4_000, Status::Delivered, 1);
+        u.kept(&successes);
+        assert_eq!(u.last_success("e"), Some(4_000), "newer than what was kept");
+        let (_, successes) = u.take();
+        u.kept(&successes);
+        assert_eq!(u.last_success("e"), None);
+        u.record("p", 5_000, Status::Delivered, 1);
+        u.forget(&["p".to_string()]);
+        assert_eq!(u.last_success("p"), None, "gone with a purge");
     }
 }

@@ -15,7 +15,6 @@ mod scheduler;
 pub use attempt::RetryError;
 pub mod health;
 pub mod minutes;
-pub mod rates;
 pub mod verify;
 
 use std::collections::{BTreeMap, HashMap};
@@ -105,7 +104,6 @@ pub struct Engine {
     /// The running attempts' tasks, aborted if they outlast the shutdown grace period.
     attempts: Mutex<tokio::task::JoinSet<()>>,
     pub metrics: Arc<Metrics>,
-    rates: Mutex<rates::Rates>,
     /// Each endpoint whose rate limit last held a delivery on this node, and until when (the
     /// next token): what `/v1/status` and a waiting delivery say of it.
     rate_held: Mutex<HashMap<String, Millis>>,
@@ -150,7 +148,6 @@ impl Engine {
             attempts: Mutex::new(tokio::task::JoinSet::new()),
             metrics,
             attempted: tokio::sync::broadcast::channel(1024).0,
-            rates: Mutex::new(rates::Rates::default()),
             rate_held: Mutex::new(HashMap::new()),
             unflushed: Mutex::new(minutes::Unflushed::default()),
             identities: Mutex::new(HashMap::new()),
