@@ -236,7 +236,11 @@ mod tests {
         assert_eq!(u.last_success("e"), Some(2_000));
         let (_, successes) = u.take();
         assert_eq!(successes, [("e".to_string(), 2_000)]);
-        assert_eq!(u.last_success("e"), Some(2_000), "a flush under way keeps it");
+        assert_eq!(
+            u.last_success("e"),
+            Some(2_000),
+            "a flush under way keeps it"
+        );
         u.record("e", 4_000, Status::Delivered, 1);
         u.kept(&successes);
         assert_eq!(u.last_success("e"), Some(4_000), "newer than what was kept");

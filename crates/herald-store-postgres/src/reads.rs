@@ -19,67 +19,75 @@ pub(super) const DELIVERY_COLUMNS: &str = "d.id, d.event_id, d.endpoint_id, d.ac
     d.event_type, d.state, d.last_status, d.last_http_status, d.attempt_count,
     d.next_attempt_at, d.created_at, d.manual, d.queued";
 
-/// A query's parameters, each boxed.
-type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+/// A query built clause by clause: the `?` of each clause becomes its parameter's number.
+struct Query {
+    sql: String,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
 
-/// The log's list query for `filter` (a page of `limit` below `cursor`, newest first) and its
-/// parameters; `None` when nothing can match (a cursor or an endpoint id that is not one).
+impl Query {
+    fn new(sql: impl Into<String>) -> Query {
+        Query {
+            sql: sql.into(),
+            params: Vec::new(),
+        }
+    }
+
+    fn bind(&mut self, clause: &str, value: Box<dyn ToSql + Sync + Send>) {
+        self.params.push(value);
+        self.sql
+            .push_str(&clause.replace('?', &format!("${}", self.params.len())));
+    }
+
+    /// The parameters as the client takes them.
+    fn refs(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+/// The log's list query for `filter` (a page of `limit` below `cursor`, newest first); `None` when nothing can match (a cursor or an endpoint id that is not one).
 fn list_query(
     filter: &DeliveryFilter,
     limit: usize,
     cursor: Option<&str>,
     floor: Option<u128>,
-) -> Option<(String, Params)> {
-    let mut sql = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true");
-    let mut params: Params = Vec::new();
-    let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
-        params.push(value);
-        sql.push_str(&clause.replace('?', &format!("${}", params.len())));
-    };
+) -> Option<Query> {
+    let mut q = Query::new(format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries d WHERE true"
+    ));
     if let Some(c) = cursor {
         let u = ids::parse(DELIVERY, c)?;
-        bind(
-            &mut sql,
-            " AND d.id < ?",
-            Box::new(u.to_be_bytes().to_vec()),
-        );
+        q.bind(" AND d.id < ?", Box::new(u.to_be_bytes().to_vec()));
     }
     if let Some(a) = &filter.account_id {
-        bind(&mut sql, " AND d.account_id = ?", Box::new(a.clone()));
+        q.bind(" AND d.account_id = ?", Box::new(a.clone()));
     }
     if let Some(e) = &filter.endpoint_id {
         // An endpoint id that is not one matches nothing.
         ids::parse(ENDPOINT, e)?;
-        bind(&mut sql, " AND d.endpoint_id = ?", Box::new(e.clone()));
+        q.bind(" AND d.endpoint_id = ?", Box::new(e.clone()));
     }
     if let Some(t) = &filter.event_type {
-        bind(&mut sql, " AND d.event_type = ?", Box::new(t.clone()));
+        q.bind(" AND d.event_type = ?", Box::new(t.clone()));
     }
     if let Some(s) = filter.state {
-        bind(
-            &mut sql,
-            " AND d.state = ?",
-            Box::new(s.as_str().to_string()),
-        );
+        q.bind(" AND d.state = ?", Box::new(s.as_str().to_string()));
     }
     if let Some(s) = filter.status {
-        bind(
-            &mut sql,
-            " AND d.last_status = ?",
-            Box::new(s.as_str().to_string()),
-        );
+        q.bind(" AND d.last_status = ?", Box::new(s.as_str().to_string()));
     }
     // Ids carry their event's time: the time bounds are an id range (an index's).
     if let Some(since) = filter.since {
-        bind(
-            &mut sql,
+        q.bind(
             " AND d.id >= ?",
             Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
         );
     }
     if let Some(until) = filter.until {
-        bind(
-            &mut sql,
+        q.bind(
             " AND d.id < ?",
             Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
         );
@@ -87,26 +95,20 @@ fn list_query(
     // A search: the events its page may look at start at `floor`, and the payload holds the
     // text (its bytes, exactly).
     if let Some(floor) = floor {
-        bind(
-            &mut sql,
+        q.bind(
             " AND d.event_id >= ?",
             Box::new(floor.to_be_bytes().to_vec()),
         );
     }
     if let Some(text) = &filter.text {
-        bind(
-            &mut sql,
+        q.bind(
             " AND EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id
                             AND position(? IN e.payload) > 0)",
             Box::new(text.as_bytes().to_vec()),
         );
     }
-    bind(
-        &mut sql,
-        " ORDER BY d.id DESC LIMIT ?",
-        Box::new(limit as i64),
-    );
-    Some((sql, params))
+    q.bind(" ORDER BY d.id DESC LIMIT ?", Box::new(limit as i64));
+    Some(q)
 }
 
 /// The oldest event a search's page may look at: the [`SEARCH_EVENTS`]th newest of the
@@ -117,50 +119,34 @@ async fn search_floor(
     filter: &DeliveryFilter,
     cursor: Option<&str>,
 ) -> Result<Option<u128>, StoreError> {
-    let mut sql = String::from("SELECT e.id FROM events e WHERE true");
-    let mut params: Params = Vec::new();
-    let mut bind = |sql: &mut String, clause: &str, value: Box<dyn ToSql + Sync + Send>| {
-        params.push(value);
-        sql.push_str(&clause.replace('?', &format!("${}", params.len())));
-    };
+    let mut q = Query::new("SELECT e.id FROM events e WHERE true");
     if let Some((event, _)) = cursor
         .and_then(|c| ids::parse(DELIVERY, c))
         .and_then(ids::event_of)
     {
-        bind(
-            &mut sql,
-            " AND e.id <= ?",
-            Box::new(event.to_be_bytes().to_vec()),
-        );
+        q.bind(" AND e.id <= ?", Box::new(event.to_be_bytes().to_vec()));
     }
     if let Some(a) = &filter.account_id {
-        bind(&mut sql, " AND e.account_id = ?", Box::new(a.clone()));
+        q.bind(" AND e.account_id = ?", Box::new(a.clone()));
     }
     if let Some(since) = filter.since {
-        bind(
-            &mut sql,
+        q.bind(
             " AND e.id >= ?",
             Box::new(ids::ulid_floor(since).to_be_bytes().to_vec()),
         );
     }
     if let Some(until) = filter.until {
-        bind(
-            &mut sql,
+        q.bind(
             " AND e.id < ?",
             Box::new(ids::ulid_floor(until).to_be_bytes().to_vec()),
         );
     }
-    bind(
-        &mut sql,
+    q.bind(
         " ORDER BY e.id DESC OFFSET ? LIMIT 1",
         Box::new(SEARCH_EVENTS as i64 - 1),
     );
-    let refs: Vec<&(dyn ToSql + Sync)> = params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect();
     client
-        .query_opt(&sql, &refs)
+        .query_opt(&q.sql, &q.refs())
         .await?
         .map(|r| ulid_from(r.get(0)))
         .transpose()
@@ -319,15 +305,11 @@ impl DeliveryLog for PgStore {
             Some(_) => search_floor(&client, &filter, cursor.as_deref()).await?,
             None => None,
         };
-        let Some((sql, params)) = list_query(&filter, limit, cursor.as_deref(), floor) else {
+        let Some(q) = list_query(&filter, limit, cursor.as_deref(), floor) else {
             return Ok((Vec::new(), None));
         };
-        let refs: Vec<&(dyn ToSql + Sync)> = params
-            .iter()
-            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-            .collect();
         let items: Vec<Delivery> = client
-            .query(&sql, &refs)
+            .query(&q.sql, &q.refs())
             .await?
             .iter()
             .map(delivery_from)
