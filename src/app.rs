@@ -119,6 +119,11 @@ pub async fn start(
     let guard = Guard::new(config.private_allowlist().map_err(|mut e| e.remove(0))?);
     let client = delivery_client(&config, guard.clone())?;
     let alerts = start_alerts(&config, &store, &clock, &metrics, &shutdown)?;
+    let traces =
+        crate::traces::Traces::start(&config, &metrics).map_err(|message| AppError::Config {
+            key: "telemetry".into(),
+            message,
+        })?;
     let engine = Engine::new(
         store.clone(),
         client,
@@ -126,6 +131,7 @@ pub async fn start(
         EngineConfig::from_config(&config),
         metrics.clone(),
         alerts,
+        traces,
     );
     let addr = listener.local_addr().map_err(|source| AppError::Io {
         what: "listener".into(),
@@ -328,11 +334,14 @@ async fn serve_until_stopped(
     store: Backend,
     failure: Arc<Mutex<Option<String>>>,
 ) {
+    let traces = state.engine.traces().clone();
     api::serve(listener, state, shutdown, GRACE).await;
     notify_systemd("STOPPING=1");
     if let Err(e) = engine_task.await {
         tracing::error!(error = %e, "delivery engine stopped abnormally");
     }
+    // The last attempts' spans, within a few seconds.
+    traces.stop().await;
     let error = match store.close().await {
         // Everything acknowledged was committed; a node's engine gave its leases back.
         Ok(()) if !store.is_embedded() => {
@@ -459,6 +468,7 @@ async fn sync_operator_endpoint(
             metadata: Default::default(),
             channels: Vec::new(),
             signature_headers: Default::default(),
+            propagate_trace: false,
         },
     };
     let unchanged = ep.url == url && ep.secrets.len() == 1 && ep.secrets[0].value == *secret;

@@ -41,6 +41,7 @@
 //! - [`shutdown`]: one shutdown signal passed explicitly, and the grace period helper.
 //! - [`metrics`]: Prometheus counters and histograms, rendered at `GET /metrics`.
 //! - [`telemetry`]: tracing setup.
+//! - [`traces`]: OpenTelemetry spans of requests and attempts, exported over OTLP.
 //! - [`tls`]: the TLS client setup deliveries and the cluster's database share (roots, CA file).
 #![forbid(unsafe_code)]
 
@@ -60,6 +61,7 @@ pub mod receive;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod traces;
 
 /// The version in `user-agent` and `/v1/status`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -56,6 +56,10 @@ pub struct Metrics {
     pub breaker_openings: AtomicU64,
     pub quota_check_failures: AtomicU64,
     alerts: [AtomicU64; AlertResult::ALL.len()],
+    /// Spans the collector took, and spans dropped (the queue was full, or the collector did
+    /// not take them): docs/operations.md, "Traces".
+    pub trace_spans_exported: AtomicU64,
+    pub trace_spans_dropped: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -68,6 +72,8 @@ impl Default for Metrics {
             breaker_openings: AtomicU64::new(0),
             quota_check_failures: AtomicU64::new(0),
             alerts: std::array::from_fn(|_| AtomicU64::new(0)),
+            trace_spans_exported: AtomicU64::new(0),
+            trace_spans_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -153,6 +159,18 @@ impl Metrics {
             "herald_quota_check_failures_total",
             "Quota checks that failed on a storage error and were allowed (fail open).",
             self.quota_check_failures.load(Ordering::Relaxed),
+        );
+        counter(
+            out,
+            "herald_trace_spans_exported_total",
+            "Spans the trace collector took.",
+            self.trace_spans_exported.load(Ordering::Relaxed),
+        );
+        counter(
+            out,
+            "herald_trace_spans_dropped_total",
+            "Spans dropped: the export queue was full, or the trace collector did not take them.",
+            self.trace_spans_dropped.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

@@ -323,6 +323,7 @@ pub async fn prefill(opts: &Opts, data: &Path, n: usize) -> Result<u64> {
         metadata: Default::default(),
         channels: Vec::new(),
         signature_headers: Default::default(),
+        propagate_trace: false,
     };
     let ep = store.put_endpoint(endpoint(ACCOUNT)).await?;
     // The portal figure's account: one delivery every n / PORTAL_DELIVERIES of the others'.

@@ -96,6 +96,7 @@ pub async fn send_test(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
+    let trace = super::request_trace(&req);
     let b: TestBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     let ep = super::endpoints::find(state, scope, id)?;
     let now = state.clock.now_ms();
@@ -110,13 +111,16 @@ pub async fn send_test(
             .store
             .endpoint(&ep.id)
             .ok_or_else(|| ApiError::not_found("endpoint"))?;
-        Ok::<_, ApiError>(vec![NewEvent::fan_out(
+        let mut event = NewEvent::fan_out(
             ep.account_id.clone(),
             event_type.clone(),
             payload.clone(),
             [&ep].into_iter(),
             now,
-        )])
+        );
+        // The test event belongs to the trace of the request that asked for it.
+        event.trace.clone_from(&trace);
+        Ok::<_, ApiError>(vec![event])
     };
     let mut attempted = state.engine.subscribe_attempts();
     let outcome = state.store.ingest(fan_out).await?;

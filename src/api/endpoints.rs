@@ -51,6 +51,7 @@ struct Fields {
     #[serde(default, deserialize_with = "body::present")]
     filter: Option<Value>,
     signature_headers: Option<Value>,
+    propagate_trace: Option<Value>,
 }
 
 /// The most attempts per second a rate limit may allow (past it, no limit is wanted).
@@ -136,6 +137,7 @@ pub(super) fn new_endpoint(
         metadata: BTreeMap::new(),
         channels: Vec::new(),
         signature_headers: SignatureHeaders::Webhook,
+        propagate_trace: false,
     }
 }
 
@@ -395,6 +397,11 @@ fn apply_common(state: &AppState, ep: &mut Endpoint, f: &Fields) -> Result<(), A
             }
         };
     }
+    if let Some(v) = &f.propagate_trace {
+        ep.propagate_trace = v.as_bool().ok_or_else(|| {
+            ApiError::field("propagate_trace", "propagate_trace must be true or false")
+        })?;
+    }
     if let Some(v) = &f.retry_policy {
         let Value::String(name) = v else {
             return Err(ApiError::field(
@@ -581,6 +588,7 @@ pub async fn rotate_secret(
         || f.rate_limit.is_some()
         || f.filter.is_some()
         || f.signature_headers.is_some()
+        || f.propagate_trace.is_some()
     {
         return Err(ApiError::field(
             "body",

@@ -21,6 +21,7 @@ use crate::policy::routing::{Event, Route};
 use crate::policy::schema;
 use crate::store::prelude::*;
 use crate::store::{DebounceRule, IngestOutcome, NewEvent};
+use crate::trace::TraceContext;
 
 /// Events one batch may carry (docs/api.md).
 pub const MAX_BATCH: usize = 1000;
@@ -47,10 +48,11 @@ struct Batch<'a> {
 
 pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     refuse_when_stopping(state)?;
+    let trace = super::request_trace(&req);
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let item: Item = body::parse(&bytes)?;
     let checked = check(&state.config, &state.schemas, item)?;
-    let outcome = store(state, vec![checked], state.clock.now_ms()).await?;
+    let outcome = store(state, vec![checked], state.clock.now_ms(), trace).await?;
     Ok(json(
         StatusCode::ACCEPTED,
         &answer(state, outcome.first()).await?,
@@ -59,6 +61,7 @@ pub async fn single(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Res
 
 pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     refuse_when_stopping(state)?;
+    let trace = super::request_trace(&req);
     let bytes = read_json_body(req, state.config.server.max_body_bytes).await?;
     let batch: Batch = body::parse(&bytes)?;
     if batch.events.len() > MAX_BATCH {
@@ -87,7 +90,8 @@ pub async fn batch(state: &Arc<AppState>, req: Request<Incoming>) -> Result<Resp
             Err(e) => results[i] = json!({"status": e.status.as_u16(), "error": e.body()["error"]}),
         }
     }
-    let outcomes = store(state, good, now).await?;
+    // The items share their request's trace context.
+    let outcomes = store(state, good, now, trace).await?;
     for (i, outcome) in placed.into_iter().zip(outcomes.iter().map(Some)) {
         let mut v = answer(state, outcome).await?;
         v["status"] = json!(202);
@@ -241,6 +245,7 @@ pub(super) async fn store(
     state: &AppState,
     items: Vec<Checked>,
     now: Millis,
+    trace: Option<TraceContext>,
 ) -> Result<Vec<IngestOutcome>, ApiError> {
     if items.is_empty() {
         return Ok(Vec::new());
@@ -248,7 +253,11 @@ pub(super) async fn store(
     let fan_out_all = || {
         items
             .iter()
-            .map(|c| fan_out(state, c.clone(), now))
+            .map(|c| {
+                let mut event = fan_out(state, c.clone(), now)?;
+                event.trace.clone_from(&trace);
+                Ok(event)
+            })
             .collect::<Result<Vec<_>, ApiError>>()
     };
     state.store.ingest(fan_out_all).await

@@ -234,7 +234,76 @@ async fn dispatch(
             return Err(e);
         }
     };
-    handle(state, req, route.id, &params, role, scope).await
+    let Some(name) = creates_events(route.id) else {
+        return handle(state, req, route.id, &params, role, scope).await;
+    };
+    let mut req = req;
+    let span = start_request_span(state, name, route.path, &mut req);
+    let answer = handle(state, req, route.id, &params, role, scope).await;
+    end_request_span(span, &answer);
+    answer
+}
+
+/// An error answer's status, which its request's span records.
+pub(crate) trait Refusal {
+    fn status(&self) -> StatusCode;
+}
+
+impl Refusal for ApiError {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+/// Ends the span [`start_request_span`] started with the answer's status.
+pub(crate) fn end_request_span<E: Refusal>(
+    span: crate::traces::RequestSpan,
+    answer: &Result<Resp, E>,
+) {
+    span.answered(
+        answer
+            .as_ref()
+            .map_or_else(E::status, |r| r.status())
+            .as_u16(),
+    );
+}
+
+/// Starts the span of a request that creates events (`name`: its method and route) and gives
+/// the request the context its events keep ([`request_trace`]); the caller ends the span with
+/// the answer's status.
+pub(crate) fn start_request_span(
+    state: &AppState,
+    name: &'static str,
+    route: &'static str,
+    req: &mut Request<Incoming>,
+) -> crate::traces::RequestSpan {
+    let span = state.engine.traces().request(name, route, req.headers());
+    req.extensions_mut()
+        .insert(RequestTrace(span.context().cloned()));
+    span
+}
+
+/// The trace context a request that creates events gives them (docs/operations.md, "Traces"),
+/// set by the router.
+#[derive(Clone)]
+struct RequestTrace(Option<crate::trace::TraceContext>);
+
+/// The context the events a request creates keep: the request's span's.
+pub(crate) fn request_trace<B>(req: &Request<B>) -> Option<crate::trace::TraceContext> {
+    req.extensions()
+        .get::<RequestTrace>()
+        .and_then(|t| t.0.clone())
+}
+
+/// The span name of a route that creates events (their trace starts with it), if it is one.
+fn creates_events(id: Id) -> Option<&'static str> {
+    Some(match id {
+        Id::Ingest => "POST /v1/events",
+        Id::IngestBatch => "POST /v1/events/batch",
+        Id::EventReplay => "POST /v1/events/{id}/replay",
+        Id::EndpointTest => "POST /v1/endpoints/{id}/test",
+        _ => return None,
+    })
 }
 
 /// Who calls and what they may reach: the caller's role from its token, the scope the route

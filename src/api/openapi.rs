@@ -955,7 +955,8 @@ fn endpoint_schemas(m: &mut Map<String, Value>) {
             "retry_policy": {"type": "string"}, "secret": {"type": "string"},
             "signature": {"enum": ["hmac", "ed25519"]},
             "rate_limit": r("RateLimit"), "ordering": r("Ordering"), "filter": r("Filter"),
-            "signature_headers": {"enum": ["webhook", "webhook+svix"]}}}),
+            "signature_headers": {"enum": ["webhook", "webhook+svix"]},
+            "propagate_trace": {"type": "boolean"}}}),
     );
     m.insert(
         "RateLimit".into(),
@@ -985,6 +986,7 @@ fn endpoint_schemas(m: &mut Map<String, Value>) {
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
             "channels": {"type": "array", "items": {"type": "string"}},
             "signature_headers": {"enum": ["webhook", "webhook+svix"]},
+            "propagate_trace": {"type": "boolean"},
             "client_certificate": {"type": ["object", "null"], "properties": {
                 "subject": {"type": "string"}, "not_after": time()}},
             "created_at": time(), "updated_at": time(),

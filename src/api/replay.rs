@@ -36,6 +36,7 @@ pub async fn replay(
     req: Request<Incoming>,
     id: &str,
 ) -> Result<Resp, ApiError> {
+    let trace = super::request_trace(&req);
     let b: ReplayBody = body::parse_optional(req, state.config.server.max_body_bytes).await?;
     if !ids::is_valid(EVENT, id) {
         return Err(ApiError::not_found("event"));
@@ -74,6 +75,8 @@ pub async fn replay(
         event.ordering_key.clone_from(&meta.ordering_key);
         event.channels.clone_from(&meta.channels);
         event.tags.clone_from(&meta.tags);
+        // The replay belongs to the trace of the request that asked for it.
+        event.trace.clone_from(&trace);
         Ok::<_, ApiError>(vec![event])
     };
     let outcome = state.store.ingest(fan_out).await?;
@@ -257,6 +260,7 @@ mod tests {
                 channels: Vec::new(),
                 tags: Vec::new(),
                 request_key: None,
+                trace: None,
             };
             let out = store.ingest(vec![ev]).await.unwrap();
             let IngestOutcome::Created { deliveries, .. } = &out[0] else {

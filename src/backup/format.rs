@@ -23,8 +23,9 @@ pub const MAGIC: &str = "herald-backup";
 /// so that a reader can refuse a part that decompresses to more. Version 4 added application
 /// records and kept answers to the directory, and events' channels and tags and attempts' URLs
 /// to the log (docs/svix.md). Version 5 added endpoints' last successes to the directory.
-/// Version 6 added attempts' response headers to the log.
-pub const VERSION: u32 = 6;
+/// Version 6 added attempts' response headers to the log. Version 7 added events' trace
+/// contexts (`trace`) to the log.
+pub const VERSION: u32 = 7;
 /// The oldest format this herald still reads (its records are a subset of this version's).
 pub const OLDEST: u32 = 1;
 /// zstd's level for parts: its fastest; JSON packs several times smaller even so.
@@ -505,6 +506,7 @@ mod tests {
                 channels: Vec::new(),
                 tags: Vec::new(),
                 request_key: None,
+                trace: None,
                 deliveries: vec![delivery.id.clone()],
             },
             payload: bytes::Bytes::copy_from_slice(payload),

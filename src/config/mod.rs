@@ -79,6 +79,16 @@ pub struct Config {
     pub operator: Operator,
     pub log: Log,
     pub svix: Svix,
+    pub telemetry: Telemetry,
+}
+
+/// `[telemetry]`: traces over OTLP (docs/operations.md, "Traces").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Telemetry {
+    /// The collector's base URL (`http://collector:4318`): spans are posted to `/v1/traces`
+    /// under it. Wins over `OTEL_EXPORTER_OTLP_ENDPOINT`; traces are off without either.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[svix]`: the Svix-compatible API under `/api/v1/` (docs/svix.md).
@@ -491,11 +501,13 @@ impl Config {
         section(&mut table, "operator", &mut config.operator, &mut errors);
         section(&mut table, "log", &mut config.log, &mut errors);
         section(&mut table, "svix", &mut config.svix, &mut errors);
+        section(&mut table, "telemetry", &mut config.telemetry, &mut errors);
         for key in table.keys() {
             errors.push(ConfigError {
                 key: key.clone(),
                 message: "unknown key; the tables are server, storage, delivery, retry_policies, \
-                          signing, endpoints, plans, catalog, portal, alerts, operator, log, svix"
+                          signing, endpoints, plans, catalog, portal, alerts, operator, log, svix, \
+                          telemetry"
                     .into(),
             });
         }

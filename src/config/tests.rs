@@ -200,3 +200,16 @@ fn the_database_url_can_come_from_a_file_and_never_shows_in_debug() {
 
 #[path = "example_tests.rs"]
 mod example_tests;
+
+#[test]
+fn a_telemetry_endpoint_must_be_a_collectors_base_url() {
+    let ok = Config::from_toml("[telemetry]\notlp_endpoint = \"https://otel.example.com:4318\"\n")
+        .unwrap();
+    assert!(ok.validate().is_ok());
+    let c =
+        Config::from_toml("[telemetry]\notlp_endpoint = \"otel:4318/v1/traces?x=1\"\n").unwrap();
+    let e = c.validate().unwrap_err();
+    assert_eq!(e[0].key, "telemetry.otlp_endpoint", "{e:?}");
+    let (_, errors) = Config::parse("[telemetry]\nendpoint = \"http://x\"\n");
+    assert_eq!(errors[0].key, "telemetry.endpoint", "{errors:?}");
+}

@@ -186,6 +186,11 @@ impl Config {
         self.check_catalog(&mut err);
         self.check_operator(&mut err);
         self.check_log(&mut err);
+        if let Some(url) = &self.telemetry.otlp_endpoint {
+            if let Err(why) = crate::traces::collector_url(url) {
+                err("telemetry.otlp_endpoint", why);
+            }
+        }
         if self.svix.enabled && self.endpoints.require_verification {
             err(
                 "svix.enabled",

@@ -114,12 +114,20 @@ impl Engine {
         }
         let (attempt, outcome) = match (failing, endpoint.as_deref()) {
             (None, Some(ep)) => {
-                let (attempt, outcome) = self.send(&delivery, ep, &event, payload, started).await;
+                let span = self
+                    .traces
+                    .sending(&event, &delivery, ep, delivery.attempt_count + 1);
+                let (attempt, outcome) = self
+                    .send(&delivery, ep, &event, payload, started, span.propagated())
+                    .await;
+                span.sent(&attempt, outcome.phases.as_ref());
                 (attempt, Some(outcome))
             }
             (status, _) => {
                 let status = status.unwrap_or(Status::NoEndpoint);
-                (self.not_sent(&delivery, started, status), None)
+                let attempt = self.not_sent(&delivery, started, status);
+                self.traces.not_sent(&event, &delivery, &attempt);
+                (attempt, None)
             }
         };
         // The request is over: the endpoint's slot is free while the result is written.
@@ -213,6 +221,7 @@ impl Engine {
         event: &EventMeta,
         payload: Bytes,
         at: Millis,
+        trace: Option<&crate::trace::TraceContext>,
     ) -> (Attempt, Outcome) {
         let number = d.attempt_count + 1;
         let msg = Message {
@@ -220,6 +229,7 @@ impl Engine {
             event_type: &event.event_type,
             attempt: number,
             delivery_id: Some(&d.id),
+            trace,
         };
         let (mut outcome, recorded) = self.send_message(endpoint, &msg, payload, at).await;
         let attempt = Attempt {
@@ -296,6 +306,7 @@ impl Engine {
                     body: Vec::new(),
                     headers: Vec::new(),
                     duration: Duration::ZERO,
+                    phases: None,
                 };
                 return (outcome, Vec::new());
             }

@@ -116,6 +116,8 @@ pub struct Engine {
     attempted: tokio::sync::broadcast::Sender<String>,
     /// Where breaker openings, closings and disablings are reported for failure alert mails.
     alerts: crate::alerts::Alerts,
+    /// Attempts' spans (docs/operations.md, "Traces").
+    traces: crate::traces::Traces,
 }
 
 /// What became of a delivery the scheduler handed to an attempt.
@@ -134,6 +136,7 @@ impl Engine {
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
         alerts: crate::alerts::Alerts,
+        traces: crate::traces::Traces,
     ) -> Arc<Engine> {
         Arc::new(Engine {
             global: Arc::new(Semaphore::new(cfg.max_in_flight)),
@@ -152,7 +155,13 @@ impl Engine {
             unflushed: Mutex::new(minutes::Unflushed::default()),
             identities: Mutex::new(HashMap::new()),
             alerts,
+            traces,
         })
+    }
+
+    /// Traces: where the API starts the spans of requests that create events.
+    pub fn traces(&self) -> &crate::traces::Traces {
+        &self.traces
     }
 
     /// Failure alert mails: where the API sends an account's test mail.

@@ -38,6 +38,7 @@ impl Engine {
             event_type: CHALLENGE_TYPE,
             attempt: 1,
             delivery_id: None,
+            trace: None,
         };
         let (outcome, _) = self.send_message(endpoint, &msg, payload, now).await;
         let answer = String::from_utf8_lossy(&outcome.body).into_owned();

@@ -70,6 +70,18 @@ pub struct Outcome {
     /// The response's headers as kept ([`kept_headers`]); empty without a response.
     pub headers: Vec<(String, String)>,
     pub duration: Duration,
+    /// How long a new connection's phases took; `None` when the request went out on a pooled
+    /// connection, or no connection was made.
+    pub phases: Option<Phases>,
+}
+
+/// A new connection's phases, each's own duration: the name's lookup (none for an IP
+/// address), the TCP connection (through the proxy when there is one), the TLS handshake.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Phases {
+    pub dns: Option<Duration>,
+    pub connect: Option<Duration>,
+    pub tls: Option<Duration>,
 }
 
 /// A response keeps at most this many of its headers (docs/delivery-contract.md)...
@@ -192,11 +204,11 @@ impl Client {
             return fail(start, Status::ConnectionError, "request was lost".into());
         };
 
-        let (mut sender, driver) = match self.open(&req, &host, port, https, start).await {
+        let (mut sender, driver, phases) = match self.open(&req, &host, port, https, start).await {
             Ok(connection) => connection,
             Err(failed) => return failed,
         };
-        match self.exchange(&mut sender, http_req, start).await {
+        let mut outcome = match self.exchange(&mut sender, http_req, start).await {
             Exchange::Done(outcome, reusable) => {
                 if reusable {
                     self.put_idle(key, sender);
@@ -204,7 +216,9 @@ impl Client {
                 outcome
             }
             Exchange::Unsent(..) => closed_before_sent(driver, start).await,
-        }
+        };
+        outcome.phases = Some(phases);
+        outcome
     }
 
     /// A new connection to the request's endpoint (through the SSRF guard, the proxy, TLS with
@@ -216,7 +230,7 @@ impl Client {
         port: u16,
         https: bool,
         start: Instant,
-    ) -> Result<(Sender, Driver), Outcome> {
+    ) -> Result<(Sender, Driver, Phases), Outcome> {
         let connect = tokio::time::timeout(
             self.cfg.connect_timeout,
             self.connector.connect(
@@ -345,6 +359,7 @@ fn fail(start: Instant, status: Status, error: String) -> Outcome {
         body: Vec::new(),
         headers: Vec::new(),
         duration: start.elapsed(),
+        phases: None,
     }
 }
 
@@ -417,6 +432,7 @@ fn answered(
             body,
             headers: kept_headers(&head.headers),
             duration: start.elapsed(),
+            phases: None,
         },
         complete,
     )

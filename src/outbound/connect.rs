@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,6 +19,7 @@ use tokio::net::TcpStream;
 pub use tokio_rustls::TlsConnector;
 use url::Url;
 
+use super::client::Phases;
 use crate::policy::ssrf::{Guard, Refused};
 use crate::policy::url::literal_ip;
 
@@ -101,13 +103,20 @@ impl Connector {
         port: u16,
         https: bool,
         tls: Option<&TlsConnector>,
-    ) -> Result<(Sender, Driver), ConnectError> {
+    ) -> Result<(Sender, Driver, Phases), ConnectError> {
+        let mut phases = Phases::default();
+        let mut phase = Instant::now();
         let addrs: Vec<SocketAddr> = match literal_ip(url) {
             Some(ip) => vec![SocketAddr::new(ip, port)],
-            None => tokio::net::lookup_host((host, port))
-                .await
-                .map_err(|e| ConnectError::Resolve(e.to_string()))?
-                .collect(),
+            None => {
+                let found = tokio::net::lookup_host((host, port))
+                    .await
+                    .map_err(|e| ConnectError::Resolve(e.to_string()))?
+                    .collect();
+                phases.dns = Some(phase.elapsed());
+                phase = Instant::now();
+                found
+            }
         };
         if addrs.is_empty() {
             return Err(ConnectError::Resolve("no addresses".into()));
@@ -134,6 +143,8 @@ impl Connector {
             }
         }
         let base = base.ok_or(ConnectError::Tcp(last_err))?;
+        phases.connect = Some(phase.elapsed());
+        phase = Instant::now();
         let stream: Stream = if https {
             let name = server_name(url, host).map_err(ConnectError::Tls)?;
             let tls = tls
@@ -141,6 +152,7 @@ impl Connector {
                 .connect(name, base)
                 .await
                 .map_err(|e| ConnectError::Tls(describe_tls_error(&e)))?;
+            phases.tls = Some(phase.elapsed());
             Box::new(tls)
         } else {
             base
@@ -152,7 +164,7 @@ impl Connector {
         // Ends when the connection closes or every sender is dropped; its error says why a
         // connection closed before a request could leave.
         let driver = tokio::spawn(conn);
-        Ok((sender, driver))
+        Ok((sender, driver, phases))
     }
 }
 

@@ -20,6 +20,9 @@ pub struct Message<'a> {
     pub event_type: &'a str,
     pub attempt: u32,
     pub delivery_id: Option<&'a str>,
+    /// The trace context the request carries as `traceparent` and `tracestate`, when its
+    /// endpoint propagates the trace (docs/operations.md, "Traces").
+    pub trace: Option<&'a crate::trace::TraceContext>,
 }
 
 pub struct Built {
@@ -129,6 +132,12 @@ fn protocol_headers(
         HeaderName::from_static("herald-endpoint-id"),
         endpoint.id.clone(),
     ));
+    if let Some(t) = msg.trace {
+        headers.push((HeaderName::from_static("traceparent"), t.traceparent()));
+        if let Some(state) = &t.tracestate {
+            headers.push((HeaderName::from_static("tracestate"), state.clone()));
+        }
+    }
     let symmetric = endpoint
         .signing_secrets(at)
         .find(|s| !s.starts_with(sign::SIGNING_KEY_PREFIX));

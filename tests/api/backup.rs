@@ -360,7 +360,7 @@ async fn the_archive_of_format_4_restores_and_a_later_one_carries_last_successes
         assert!(ok, "{to}: herald backup: {out}");
         let bytes = std::fs::read(&archive).unwrap();
         assert_eq!(
-            find(&bytes, b"herald-backup 6\n"),
+            find(&bytes, b"herald-backup 7\n"),
             Some(0),
             "{to}: format 6"
         );
@@ -460,6 +460,104 @@ async fn the_archive_of_format_5_restores_and_a_later_one_carries_response_heade
         assert_eq!(
             d["attempts"][0]["response_headers"]["x-receiver-id"], "rcv-5",
             "{to}: restored with its response headers: {d}"
+        );
+    }
+}
+
+/// An archive of format 6 (tests/fixtures/backup/format-6.herald-backup, taken of the format-14
+/// data directory: the last without events' trace contexts) restores into either store, its
+/// events with no context; a backup taken after an event came with a `traceparent` carries the
+/// context, and a restore of that one keeps it: a retry after it still passes the context on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_of_format_6_restores_and_a_later_one_carries_trace_contexts() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/backup/format-6.herald-backup");
+    let (ok, out) = run(vec!["restore".into(), "--check".into(), arg(&fixture)]).await;
+    assert!(ok, "herald restore --check: {out}");
+    assert!(out.contains("format 6"), "{out}");
+    let tables = "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
+                  [retry_policies]\nslow = [\"1h\"]\n[plans.basic]\nper_minute = 1000\n";
+    let ok_ep = "ep_01M96XX97Z741YJX58X36JW1XB";
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let recv = Receiver::ok_http();
+    let dir = tempfile::tempdir().unwrap();
+    for (to, launch, storage) in restore_targets(dir.path()) {
+        let (ok, out) = restore_to(&to, &fixture).await;
+        assert!(ok, "herald restore --to {to}: {out}");
+        let h = Herald::start_with(&format!("{tables}{storage}"), launch).await;
+        let (status, _) = h
+            .admin(
+                "PATCH",
+                &format!("/v1/endpoints/{ok_ep}"),
+                Some(json!({"url": recv.url("/hook"), "propagate_trace": true})),
+            )
+            .await;
+        assert_eq!(status, 200, "{to}");
+        let (_, list) = h
+            .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
+            .await;
+        let old = list["items"][0]["id"]
+            .as_str()
+            .expect("a delivery")
+            .to_string();
+        let seen = recv.count();
+        let (status, _) = h
+            .admin("POST", &format!("/v1/deliveries/{old}/retry"), None)
+            .await;
+        assert!(status < 300, "{to}");
+        let got = recv.wait_for(seen + 1, Duration::from_secs(20)).await;
+        assert_eq!(
+            got[seen].header("traceparent"),
+            None,
+            "{to}: format 6 kept none"
+        );
+        let (status, _, answer) = h
+            .call_raw(
+                "POST",
+                "/v1/events",
+                Some(common::herald::INGEST_TOKEN),
+                &[("content-type", "application/json"), ("traceparent", trace)],
+                br#"{"account_id":"acct_ok","type":"order.created","payload":{"n":9}}"#.to_vec(),
+            )
+            .await;
+        assert_eq!(status, 202, "{to}");
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        let new = common::first_delivery(&answer);
+        let path = format!("/v1/deliveries/{new}");
+        common::wait_until(
+            Duration::from_secs(20),
+            "the attempt is recorded",
+            || async { h.admin("GET", &path, None).await.1["state"] == "delivered" },
+        )
+        .await;
+        let archive = dir
+            .path()
+            .join(format!("trace-{}.backup", to.split(':').next().unwrap()));
+        let config = backup_config(&h, dir.path());
+        let (ok, out) = backup_to(&config, &archive).await;
+        assert!(ok, "{to}: herald backup: {out}");
+        let again = dir
+            .path()
+            .join(format!("trace-again-{}", to.split(':').next().unwrap()));
+        let (ok, out) = restore_to(&format!("sled:{}", again.display()), &archive).await;
+        assert!(ok, "{to}: restore of the later backup: {out}");
+        drop(h);
+        let h2 = Herald::start_with(
+            &format!("{tables}[storage]\nbackend = \"sled\"\n"),
+            Launch {
+                storage: Some(again),
+                ..Launch::default()
+            },
+        )
+        .await;
+        let seen = recv.count();
+        let (status, _) = h2.admin("POST", &format!("{path}/retry"), None).await;
+        assert!(status < 300, "{to}");
+        let got = recv.wait_for(seen + 1, Duration::from_secs(20)).await;
+        assert_eq!(
+            got[seen].header("traceparent"),
+            Some(trace),
+            "{to}: restored with its trace context"
         );
     }
 }

@@ -34,3 +34,4 @@ mod roles;
 mod secrets;
 mod ssrf;
 mod svix;
+mod traces;

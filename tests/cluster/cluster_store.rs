@@ -113,6 +113,7 @@ fn event(account: &str, key: Option<&str>) -> NewEvent {
         channels: Vec::new(),
         tags: Vec::new(),
         request_key: None,
+        trace: None,
     }
 }
 

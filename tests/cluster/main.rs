@@ -8,4 +8,5 @@ mod cluster;
 mod cluster_alerts;
 mod cluster_nodes;
 mod cluster_store;
+mod cluster_traces;
 mod cluster_versions;

@@ -18,6 +18,7 @@
 pub mod api;
 pub mod herald;
 pub mod inproc;
+pub mod otlp;
 pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;

@@ -43,6 +43,20 @@ impl World<Herald> {
 }
 
 impl World<Herald> {
+    /// Like [`World::start`], launched as `launch` says (its environment, its data).
+    pub async fn start_launched(
+        delivery_keys: &str,
+        tables: &str,
+        launch: super::herald::Launch,
+    ) -> World {
+        let (ca, ca_dir, extra) = ca_and_config(delivery_keys, tables);
+        World {
+            ca,
+            herald: Herald::start_with(&extra, launch).await,
+            _ca_dir: ca_dir,
+        }
+    }
+
     /// Like [`World::start`], trusting `ca` (made by the test for its other servers too).
     pub async fn start_with_ca(ca: TestCa, delivery_keys: &str, tables: &str) -> World {
         let (ca, ca_dir, extra) = config_for(ca, delivery_keys, tables);

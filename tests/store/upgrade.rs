@@ -99,7 +99,7 @@ async fn retry_reaches(h: &Herald, recv: &Receiver, endpoint: &str, event: &str)
 
 /// The steps after format 7 whose logs say `storage migrated from format N to format N+1`,
 /// by N: every store older than format 7 takes them too (docs/operations.md, "Upgrade").
-const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11, 12, 13];
+const LATER_STEPS: &[u8] = &[7, 8, 9, 10, 11, 12, 13, 14];
 
 /// Waits for each migration step from `format` to format 7, and the later ones, in the log.
 async fn migrated_through_7(h: &Herald, format: u8) {
@@ -547,8 +547,8 @@ async fn a_format_10_data_directory_serves_its_accounts_as_applications() {
 
     assert_eq!(
         restarted_migrations(&mut h).await,
-        4,
-        "the steps to formats 11 to 14, none at the second start"
+        5,
+        "the steps to formats 11 to 15, none at the second start"
     );
 }
 
@@ -591,8 +591,8 @@ async fn a_format_11_data_directory_keeps_last_successes_from_now_on() {
     let shown = h.admin("GET", &path, None).await.1["last_success_at"].clone();
     assert_eq!(
         restarted_migrations(&mut h).await,
-        3,
-        "the steps to formats 12, 13 and 14 once, at the first start"
+        4,
+        "the steps to formats 12 to 15 once, at the first start"
     );
     let (_, ep) = h.admin("GET", &path, None).await;
     assert_eq!(ep["last_success_at"], shown, "kept through a restart: {ep}");
@@ -663,14 +663,125 @@ async fn a_format_12_data_directory_keeps_response_headers_from_now_on() {
     .await;
     assert_eq!(
         restarted_migrations(&mut h).await,
-        2,
-        "the steps to formats 13 and 14 once, at the first start"
+        3,
+        "the steps to formats 13, 14 and 15 once, at the first start"
     );
     let (_, d) = h.admin("GET", &path, None).await;
     assert_eq!(
         d["attempts"][0]["response_headers"]["x-receiver-id"], "rcv-12",
         "kept through a restart: {d}"
     );
+}
+
+/// Format 14 (tests/fixtures/format14, see its README: the last format before events kept a
+/// trace context) opens in this herald in one logged step: its events have no context (their
+/// attempts start traces of their own), a new event keeps its request's, through a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_14_data_directory_keeps_trace_contexts_from_now_on() {
+    let tables = format!("{FIXTURE_TABLES}[plans.basic]\nper_minute = 1000\n");
+    let (mut h, _data) = on_fixture(&tables, "format14").await;
+    h.wait_for_log(
+        "storage migrated from format 14 to format 15",
+        Duration::from_secs(5),
+    )
+    .await;
+    // The fixture's events kept no context: a retry to a receiver that asks for the trace
+    // carries none.
+    let ok = "ep_01M96XX97Z741YJX58X36JW1XB";
+    let recv = Receiver::http(behaviour(|_, _| Reply::status(200)));
+    let (status, ep) = h
+        .admin(
+            "PATCH",
+            &format!("/v1/endpoints/{ok}"),
+            Some(json!({"url": recv.url("/old"), "propagate_trace": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{ep}");
+    let (status, list) = h
+        .admin("GET", "/v1/deliveries?account_id=acct_ok&limit=1", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let old = list["items"][0]["id"]
+        .as_str()
+        .expect("a delivery")
+        .to_string();
+    let (status, retried) = h
+        .admin("POST", &format!("/v1/deliveries/{old}/retry"), None)
+        .await;
+    assert!(status < 300, "{retried}");
+    recv.wait_for(1, Duration::from_secs(20)).await;
+
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let (status, _, answer) = h
+        .call_raw(
+            "POST",
+            "/v1/events",
+            Some(common::herald::INGEST_TOKEN),
+            &[("content-type", "application/json"), ("traceparent", trace)],
+            br#"{"account_id":"acct_ok","type":"order.created","payload":{"n":99}}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    let event = answer["event_id"].as_str().unwrap().to_string();
+    // The old event's request carries no context; the new event's carries its request's.
+    let of_event = |n: usize| {
+        let recv = &recv;
+        let event = event.clone();
+        move || {
+            let seen = recv
+                .requests()
+                .iter()
+                .filter(|r| r.header("webhook-id") == Some(event.as_str()))
+                .count();
+            async move { seen >= n }
+        }
+    };
+    common::wait_until(
+        Duration::from_secs(20),
+        "the new event arrives",
+        of_event(1),
+    )
+    .await;
+    for r in recv.requests() {
+        let expected = (r.header("webhook-id") == Some(event.as_str())).then_some(trace);
+        assert_eq!(
+            r.header("traceparent"),
+            expected,
+            "{:?}",
+            r.header("webhook-id")
+        );
+    }
+    assert_eq!(
+        restarted_migrations(&mut h).await,
+        1,
+        "the step to format 15 once, at the first start"
+    );
+    let (status, replayed) = h
+        .admin(
+            "POST",
+            &format!("/v1/events/{event}/replay"),
+            Some(json!({"dry_run": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{replayed}");
+    // The kept context outlived the restart: a manual retry of the new event carries it.
+    let new = common::first_delivery(&answer);
+    let path = format!("/v1/deliveries/{new}");
+    common::wait_until(
+        Duration::from_secs(20),
+        "the delivery is settled",
+        || async { h.admin("GET", &path, None).await.1["state"] == "delivered" },
+    )
+    .await;
+    let (status, _) = h.admin("POST", &format!("{path}/retry"), None).await;
+    assert!(status < 300);
+    common::wait_until(Duration::from_secs(20), "the retry arrives", of_event(2)).await;
+    for r in recv.requests() {
+        if r.header("webhook-id") == Some(event.as_str()) {
+            assert_eq!(r.header("traceparent"), Some(trace));
+        }
+    }
 }
 
 /// An endpoint stored with a `traceparent` custom header before herald reserved the name still

@@ -232,6 +232,11 @@ pub struct Endpoint {
     pub channels: Vec<String>,
     #[serde(default, skip_serializing_if = "SignatureHeaders::is_webhook")]
     pub signature_headers: SignatureHeaders,
+    /// Each request carries `traceparent` and `tracestate`, its attempt's span as the parent
+    /// (docs/operations.md, "Traces"). Off by default: it shows the producer's trace ids to the
+    /// receiver.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub propagate_trace: bool,
 }
 
 /// An endpoint's ordering: deliveries with the same key go one at a time, in commit order.
@@ -319,6 +324,7 @@ impl Endpoint {
             "metadata": self.metadata,
             "channels": self.channels,
             "signature_headers": self.signature_headers,
+            "propagate_trace": self.propagate_trace,
             "client_certificate": self.client_certificate.as_ref().map(|c| json!({
                 "subject": c.subject,
                 "not_after": rfc3339(c.not_after),
@@ -370,6 +376,10 @@ pub struct EventMeta {
     /// (docs/svix.md): a repeat of that request within 24 hours is answered with this event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_key: Option<String>,
+    /// The trace context of the request that created it (docs/operations.md, "Traces"): the
+    /// ingest span every attempt's span is a child of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::TraceContext>,
     /// The deliveries made at ingest, in fan-out order.
     pub deliveries: Vec<String>,
 }

@@ -61,6 +61,35 @@ impl TraceContext {
     }
 }
 
+/// A stored context's form in JSON (the archive): `{"traceparent": …, "tracestate": …}`, read
+/// back through [`TraceContext::from_headers`] so that what is read is checked as a request's
+/// headers are.
+impl serde::Serialize for TraceContext {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("traceparent", &self.traceparent())?;
+        if let Some(state) = &self.tracestate {
+            m.serialize_entry("tracestate", state)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TraceContext {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Form {
+            traceparent: String,
+            #[serde(default)]
+            tracestate: Option<String>,
+        }
+        let f = Form::deserialize(d)?;
+        TraceContext::from_headers(Some(&f.traceparent), f.tracestate.as_deref())
+            .ok_or_else(|| serde::de::Error::custom("traceparent is not a valid W3C traceparent"))
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -170,6 +170,7 @@ fn history_of(
         tags,
         // A message's request key travels with its event, as on one box.
         request_key: e.get(9),
+        trace: super::rows::trace_of(e.get(10), e.get(11)),
         deliveries: ds.iter().map(|(d, _)| d.id.clone()).collect(),
     };
     let lane_seqs = ds.iter().map(|(_, seq)| *seq).collect();
@@ -235,7 +236,8 @@ impl Archive for PgStore {
                         ordering_key, payload, labels,
                         (SELECT a.key FROM api_answers a
                           WHERE a.event_id = events.id AND a.account_id = events.account_id
-                          LIMIT 1)
+                          LIMIT 1),
+                        traceparent, tracestate
                  FROM events WHERE id < $1 ORDER BY id DESC LIMIT $2",
                 &[&upper, &(take as i64)],
             )

@@ -135,11 +135,17 @@ impl Rows {
 
     async fn write_events(&self, tx: &tokio_postgres::Transaction<'_>) -> Result<(), StoreError> {
         let ev = &self.events;
+        let (traceparent, tracestate): (Vec<_>, Vec<_>) = ev
+            .iter()
+            .map(|e| super::rows::trace_columns(e.1.trace.as_ref()))
+            .unzip();
         tx.execute(
             "INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                 debounce_key, ordering_key, payload, labels)
+                                 debounce_key, ordering_key, payload, labels, traceparent,
+                                 tracestate)
              SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[], $5::text[],
-                                  $6::text[], $7::text[], $8::bytea[], $9::jsonb[])
+                                  $6::text[], $7::text[], $8::bytea[], $9::jsonb[], $10::text[],
+                                  $11::text[])
              ON CONFLICT DO NOTHING",
             &[
                 &ev.iter().map(|e| &e.0).collect::<Vec<_>>(),
@@ -153,6 +159,8 @@ impl Rows {
                 &ev.iter()
                     .map(|e| super::rows::labels(&e.1.channels, &e.1.tags))
                     .collect::<Vec<_>>(),
+                &traceparent,
+                &tracestate,
             ],
         )
         .await?;

@@ -391,6 +391,7 @@ impl Committer {
                                         channels: Vec::new(),
                                         tags: Vec::new(),
                                         request_key: None,
+                                        trace: ev.trace.clone(),
                                         deliveries: Vec::new(),
                                     },
                                     delivery,
@@ -782,10 +783,11 @@ async fn write_rows(
                  SELECT 1 FROM directory_version WHERE $30::bigint IS NULL OR version = $30
              ), e AS (
                  INSERT INTO events (id, account_id, type, received_at, idempotency_key,
-                                     debounce_key, ordering_key, payload, labels)
+                                     debounce_key, ordering_key, payload, labels,
+                                     traceparent, tracestate)
                  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[],
                                       $5::text[], $6::text[], $7::text[], $8::bytea[],
-                                      $31::jsonb[])
+                                      $31::jsonb[], $32::text[], $33::text[])
                  WHERE EXISTS (SELECT 1 FROM v)
              ), d AS (
                  INSERT INTO deliveries (id, event_id, endpoint_id, account_id, event_type,
@@ -850,6 +852,8 @@ async fn write_rows(
                 &d.any_for_others(),
                 &mark,
                 &e.labels,
+                &e.traceparent,
+                &e.tracestate,
             ],
         )
         .await?;
@@ -958,6 +962,8 @@ struct EventRows<'a> {
     ordering_key: Vec<Option<&'a str>>,
     payload: Vec<&'a [u8]>,
     labels: Vec<Option<serde_json::Value>>,
+    traceparent: Vec<Option<String>>,
+    tracestate: Vec<Option<&'a str>>,
 }
 
 impl<'a> EventRows<'a> {
@@ -972,6 +978,9 @@ impl<'a> EventRows<'a> {
         self.payload.push(&ev.payload);
         self.labels
             .push(super::rows::labels(&ev.channels, &ev.tags));
+        let (traceparent, tracestate) = super::rows::trace_columns(ev.trace.as_ref());
+        self.traceparent.push(traceparent);
+        self.tracestate.push(tracestate);
     }
 }
 

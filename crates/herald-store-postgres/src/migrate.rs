@@ -63,6 +63,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "hourly chart rows and latency buckets",
         include_str!("schema_0014.sql"),
     ),
+    (
+        15,
+        "events' trace contexts",
+        include_str!("schema_0015.sql"),
+    ),
 ];
 
 /// The schema version this herald writes.

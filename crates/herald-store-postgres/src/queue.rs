@@ -153,7 +153,7 @@ static CLAIM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              RETURNING d.*
          )
          SELECT {DELIVERY_COLUMNS}, e.received_at, e.idempotency_key, e.debounce_key,
-                e.ordering_key, e.payload
+                e.ordering_key, e.payload, e.traceparent, e.tracestate
          FROM leased d JOIN events e ON e.id = d.event_id
          ORDER BY d.id"
     )
@@ -479,6 +479,7 @@ fn due_from(r: &Row) -> Result<DueDelivery, StoreError> {
         channels: Vec::new(),
         tags: Vec::new(),
         request_key: None,
+        trace: super::rows::trace_of(r.get(18), r.get(19)),
         deliveries: Vec::new(),
     };
     let payload: Vec<u8> = r.get(17);

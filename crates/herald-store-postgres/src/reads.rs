@@ -235,7 +235,7 @@ impl DeliveryLog for PgStore {
         let Some(e) = client
             .query_opt(
                 "SELECT account_id, type, received_at, idempotency_key, debounce_key,
-                        ordering_key, payload, labels
+                        ordering_key, payload, labels, traceparent, tracestate
                  FROM events WHERE id = $1",
                 &[&key],
             )
@@ -266,6 +266,7 @@ impl DeliveryLog for PgStore {
             channels,
             tags,
             request_key: None,
+            trace: super::rows::trace_of(e.get(8), e.get(9)),
             deliveries: deliveries.iter().map(|d| d.id.clone()).collect(),
         };
         let payload: Vec<u8> = e.get(6);

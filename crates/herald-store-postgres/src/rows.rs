@@ -4,6 +4,7 @@
 use herald_core::clock::Millis;
 use herald_core::ids;
 use herald_core::model::{Delivery, DeliveryState, Status};
+use herald_core::trace::TraceContext;
 use herald_store::{NewEvent, StoreError};
 
 /// The channel idle nodes `LISTEN` on; its payload is empty (a wake-up, not a message).
@@ -137,6 +138,23 @@ impl NewAttempts {
 pub(super) fn labels(channels: &[String], tags: &[String]) -> Option<serde_json::Value> {
     (!channels.is_empty() || !tags.is_empty())
         .then(|| serde_json::json!({"channels": channels, "tags": tags}))
+}
+
+/// An event's `traceparent` and `tracestate` columns, `NULL` without a trace context.
+pub(super) fn trace_columns(t: Option<&TraceContext>) -> (Option<String>, Option<&str>) {
+    match t {
+        Some(t) => (Some(t.traceparent()), t.tracestate.as_deref()),
+        None => (None, None),
+    }
+}
+
+/// The trace context of an event's `traceparent` and `tracestate` columns, checked as a
+/// request's headers are (a value that does not read is no context).
+pub(super) fn trace_of(
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+) -> Option<TraceContext> {
+    TraceContext::from_headers(traceparent.as_deref(), tracestate.as_deref())
 }
 
 /// The channels and tags of a `labels` column.

@@ -22,6 +22,7 @@ use herald_core::clock::Millis;
 use herald_core::ids;
 use herald_core::model::{Attempt, DeliveryState, EventMeta, Status};
 use herald_core::policy::debounce::{Candidate, Window};
+use herald_core::trace::TraceContext;
 
 /// The largest row (key and value) herald writes: 17 of them fit one sled page below its blob
 /// threshold (131,052 bytes), with room for sled's own framing.
@@ -300,6 +301,10 @@ const EVENT_ORDERING_KEY: u8 = 4;
 const EVENT_LABELS: u8 = 8;
 /// The event has a request key (docs/svix.md), a string written after the labels.
 const EVENT_REQUEST_KEY: u8 = 16;
+/// The event keeps its request's trace context (docs/operations.md, "Traces"), written after
+/// the request key: the trace id (16 bytes), the ingest span's id (8), the flags (1) and the
+/// `tracestate` (an optional string). Since storage format 15.
+const EVENT_TRACE: u8 = 32;
 
 /// An event's record (its layout is the storage format: docs/operations.md, "Backup, restore,
 /// upgrade").
@@ -321,6 +326,10 @@ pub fn encode_event(
         + meta.idempotency_key.as_ref().map_or(0, String::len)
         + meta.debounce_key.as_ref().map_or(0, String::len)
         + meta.ordering_key.as_ref().map_or(0, String::len)
+        + meta
+            .trace
+            .as_ref()
+            .map_or(0, |t| 30 + t.tracestate.as_ref().map_or(0, String::len))
         + meta
             .channels
             .iter()
@@ -356,6 +365,9 @@ pub fn encode_event(
     if meta.request_key.is_some() {
         flags |= EVENT_REQUEST_KEY;
     }
+    if meta.trace.is_some() {
+        flags |= EVENT_TRACE;
+    }
     w.u8(flags);
     if let Some(k) = &meta.ordering_key {
         w.str(k);
@@ -370,6 +382,12 @@ pub fn encode_event(
     }
     if let Some(k) = &meta.request_key {
         w.str(k);
+    }
+    if let Some(t) = &meta.trace {
+        w.0.extend_from_slice(&t.trace_id);
+        w.0.extend_from_slice(&t.parent_id);
+        w.u8(t.flags);
+        w.opt_str(t.tracestate.as_deref());
     }
     w.u16(n);
     let mut target_rows = Vec::new();
@@ -429,6 +447,16 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
     } else {
         None
     };
+    let trace = if flags & EVENT_TRACE != 0 {
+        Some(TraceContext {
+            trace_id: r.array()?,
+            parent_id: r.array()?,
+            flags: r.u8()?,
+            tracestate: r.opt_string()?,
+        })
+    } else {
+        None
+    };
     let n = r.u16()? as usize;
     let targets_in_rows = flags & EVENT_TARGETS_IN_ROWS != 0;
     let mut targets = Vec::with_capacity(if targets_in_rows { 0 } else { n });
@@ -459,6 +487,7 @@ pub fn decode_event(ulid: u128, v: &[u8]) -> Result<(EventRecord, Option<&[u8]>)
         channels,
         tags,
         request_key,
+        trace,
         deliveries: (0..n)
             .map(|i| ids::format(ids::DELIVERY, ids::delivery_of(ulid, i)))
             .collect(),

@@ -14,6 +14,7 @@ fn meta() -> EventMeta {
         channels: Vec::new(),
         tags: Vec::new(),
         request_key: None,
+        trace: None,
         deliveries: Vec::new(),
     }
 }
@@ -56,6 +57,49 @@ fn an_events_ordering_key_round_trips_and_older_rows_have_none() {
 }
 
 #[test]
+fn an_events_trace_context_round_trips_beside_its_other_fields_and_fits_its_row() {
+    let ulid = ids::event_after(0, 5);
+    let state = format!("a={}", "x".repeat(250));
+    let trace = herald_core::trace::TraceContext::from_headers(
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some(&state),
+    )
+    .unwrap();
+    let mut m = meta();
+    m.trace = Some(trace.clone());
+    m.ordering_key = Some("o".into());
+    m.tags = vec!["t".into()];
+    m.request_key = Some("r".into());
+    // A payload that just fits inline with the largest context still goes inline.
+    let (fits, over) = (MAX_ROW - 400, MAX_ROW);
+    for len in [0, fits, over] {
+        let payload = vec![b'1'; len];
+        let v = encode_event(&m, &[7], &payload).unwrap();
+        assert!(
+            v.row.len() <= MAX_ROW,
+            "{len}: row of {} bytes",
+            v.row.len()
+        );
+        let (rec, inline) = decode_event(ulid, &v.row).unwrap();
+        assert_eq!(rec.meta.trace.as_ref(), Some(&trace));
+        assert_eq!(rec.meta.ordering_key.as_deref(), Some("o"));
+        assert_eq!(rec.meta.request_key.as_deref(), Some("r"));
+        assert_eq!(rec.targets, vec![7]);
+        assert_eq!(inline.map(<[u8]>::len), rec.payload_inline.then_some(len));
+    }
+    let v = encode_event(&meta(), &[7], b"{}").unwrap();
+    assert_eq!(decode_event(ulid, &v.row).unwrap().0.meta.trace, None);
+    // What the context costs a row: 26 bytes and its tracestate's length and 4.
+    let plain = encode_event(&meta(), &[7], b"{}").unwrap().row.len();
+    let mut m = meta();
+    m.trace = Some(herald_core::trace::TraceContext {
+        tracestate: None,
+        ..trace
+    });
+    assert_eq!(encode_event(&m, &[7], b"{}").unwrap().row.len(), plain + 26);
+}
+
+#[test]
 fn an_events_channels_and_tags_round_trip_and_older_rows_have_none() {
     let ulid = ids::event_after(0, 5);
     let mut m = meta();
@@ -93,6 +137,7 @@ fn event_rows_stay_below_the_row_limit_at_the_maximum() {
         channels: (0..10).map(|i| format!("{i}{}", "c".repeat(127))).collect(),
         tags: (0..5).map(|i| format!("{i}{}", "t".repeat(127))).collect(),
         request_key: None,
+        trace: None,
         deliveries: Vec::new(),
     };
     for fan_out in [1, INLINE_TARGETS, INLINE_TARGETS + 1, ids::MAX_FAN_OUT] {

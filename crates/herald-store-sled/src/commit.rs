@@ -294,6 +294,7 @@ fn store_event(
         channels: ev.channels.clone(),
         tags: ev.tags.clone(),
         request_key: ev.request_key.clone(),
+        trace: ev.trace.clone(),
         deliveries: Vec::new(),
     };
     let mut deliveries: Vec<Delivery> = ev

@@ -131,9 +131,9 @@ pub(crate) use herald_store::{
 /// idempotency key), 6 (idempotency keys in a sled database of their own), 7 (debounce windows
 /// and operator events without an index by account), 8 (endpoints' secrets in their records)
 /// 9 (chart minutes keyed by endpoint first), 10 (no applications, event labels or attempt
-/// URLs), 11 (no last successes), 12 (no response headers) and 13 (no hours, no latency
-/// buckets) are migrated at open ([`migrate`]).
-const FORMAT: u8 = 14;
+/// URLs), 11 (no last successes), 12 (no response headers), 13 (no hours, no latency
+/// buckets) and 14 (no trace contexts) are migrated at open ([`migrate`]).
+const FORMAT: u8 = 15;
 
 /// The idempotency keys' tables ([`keys`]), in the data directory.
 const KEYS_DIR: &str = "idempotency";
@@ -859,6 +859,9 @@ fn migrate_to_current(
     }
     if matches!(format, Some(2..=13)) {
         migrate::from_format_13(trees)?;
+    }
+    if matches!(format, Some(2..=14)) {
+        migrate::from_format_14();
     }
     if format != Some(FORMAT) {
         trees.meta.insert(meta_keys::FORMAT, &[FORMAT])?;

@@ -414,6 +414,14 @@ pub(super) fn from_format_13(trees: &Trees) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Format 14 → 15: an event row may keep its request's trace context (a flag and its bytes
+/// after the request key); rows of format 14 have none, so nothing is converted. The step
+/// records the format, so that an older herald refuses the data directory instead of
+/// misreading event rows it does not know.
+pub(super) fn from_format_14() {
+    tracing::info!("storage migrated from format 14 to format 15 (events' trace contexts)");
+}
+
 pub(super) fn from_format_9(trees: &Trees) -> Result<(), StoreError> {
     let tree = &trees.minutes;
     let (mut moved, mut dropped) = (0usize, 0usize);

@@ -180,6 +180,7 @@ fn event(account: &str, targets: &[Lane], at: Millis) -> NewEvent {
         channels: Vec::new(),
         tags: Vec::new(),
         request_key: None,
+        trace: None,
     }
 }
 

@@ -51,6 +51,8 @@ pub struct NewEvent {
     /// the store keeps that key's answer (the event) in the event's own commit, so a
     /// repeat of the key is answered with the event whenever the event was acknowledged.
     pub request_key: Option<String>,
+    /// The context of the request's span (docs/operations.md, "Traces"), kept with the event.
+    pub trace: Option<herald_core::trace::TraceContext>,
 }
 
 impl NewEvent {
@@ -80,6 +82,7 @@ impl NewEvent {
             channels: Vec::new(),
             tags: Vec::new(),
             request_key: None,
+            trace: None,
         }
     }
 }

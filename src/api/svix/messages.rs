@@ -78,6 +78,7 @@ pub async fn create(
         ));
     }
     ingest::refuse_when_stopping(state)?;
+    let trace = crate::api::request_trace(&req);
     let with_content = q.flag("with_content", true)?;
     let bytes = crate::api::body::read_json_body(req, state.config.server.max_body_bytes).await?;
     let m: MessageIn = serde_json::from_slice(&bytes).map_err(|e| {
@@ -131,10 +132,11 @@ pub async fn create(
         channels: checked.channels.clone(),
         tags: checked.tags.clone(),
         request_key: None,
+        trace: trace.clone(),
         deliveries: Vec::new(),
     };
     let payload = checked.payload.clone();
-    let outcome = ingest::store(state, vec![checked], now).await?;
+    let outcome = ingest::store(state, vec![checked], now, trace).await?;
     let created = Created {
         meta,
         payload,

@@ -46,6 +46,12 @@ pub struct SvixError {
     loc: Vec<String>,
 }
 
+impl crate::api::Refusal for SvixError {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
 impl SvixError {
     fn new(status: StatusCode, code: &str, detail: impl Into<String>) -> Self {
         SvixError {
@@ -635,7 +641,18 @@ async fn dispatch(
         (_, ["app", app, "endpoint", ep, "headers"]) => {
             endpoints::headers(state, caller, req, method, app, ep).await
         }
-        (&M::POST, ["app", app, "msg"]) => messages::create(state, caller, req, app, q).await,
+        (&M::POST, ["app", app, "msg"]) => {
+            let mut req = req;
+            let span = crate::api::start_request_span(
+                state,
+                "POST /api/v1/app/{app_id}/msg",
+                "/api/v1/app/{app_id}/msg",
+                &mut req,
+            );
+            let answer = messages::create(state, caller, req, app, q).await;
+            crate::api::end_request_span(span, &answer);
+            answer
+        }
         (&M::GET, ["app", app, "msg"]) => messages::list(state, caller, app, q).await,
         (&M::GET, ["app", app, "msg", msg]) => messages::get(state, caller, app, msg, q).await,
         (&M::GET, ["app", app, "attempt", "msg", msg]) => {

@@ -63,6 +63,7 @@ mod tests {
             metadata: Default::default(),
             channels: Vec::new(),
             signature_headers: Default::default(),
+            propagate_trace: false,
         }
     }
 

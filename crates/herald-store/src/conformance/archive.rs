@@ -9,10 +9,10 @@ pub async fn the_archive_operations_page_import_and_finish<H: Harness>(s: Subjec
     let store = &*s.store;
     assert!(store.is_empty().await.unwrap(), "{}: a new store", s.name);
     for i in 0..3 {
-        store
-            .ingest_events(vec![event("acct", None, START + i)])
-            .await
-            .unwrap();
+        let mut e = event("acct", None, START + i);
+        // The middle event keeps a trace context; the copy keeps it too.
+        e.trace = (i == 1).then(trace_context);
+        store.ingest_events(vec![e]).await.unwrap();
     }
     assert!(!store.is_empty().await.unwrap(), "{}", s.name);
     let (first, next) = store.export_events(None, 2).await.unwrap();
@@ -40,7 +40,15 @@ pub async fn the_archive_operations_page_import_and_finish<H: Harness>(s: Subjec
     for (a, b) in copied.iter().zip(&all) {
         assert_eq!(a.payload, b.payload, "{}", s.name);
         assert_eq!(a.deliveries.len(), b.deliveries.len(), "{}", s.name);
+        assert_eq!(a.meta.trace, b.meta.trace, "{}", s.name);
     }
+    let traced: Vec<_> = copied.iter().filter_map(|h| h.meta.trace.clone()).collect();
+    assert_eq!(
+        traced,
+        vec![trace_context()],
+        "{}: the one context, copied",
+        s.name
+    );
 }
 
 /// A copy's target records how far the copy got, resumes from there, refuses another source

@@ -5,9 +5,11 @@ use super::*;
 pub async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target<H: Harness>(
     s: Subject<H>,
 ) {
+    let mut traced = event("acct", None, START);
+    traced.trace = Some(trace_context());
     let out = s
         .store
-        .ingest_events(vec![event("acct", None, START), event("acct", None, START)])
+        .ingest_events(vec![traced, event("acct", None, START)])
         .await
         .unwrap();
     assert_eq!(out.len(), 2, "{}", s.name);
@@ -46,6 +48,15 @@ pub async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target<H
         "{}",
         s.name
     );
+    assert_eq!(
+        meta.trace,
+        Some(trace_context()),
+        "{}: its trace context",
+        s.name
+    );
+    let (other, _) = s.store.event(&second).await.unwrap().expect("stored");
+    assert_eq!(other.trace, None, "{}: an event without one", s.name);
+
     assert_eq!(
         &payload[..],
         b"{\"n\":1}",
@@ -89,8 +100,9 @@ pub async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target<H
     // Durable when acknowledged: the store opened again has the events, their payloads
     // and their pending deliveries.
     let s = s.reopen().await;
-    let (_, payload) = s.store.event(&first).await.unwrap().expect("kept");
+    let (meta, payload) = s.store.event(&first).await.unwrap().expect("kept");
     assert_eq!(&payload[..], b"{\"n\":1}", "{}", s.name);
+    assert_eq!(meta.trace, Some(trace_context()), "{}", s.name);
     for d in &deliveries {
         let read = s.store.delivery(&d.id).await.unwrap().expect("kept");
         assert_eq!(json(&read), json(d), "{}", s.name);
@@ -101,6 +113,10 @@ pub async fn an_ingest_is_read_back_exactly_with_a_pending_delivery_per_target<H
         "{}",
         s.name
     );
+    // Whoever attempts a delivery has its event's context with it.
+    let taken = s.take(&deliveries[0].id).await;
+    assert_eq!(taken.due.event.trace, Some(trace_context()), "{}", s.name);
+    s.release(taken).await;
 }
 
 pub async fn an_idempotency_key_answers_the_first_event_within_its_window_only<H: Harness>(

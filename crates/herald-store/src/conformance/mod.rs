@@ -208,6 +208,7 @@ pub fn endpoint_at(id: &str, account: &str, at: i64) -> Endpoint {
         metadata: Default::default(),
         channels: Vec::new(),
         signature_headers: Default::default(),
+        propagate_trace: false,
     }
 }
 
@@ -234,6 +235,7 @@ pub fn event(account: &str, key: Option<&str>, at: i64) -> NewEvent {
         channels: Vec::new(),
         tags: Vec::new(),
         request_key: None,
+        trace: None,
     }
 }
 
@@ -374,6 +376,15 @@ pub async fn take_within<H: Harness>(
         .unwrap_or_else(|e| panic!("{}: take: {e}", s.name));
     taken.sort_by(|a, b| a.due.delivery.id.cmp(&b.due.delivery.id));
     taken
+}
+
+/// A trace context as a request's span gives it (with vendors' state).
+pub fn trace_context() -> herald_core::trace::TraceContext {
+    herald_core::trace::TraceContext::from_headers(
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        Some("shop=7,other=x"),
+    )
+    .expect("a valid context")
 }
 
 /// An event of `account` for one endpoint.
