@@ -65,6 +65,7 @@ export async function viewEndpointForm(ctx, id) {
     ep && ep.ordering ? (ep.ordering.key === null ? "all" : "key") : "", { id: "f-ordering" });
   const ordKey = h("input", { type: "text", id: "f-ordering-key", class: "mono", value: ep && ep.ordering && ep.ordering.key ? ep.ordering.key : "", placeholder: "order_id", spellcheck: "false" });
   const rate = h("input", { type: "number", id: "f-rate_limit", min: "0", step: "any", value: ep && ep.rate_limit ? String(ep.rate_limit.per_second) : "", placeholder: "no limit" });
+  const trace = h("input", { type: "checkbox", id: "f-propagate_trace", checked: !!(ep && ep.propagate_trace), "aria-describedby": "f-propagate_trace-hint" });
   // The event types as the form has them now (the filter test decides with them).
   const chosenTypes = () => boxes.map((b) => b.querySelector("input")).filter((c) => c.checked).map((c) => c.value)
     .concat(other.value.split(",").map((s) => s.trim()).filter(Boolean));
@@ -88,7 +89,10 @@ export async function viewEndpointForm(ctx, id) {
     sig ? field("Signature", sig) : null,
     h("fieldset", null, h("legend", null, "Delivery controls"),
       field("Ordering", ordMode), field("Ordering key", ordKey, "The top-level payload field whose value orders deliveries (with “per payload field”)."),
-      field("Rate limit (requests per second)", rate, "Empty for no limit; fractions allowed (0.5).")),
+      field("Rate limit (requests per second)", rate, "Empty for no limit; fractions allowed (0.5)."),
+      h("div", { class: "check" }, trace, h("label", { for: trace.id }, "Pass the trace on (traceparent)")),
+      h("p", { class: "hint", id: "f-propagate_trace-hint" },
+        "Each request carries the W3C trace context of its attempt, so the receiver's tracing joins the sender's trace. It shows the sender's trace ids to the receiver.")),
     flt.node,
     h("div", { class: "actions" }, submit, h("a", { href: ep ? `#/endpoints/${enc(ep.id)}` : href("/endpoints"), class: "btn" }, "Cancel")),
     out);
@@ -113,6 +117,7 @@ export async function viewEndpointForm(ctx, id) {
     const rl = rate.value.trim() ? { per_second: Number(rate.value) } : null;
     if (ep ? JSON.stringify(ordering) !== JSON.stringify(ep.ordering || null) : ordering) body.ordering = ordering;
     if (ep ? JSON.stringify(rl) !== JSON.stringify(ep.rate_limit || null) : rl) body.rate_limit = rl;
+    if (ep ? trace.checked !== !!ep.propagate_trace : trace.checked) body.propagate_trace = trace.checked;
     let filter;
     try {
       filter = flt.value();

@@ -184,6 +184,7 @@ function settingsOf(ep) {
     ep.client_certificate ? ["Client certificate", h("span", null, ep.client_certificate.subject, ", until ", when(ep.client_certificate.not_after))] : null,
     ep.ordering ? ["Ordering", ep.ordering.key === null ? "whole endpoint in order" : h("span", null, "by ", mono(ep.ordering.key))] : null,
     ep.rate_limit ? ["Rate limit", `${ep.rate_limit.per_second} per second`] : null,
+    ep.propagate_trace ? ["Trace", "passed on to the receiver (traceparent)"] : null,
     ["Payload filter", ep.filter ? h("pre", { class: "code filter-shown" }, pretty(ep.filter)) : "none: every event of its types"],
   ]);
 }

@@ -314,11 +314,22 @@ async fn batches_replays_tests_and_retries_keep_to_the_trace_they_belong_to() {
     .await;
     assert_eq!(status, 202);
     let fresh = first_delivery(&fresh);
+    // An account without endpoints: the decision sent nothing, an internal span says so.
+    let (status, lonely) = post(
+        &w,
+        "/v1/events",
+        INGEST_TOKEN,
+        &[("traceparent", &ctx(t_retry))],
+        json!({"account_id": "acct-lonely", "type": "t.x", "payload": {}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{lonely}");
+    let lonely = first_delivery(&lonely);
 
     let spans = collector
         .wait(SETTLE, "every attempt's span", |s| {
             attempts_of(s, &batch[0]).len() == 2
-                && [&batch[1], &replay, &test, &fresh]
+                && [&batch[1], &replay, &test, &fresh, &lonely]
                     .iter()
                     .all(|d| attempts_of(s, d).len() == 1)
         })
@@ -357,8 +368,22 @@ async fn batches_replays_tests_and_retries_keep_to_the_trace_they_belong_to() {
         (t.trace_id.as_str(), t.parent_span_id.as_str()),
         (t_test, test_span.as_str())
     );
+    let not_sent = attempts_of(&spans, &lonely)[0];
+    assert_eq!(not_sent.name, "herald.not_sent");
+    assert_eq!(not_sent.kind, "SPAN_KIND_INTERNAL");
+    assert_eq!(not_sent.attr("herald.status"), "no_endpoint");
+    assert_eq!(not_sent.attr("herald.account_id"), "acct-lonely");
+    assert_eq!(not_sent.attr("herald.endpoint_id"), &Value::Null);
+    let lonely_span = server(t_retry, "POST /v1/events");
+    assert_eq!(
+        (not_sent.trace_id.as_str(), not_sent.parent_span_id.as_str()),
+        (t_retry, lonely_span.as_str())
+    );
     assert!(
-        spans.iter().all(|s| s.trace_id != t_retry),
+        spans
+            .iter()
+            .filter(|s| s.trace_id == t_retry)
+            .all(|s| s.attr("herald.account_id") != "acct-b"),
         "a manual retry starts no trace of its own"
     );
     let f = attempts_of(&spans, &fresh)[0];

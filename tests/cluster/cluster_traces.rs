@@ -25,7 +25,8 @@ async fn node(url: &str, collector: &Collector, name: &'static str) -> Herald {
         wrap: Some(Arc::new(move |args: &[String]| {
             let mut c = Command::new(&args[0]);
             c.args(&args[1..])
-                .env("OTEL_RESOURCE_ATTRIBUTES", format!("herald.node={name}"));
+                .env("OTEL_RESOURCE_ATTRIBUTES", format!("herald.node={name}"))
+                .env("OTEL_SERVICE_NAME", format!("webhooks-{name}"));
             c
         })),
         ..Launch::default()
@@ -125,6 +126,10 @@ async fn an_attempt_on_another_node_is_a_child_of_the_request_span() {
         .collect();
     for (a, (node, number)) in attempts.iter().zip([("a", 1), ("b", 2)]) {
         assert_eq!(a.resource["herald.node"], node, "{a:?}");
+        assert_eq!(
+            a.resource["service.name"],
+            format!("webhooks-{node}").as_str()
+        );
         assert_eq!(a.attr("herald.attempt"), number);
         assert_eq!(a.trace_id, TRACE);
         assert_eq!(a.parent_span_id, ingest.span_id, "node {node}'s attempt");
