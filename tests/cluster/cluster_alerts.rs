@@ -50,12 +50,20 @@ impl Cluster {
         assert_eq!(v["state"], state, "{v}");
     }
 
-    /// Ten failures in a row, the tenth (the one that opens the breaker) on `node`.
+    /// Ten failures in a row, the tenth (the one that opens the breaker) on `node`; returns
+    /// once the breaker is open (a delivery settles before its attempt moves the breaker).
     async fn open_on(&self, node: usize) {
         for i in 0..9 {
             self.one(i % 2, "failed").await;
         }
         self.one(node, "failed").await;
+        wait_until(SETTLE, "the breaker is open", || async {
+            let (_, st) = self.nodes[node].admin("GET", "/v1/status", None).await;
+            st["open_breakers"]
+                .as_array()
+                .is_some_and(|b| !b.is_empty())
+        })
+        .await;
     }
 
     async fn alerts(&self, result: &str) -> u64 {
