@@ -55,17 +55,15 @@ fn export_timeout() -> Duration {
 
 /// The spans' URL of a collector's base URL (`telemetry.otlp_endpoint`), or why it is not one.
 pub fn collector_url(base: &str) -> Result<String, String> {
-    let url = url::Url::parse(base.trim())
-        .map_err(|e| format!("{base:?} is not a URL ({e}); give the collector's base URL, e.g. http://127.0.0.1:4318"))?;
+    // The errors never repeat the value: a URL may hold a credential.
+    let url = url::Url::parse(base.trim()).map_err(|e| {
+        format!("is not a URL ({e}); give the collector's base URL, e.g. http://127.0.0.1:4318")
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!(
-            "{base:?} is not an http:// or https:// URL with a host"
-        ));
+        return Err("is not an http:// or https:// URL with a host".into());
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!(
-            "{base:?} has a query or a fragment; give the base URL only"
-        ));
+        return Err("has a query or a fragment; give the base URL only".into());
     }
     Ok(format!(
         "{}{TRACES_PATH}",
@@ -178,10 +176,15 @@ impl Traces {
                 .with_version(crate::VERSION)
                 .build(),
         );
-        tracing::info!(
-            collector = url.as_deref().unwrap_or("from OTEL_EXPORTER_OTLP_*"),
-            "traces on"
-        );
+        // Without userinfo: the log never shows a credential.
+        let shown = url
+            .as_deref()
+            .and_then(|u| url::Url::parse(u).ok())
+            .map_or_else(
+                || "from OTEL_EXPORTER_OTLP_*".to_string(),
+                |u| shown_url(&u),
+            );
+        tracing::info!(collector = %shown, "traces on");
         Ok(Traces(Some(Arc::new(On {
             tracer,
             _provider: provider,
@@ -189,10 +192,6 @@ impl Traces {
             room,
             metrics: metrics.clone(),
         }))))
-    }
-
-    pub fn is_on(&self) -> bool {
-        self.0.is_some()
     }
 
     /// Sends the spans still queued, waiting at most a few seconds ([`export::STOP_WAIT`]).
@@ -487,15 +486,18 @@ mod tests {
             collector_url("https://otel.example.com/base/").unwrap(),
             "https://otel.example.com/base/v1/traces"
         );
-        for bad in [
-            "127.0.0.1:4318",
-            "ftp://x",
-            "http://x/?k=1",
-            "http://x/#f",
-            "nonsense",
+        for (bad, words) in [
+            ("127.0.0.1:4318", "is not a URL"),
+            ("ftp://x", "http:// or https://"),
+            ("http://x/?k=1", "query"),
+            ("http://u:s3cret@x/#f", "fragment"),
+            ("nonsense", "is not a URL"),
         ] {
             let why = collector_url(bad).unwrap_err();
-            assert!(why.contains(&format!("{bad:?}")), "{bad}: {why}");
+            assert!(
+                why.contains(words) && !why.contains("s3cret"),
+                "{bad}: {why}"
+            );
         }
     }
 
