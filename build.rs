@@ -13,12 +13,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 fn main() {
     println!("cargo:rerun-if-env-changed=HERALD_GIT_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    // Only paths that exist: cargo takes a missing one as changed, and would run the script
-    // (and build herald again) on every build.
-    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
-        if std::path::Path::new(path).exists() {
-            println!("cargo:rerun-if-changed={path}");
-        }
+    // `HEAD`, the branch file it names and `packed-refs`, in the git directory git itself names
+    // (a worktree's is not `.git/`), and only those that exist: cargo takes a missing one as
+    // changed, and would run the script (and build herald again) on every build. Outside a git
+    // checkout, the script itself: some `rerun-if-changed` must be said, or the env lines alone
+    // would keep this script's first answer for good.
+    let watched = git_files();
+    if watched.is_empty() {
+        println!("cargo:rerun-if-changed=build.rs");
+    }
+    for path in watched {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
 
     let commit = std::env::var("HERALD_GIT_COMMIT")
@@ -44,6 +49,27 @@ fn main() {
         "sled"
     };
     println!("cargo:rustc-env=HERALD_FEATURES={features}");
+}
+
+/// The files whose change moves `HEAD`'s commit: `HEAD`, the branch it names, `packed-refs`.
+fn git_files() -> Vec<std::path::PathBuf> {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    let Some(dir) = git(&["rev-parse", "--git-dir"]).map(std::path::PathBuf::from) else {
+        return Vec::new();
+    };
+    let common = git(&["rev-parse", "--git-common-dir"])
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.clone());
+    let mut files = vec![dir.join("HEAD"), common.join("packed-refs")];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        files.push(common.join(branch));
+    }
+    files.retain(|p| p.exists());
+    files
 }
 
 /// The checkout's `HEAD` commit, abbreviated to 12 characters.
