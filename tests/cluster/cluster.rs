@@ -751,7 +751,7 @@ fn fixture_database(version: i32) -> (Postgres, String) {
 }
 
 /// [`fixture_database`] from the fixture directory `dir`, whose schema version is `version`.
-fn fixture_database_in(dir: &str, version: i32) -> (Postgres, String) {
+pub(crate) fn fixture_database_in(dir: &str, version: i32) -> (Postgres, String) {
     let pg = Postgres::start();
     let url = pg.database("herald");
     let fixture =
@@ -775,7 +775,7 @@ fn fixture_database_in(dir: &str, version: i32) -> (Postgres, String) {
 /// A node on a fixture's database with the config its data needs (plain http and loopback
 /// endpoints, its plan, retry policy and catalog; `extra` added), once it migrated the schema
 /// to this herald's.
-async fn node_on_fixture(pg: &Postgres, url: &str, extra: &str) -> common::Herald {
+pub(crate) async fn node_on_fixture(pg: &Postgres, url: &str, extra: &str) -> common::Herald {
     let node = common::Herald::start(&format!(
         "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
          [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\

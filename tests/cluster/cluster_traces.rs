@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::herald::{Launch, INGEST_TOKEN};
 use common::otlp::Collector;
-use common::postgres::Postgres;
 use common::{behaviour, toml_string, Herald, Receiver, Reply};
 use serde_json::json;
 
@@ -144,28 +143,9 @@ async fn an_attempt_on_another_node_is_a_child_of_the_request_span() {
 /// a trace context) migrates: its events keep none, and a new event's context is in its row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_14_database_keeps_trace_contexts_from_now_on() {
-    let pg = Postgres::start();
-    let url = pg.database("herald");
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cluster8/dump.sql");
-    pg.sql_file(&fixture, "herald");
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        "14"
-    );
+    let (pg, url) = crate::cluster::fixture_database_in("cluster8", 14);
     let recv = Receiver::ok_http();
-    let node = Herald::start(&format!(
-        "[delivery]\nallow_http = true\nallow_private_networks = [\"127.0.0.0/8\"]\n\
-         [endpoints]\nrequire_verification = false\n[retry_policies]\nslow = [\"1h\"]\n\
-         [plans.basic]\nper_minute = 1000\n\
-         [storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl = {}\n",
-        toml_string(&url)
-    ))
-    .await;
-    assert_eq!(
-        pg.sql("SELECT max(version) FROM herald_schema", "herald"),
-        herald_store_postgres::SCHEMA_VERSION.to_string()
-    );
+    let node = crate::cluster::node_on_fixture(&pg, &url, "").await;
     assert_eq!(
         pg.sql(
             "SELECT count(*) FILTER (WHERE traceparent IS NULL) || '/' || count(*) FROM events",
