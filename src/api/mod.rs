@@ -278,21 +278,20 @@ pub(crate) fn start_request_span(
     req: &mut Request<Incoming>,
 ) -> crate::traces::RequestSpan {
     let span = state.engine.traces().request(name, route, req.headers());
-    req.extensions_mut()
-        .insert(RequestTrace(span.context().cloned()));
+    if let Some(context) = span.context() {
+        req.extensions_mut().insert(RequestTrace(context.clone()));
+    }
     span
 }
 
 /// The trace context a request that creates events gives them (docs/operations.md, "Traces"),
-/// set by the router.
+/// set by the router when there is one.
 #[derive(Clone)]
-struct RequestTrace(Option<crate::trace::TraceContext>);
+struct RequestTrace(crate::trace::TraceContext);
 
 /// The context the events a request creates keep: the request's span's.
 pub(crate) fn request_trace<B>(req: &Request<B>) -> Option<crate::trace::TraceContext> {
-    req.extensions()
-        .get::<RequestTrace>()
-        .and_then(|t| t.0.clone())
+    req.extensions().get::<RequestTrace>().map(|t| t.0.clone())
 }
 
 /// The span name of a route that creates events (their trace starts with it), if it is one.

@@ -250,7 +250,6 @@ impl Traces {
                     .propagate_trace
                     .then(|| event.trace.clone())
                     .flatten(),
-                started: SystemTime::now(),
             };
         };
         let started = SystemTime::now();
@@ -279,9 +278,8 @@ impl Traces {
             )
         });
         AttemptSpan {
-            span: Some(span),
+            span: Some((span, started)),
             propagate,
-            started,
         }
     }
 
@@ -331,11 +329,11 @@ impl RequestSpan {
 
 /// An attempt's client span, from before its request to its outcome.
 pub struct AttemptSpan {
-    span: Option<Span>,
+    /// The span and when it started (none with traces off).
+    span: Option<(Span, SystemTime)>,
     /// What the request carries as `traceparent` and `tracestate`: the span's context when the
     /// endpoint propagates the trace (the event's kept context with traces off).
     propagate: Option<TraceContext>,
-    started: SystemTime,
 }
 
 impl AttemptSpan {
@@ -345,7 +343,9 @@ impl AttemptSpan {
 
     /// Ends the span with the attempt's outcome, and the new connection's phases as events.
     pub fn sent(self, attempt: &Attempt, phases: Option<&Phases>) {
-        let Some(mut span) = self.span else { return };
+        let Some((mut span, started)) = self.span else {
+            return;
+        };
         if span.is_recording() {
             span.set_attribute(KeyValue::new("herald.status", attempt.status.as_str()));
             if let Some(code) = attempt.http_status {
@@ -361,7 +361,7 @@ impl AttemptSpan {
                 ));
             }
             if let Some(p) = phases {
-                let mut at = self.started;
+                let mut at = started;
                 for (name, took) in [("dns", p.dns), ("connect", p.connect), ("tls", p.tls)] {
                     if let Some(took) = took {
                         at += took;
